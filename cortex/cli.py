@@ -1,0 +1,329 @@
+"""The `cortex` command: a thin shell over the library.
+
+Each command opens the store, calls one library function and prints. The
+library's named errors become one-line messages with exit status 1.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from cortex import __version__
+from cortex.errors import CortexError
+
+TYPE_CHOICE = click.Choice(
+    ["architecture", "decision", "pattern", "gotcha", "context", "progress", "plan", "code_description", "code"]
+)
+
+
+def _fail(message: str) -> None:
+    click.echo(f"cortex: {message}", err=True)
+    sys.exit(1)
+
+
+def _print_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False, sort_keys=False))
+
+
+def store_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Add --global / --dir to a command and hand it an opened `store`."""
+
+    @click.option("--global", "use_global", is_flag=True, help="Use the global store ($CORTEX_HOME, default ~/.cortex).")
+    @click.option(
+        "--dir",
+        "directory",
+        type=click.Path(file_okay=False, path_type=Path),
+        help="Use this store folder (also $CORTEX_DIR), e.g. .cortex-example.",
+    )
+    @functools.wraps(func)
+    def wrapper(use_global: bool, directory: Path | None, **kwargs: Any) -> Any:
+        from cortex.store import Store
+
+        try:
+            store = Store.locate(use_global=use_global, directory=directory)
+            return func(store=store, **kwargs)
+        except CortexError as exc:
+            _fail(str(exc))
+
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="cortex")
+def main() -> None:
+    """cortex: a git-native memory for AI coding assistants.
+
+    Memories are markdown files in .cortex/memories/, committed with the code.
+    """
+
+
+# ---------------------------------------------------------------- init
+
+
+@main.command()
+@click.option("--global", "use_global", is_flag=True, help="Create the global store instead ($CORTEX_HOME).")
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), help="Create the store in this folder.")
+def init(use_global: bool, directory: Path | None) -> None:
+    """Create a .cortex/ store in this repository (or the global one)."""
+    from cortex.gitops import find_worktree_root
+    from cortex.store import STORE_DIRNAME, Store, global_home
+
+    if use_global:
+        root = global_home()
+    elif directory is not None:
+        root = directory
+    else:
+        worktree = find_worktree_root(Path.cwd())
+        root = (worktree or Path.cwd()) / STORE_DIRNAME
+    existed = (root / "config.yaml").exists()
+    try:
+        store = Store.init(root, label="global" if use_global else "project")
+    except OSError as exc:
+        _fail(f"{root}: cannot create the store ({exc.strerror})")
+    if existed:
+        click.echo(f"cortex store already set up at {store.root}")
+    else:
+        click.echo(f"created {store.root} (config.yaml, memories/, .gitignore)")
+        if not use_global and find_worktree_root(root.parent) is None:
+            click.echo("not a git repository: branch tracking and git features are off")
+
+
+# ---------------------------------------------------------------- remember
+
+
+@main.command()
+@click.argument("text")
+@click.option("--type", "memory_type", type=TYPE_CHOICE, default="context", show_default=True, help="Kind of memory.")
+@click.option("--title", help="Short title (default: the first sentence of TEXT).")
+@click.option("--priority", type=click.IntRange(1, 10), default=5, show_default=True, help="Importance, 1..10.")
+@click.option("--confidence", type=click.FloatRange(0, 1), default=0.9, show_default=True, help="How sure, 0..1.")
+@click.option("--tag", "tags", multiple=True, help="A tag (repeat for more).")
+@click.option("--file", "files", multiple=True, help="A code file this is about (repeat for more).")
+@click.option("--pin", is_flag=True, help="Always include it in briefings.")
+@click.option("--json", "as_json", is_flag=True, help="Print the new record as JSON.")
+@store_options
+def remember(store: Any, text: str, memory_type: str, title: str | None, priority: int, confidence: float,
+             tags: tuple[str, ...], files: tuple[str, ...], pin: bool, as_json: bool) -> None:
+    """Save a memory. TEXT is its content ('-' reads it from stdin)."""
+    from cortex.memory import Memory, title_from_text
+
+    if text == "-":
+        text = sys.stdin.read()
+    if not text.strip():
+        _fail("nothing to remember: TEXT is empty")
+    item = Memory(
+        id="",
+        type=memory_type,
+        title=(title or title_from_text(text)).strip(),
+        body=text.strip() + "\n",
+        confidence=confidence,
+        priority=priority,
+        pinned=pin,
+        tags=list(dict.fromkeys(tags)),
+        files=list(dict.fromkeys(files)),
+        source={"kind": "manual"},
+    )
+    created = store.create(item)
+    if as_json:
+        _print_json(created.to_dict() | {"store": store.label})
+    else:
+        click.echo(created.id)
+
+
+# ---------------------------------------------------------------- list / show
+
+
+@main.command(name="list")
+@click.option("--type", "types", type=TYPE_CHOICE, multiple=True, help="Only this type (repeatable).")
+@click.option("--status", "statuses", type=click.Choice(["active", "superseded", "archived"]), multiple=True,
+              help="Only this status (default: active).")
+@click.option("--all", "show_all", is_flag=True, help="Every status, archived and superseded included.")
+@click.option("--tag", "tags", multiple=True, help="Only memories with this tag.")
+@click.option("--branch", help="Only memories made on this branch.")
+@click.option("--pinned", is_flag=True, help="Only pinned memories.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+@store_options
+def list_command(store: Any, types: tuple[str, ...], statuses: tuple[str, ...], show_all: bool, tags: tuple[str, ...],
+                 branch: str | None, pinned: bool, as_json: bool) -> None:
+    """List memories (active ones unless --status or --all)."""
+    scan = store.scan()
+    for problem in scan.problems:
+        click.echo(f"cortex: skipped {problem}", err=True)
+    wanted_status = set() if show_all else set(statuses or ("active",))
+    rows = [
+        m for m in scan.memories
+        if (not types or m.type in types)
+        and (not wanted_status or m.status in wanted_status)
+        and (not tags or set(tags) & set(m.tags))
+        and (branch is None or m.branch == branch)
+        and (not pinned or m.pinned)
+    ]
+    rows.sort(key=lambda m: (not m.pinned, -m.priority, m.type, m.title.lower(), m.id))
+    if as_json:
+        _print_json([
+            {"id": m.id, "type": m.type, "title": m.title, "status": m.status, "priority": m.priority,
+             "confidence": m.confidence, "pinned": m.pinned, "branch": m.branch, "tags": m.tags, "files": m.files,
+             "created": m.created, "updated": m.updated, "path": str(m.path), "store": store.label}
+            for m in rows
+        ])
+        return
+    if not rows:
+        click.echo("no memories" + ("" if show_all else " (try --all)"))
+        return
+    width = shutil.get_terminal_size((100, 20)).columns
+    type_width = max(len(m.type) for m in rows)
+    for m in rows:
+        flags = ("*" if m.pinned else " ") + (" " if m.status == "active" else m.status[0].upper())
+        prefix = f"{m.id}  {m.type:<{type_width}}  p{m.priority:<2} {flags} "
+        title = m.title if len(prefix) + len(m.title) <= width else m.title[: max(10, width - len(prefix) - 1)] + "…"
+        click.echo(prefix + title)
+    click.echo(f"{len(rows)} memories  (* pinned, A archived, S superseded)")
+
+
+@main.command()
+@click.argument("memory_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the record as JSON.")
+@store_options
+def show(store: Any, memory_id: str, as_json: bool) -> None:
+    """Show one memory by id (or unique id prefix), with its path."""
+    item = store.get(memory_id)
+    store.record_access([item.id])
+    if as_json:
+        _print_json(item.to_dict() | {"store": store.label})
+        return
+    assert item.path is not None
+    click.echo(f"{item.path}")
+    click.echo(item.path.read_text(encoding="utf-8").rstrip("\n"))
+
+
+# ---------------------------------------------------------------- edit
+
+
+@main.command()
+@click.argument("memory_id")
+@store_options
+def edit(store: Any, memory_id: str) -> None:
+    """Open a memory in $EDITOR; it is checked before it replaces the file."""
+    from cortex import memory as fmt
+    from cortex.errors import MalformedMemory
+    from cortex.files import atomic_write
+
+    item = store.get(memory_id)
+    assert item.path is not None
+    original = item.path.read_text(encoding="utf-8")
+    draft = store.state_dir / f"edit-{item.id}.md"
+    draft.parent.mkdir(parents=True, exist_ok=True)
+    draft.write_text(original, encoding="utf-8")
+    editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+    while True:
+        try:
+            code = subprocess.call([*shlex.split(editor), str(draft)])
+        except OSError as exc:
+            _fail(f"cannot start editor {editor!r}: {exc.strerror}")
+        if code != 0:
+            _fail(f"editor exited with status {code}; {item.path} unchanged (your draft: {draft})")
+        text = draft.read_text(encoding="utf-8")
+        if text == original:
+            draft.unlink()
+            click.echo("no change")
+            return
+        try:
+            edited = fmt.parse(text, item.path)
+            if edited.id != item.id:
+                raise MalformedMemory(item.path, f"id: changed from {item.id} to {edited.id}; ids are fixed")
+        except MalformedMemory as exc:
+            click.echo(f"cortex: {exc}", err=True)
+            if sys.stdin.isatty() and click.confirm("Edit again?", default=True):
+                continue
+            _fail(f"{item.path} unchanged; your draft is kept at {draft}")
+        break
+    with store._lock():
+        atomic_write(item.path, text)
+    store.update(item.id, {})  # stamp `updated` through the round-trip writer
+    draft.unlink()
+    click.echo(f"saved {item.path}")
+
+
+# ---------------------------------------------------------------- forget
+
+
+@main.command()
+@click.argument("target")
+@click.option("--replaced-by", help="Id of the memory that replaces it (records a supersedes link).")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask when TARGET is a query.")
+@click.option("--json", "as_json", is_flag=True, help="Print the changed record as JSON.")
+@store_options
+def forget(store: Any, target: str, replaced_by: str | None, yes: bool, as_json: bool) -> None:
+    """Archive a memory (the file is kept). TARGET is an id or a query."""
+    import re
+
+    from cortex.errors import MemoryNotFound
+
+    item = None
+    if re.fullmatch(r"[0-9a-fA-F]{4,12}", target):
+        try:
+            item = store.get(target)
+        except MemoryNotFound:
+            item = None
+    if item is None:
+        matches = store.search_text(target)
+        if not matches:
+            _fail(f"no active memory matches {target!r}")
+        item = matches[0][1]
+        click.echo(f"best match: {item.id}  {item.type}  {item.title}", err=True)
+        if not yes and not click.confirm("Forget it?", default=False, err=True):
+            _fail("nothing changed")
+    if replaced_by:
+        old, _new = store.supersede(item.id, replaced_by)
+        result, verb = old, f"superseded by {_new.id}"
+    else:
+        result, verb = store.archive(item.id), "archived"
+    if as_json:
+        _print_json(result.to_dict() | {"store": store.label})
+    else:
+        click.echo(f"{result.id} {verb}")
+
+
+# ---------------------------------------------------------------- status
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--strict", is_flag=True, help="Exit 1 when any problem is found.")
+@store_options
+def status(store: Any, as_json: bool, strict: bool) -> None:
+    """Counts by type and status, store paths, and problems found."""
+    report = store.status()
+    if as_json:
+        _print_json(report)
+    else:
+        click.echo(f"store:    {report['root']} ({report['store']})")
+        if report["store"] == "project":
+            git = f"branch {report['branch']}" if report["branch"] else ("detached HEAD" if report["git"] else "off (not a git repository)")
+            click.echo(f"git:      {git}")
+        click.echo(f"memories: {report['total']} ({report['pinned']} pinned)")
+        for name, count in report["by_status"].items():
+            click.echo(f"  {name:<18} {count}")
+        click.echo("by type:")
+        for name, count in report["by_type"].items():
+            click.echo(f"  {name:<18} {count}")
+        for warning in report["warnings"]:
+            click.echo(f"warning: {warning}")
+        if report["problems"]:
+            click.echo(f"problems ({len(report['problems'])}):")
+            for problem in report["problems"]:
+                click.echo(f"  {problem}")
+        else:
+            click.echo("problems: none")
+    if strict and report["problems"]:
+        sys.exit(1)

@@ -1,0 +1,127 @@
+"""`.cortex/config.yaml`: documented defaults, merged with what a person sets.
+
+Every key is optional. Unknown keys are reported as warnings, never fatal,
+so a config written by a newer cortex still works with an older one.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cortex.errors import ConfigError
+
+DEFAULTS: dict[str, Any] = {
+    "briefing": {
+        "budget_tokens": 500,
+    },
+    "recall": {
+        "limit": 10,
+        "rrf_k": 60,
+        "weights": {
+            "relevance": 1.0,
+            "confidence": 0.5,
+            "priority": 0.2,
+            "centrality": 0.15,
+            "access": 0.15,
+            "same_branch": 0.1,
+        },
+    },
+    "capture": {
+        "layers": ["structural", "keyword", "self_report"],
+        "llm": "off",
+        "llm_command": "claude -p",
+    },
+    "git": {
+        "on_stop": "stage",
+        "pre_push": "commit",
+    },
+    "embedding": {
+        "model": "bundled",
+    },
+}
+
+# The file `cortex init` writes: every default, with a line on what it does.
+TEMPLATE = """\
+# cortex configuration. Every key is optional: these are the defaults.
+# Unknown keys are reported by `cortex status`, never fatal.
+
+briefing:
+  budget_tokens: 500        # session-start briefing size (about 4 characters a token)
+
+recall:
+  limit: 10                 # results `cortex recall` returns
+  rrf_k: 60                 # reciprocal-rank-fusion constant for full-text + semantic
+  weights:                  # ranking prior blended with relevance
+    relevance: 1.0
+    confidence: 0.5
+    priority: 0.2
+    centrality: 0.15
+    access: 0.15
+    same_branch: 0.1
+
+capture:
+  layers: [structural, keyword, self_report]   # from Claude Code transcripts
+  llm: off                  # off | auto | on: LLM extraction, run detached
+  llm_command: claude -p
+
+git:
+  on_stop: stage            # stage | commit | off: what the Stop hook does with new memories
+  pre_push: commit          # commit | check: stale projections on push
+
+embedding:
+  model: bundled            # bundled, or a path to a local model2vec folder
+"""
+
+
+@dataclass
+class Config:
+    data: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+
+    def get(self, dotted: str) -> Any:
+        node: Any = self.data
+        for part in dotted.split("."):
+            node = node[part]
+        return node
+
+
+def _merge(defaults: dict[str, Any], given: dict[str, Any], prefix: str, warnings: list[str]) -> dict[str, Any]:
+    out = copy.deepcopy(defaults)
+    for key, value in given.items():
+        name = f"{prefix}{key}"
+        if key not in defaults:
+            warnings.append(f"unknown key '{name}' (ignored)")
+            continue
+        if isinstance(defaults[key], dict):
+            if isinstance(value, dict):
+                out[key] = _merge(defaults[key], value, f"{name}.", warnings)
+            else:
+                warnings.append(f"'{name}' should be a mapping (default used)")
+        else:
+            out[key] = value
+    return out
+
+
+def load_config(path: Path) -> Config:
+    """Read a config file; a missing file means all defaults."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return Config(copy.deepcopy(DEFAULTS))
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+
+    try:
+        given = YAML(typ="safe", pure=True).load(text) or {}
+    except YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(given, dict):
+        raise ConfigError(f"{path}: expected a mapping of settings")
+    warnings: list[str] = []
+    data = _merge(DEFAULTS, given, "", warnings)
+    return Config(data, [f"{path.name}: {w}" for w in warnings])

@@ -1,0 +1,635 @@
+"""The memory record and its file format.
+
+A memory is one markdown file: YAML front matter between `---` lines, then
+a markdown body (DESIGN.md §2, docs/file-format.md).
+
+Three ways through the format:
+
+- `parse(text, path)` reads a file into a `Memory`. It uses a small reader
+  for the plain YAML subset cortex itself writes (one key per line, plain or
+  quoted scalars, flow lists and maps, a block list of flow maps) and hands
+  anything else — comments, block scalars, anchors — to ruamel.yaml, which
+  stays the authority. Reading 10,000 files through ruamel alone takes
+  about 25 s on the reference machine; the subset reader makes it well under
+  one.
+- `render_new(memory)` writes a new file with ruamel.yaml.
+- `edit_text(text, changes, body)` changes fields of an existing file with
+  ruamel.yaml in round-trip mode, so a person's comments, key order and
+  quoting survive and only the changed fields' lines differ.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import re
+import secrets
+import unicodedata
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cortex.errors import MalformedMemory
+
+TYPES = (
+    "architecture",
+    "decision",
+    "pattern",
+    "gotcha",
+    "context",
+    "progress",
+    "plan",
+    "code_description",
+    "code",
+)
+STATUSES = ("active", "superseded", "archived")
+SCOPES = ("project", "global")
+RELATIONS = (
+    "relates_to",
+    "derived_from",
+    "contradicts",
+    "exemplifies",
+    "refines",
+    "supersedes",
+    "source_of",
+)
+# Key order of a file cortex writes; unknown keys a person adds are kept.
+KEYS = (
+    "id",
+    "type",
+    "title",
+    "status",
+    "confidence",
+    "priority",
+    "pinned",
+    "scope",
+    "branch",
+    "tags",
+    "files",
+    "created",
+    "updated",
+    "source",
+    "links",
+)
+ID_RE = re.compile(r"^[0-9a-f]{12}$")
+TITLE_MAX = 200
+
+
+@dataclass
+class Link:
+    rel: str
+    to: str
+    strength: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"rel": self.rel, "to": self.to}
+        if self.strength is not None:
+            out["strength"] = self.strength
+        return out
+
+
+@dataclass
+class Memory:
+    """One memory, as read from (or about to be written to) its file."""
+
+    id: str
+    type: str
+    title: str
+    body: str = ""
+    status: str = "active"
+    confidence: float = 0.8
+    priority: int = 5
+    pinned: bool = False
+    scope: str = "project"
+    branch: str | None = None
+    tags: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    created: str = ""
+    updated: str = ""
+    source: dict[str, Any] = field(default_factory=dict)
+    links: list[Link] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)  # keys cortex does not know, kept as read
+    path: Path | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (what `--json` prints)."""
+        out = asdict(self)
+        out["links"] = [link.as_dict() for link in self.links]
+        out["path"] = str(self.path) if self.path is not None else None
+        if not self.extra:
+            del out["extra"]
+        return out
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def new_id() -> str:
+    """12 random hex characters: unique across clones without coordination."""
+    return secrets.token_hex(6)
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def slugify(title: str, max_len: int = 48) -> str:
+    """A short readable file-name slug: ascii, lowercase, words joined by '-'."""
+    ascii_title = unicodedata.normalize("NFKD", title).encode("ascii", "ignore").decode()
+    words = re.findall(r"[a-z0-9]+", ascii_title.lower())
+    slug = ""
+    for word in words:
+        candidate = f"{slug}-{word}" if slug else word
+        if len(candidate) > max_len:
+            break
+        slug = candidate
+    return slug or (words[0][:max_len] if words else "memory")
+
+
+def file_name(memory: Memory) -> str:
+    return f"{slugify(memory.title)}-{memory.id}.md"
+
+
+def title_from_text(text: str, limit: int = 80) -> str:
+    """The first line or sentence of `text`, cut at a word near `limit` chars."""
+    first = text.strip().splitlines()[0].strip() if text.strip() else ""
+    sentence = re.split(r"(?<=[.!?])\s", first, maxsplit=1)[0].rstrip()
+    if len(sentence) <= limit:
+        return sentence.rstrip(".")
+    cut = sentence[:limit].rsplit(" ", 1)[0]
+    return cut.rstrip(" ,;:") + "…"
+
+
+def iso_timestamp(value: Any) -> str:
+    """Normalise a YAML timestamp (datetime, date or ISO string) to `YYYY-MM-DDTHH:MM:SSZ`."""
+    if isinstance(value, _dt.datetime):
+        moment = value if value.tzinfo else value.replace(tzinfo=_dt.timezone.utc)
+    elif isinstance(value, _dt.date):
+        moment = _dt.datetime(value.year, value.month, value.day, tzinfo=_dt.timezone.utc)
+    elif isinstance(value, str):
+        text = value.strip().replace(" ", "T", 1) if len(value.strip()) > 10 else value.strip()
+        text = re.sub(r"[Zz]$", "+00:00", text)
+        text = re.sub(r"T?([+-]\d\d)$", r"\1:00", text) if re.search(r"\d[+-]\d\d$", text) else text
+        try:
+            parsed = _dt.datetime.fromisoformat(text)
+        except ValueError:
+            raise ValueError(f"not a timestamp: {value!r}") from None
+        moment = parsed if parsed.tzinfo else parsed.replace(tzinfo=_dt.timezone.utc)
+    else:
+        raise ValueError(f"not a timestamp: {value!r}")
+    return moment.astimezone(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# ---------------------------------------------------------------- splitting
+
+
+def split_front_matter(text: str, path: Path | None = None) -> tuple[str, str]:
+    """Return (front matter YAML, body); the delimiter lines are not included."""
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    if not (text.startswith("---\n") or text.startswith("---\r\n")):
+        raise MalformedMemory(path, "no front matter (the file must start with a '---' line)")
+    start = text.index("\n") + 1
+    pos = start
+    while True:
+        end = text.find("\n", pos)
+        line = text[pos:] if end == -1 else text[pos:end]
+        if line.rstrip("\r") in ("---", "..."):
+            body = "" if end == -1 else text[end + 1 :]
+            return text[start:pos], body
+        if end == -1:
+            raise MalformedMemory(path, "front matter is not closed (no second '---' line)")
+        pos = end + 1
+
+
+# ---------------------------------------------------------------- fast reader
+
+
+class _NotSimple(Exception):
+    """The front matter needs the full YAML parser."""
+
+
+_KEY_LINE = re.compile(r"([A-Za-z_][A-Za-z0-9_-]*):(?: +(.*))?$")
+# What YAML 1.2 (ruamel's resolver) would read as a number or timestamp; the fast
+# reader converts only the plainest of these itself and leaves the rest to ruamel.
+_YAML_NUMBER = re.compile(
+    r"[-+]?0b[0-1_]+$|[-+]?0o?[0-7_]+$|[-+]?[0-9_]+$|[-+]?0x[0-9a-fA-F_]+$"
+    r"|[-+]?[0-9][0-9_]*\.[0-9_]*([eE][-+]?[0-9]+)?$|[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"
+    r"|[-+]?\.[0-9_]+([eE][-+][0-9]+)?$|[-+]?\.(inf|Inf|INF)$|\.(nan|NaN|NAN)$"
+)
+_INT = re.compile(r"-?(0|[1-9][0-9]*)$")
+_FLOAT = re.compile(r"-?(0|[1-9][0-9]*)\.[0-9]+$")
+_TIMESTAMP = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}$"
+    r"|[0-9]{4}-[0-9]{1,2}-[0-9]{1,2}([Tt]|[ \t]+)[0-9]{1,2}:[0-9]{2}:[0-9]{2}(\.[0-9]*)?([ \t]*(Z|[-+][0-9]{1,2}(:[0-9]{2})?))?$"
+)
+_PLAIN_BAD_START = set("-?:,[]{}#&*!|>'\"%@`")
+_NULLS = {"", "~", "null", "Null", "NULL"}
+_TRUE = {"true", "True", "TRUE"}
+_FALSE = {"false", "False", "FALSE"}
+
+
+def _plain(token: str, in_flow: bool) -> Any:
+    if token in _NULLS:
+        return None
+    if token in _TRUE:
+        return True
+    if token in _FALSE:
+        return False
+    first = token[0]
+    if first in _PLAIN_BAD_START or ": " in token or " #" in token or token.endswith(":"):
+        raise _NotSimple
+    if "\t" in token or (in_flow and any(c in token for c in ",[]{}")):
+        raise _NotSimple
+    if _YAML_NUMBER.match(token):
+        if _INT.match(token):
+            return int(token)
+        if _FLOAT.match(token):
+            return float(token)
+        raise _NotSimple  # a rarer number form: ruamel decides
+    if _TIMESTAMP.match(token):
+        return iso_timestamp(token)
+    if token in ("=", "<<"):
+        raise _NotSimple
+    return token
+
+
+def _scalar(token: str, in_flow: bool = False) -> Any:
+    token = token.strip()
+    if not token:
+        return None
+    if token[0] == "'":
+        if len(token) < 2 or token[-1] != "'":
+            raise _NotSimple
+        inner = token[1:-1]
+        if "'" in inner.replace("''", ""):
+            raise _NotSimple
+        return inner.replace("''", "'")
+    if token[0] == '"':
+        if len(token) < 2 or token[-1] != '"':
+            raise _NotSimple
+        try:
+            value = json.loads(token)
+        except ValueError:
+            raise _NotSimple from None
+        if not isinstance(value, str):
+            raise _NotSimple
+        return value
+    return _plain(token, in_flow)
+
+
+def _flow_items(inner: str) -> list[str]:
+    if any(c in inner for c in "[]{}\"'"):
+        raise _NotSimple
+    return [part.strip() for part in inner.split(",")] if inner.strip() else []
+
+
+def _value(text: str) -> Any:
+    text = text.strip()
+    if text.startswith("["):
+        if not text.endswith("]"):
+            raise _NotSimple
+        return [_scalar(item, in_flow=True) for item in _flow_items(text[1:-1])]
+    if text.startswith("{"):
+        if not text.endswith("}"):
+            raise _NotSimple
+        out: dict[str, Any] = {}
+        for item in _flow_items(text[1:-1]):
+            key, sep, val = item.partition(": ")
+            if not sep:
+                if item.endswith(":"):
+                    key, val = item[:-1], ""
+                else:
+                    raise _NotSimple
+            out[_scalar(key, in_flow=True)] = _scalar(val, in_flow=True)
+        return out
+    return _scalar(text)
+
+
+def _read_simple(yaml_text: str) -> dict[str, Any]:
+    data: dict[str, Any] = {}
+    open_key: str | None = None  # the last `key:` that had nothing after it
+    for raw in yaml_text.split("\n"):
+        line = raw.rstrip("\r")
+        if not line.strip():
+            continue
+        if line[0] in " -":
+            stripped = line.lstrip(" ")
+            if open_key is None or not stripped.startswith("- "):
+                raise _NotSimple
+            if data[open_key] is None:
+                data[open_key] = []
+            data[open_key].append(_value(stripped[2:]))
+            continue
+        match = _KEY_LINE.match(line)
+        if not match:
+            raise _NotSimple
+        key, rest = match.group(1), match.group(2)
+        if key in data:
+            raise _NotSimple  # duplicate key: let the full parser complain
+        if rest is None or not rest.strip():
+            open_key = key
+            data[key] = None  # YAML reads `key:` alone as null, a list once items follow
+        else:
+            open_key = None
+            data[key] = _value(rest)
+    return data
+
+
+def _to_plain(value: Any) -> Any:
+    """ruamel/YAML objects → plain Python (timestamps as ISO strings)."""
+    if isinstance(value, (_dt.datetime, _dt.date)):
+        return iso_timestamp(value)
+    if isinstance(value, dict):
+        return {str(k): _to_plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_to_plain(v) for v in value]
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str(value)
+    return value
+
+
+def load_front_matter(yaml_text: str, path: Path | None = None) -> dict[str, Any]:
+    """Front matter as plain Python data, via the fast reader or ruamel.yaml."""
+    try:
+        return _read_simple(yaml_text)
+    except _NotSimple:
+        pass
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+
+    try:
+        data = YAML(typ="safe", pure=True).load(yaml_text)
+    except YAMLError as exc:
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 2})" if mark is not None else ""
+        raise MalformedMemory(path, f"front matter is not valid YAML: {problem}{where}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise MalformedMemory(path, "front matter must be a mapping of keys to values")
+    return _to_plain(data)
+
+
+# ---------------------------------------------------------------- validation
+
+
+def _text_list(data: dict[str, Any], key: str, path: Path | None) -> list[str]:
+    value = data.get(key)
+    if value is None:
+        return []
+    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        value = [value]
+    if not isinstance(value, list):
+        raise MalformedMemory(path, f"{key}: expected a list of strings")
+    out = []
+    for item in value:
+        if isinstance(item, bool) or not isinstance(item, (str, int, float)):
+            raise MalformedMemory(path, f"{key}: expected a list of strings, got {item!r}")
+        out.append(str(item))
+    return out
+
+
+def from_data(data: dict[str, Any], body: str, path: Path | None = None) -> Memory:
+    """Validate front-matter data and build a `Memory`; raises `MalformedMemory`."""
+    for key in ("id", "title", "type"):
+        if data.get(key) in (None, ""):
+            raise MalformedMemory(path, f"missing required field '{key}'")
+    memory_id = str(data["id"])
+    if not ID_RE.match(memory_id):
+        raise MalformedMemory(path, f"id: {memory_id!r} is not 12 lowercase hex characters")
+    memory_type = data["type"]
+    if memory_type not in TYPES:
+        raise MalformedMemory(path, f"type: unknown type {memory_type!r} (one of: {', '.join(TYPES)})")
+    title = data["title"]
+    if isinstance(title, bool) or not isinstance(title, (str, int, float)):
+        raise MalformedMemory(path, "title: expected text")
+    title = str(title)
+    if "\n" in title or "\r" in title:
+        raise MalformedMemory(path, "title: must be a single line")
+    status = data.get("status") or "active"
+    if status not in STATUSES:
+        raise MalformedMemory(path, f"status: unknown status {status!r} (one of: {', '.join(STATUSES)})")
+    confidence = data.get("confidence", 0.8)
+    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0 <= confidence <= 1:
+        raise MalformedMemory(path, f"confidence: {confidence!r} is outside 0..1")
+    priority = data.get("priority", 5)
+    if isinstance(priority, float) and priority.is_integer():
+        priority = int(priority)
+    if isinstance(priority, bool) or not isinstance(priority, int) or not 1 <= priority <= 10:
+        raise MalformedMemory(path, f"priority: {priority!r} is outside 1..10 (a whole number)")
+    pinned = data.get("pinned", False)
+    if pinned is None:
+        pinned = False
+    if not isinstance(pinned, bool):
+        raise MalformedMemory(path, f"pinned: expected true or false, got {pinned!r}")
+    scope = data.get("scope") or "project"
+    if scope not in SCOPES:
+        raise MalformedMemory(path, f"scope: unknown scope {scope!r} (one of: {', '.join(SCOPES)})")
+    branch = data.get("branch")
+    branch = None if branch is None else str(branch)
+    stamps = {}
+    for key in ("created", "updated"):
+        value = data.get(key)
+        if value is None or value == "":
+            stamps[key] = ""
+            continue
+        try:
+            stamps[key] = iso_timestamp(value)
+        except ValueError:
+            raise MalformedMemory(path, f"{key}: {value!r} is not a timestamp like 2026-11-21T20:50:00Z") from None
+    source = data.get("source") or {}
+    if not isinstance(source, dict):
+        raise MalformedMemory(path, "source: expected a mapping such as {kind: manual}")
+    links = []
+    raw_links = data.get("links") or []
+    if not isinstance(raw_links, list):
+        raise MalformedMemory(path, "links: expected a list of {rel, to} mappings")
+    for item in raw_links:
+        if not isinstance(item, dict) or "rel" not in item or "to" not in item:
+            raise MalformedMemory(path, f"links: each link needs 'rel' and 'to', got {item!r}")
+        if item["rel"] not in RELATIONS:
+            raise MalformedMemory(
+                path, f"links: unknown relation {item['rel']!r} (one of: {', '.join(RELATIONS)})"
+            )
+        strength = item.get("strength")
+        if strength is not None and (isinstance(strength, bool) or not isinstance(strength, (int, float))):
+            raise MalformedMemory(path, f"links: strength {strength!r} is not a number")
+        links.append(Link(str(item["rel"]), str(item["to"]), None if strength is None else float(strength)))
+    extra = {k: v for k, v in data.items() if k not in KEYS}
+    return Memory(
+        id=memory_id,
+        type=memory_type,
+        title=title,
+        body=body,
+        status=status,
+        confidence=float(confidence),
+        priority=priority,
+        pinned=pinned,
+        scope=scope,
+        branch=branch,
+        tags=_text_list(data, "tags", path),
+        files=_text_list(data, "files", path),
+        created=stamps["created"],
+        updated=stamps["updated"],
+        source=source,
+        links=links,
+        extra=extra,
+        path=path,
+    )
+
+
+def parse(text: str, path: Path | None = None) -> Memory:
+    """Parse a memory file's text; raises `MalformedMemory` with the path and reason."""
+    yaml_text, body = split_front_matter(text, path)
+    data = load_front_matter(yaml_text, path)
+    return from_data(data, body, path)
+
+
+def validate(memory: Memory) -> Memory:
+    """Check a `Memory` built in code the same way a file is checked."""
+    return from_data(_front_matter_data(memory), memory.body, memory.path)
+
+
+# ---------------------------------------------------------------- writing
+
+
+def _yaml() -> Any:
+    from ruamel.yaml import YAML
+
+    yaml = YAML(typ="rt")
+    yaml.preserve_quotes = True
+    yaml.width = 4096  # never fold long titles
+    yaml.indent(mapping=2, sequence=4, offset=2)
+    yaml.allow_unicode = True
+    return yaml
+
+
+def _timestamp_node(iso: str) -> Any:
+    """A ruamel timestamp that dumps as `2026-11-21T20:50:00Z`, unquoted."""
+    return _yaml().load(f"t: {iso}\n")["t"]
+
+
+def _flow_seq(items: list[Any]) -> Any:
+    from ruamel.yaml.comments import CommentedSeq
+
+    seq = CommentedSeq(items)
+    seq.fa.set_flow_style()
+    return seq
+
+
+def _flow_map(mapping: dict[str, Any]) -> Any:
+    from ruamel.yaml.comments import CommentedMap
+
+    node = CommentedMap(mapping)
+    node.fa.set_flow_style()
+    return node
+
+
+def _front_matter_data(memory: Memory) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "id": memory.id,
+        "type": memory.type,
+        "title": memory.title,
+        "status": memory.status,
+        "confidence": memory.confidence,
+        "priority": memory.priority,
+        "pinned": memory.pinned,
+        "scope": memory.scope,
+        "branch": memory.branch,
+        "tags": list(memory.tags),
+        "files": list(memory.files),
+        "created": memory.created,
+        "updated": memory.updated,
+        "source": dict(memory.source),
+        "links": [link.as_dict() for link in memory.links],
+    }
+    data.update(memory.extra)
+    return data
+
+
+def _node(key: str, value: Any) -> Any:
+    """The ruamel node cortex writes for a field: flow lists and maps, bare timestamps."""
+    if key in ("created", "updated") and value:
+        return _timestamp_node(value)
+    if key == "links":
+        from ruamel.yaml.comments import CommentedSeq
+
+        return CommentedSeq([_flow_map(item) for item in value])
+    if isinstance(value, list):
+        return _flow_seq(value)
+    if isinstance(value, dict):
+        return _flow_map(value)
+    return value
+
+
+def _dump(data: Any) -> str:
+    import io
+
+    buffer = io.StringIO()
+    _yaml().dump(data, buffer)
+    return buffer.getvalue()
+
+
+def render_new(memory: Memory) -> str:
+    """The text of a new memory file (validated first)."""
+    from ruamel.yaml.comments import CommentedMap
+
+    validate(memory)
+    front = CommentedMap()
+    for key, value in _front_matter_data(memory).items():
+        if key == "branch" and value is None:
+            continue
+        if key == "links" and not value:
+            continue
+        front[key] = _node(key, value)
+    body = memory.body
+    if body and not body.endswith("\n"):
+        body += "\n"
+    return f"---\n{_dump(front)}---\n{body}"
+
+
+def edit_text(text: str, changes: dict[str, Any], body: str | None = None, path: Path | None = None) -> str:
+    """Apply field changes (and optionally a new body) to a memory file's text.
+
+    Only the changed keys' lines differ in the result; comments, key order and
+    quoting elsewhere are kept. A value of None removes the key.
+    """
+    yaml_text, old_body = split_front_matter(text, path)
+    yaml = _yaml()
+    try:
+        front = yaml.load(yaml_text)
+    except Exception as exc:  # ruamel raises several unrelated types
+        raise MalformedMemory(path, f"front matter is not valid YAML: {exc}") from None
+    for key, value in changes.items():
+        if value is None:
+            front.pop(key, None)
+            continue
+        if key == "links" and key in front and isinstance(front[key], list):
+            existing = front[key]
+            wanted = [dict(item) for item in value]
+            while len(existing) > len(wanted):
+                existing.pop()
+            for i, item in enumerate(wanted):
+                if i < len(existing) and _to_plain(existing[i]) == item:
+                    continue
+                if i < len(existing):
+                    existing[i] = _flow_map(item)
+                else:
+                    existing.append(_flow_map(item))
+            continue
+        if key in front and _to_plain(front[key]) == _to_plain(value):
+            continue
+        front[key] = _node(key, value)
+    new_body = old_body if body is None else body
+    head = text[: text.index("\n") + 1]
+    if head.startswith("\ufeff"):
+        head = head[1:]
+    return f"{head}{_dump(front)}---\n{new_body}"

@@ -1,0 +1,412 @@
+"""The store: memory files on disk, for a project (`.cortex/`) or globally (`$CORTEX_HOME`).
+
+Layout of a store folder:
+
+    config.yaml               settings (cortex.config)
+    .gitignore                ignores cache/ and state/
+    memories/<type>/<slug>-<id>.md
+    cache/                    derived, rebuildable (index, vectors, manifest)
+    state/                    local and private (access counts, log, locks)
+
+Readers never write tracked files; writers hold `state/write.lock` and
+replace files atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from cortex import memory as fmt
+from cortex.errors import AmbiguousId, CortexError, MalformedMemory, MemoryNotFound, NotInitialised
+from cortex.files import atomic_write, file_lock
+from cortex.memory import Link, Memory
+
+STORE_DIRNAME = ".cortex"
+GITIGNORE = "# derived and private state: rebuilt by cortex, never committed\ncache/\nstate/\n"
+MIN_PREFIX = 4
+
+
+@dataclass
+class Problem:
+    """Something wrong in a store that does not stop the rest of it working."""
+
+    path: Path
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}"
+
+
+@dataclass
+class Scan:
+    memories: list[Memory] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+
+def global_home() -> Path:
+    return Path(os.environ.get("CORTEX_HOME") or Path.home() / ".cortex").expanduser()
+
+
+class Store:
+    """One store folder and the operations on its memories."""
+
+    def __init__(self, root: Path, label: str = "project") -> None:
+        self.root = root
+        self.label = label
+        self._config: Any = None
+
+    def __repr__(self) -> str:
+        return f"Store({str(self.root)!r}, {self.label!r})"
+
+    # ------------------------------------------------------------ locating
+
+    @classmethod
+    def locate(cls, start: Path | None = None, *, use_global: bool = False, directory: Path | str | None = None) -> Store:
+        """Find the store to use: `directory`, `$CORTEX_DIR`, the global store, or `.cortex/` at or above `start`."""
+        if directory is None and not use_global:
+            directory = os.environ.get("CORTEX_DIR") or None
+        if directory is not None:
+            root = Path(directory).expanduser().resolve()
+            if not root.is_dir():
+                raise NotInitialised(root)
+            return cls(root, "global" if root == global_home().resolve() else "project")
+        if use_global:
+            root = global_home()
+            if not root.is_dir():
+                cls.init(root, label="global")
+            return cls(root.resolve(), "global")
+        here = (start or Path.cwd()).resolve()
+        home = global_home().resolve()
+        for folder in (here, *here.parents):
+            candidate = folder / STORE_DIRNAME
+            if candidate.is_dir() and candidate.resolve() != home:
+                return cls(candidate, "project")
+        raise NotInitialised(here)
+
+    @classmethod
+    def init(cls, root: Path, label: str = "project") -> Store:
+        """Create the store layout; existing files are left as they are."""
+        from cortex.config import TEMPLATE
+
+        root.mkdir(parents=True, exist_ok=True)
+        (root / "memories").mkdir(exist_ok=True)
+        if not (root / "config.yaml").exists():
+            atomic_write(root / "config.yaml", TEMPLATE)
+        if not (root / ".gitignore").exists():
+            atomic_write(root / ".gitignore", GITIGNORE)
+        return cls(root, label)
+
+    # ------------------------------------------------------------ paths
+
+    @property
+    def memories_dir(self) -> Path:
+        return self.root / "memories"
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.root / "cache"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / "state"
+
+    @property
+    def config_path(self) -> Path:
+        return self.root / "config.yaml"
+
+    @property
+    def worktree(self) -> Path | None:
+        """The git worktree this store lives in (None for a global store or outside git)."""
+        from cortex.gitops import find_worktree_root
+
+        if self.label == "global":
+            return None
+        return find_worktree_root(self.root.parent)
+
+    def current_branch(self) -> str | None:
+        from cortex.gitops import current_branch
+
+        return current_branch(self.worktree)
+
+    def config(self) -> Any:
+        if self._config is None:
+            from cortex.config import load_config
+
+            self._config = load_config(self.config_path)
+        return self._config
+
+    def _lock(self) -> Any:
+        return file_lock(self.state_dir / "write.lock")
+
+    # ------------------------------------------------------------ reading
+
+    def memory_paths(self) -> list[Path]:
+        """Every memory file, sorted (temp and hidden files skipped)."""
+        if not self.memories_dir.is_dir():
+            return []
+        found = []
+        for dirpath, dirnames, filenames in os.walk(self.memories_dir):
+            dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+            for name in filenames:
+                if name.endswith(".md") and not name.startswith("."):
+                    found.append(Path(dirpath) / name)
+        return sorted(found)
+
+    def read(self, path: Path) -> Memory:
+        """Parse one file; raises `MalformedMemory`."""
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise MalformedMemory(path, "not UTF-8 text") from None
+        except OSError as exc:
+            raise MalformedMemory(path, f"cannot read ({exc.strerror})") from None
+        if "\n<<<<<<< " in f"\n{text}" and "\n>>>>>>> " in text:
+            raise MalformedMemory(path, "has git conflict markers; resolve the merge conflict")
+        return fmt.parse(text, path)
+
+    def scan(self) -> Scan:
+        """Read every memory; malformed files become problems, not errors."""
+        result = Scan()
+        seen: dict[str, Path] = {}
+        for path in self.memory_paths():
+            try:
+                item = self.read(path)
+            except MalformedMemory as exc:
+                result.problems.append(Problem(path, exc.reason))
+                continue
+            if item.id in seen:
+                result.problems.append(Problem(path, f"duplicate id {item.id} (also in {seen[item.id]})"))
+                continue
+            seen[item.id] = path
+            result.memories.append(item)
+        return result
+
+    def list(
+        self,
+        *,
+        types: Iterable[str] = (),
+        statuses: Iterable[str] = ("active",),
+        tags: Iterable[str] = (),
+        branch: str | None = None,
+        pinned: bool | None = None,
+    ) -> list[Memory]:
+        """Memories matching every filter given (an empty filter matches all)."""
+        wanted_types, wanted_statuses, wanted_tags = set(types), set(statuses), set(tags)
+        out = []
+        for item in self.scan().memories:
+            if wanted_types and item.type not in wanted_types:
+                continue
+            if wanted_statuses and item.status not in wanted_statuses:
+                continue
+            if wanted_tags and not wanted_tags & set(item.tags):
+                continue
+            if branch is not None and item.branch != branch:
+                continue
+            if pinned is not None and item.pinned != pinned:
+                continue
+            out.append(item)
+        return out
+
+    def get(self, id_or_prefix: str) -> Memory:
+        """A memory by id or unique id prefix (at least 4 hex characters)."""
+        key = id_or_prefix.strip().lower()
+        if not re.fullmatch(r"[0-9a-f]{%d,12}" % MIN_PREFIX, key):
+            raise MemoryNotFound(f"{id_or_prefix!r} is not a memory id (4 to 12 hex characters)")
+        # File names end in -<id>.md, so a glob usually finds it without parsing the store.
+        by_name = [p for p in self.memory_paths() if re.search(rf"-{key}[0-9a-f]*\.md$", p.name)]
+        matches: dict[str, Memory] = {}
+        for path in by_name:
+            try:
+                item = self.read(path)
+            except MalformedMemory:
+                continue
+            if item.id.startswith(key):
+                matches[item.id] = item
+        if not matches:  # a person may have renamed the file: fall back to the ids inside
+            matches = {m.id: m for m in self.scan().memories if m.id.startswith(key)}
+        if not matches:
+            raise MemoryNotFound(f"no memory with id {id_or_prefix!r} in {self.root}")
+        if len(matches) > 1:
+            raise AmbiguousId(key, list(matches))
+        return next(iter(matches.values()))
+
+    def search_text(self, query: str, statuses: Iterable[str] = ("active",)) -> list[tuple[float, Memory]]:
+        """A plain word-overlap search, best first: enough to pick a memory by a few words."""
+        words = _words(query)
+        if not words:
+            return []
+        wanted = set(statuses)
+        scored = []
+        for item in self.scan().memories:
+            if wanted and item.status not in wanted:
+                continue
+            title_words = _words(item.title)
+            other_words = _words(item.body) | _words(" ".join(item.tags))
+            score = sum(2.0 if w in title_words else 1.0 if w in other_words else 0.0 for w in words)
+            if score > 0:
+                scored.append((score / (2 * len(words)), item))
+        scored.sort(key=lambda pair: (-pair[0], pair[1].id))
+        return scored
+
+    # ------------------------------------------------------------ writing
+
+    def _path_for(self, item: Memory) -> Path:
+        return self.memories_dir / item.type / fmt.file_name(item)
+
+    def create(self, item: Memory) -> Memory:
+        """Write a new memory file. Fills in id, timestamps, branch and scope when empty."""
+        with self._lock():
+            existing = {p.name.rsplit("-", 1)[-1][:-3] for p in self.memory_paths()}
+            if not item.id:
+                item.id = fmt.new_id()
+                while item.id in existing:
+                    item.id = fmt.new_id()
+            elif item.id in existing:
+                raise CortexError(f"a memory with id {item.id} already exists in {self.root}")
+            stamp = fmt.now_iso()
+            item.created = item.created or stamp
+            item.updated = item.updated or item.created
+            if item.branch is None and self.label == "project":
+                item.branch = self.current_branch()
+            if self.label == "global":
+                item.scope = "global"
+            path = self._path_for(item)
+            item.path = path
+            text = fmt.render_new(item)
+            atomic_write(path, text)
+        return self.read(path)
+
+    def update(self, id_or_prefix: str, changes: dict[str, Any], body: str | None = None, touch: bool = True) -> Memory:
+        """Change fields of a memory in place; only those lines of the file change."""
+        with self._lock():
+            current = self.get(id_or_prefix)
+            assert current.path is not None
+            text = current.path.read_text(encoding="utf-8")
+            changes = dict(changes)
+            if "links" in changes:
+                changes["links"] = [link.as_dict() if isinstance(link, Link) else link for link in changes["links"]]
+            if touch:
+                changes.setdefault("updated", fmt.now_iso())
+            new_text = fmt.edit_text(text, changes, body, current.path)
+            fmt.parse(new_text, current.path)  # validate before anything is written
+            atomic_write(current.path, new_text)
+        return self.read(current.path)
+
+    def archive(self, id_or_prefix: str) -> Memory:
+        """Status archived; the file stays (git history and `--all` still find it)."""
+        return self.update(id_or_prefix, {"status": "archived"})
+
+    def restore(self, id_or_prefix: str) -> Memory:
+        return self.update(id_or_prefix, {"status": "active"})
+
+    def supersede(self, old: str, new: str) -> tuple[Memory, Memory]:
+        """`new` replaces `old`: old → superseded, new gains a `supersedes` link to old."""
+        old_memory, new_memory = self.get(old), self.get(new)
+        if old_memory.id == new_memory.id:
+            raise CortexError("a memory cannot replace itself")
+        links = [link for link in new_memory.links if not (link.rel == "supersedes" and link.to == old_memory.id)]
+        links.append(Link("supersedes", old_memory.id))
+        new_memory = self.update(new_memory.id, {"links": links})
+        old_memory = self.update(old_memory.id, {"status": "superseded"})
+        return old_memory, new_memory
+
+    # ------------------------------------------------------------ state
+
+    def access_counts(self) -> dict[str, int]:
+        try:
+            data = json.loads((self.state_dir / "access.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return {k: int(v.get("count", 0)) for k, v in data.items() if isinstance(v, dict)}
+
+    def record_access(self, ids: Iterable[str]) -> None:
+        """Count reads under state/ (never in the tracked files). Best effort."""
+        ids = list(ids)
+        if not ids:
+            return
+        path = self.state_dir / "access.json"
+        try:
+            with file_lock(self.state_dir / "access.lock"):
+                try:
+                    data = json.loads(path.read_text(encoding="utf-8"))
+                except (OSError, ValueError):
+                    data = {}
+                stamp = fmt.now_iso()
+                for memory_id in ids:
+                    entry = data.setdefault(memory_id, {"count": 0})
+                    entry["count"] = int(entry.get("count", 0)) + 1
+                    entry["last"] = stamp
+                atomic_write(path, json.dumps(data, sort_keys=True, indent=0))
+        except OSError:
+            pass  # a read-only store still reads
+
+    def log(self, message: str) -> None:
+        """Append a line to state/cortex.log (best effort)."""
+        try:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            with open(self.state_dir / "cortex.log", "a", encoding="utf-8") as handle:
+                handle.write(f"{fmt.now_iso()} {message}\n")
+        except OSError:
+            pass
+
+    # ------------------------------------------------------------ status
+
+    def status(self) -> dict[str, Any]:
+        """Counts by type and status, paths, and every problem found."""
+        scan = self.scan()
+        by_type: dict[str, int] = {}
+        by_status: dict[str, int] = {}
+        for item in scan.memories:
+            by_type[item.type] = by_type.get(item.type, 0) + 1
+            by_status[item.status] = by_status.get(item.status, 0) + 1
+        problems = [str(p) for p in scan.problems]
+        ids = {item.id for item in scan.memories}
+        for item in scan.memories:
+            for link in item.links:
+                if link.to not in ids:
+                    problems.append(f"{item.path}: link {link.rel} to unknown id {link.to}")
+        warnings: list[str] = []
+        try:
+            warnings = list(self.config().warnings)
+        except CortexError as exc:
+            problems.append(str(exc))
+        return {
+            "store": self.label,
+            "root": str(self.root),
+            "memories_dir": str(self.memories_dir),
+            "cache_dir": str(self.cache_dir),
+            "state_dir": str(self.state_dir),
+            "branch": self.current_branch() if self.label == "project" else None,
+            "git": self.worktree is not None,
+            "total": len(scan.memories),
+            "by_type": dict(sorted(by_type.items())),
+            "by_status": dict(sorted(by_status.items())),
+            "pinned": sum(1 for item in scan.memories if item.pinned),
+            "problems": problems,
+            "warnings": warnings,
+        }
+
+
+_STOP = frozenset(
+    "a an and are as at be but by did do does for from had has have how i if in is it its of on or our so that the "
+    "their them then there these they this to was we were what when where which who why will with you your".split()
+)
+
+
+def _words(text: str) -> set[str]:
+    return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in _STOP}
+
+
+def iter_stores(project: Store | None, include_global: bool = True) -> Iterator[Store]:
+    """The project store first, then the global one when it exists."""
+    if project is not None:
+        yield project
+    if include_global:
+        home = global_home()
+        if home.is_dir() and (project is None or home.resolve() != project.root.resolve()):
+            yield Store(home.resolve(), "global")
