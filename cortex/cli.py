@@ -32,7 +32,9 @@ def _fail(message: str) -> None:
 
 
 def _print_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, ensure_ascii=False, sort_keys=False))
+    # Indented for a person at a terminal; compact (and ~10x faster to encode) in a pipe.
+    indent = 2 if sys.stdout.isatty() else None
+    click.echo(json.dumps(data, indent=indent, ensure_ascii=False))
 
 
 def store_options(func: Callable[..., Any]) -> Callable[..., Any]:

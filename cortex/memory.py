@@ -160,8 +160,13 @@ def title_from_text(text: str, limit: int = 80) -> str:
     return cut.rstrip(" ,;:") + "…"
 
 
+_CANONICAL_STAMP = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$")
+
+
 def iso_timestamp(value: Any) -> str:
     """Normalise a YAML timestamp (datetime, date or ISO string) to `YYYY-MM-DDTHH:MM:SSZ`."""
+    if isinstance(value, str) and _CANONICAL_STAMP.match(value):
+        return value
     if isinstance(value, _dt.datetime):
         moment = value if value.tzinfo else value.replace(tzinfo=_dt.timezone.utc)
     elif isinstance(value, _dt.date):
@@ -229,7 +234,14 @@ _TRUE = {"true", "True", "TRUE"}
 _FALSE = {"false", "False", "FALSE"}
 
 
+# Plain text that YAML can only read as a string: the common case, checked first.
+_OBVIOUS_TEXT = re.compile(r"[A-Za-z_/][^:#'\"\[\]{},\t]*$")
+_SPECIAL_WORDS = frozenset(["null", "Null", "NULL", "true", "True", "TRUE", "false", "False", "FALSE"])
+
+
 def _plain(token: str, in_flow: bool) -> Any:
+    if _OBVIOUS_TEXT.match(token) and token not in _SPECIAL_WORDS:
+        return token
     if token in _NULLS:
         return None
     if token in _TRUE:
@@ -279,9 +291,15 @@ def _scalar(token: str, in_flow: bool = False) -> Any:
 
 
 def _flow_items(inner: str) -> list[str]:
-    if any(c in inner for c in "[]{}\"'"):
+    if any(c in inner for c in '[]{}"'):
         raise _NotSimple
-    return [part.strip() for part in inner.split(",")] if inner.strip() else []
+    parts = [part.strip() for part in inner.split(",")] if inner.strip() else []
+    if "'" in inner:
+        for part in parts:
+            quoted = part.rpartition(": ")[2] if not part.startswith("'") else part
+            if "'" in part and not (quoted.startswith("'") and quoted.endswith("'") and "'" not in quoted[1:-1]):
+                raise _NotSimple  # a quoted scalar holding commas or quotes
+    return parts
 
 
 def _value(text: str) -> Any:
@@ -555,6 +573,21 @@ def _front_matter_data(memory: Memory) -> dict[str, Any]:
     return data
 
 
+def _safe_scalar(value: Any) -> Any:
+    """Quote strings that start with a YAML indicator.
+
+    ruamel's emitter writes some of them plain where its own reader then sees
+    syntax (`[?0]` reads back as a mapping); quoting them keeps round trips exact.
+    """
+    if isinstance(value, str) and value and value[0] in _PLAIN_BAD_START:
+        from ruamel.yaml.scalarstring import DoubleQuotedScalarString, SingleQuotedScalarString
+
+        if any(ord(c) < 32 or c in "\x7f\x85\u2028\u2029\ufeff" for c in value):
+            return DoubleQuotedScalarString(value)
+        return SingleQuotedScalarString(value)
+    return value
+
+
 def _node(key: str, value: Any) -> Any:
     """The ruamel node cortex writes for a field: flow lists and maps, bare timestamps."""
     if key in ("created", "updated") and value:
@@ -564,10 +597,10 @@ def _node(key: str, value: Any) -> Any:
 
         return CommentedSeq([_flow_map(item) for item in value])
     if isinstance(value, list):
-        return _flow_seq(value)
+        return _flow_seq([_safe_scalar(item) for item in value])
     if isinstance(value, dict):
-        return _flow_map(value)
-    return value
+        return _flow_map({k: _safe_scalar(v) for k, v in value.items()})
+    return _safe_scalar(value)
 
 
 def _dump(data: Any) -> str:

@@ -245,7 +245,7 @@ def build(
         "dtype": dtype,
         "sif": sif,
         "n_tokens": int(model.embedding.shape[0]),
-        "n_extra": int(model.embedding.shape[0]) - _base_vocab_size(teacher),
+        "n_extra": sum(1 for w in vocab if w in model.tokenizer.get_vocab()),
         "max_length": cfg.get("max_length"),
         "embedding_scale": scale,
         "teacher_sha256": teacher_sha,
@@ -254,13 +254,6 @@ def build(
     }
     write_readme(out, meta)
     return meta
-
-
-def _base_vocab_size(teacher: Path) -> int:
-    import re
-
-    words = (teacher / "vocab.txt").read_text(encoding="utf-8").splitlines()
-    return sum(1 for w in words if not re.match(r"\[unused\d+\]", w))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,178 @@
+"""Every command, run as a real `cortex` subprocess."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from tests.helpers import cortex, cortex_json
+
+
+def _remember(cwd: Path, text: str, *args: str) -> str:
+    return cortex("remember", text, *args, cwd=cwd).stdout.strip()
+
+
+def test_init_creates_the_layout_and_is_idempotent(repo):
+    out = cortex("init", cwd=repo).stdout
+    root = repo / ".cortex"
+    assert "created" in out and (root / "config.yaml").is_file() and (root / "memories").is_dir()
+    assert (root / ".gitignore").read_text(encoding="utf-8").splitlines()[1:] == ["cache/", "state/"]
+    config = (root / "config.yaml").read_bytes()
+    (repo / "sub").mkdir()
+    assert "already set up" in cortex("init", cwd=repo / "sub").stdout
+    assert (root / "config.yaml").read_bytes() == config
+
+
+def test_remember_prints_the_id_and_json_prints_the_record(project):
+    memory_id = _remember(project, "We use SQLite, not Postgres, for the local cache: no server to run",
+                          "--type", "decision", "--priority", "8", "--tag", "storage",
+                          "--file", "cortex/index/store.py", "--pin")
+    assert len(memory_id) == 12
+    record = cortex_json("remember", "Run migrations before tests", "--type", "gotcha", cwd=project)
+    assert record["type"] == "gotcha" and Path(record["path"]).is_file() and record["store"] == "project"
+    shown = cortex_json("show", memory_id, cwd=project)
+    assert shown["pinned"] is True and shown["priority"] == 8 and shown["tags"] == ["storage"]
+    assert shown["files"] == ["cortex/index/store.py"] and shown["branch"] == "main"
+    assert shown["title"] == "We use SQLite, not Postgres, for the local cache: no server to run"
+
+
+def test_remember_reads_stdin_and_refuses_empty_text(project):
+    record = cortex_json("remember", "-", "--title", "From a pipe", cwd=project, input="piped text\n")
+    assert record["title"] == "From a pipe" and record["body"] == "piped text\n"
+    bad = cortex("remember", "   ", cwd=project, check=False)
+    assert bad.returncode == 1 and "empty" in bad.stderr
+
+
+def test_remember_rejects_bad_options_with_a_clear_error(project):
+    bad = cortex("remember", "x", "--priority", "11", cwd=project, check=False)
+    assert bad.returncode != 0 and "--priority" in bad.stderr
+    bad = cortex("remember", "x", "--type", "opinion", cwd=project, check=False)
+    assert bad.returncode != 0 and "--type" in bad.stderr
+    assert list((project / ".cortex" / "memories").rglob("*.md")) == []
+
+
+def test_list_table_and_json(project):
+    a = _remember(project, "Pinned rule", "--pin", "--priority", "9")
+    b = _remember(project, "Plain context note")
+    c = _remember(project, "Old decision", "--type", "decision")
+    cortex("forget", c, cwd=project)
+    table = cortex("list", cwd=project).stdout
+    assert a in table and b in table and c not in table and "Pinned rule" in table
+    rows = cortex_json("list", cwd=project)
+    assert [r["id"] for r in rows] == [a, b]  # pinned first
+    for key in ("id", "type", "title", "status", "priority", "pinned", "branch", "path"):
+        assert key in rows[0]
+    assert {r["id"] for r in cortex_json("list", "--all", cwd=project)} == {a, b, c}
+    assert [r["id"] for r in cortex_json("list", "--status", "archived", cwd=project)] == [c]
+    assert [r["id"] for r in cortex_json("list", "--type", "decision", "--all", cwd=project)] == [c]
+
+
+def test_show_prints_path_and_file(project):
+    memory_id = _remember(project, "Show me")
+    out = cortex("show", memory_id[:6], cwd=project).stdout
+    assert out.splitlines()[0].endswith(f"-{memory_id}.md") and f"id: {memory_id}" in out
+    missing = cortex("show", "ffffffffffff", cwd=project, check=False)
+    assert missing.returncode == 1 and "no memory with id" in missing.stderr
+
+
+def _editor(tmp_path: Path, python_code: str) -> str:
+    script = tmp_path / "editor.py"
+    script.write_text("import sys, pathlib\np = pathlib.Path(sys.argv[1])\n" + python_code, encoding="utf-8")
+    return f"{sys.executable} {script}"
+
+
+def test_edit_saves_a_valid_change(project, tmp_path):
+    memory_id = _remember(project, "Edit me", "--priority", "3")
+    editor = _editor(tmp_path, "p.write_text(p.read_text().replace('priority: 3', 'priority: 6'))\n")
+    out = cortex("edit", memory_id, cwd=project, env={"EDITOR": editor})
+    assert "saved" in out.stdout
+    assert cortex_json("show", memory_id, cwd=project)["priority"] == 6
+
+
+def test_edit_refuses_an_invalid_file_and_keeps_the_original(project, tmp_path):
+    memory_id = _remember(project, "Do not break me")
+    path = Path(cortex_json("show", memory_id, cwd=project)["path"])
+    before = path.read_bytes()
+    editor = _editor(tmp_path, "p.write_text(p.read_text().replace('type: context', 'type: opinion'))\n")
+    result = cortex("edit", memory_id, cwd=project, env={"EDITOR": editor}, check=False)
+    assert result.returncode == 1 and "unknown type 'opinion'" in result.stderr and "draft is kept" in result.stderr
+    assert path.read_bytes() == before
+
+
+def test_forget_by_id_archives_and_keeps_the_file(project):
+    memory_id = _remember(project, "Forget me")
+    out = cortex("forget", memory_id, cwd=project).stdout
+    assert "archived" in out
+    record = cortex_json("show", memory_id, cwd=project)
+    assert record["status"] == "archived" and Path(record["path"]).is_file()
+
+
+def test_forget_by_query_asks_first(project):
+    memory_id = _remember(project, "We use SQLite, not Postgres, for the local cache", "--type", "decision")
+    _remember(project, "Deploys go through the staging cluster first")
+    declined = cortex("forget", "sqlite postgres", cwd=project, input="n\n", check=False)
+    assert declined.returncode == 1 and memory_id in declined.stderr
+    assert cortex_json("show", memory_id, cwd=project)["status"] == "active"
+    accepted = cortex("forget", "sqlite postgres", cwd=project, input="y\n")
+    assert f"{memory_id} archived" in accepted.stdout
+    _remember(project, "Another SQLite note about WAL mode")
+    assert "archived" in cortex("forget", "sqlite wal", "--yes", cwd=project).stdout
+
+
+def test_forget_replaced_by_records_supersedes(project):
+    old = _remember(project, "Use Postgres for everything", "--type", "decision")
+    new = _remember(project, "Use SQLite for the local cache", "--type", "decision")
+    assert f"{old} superseded by {new}" in cortex("forget", old, "--replaced-by", new, cwd=project).stdout
+    assert cortex_json("show", old, cwd=project)["status"] == "superseded"
+    assert cortex_json("show", new, cwd=project)["links"] == [{"rel": "supersedes", "to": old}]
+
+
+def test_status_counts_and_problems(project):
+    _remember(project, "A decision", "--type", "decision")
+    _remember(project, "A gotcha", "--type", "gotcha", "--pin")
+    report = cortex_json("status", cwd=project)
+    assert report["total"] == 2 and report["by_type"] == {"decision": 1, "gotcha": 1} and report["pinned"] == 1
+    assert report["branch"] == "main" and report["problems"] == []
+    bad = project / ".cortex" / "memories" / "gotcha" / "bad-cccccccccccc.md"
+    bad.write_text("---\nid: cccccccccccc\ntitle: t\ntype: gotcha\nconfidence: 2\n---\n", encoding="utf-8")
+    (project / ".cortex" / "config.yaml").write_text("colour: blue\n", encoding="utf-8")
+    text = cortex("status", cwd=project).stdout
+    assert f"{bad}: confidence: 2 is outside 0..1" in text and "unknown key 'colour'" in text
+    strict = cortex("status", "--strict", cwd=project, check=False)
+    assert strict.returncode == 1
+    listed = cortex("list", cwd=project)
+    assert "skipped" in listed.stderr and str(bad) in listed.stderr and listed.returncode == 0
+
+
+def test_global_store_and_dir_option(project, tmp_path, isolated_env):
+    gid = _remember(project, "Prefer uv over pip-tools", "--type", "pattern", "--global")
+    assert (isolated_env / ".cortex" / "memories" / "pattern").is_dir()
+    assert [r["id"] for r in cortex_json("list", "--global", cwd=project)] == [gid]
+    assert cortex_json("list", cwd=project) == []
+    other = tmp_path / "other-store"
+    cortex("init", "--dir", str(other), cwd=project)
+    oid = _remember(project, "Lives elsewhere", "--dir", str(other))
+    assert [r["id"] for r in cortex_json("list", cwd=project, env={"CORTEX_DIR": str(other)})] == [oid]
+
+
+def test_not_initialised_gives_a_one_line_hint(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = cortex("list", cwd=empty, check=False)
+    assert result.returncode == 1
+    assert result.stderr.strip().count("\n") == 0 and "run `cortex init`" in result.stderr
+
+
+def test_a_plain_folder_without_git_works(tmp_path):
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    assert "not a git repository" in cortex("init", cwd=folder).stdout
+    memory_id = _remember(folder, "No git, still remembered")
+    assert cortex_json("show", memory_id, cwd=folder)["branch"] is None
+    assert "off (not a git repository)" in cortex("status", cwd=folder).stdout
+
+
+def test_json_output_is_valid_even_with_unicode(project):
+    memory_id = _remember(project, "Ünïcode — “quotes” and emoji ✓")
+    assert json.loads(cortex("list", "--json", cwd=project).stdout)[0]["id"] == memory_id
