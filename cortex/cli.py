@@ -158,7 +158,9 @@ def remember(store: Any, text: str, memory_type: str, title: str | None, priorit
 def list_command(store: Any, types: tuple[str, ...], statuses: tuple[str, ...], show_all: bool, tags: tuple[str, ...],
                  branch: str | None, pinned: bool, as_json: bool) -> None:
     """List memories (active ones unless --status or --all)."""
-    scan = store.scan()
+    from cortex.index import synced_scan
+
+    scan = synced_scan(store)
     for problem in scan.problems:
         click.echo(f"cortex: skipped {problem}", err=True)
     wanted_status = set() if show_all else set(statuses or ("active",))
@@ -304,8 +306,17 @@ def forget(store: Any, target: str, replaced_by: str | None, yes: bool, as_json:
 @click.option("--strict", is_flag=True, help="Exit 1 when any problem is found.")
 @store_options
 def status(store: Any, as_json: bool, strict: bool) -> None:
-    """Counts by type and status, store paths, and problems found."""
-    report = store.status()
+    """Counts by type and status, store paths, search state, and problems found."""
+    from cortex.index import Index
+
+    index = Index(store)
+    index.sync(full=False)
+    report = store.status(index.scan())
+    encoder = index.encoder()
+    report["semantic"] = {"on": encoder is not None, "model": getattr(encoder, "identity", None),
+                          "problem": index.encoder_problem}
+    report["cache"] = {"memories": len(index.manifest.files) if index.manifest else 0,
+                       "vectors": len(index.manifest.vector_keys) if index.manifest else 0}
     if as_json:
         _print_json(report)
     else:
@@ -314,6 +325,11 @@ def status(store: Any, as_json: bool, strict: bool) -> None:
             git = f"branch {report['branch']}" if report["branch"] else ("detached HEAD" if report["git"] else "off (not a git repository)")
             click.echo(f"git:      {git}")
         click.echo(f"memories: {report['total']} ({report['pinned']} pinned)")
+        semantic = report["semantic"]
+        if semantic["on"]:
+            click.echo(f"search:   full-text + semantic ({semantic['model']})")
+        else:
+            click.echo(f"search:   full-text only: {semantic['problem']}")
         for name, count in report["by_status"].items():
             click.echo(f"  {name:<18} {count}")
         click.echo("by type:")
@@ -329,3 +345,93 @@ def status(store: Any, as_json: bool, strict: bool) -> None:
             click.echo("problems: none")
     if strict and report["problems"]:
         sys.exit(1)
+
+
+# ---------------------------------------------------------------- recall and the cache
+
+
+@main.command()
+@click.argument("query")
+@click.option("--limit", "-n", type=click.IntRange(1, 1000), help="How many results (default: recall.limit, 10).")
+@click.option("--type", "types", type=TYPE_CHOICE, multiple=True, help="Only this type (repeatable).")
+@click.option("--branch", help="Only memories made on this branch.")
+@click.option("--all", "include_all", is_flag=True, help="Include archived and superseded memories (a recalled archived one is restored).")
+@click.option("--keyword", is_flag=True, help="Full-text only: skip the embedding model.")
+@click.option("--no-global", is_flag=True, help="Search the project store only.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+@store_options
+def recall(store: Any, query: str, limit: int | None, types: tuple[str, ...], branch: str | None, include_all: bool,
+           keyword: bool, no_global: bool, as_json: bool) -> None:
+    """Find memories by meaning and by words (hybrid full-text + semantic)."""
+    from cortex.recall import recall as run_recall
+    from cortex.store import iter_stores
+
+    stores = list(iter_stores(store, include_global=not no_global and store.label == "project"))
+    limit = limit or int(store.config().get("recall.limit"))
+    result = run_recall(stores, query, limit=limit, types=types, branch=branch, include_all=include_all,
+                        keyword_only=keyword)
+    for note in result.notes:
+        click.echo(f"cortex: {note}", err=True)
+    if as_json:
+        _print_json([hit.to_dict() for hit in result.hits])
+        return
+    if not result.hits:
+        click.echo("no matching memories")
+        return
+    for hit in result.hits:
+        m = hit.memory
+        label = "" if hit.store == "project" else f" [{hit.store}]"
+        via = f"  (via {hit.via})" if hit.via else ""
+        status = "" if m.status == "active" else f" ({m.status})"
+        click.echo(f"{hit.score:5.3f}  {m.id}  {m.type:<12} {m.title}{status}{label}{via}")
+        if hit.snippet:
+            click.echo(f"       {hit.snippet}")
+
+
+@main.command()
+@store_options
+def reindex(store: Any) -> None:
+    """Rebuild the cache (index and vectors) from the memory files."""
+    from cortex.index import Index
+
+    index = Index(store)
+    report = index.rebuild()
+    if index.encoder_problem:
+        click.echo(f"cortex: semantic search off ({index.encoder_problem})", err=True)
+    count = len(index.manifest.files) if index.manifest else 0
+    click.echo(f"reindexed {count} files ({report.embedded} embedded) in {report.seconds:.1f}s")
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the digest and differences as JSON.")
+@store_options
+def verify(store: Any, as_json: bool) -> None:
+    """Print the cache's digest and check it against the files (exit 1 if they differ)."""
+    from cortex.index import Index
+
+    index = Index(store)
+    index.sync(full=True)
+    digest = index.digest()
+    differences = index.check()
+    if as_json:
+        _print_json(digest | {"differences": differences, "ok": not differences})
+    else:
+        click.echo(f"digest {digest['digest']}  ({digest['memories']} memories, vectors {'on' if digest['vectors'] else 'off'})")
+        for line in differences:
+            click.echo(f"  {line}")
+        click.echo("cache matches the files" if not differences else "cache does NOT match the files; run `cortex reindex`")
+    if differences:
+        sys.exit(1)
+
+
+@main.command()
+@click.option("--debounce", type=float, default=0.3, show_default=True, help="Seconds to wait for a burst of changes to end.")
+@store_options
+def watch(store: Any, debounce: float) -> None:
+    """Keep the cache in step with the files while it runs (Ctrl-C stops)."""
+    from cortex.watch import AlreadyWatching, watch as run_watch
+
+    try:
+        run_watch(store, debounce=debounce, echo=lambda line: click.echo(line, err=True))
+    except AlreadyWatching as exc:
+        _fail(str(exc))

@@ -20,8 +20,8 @@ DEFAULTS: dict[str, Any] = {
     "recall": {
         "limit": 10,
         "rrf_k": 60,
+        "prior_weight": 0.1,
         "weights": {
-            "relevance": 1.0,
             "confidence": 0.5,
             "priority": 0.2,
             "centrality": 0.15,
@@ -54,8 +54,8 @@ briefing:
 recall:
   limit: 10                 # results `cortex recall` returns
   rrf_k: 60                 # reciprocal-rank-fusion constant for full-text + semantic
-  weights:                  # ranking prior blended with relevance
-    relevance: 1.0
+  prior_weight: 0.1         # score = relevance (0..1) + prior_weight x prior (0..1)
+  weights:                  # the prior's parts (normalised by their sum)
     confidence: 0.5
     priority: 0.2
     centrality: 0.15

@@ -356,9 +356,9 @@ class Store:
 
     # ------------------------------------------------------------ status
 
-    def status(self) -> dict[str, Any]:
+    def status(self, scan: Scan | None = None) -> dict[str, Any]:
         """Counts by type and status, paths, and every problem found."""
-        scan = self.scan()
+        scan = scan or self.scan()
         by_type: dict[str, int] = {}
         by_status: dict[str, int] = {}
         for item in scan.memories:

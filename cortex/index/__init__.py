@@ -1,0 +1,356 @@
+"""The cache of a store: manifest, Whoosh index and vectors, kept in step with the files.
+
+    .cortex/cache/
+      manifest.json     per file: stat, content hash, metadata (the commit point)
+      whoosh/           BM25F full-text index
+      vectors.f32       embedding rows keyed by text hash
+
+`Index.sync()` is incremental and cheap when nothing changed (one stat per
+file); a missing, stale-schema or corrupt cache is rebuilt, never an error.
+Writers hold `cache/sync.lock`; a reader that finds it taken works on the
+last committed state (plus what it parsed itself) instead of waiting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from cortex.files import atomic_write
+from cortex.index.manifest import Manifest, embed_text, memory_from_meta
+from cortex.memory import Memory
+from cortex.store import Problem, Scan, Store
+
+
+@dataclass
+class SyncReport:
+    changed: int = 0
+    removed: int = 0
+    embedded: int = 0
+    rebuilt: bool = False
+    locked_out: bool = False  # another process held the lock: results are from the last committed cache
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+class Progress:
+    """A one-line progress bar on stderr, shown only once work has taken more than a second."""
+
+    def __init__(self, label: str, total: int) -> None:
+        self.label, self.total, self.start, self.shown = label, total, time.monotonic(), False
+
+    def __call__(self, done: int) -> None:
+        if not sys.stderr.isatty() or time.monotonic() - self.start < 1.0:
+            return
+        self.shown = True
+        width = 30
+        filled = int(width * done / max(self.total, 1))
+        sys.stderr.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {done}/{self.total}")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.shown:
+            sys.stderr.write("\n")
+
+
+@contextlib.contextmanager
+def _try_lock(path: Path) -> Iterator[bool]:
+    """Yield True holding an exclusive lock, or False at once if another process has it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path, "a+b")
+    try:
+        import fcntl
+
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+    finally:
+        handle.close()
+
+
+@contextlib.contextmanager
+def _wait_lock(path: Path) -> Iterator[None]:
+    from cortex.files import file_lock
+
+    with file_lock(path):
+        yield
+
+
+class Index:
+    """The cache of one store."""
+
+    def __init__(self, store: Store, encoder_factory: Callable[[], Any] | None = None) -> None:
+        self.store = store
+        self.dir = store.cache_dir
+        self.manifest: Manifest | None = None
+        self._encoder_factory = encoder_factory
+        self._encoder: Any = None
+        self._encoder_tried = False
+        self.encoder_problem: str | None = None
+
+    # ------------------------------------------------------------ paths
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.dir / "manifest.json"
+
+    @property
+    def whoosh_dir(self) -> Path:
+        return self.dir / "whoosh"
+
+    @property
+    def vectors_path(self) -> Path:
+        return self.dir / "vectors.f32"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.dir / "sync.lock"
+
+    # ------------------------------------------------------------ encoder
+
+    def encoder(self) -> Any:
+        """The embedding model, loaded once; None (with `encoder_problem` set) when it cannot load."""
+        if not self._encoder_tried:
+            self._encoder_tried = True
+            from cortex.embedding import EncoderUnavailable, load_encoder
+
+            try:
+                factory = self._encoder_factory or (lambda: load_encoder(self.store.config().get("embedding.model")))
+                self._encoder = factory()
+            except EncoderUnavailable as exc:
+                self.encoder_problem = str(exc)
+                self._encoder = None
+        return self._encoder
+
+    # ------------------------------------------------------------ sync
+
+    def sync(self, full: bool = True, progress: bool = True) -> SyncReport:
+        """Bring the cache in step with the files.
+
+        `full=False` refreshes only the manifest (enough for list/show/status);
+        `full=True` also updates Whoosh and the vectors (recall, verify).
+        """
+        started = time.monotonic()
+        report = SyncReport()
+        manifest = Manifest.load(self.manifest_path)
+        if manifest is None:
+            manifest, report.rebuilt = Manifest(), True
+        with _try_lock(self.lock_path) as locked:
+            if not locked:
+                # Someone else is writing: use the committed manifest, re-parsing changes in memory only.
+                report.locked_out = True
+                manifest.refresh(self.store.memories_dir)  # in memory only
+                self.manifest = manifest
+                report.seconds = time.monotonic() - started
+                return report
+            if report.rebuilt:
+                # Nothing trustworthy: start over so Whoosh and vectors are rebuilt with the manifest.
+                self._clear()
+            changed, removed, rehashed = manifest.refresh(self.store.memories_dir)
+            report.changed, report.removed = len(changed), len(removed)
+            dirty = bool(rehashed or removed or report.rebuilt)
+            if full:
+                dirty = self._sync_fulltext(manifest, report, progress) or dirty
+                dirty = self._sync_vectors(manifest, report, progress) or dirty
+            if dirty:
+                atomic_write(self.manifest_path, manifest.dumps())
+        self.manifest = manifest
+        report.seconds = time.monotonic() - started
+        return report
+
+    def _clear(self) -> None:
+        for path in (self.whoosh_dir,):
+            shutil.rmtree(path, ignore_errors=True)
+        with contextlib.suppress(FileNotFoundError):
+            self.vectors_path.unlink()
+
+    def _sync_fulltext(self, manifest: Manifest, report: SyncReport, progress: bool) -> bool:
+        from cortex.index import fulltext
+
+        ix = fulltext.open_index(self.whoosh_dir)
+        todo = [rel for rel, entry in manifest.files.items() if not entry.get("ft")]
+        deletes = list(manifest.pending_deletes)
+        bulk = False
+        if ix is None:
+            ix = fulltext.open_index(self.whoosh_dir, create=True)
+            todo = [rel for rel, entry in manifest.files.items() if "meta" in entry]
+            deletes, bulk = [], True
+            for entry in manifest.files.values():
+                entry["ft"] = "meta" not in entry
+        if not todo and not deletes:
+            return False
+        bar = Progress("indexing", len(todo)) if progress else None
+        docs = []
+        for n, rel in enumerate(sorted(todo)):
+            entry = manifest.files[rel]
+            if "meta" not in entry:
+                entry["ft"] = True
+                continue
+            body = _read_body(self.store.memories_dir / rel)
+            docs.append(fulltext.document(rel, entry["meta"], body))
+            if bar and n % 200 == 0:
+                bar(n)
+        fulltext.apply(ix, deletes, docs, bulk=bulk)
+        if bar:
+            bar.close()
+        for rel in todo:
+            manifest.files[rel]["ft"] = True
+        manifest.pending_deletes = []
+        report.notes.append(f"full-text: {len(docs)} indexed, {len(deletes)} removed")
+        return True
+
+    def _sync_vectors(self, manifest: Manifest, report: SyncReport, progress: bool) -> bool:
+        from cortex.index import vectors
+
+        encoder = self.encoder()
+        if encoder is None:
+            return False
+        reset = False
+        if manifest.model != encoder.identity or vectors.load(self.vectors_path, len(manifest.vector_keys), manifest.dim) is None:
+            reset = True
+            manifest.model, manifest.dim, manifest.vector_keys = encoder.identity, encoder.dim, []
+            with contextlib.suppress(FileNotFoundError):
+                self.vectors_path.unlink()
+        known = set(manifest.vector_keys)
+        wanted: dict[str, str] = {}
+        for rel, entry in sorted(manifest.files.items()):
+            vhash = entry.get("vhash")
+            if vhash and vhash not in known and vhash not in wanted:
+                wanted[vhash] = rel
+        if not wanted:
+            return reset
+        bar = Progress("embedding", len(wanted)) if progress else None
+        texts = []
+        for n, rel in enumerate(wanted.values()):
+            item = memory_from_meta(manifest.files[rel]["meta"], self.store.memories_dir / rel)
+            item.body = _read_body(self.store.memories_dir / rel)
+            texts.append(embed_text(item))
+            if bar and n % 500 == 0:
+                bar(n)
+        matrix = encoder.encode(texts)
+        if bar:
+            bar(len(wanted))
+            bar.close()
+        vectors.append(self.vectors_path, len(manifest.vector_keys), encoder.dim, matrix)
+        manifest.vector_keys.extend(wanted)
+        report.embedded = len(wanted)
+        return True
+
+    def rebuild(self) -> SyncReport:
+        """Drop the cache and build it again from the files."""
+        with _wait_lock(self.lock_path):
+            with contextlib.suppress(FileNotFoundError):
+                self.manifest_path.unlink()
+            self._clear()
+        return self.sync(full=True)
+
+    # ------------------------------------------------------------ reading
+
+    def scan(self) -> Scan:
+        """Every memory (bodies not loaded) and every problem, from the synced manifest."""
+        if self.manifest is None:
+            self.sync(full=False)
+        assert self.manifest is not None
+        items, problems = self.manifest.memories(self.store.memories_dir)
+        return Scan(items, [Problem(path, reason) for path, reason in problems])
+
+    def vector_matrix(self) -> tuple[Any, dict[str, int]] | None:
+        """(matrix, row of each text hash) for the committed vectors, or None without vectors."""
+        from cortex.index import vectors
+
+        if self.manifest is None or not self.manifest.vector_keys:
+            return None
+        matrix = vectors.load(self.vectors_path, len(self.manifest.vector_keys), self.manifest.dim)
+        if matrix is None:
+            return None
+        return matrix, {key: row for row, key in enumerate(self.manifest.vector_keys)}
+
+    def digest(self) -> dict[str, Any]:
+        """A digest of the cache's logical content: sorted ids, content hashes and vectors."""
+        import numpy as np
+
+        if self.manifest is None:
+            self.sync(full=True)
+        assert self.manifest is not None
+        rows = self.vector_matrix()
+        h = hashlib.sha256()
+        count = 0
+        for rel, entry in sorted(self.manifest.files.items()):
+            if "meta" not in entry:
+                continue
+            count += 1
+            h.update(f"{entry['meta']['id']}\0{rel}\0{entry['hash']}\0".encode())
+            if rows is not None and entry.get("vhash") in rows[1]:
+                h.update(np.asarray(rows[0][rows[1][entry["vhash"]]], dtype="<f4").tobytes())
+        return {"digest": h.hexdigest(), "memories": count, "vectors": rows is not None}
+
+    def check(self) -> list[str]:
+        """Compare the cache with the files by content; returns the differences (none when in step)."""
+        from cortex.index import fulltext
+        from cortex.index.manifest import read_entry
+
+        assert self.manifest is not None
+        differences = []
+        on_disk = {str(p.relative_to(self.store.memories_dir)) for p in self.store.memory_paths()}
+        for rel in sorted(on_disk - set(self.manifest.files)):
+            differences.append(f"not in cache: {rel}")
+        for rel in sorted(set(self.manifest.files) - on_disk):
+            differences.append(f"in cache but gone: {rel}")
+        for rel in sorted(on_disk & set(self.manifest.files)):
+            if read_entry(self.store.memories_dir / rel)["hash"] != self.manifest.files[rel]["hash"]:
+                differences.append(f"stale in cache: {rel}")
+        ix = fulltext.open_index(self.whoosh_dir)
+        if ix is None:
+            differences.append("full-text index missing or unreadable")
+        else:
+            with ix.searcher() as searcher:
+                indexed = {fields["path"] for fields in searcher.all_stored_fields()}
+            expected = {rel for rel, entry in self.manifest.files.items() if "meta" in entry}
+            if indexed != expected:
+                differences.append(f"full-text index holds {len(indexed)} files, expected {len(expected)}")
+        rows = self.vector_matrix()
+        if self.encoder() is not None:
+            if rows is None:
+                differences.append("vectors missing")
+            else:
+                missing = [rel for rel, e in self.manifest.files.items() if e.get("vhash") and e["vhash"] not in rows[1]]
+                if missing:
+                    differences.append(f"{len(missing)} memories have no vector")
+        return differences
+
+
+def _read_body(path: Path) -> str:
+    from cortex import memory as fmt
+
+    try:
+        return fmt.split_front_matter(path.read_text(encoding="utf-8"), path)[1]
+    except Exception:
+        return ""
+
+
+def synced_scan(store: Store) -> Scan:
+    """The store's memories through the cache (metadata only: bodies are not loaded)."""
+    index = Index(store)
+    index.sync(full=False)
+    return index.scan()
+
+
+def load_memory(item: Memory) -> Memory:
+    """Read the full memory (body included) behind a cached record."""
+    store_path = item.path
+    assert store_path is not None
+    from cortex import memory as fmt
+
+    return fmt.parse(store_path.read_text(encoding="utf-8"), store_path)

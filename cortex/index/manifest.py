@@ -1,0 +1,187 @@
+"""The manifest: what the cache knows about each memory file.
+
+`cache/manifest.json` maps each file (path relative to `memories/`) to its
+stat (mtime_ns, size), content hash, the hash of the text that was embedded,
+its parsed metadata (or the reason it is malformed) and whether the
+full-text index holds this version. It is the cache's commit point: written
+last, atomically, after Whoosh and the vectors.
+
+`refresh()` brings it in step with the files by stat alone, re-reading only
+files whose (mtime, size) changed — or whose mtime is so recent that an edit
+within the same clock tick could hide (git's "racy" rule).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cortex import memory as fmt
+from cortex.errors import MalformedMemory
+from cortex.memory import Link, Memory
+
+SCHEMA = 1
+RACY_NS = 2_000_000_000  # files modified within 2 s of the last sync are re-hashed next time
+
+
+def embed_text(item: Memory) -> str:
+    """The text a memory's vector is computed from."""
+    return f"{item.title}\n{item.body}".strip()
+
+
+def text_hash(text: str) -> str:
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()
+
+
+@dataclass
+class Manifest:
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)
+    synced_ns: int = 0
+    model: str | None = None  # identity of the model the vectors came from
+    dim: int = 0
+    vector_keys: list[str] = field(default_factory=list)  # row i holds the vector of text hash vector_keys[i]
+    pending_deletes: list[str] = field(default_factory=list)  # paths still to remove from Whoosh
+
+    @classmethod
+    def load(cls, path: Path) -> Manifest | None:
+        """The committed manifest, or None when missing, unreadable or of another schema."""
+        try:
+            data = json.loads(path.read_bytes())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("files"), dict):
+            return None
+        try:
+            return cls(
+                files=data["files"],
+                synced_ns=int(data.get("synced_ns", 0)),
+                model=data.get("model"),
+                dim=int(data.get("dim", 0)),
+                vector_keys=list(data.get("vector_keys", [])),
+                pending_deletes=list(data.get("pending_deletes", [])),
+            )
+        except (TypeError, ValueError):
+            return None
+
+    def dumps(self) -> str:
+        return json.dumps(
+            {
+                "schema": SCHEMA,
+                "synced_ns": self.synced_ns,
+                "model": self.model,
+                "dim": self.dim,
+                "vector_keys": self.vector_keys,
+                "pending_deletes": sorted(set(self.pending_deletes)),
+                "files": dict(sorted(self.files.items())),
+            },
+            separators=(",", ":"),
+            ensure_ascii=False,
+        )
+
+    # ------------------------------------------------------------ sync by stat
+
+    def refresh(self, memories_dir: Path) -> tuple[list[str], list[str], int]:
+        """Re-read what changed on disk; returns (changed paths, removed paths, files re-hashed)."""
+        seen: dict[str, os.stat_result] = {}
+        if memories_dir.is_dir():
+            _walk(memories_dir, "", seen)
+        changed: list[str] = []
+        removed = [rel for rel in self.files if rel not in seen]
+        for rel in removed:
+            del self.files[rel]
+            self.pending_deletes.append(rel)
+        racy_before = self.synced_ns - RACY_NS
+        rehashed = 0
+        for rel, stat in seen.items():
+            entry = self.files.get(rel)
+            if (
+                entry is not None
+                and entry["mtime"] == stat.st_mtime_ns
+                and entry["size"] == stat.st_size
+                and stat.st_mtime_ns < racy_before
+            ):
+                continue
+            new_entry = read_entry(memories_dir / rel, stat)
+            rehashed += 1
+            if entry is not None and entry.get("hash") == new_entry["hash"]:
+                entry["mtime"], entry["size"] = new_entry["mtime"], new_entry["size"]
+                continue
+            self.files[rel] = new_entry
+            changed.append(rel)
+        self.synced_ns = time.time_ns()
+        return changed, removed, rehashed
+
+    # ------------------------------------------------------------ views
+
+    def memories(self, memories_dir: Path) -> tuple[list[Memory], list[tuple[Path, str]]]:
+        """Every valid memory (body not loaded) and every (path, reason) problem, in path order."""
+        items: list[Memory] = []
+        problems: list[tuple[Path, str]] = []
+        seen: dict[str, Path] = {}
+        for rel in sorted(self.files):
+            entry = self.files[rel]
+            path = memories_dir / rel
+            if "error" in entry:
+                problems.append((path, entry["error"]))
+                continue
+            item = memory_from_meta(entry["meta"], path)
+            if item.id in seen:
+                problems.append((path, f"duplicate id {item.id} (also in {seen[item.id]})"))
+                continue
+            seen[item.id] = path
+            items.append(item)
+        return items, problems
+
+
+def _walk(folder: Path, prefix: str, out: dict[str, os.stat_result]) -> None:
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                _walk(Path(entry.path), f"{prefix}{entry.name}/", out)
+            elif entry.name.endswith(".md"):
+                try:
+                    out[f"{prefix}{entry.name}"] = entry.stat()
+                except OSError:
+                    continue  # vanished while we looked
+
+
+def read_entry(path: Path, stat: os.stat_result | None = None) -> dict[str, Any]:
+    """Read and parse one file into a manifest entry."""
+    try:
+        raw = path.read_bytes()
+        stat = stat or path.stat()
+    except OSError as exc:
+        return {"mtime": 0, "size": -1, "hash": "", "error": f"cannot read ({exc.strerror})", "ft": True}
+    entry: dict[str, Any] = {"mtime": stat.st_mtime_ns, "size": stat.st_size, "hash": hashlib.sha1(raw).hexdigest()}
+    try:
+        text = raw.decode("utf-8")
+        if "\n<<<<<<< " in f"\n{text}" and "\n>>>>>>> " in text:
+            raise MalformedMemory(path, "has git conflict markers; resolve the merge conflict")
+        item = fmt.parse(text, path)
+    except UnicodeDecodeError:
+        entry.update(error="not UTF-8 text", ft=True)
+        return entry
+    except MalformedMemory as exc:
+        entry.update(error=exc.reason, ft=True)
+        return entry
+    meta = item.to_dict()
+    for key in ("body", "path"):
+        meta.pop(key, None)
+    entry["meta"] = meta
+    entry["vhash"] = text_hash(embed_text(item))
+    entry["ft"] = False  # not yet in the full-text index
+    return entry
+
+
+def memory_from_meta(meta: dict[str, Any], path: Path) -> Memory:
+    values = dict(meta)
+    values["links"] = [Link(link["rel"], link["to"], link.get("strength")) for link in values.get("links", [])]
+    values.setdefault("extra", {})
+    return Memory(path=path, **values)

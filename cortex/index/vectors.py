@@ -1,0 +1,51 @@
+"""The vectors: one float32 row per distinct embedded text, keyed by text hash.
+
+`cache/vectors.f32` is a raw little-endian float32 matrix of `len(keys)`
+rows × `dim` columns; the row order is `Manifest.vector_keys`. Rows are only
+appended (a text seen before — on another branch, before a revert — keeps
+its row and is never embedded twice), so a reader holding an older manifest
+still finds its rows. A rebuild writes a compact file from scratch.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+
+def load(path: Path, rows: int, dim: int) -> Any:
+    """The matrix as a read-only numpy array (memory-mapped); None when it does not fit the manifest."""
+    import numpy as np
+
+    if rows == 0 or dim == 0:
+        return np.zeros((0, dim), dtype=np.float32)
+    try:
+        if path.stat().st_size < rows * dim * 4:
+            return None
+        return np.memmap(path, dtype="<f4", mode="r", shape=(rows, dim))
+    except (OSError, ValueError):
+        return None
+
+
+def append(path: Path, committed_rows: int, dim: int, matrix: Any) -> None:
+    """Append rows after the committed ones (dropping any rows a crashed writer left beyond them)."""
+    import numpy as np
+
+    data = np.ascontiguousarray(matrix, dtype="<f4")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "ab") as handle:
+        handle.truncate(committed_rows * dim * 4)
+        handle.seek(committed_rows * dim * 4)
+        handle.write(data.tobytes())
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def write_fresh(path: Path, matrix: Any) -> None:
+    """Replace the file with exactly these rows."""
+    import numpy as np
+
+    from cortex.files import atomic_write
+
+    atomic_write(path, np.ascontiguousarray(matrix, dtype="<f4").tobytes())

@@ -1,0 +1,233 @@
+"""Hybrid recall: BM25F + semantic, fused by reciprocal rank, blended with a ranking prior.
+
+For each store (project first, then global):
+
+1. BM25F over title (×3), tags (×2) and body (Whoosh), and cosine over the
+   static embeddings; each gives a ranked list of up to `POOL` memories.
+2. Reciprocal-rank fusion, both lists weighted equally:
+   `rrf = Σ 1 / (k + rank)`, k = `recall.rrf_k` (60). Divided by its best
+   possible value (rank 1 in both lists) it becomes `relevance` in 0..1.
+3. The prior (DESIGN.md §3), with weights from `recall.weights`:
+   `0.5·confidence(decayed) + 0.2·priority/10 + 0.15·centrality
+   + 0.15·log(access+1)/max_log + 0.1·same_branch`, divided by the sum of
+   the weights so it is 0..1 too.
+4. `score = relevance + recall.prior_weight (0.1) · prior`: relevance leads;
+   the prior settles near-ties and lifts a trusted memory a few places.
+5. One hop: a hit's `source_of` targets (code behind a description) and its
+   strong `relates_to` links (strength ≥ 0.4) come back right after it,
+   marked `via`.
+
+With no model (or `keyword_only`) step 1 is BM25 alone and the caller is
+told once.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from cortex.memory import Memory
+from cortex.store import Store
+
+POOL = 50
+STRONG_LINK = 0.4
+HALF_LIVES = {"progress": 7.0, "context": 30.0, "gotcha": 45.0, "pattern": 60.0}
+
+
+@dataclass
+class Hit:
+    memory: Memory
+    score: float
+    store: str
+    snippet: str = ""
+    via: str | None = None
+    ranks: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        m = self.memory
+        return {
+            "id": m.id,
+            "title": m.title,
+            "type": m.type,
+            "status": m.status,
+            "score": round(self.score, 6),
+            "path": str(m.path),
+            "store": self.store,
+            "snippet": self.snippet,
+            "branch": m.branch,
+            "tags": m.tags,
+            "via": self.via,
+        }
+
+
+@dataclass
+class RecallResult:
+    hits: list[Hit]
+    notes: list[str] = field(default_factory=list)
+
+
+def _days_since(stamp: str, now: float) -> float:
+    import datetime as dt
+
+    if not stamp:
+        return 0.0
+    moment = dt.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc).timestamp()
+    return max(0.0, (now - moment) / 86400.0)
+
+
+def decayed_confidence(memory: Memory, now: float, access: int = 0, centrality: float = 0.0) -> float:
+    """`confidence × 0.5^(days / half_life)`; some types and pinned memories never decay."""
+    half_life = HALF_LIVES.get(memory.type)
+    if half_life is None or memory.pinned:
+        return memory.confidence
+    if access > 10 or centrality > 0.5:
+        half_life *= 2
+    return memory.confidence * 0.5 ** (_days_since(memory.updated or memory.created, now) / half_life)
+
+
+def centralities(memories: Iterable[Memory]) -> dict[str, float]:
+    """In-degree weighted by link strength, normalised to 0..1."""
+    degree: dict[str, float] = {}
+    for memory in memories:
+        for link in memory.links:
+            degree[link.to] = degree.get(link.to, 0.0) + (link.strength if link.strength is not None else 1.0)
+    top = max(degree.values(), default=0.0)
+    return {k: v / top for k, v in degree.items()} if top > 0 else {}
+
+
+def _snippet(memory: Memory, words: list[str], width: int = 160) -> str:
+    body = " ".join(memory.body.split())
+    if not body:
+        return ""
+    lower = body.lower()
+    at = min((lower.find(w) for w in words if lower.find(w) >= 0), default=0)
+    start = max(0, at - width // 4)
+    text = body[start : start + width]
+    return ("…" if start else "") + text + ("…" if start + width < len(body) else "")
+
+
+def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[str] = (), branch: str | None = None,
+                 include_all: bool = False, keyword_only: bool = False, now: float | None = None,
+                 index: Any = None) -> RecallResult:
+    """Recall from one store (see the module docstring for the ranking)."""
+    from cortex.index import Index, fulltext, load_memory
+
+    now = time.time() if now is None else now
+    notes: list[str] = []
+    config = store.config()
+    rrf_k = float(config.get("recall.rrf_k"))
+    weights = config.get("recall.weights")
+    prior_weight = float(config.get("recall.prior_weight"))
+    index = index or Index(store)
+    if keyword_only:
+        index._encoder_tried = True  # never load the model
+    index.sync(full=True)
+    statuses = ("active", "archived", "superseded") if include_all else ("active",)
+    types = list(types)
+    scan = index.scan()
+    by_path = {str(m.path.relative_to(store.memories_dir)): m for m in scan.memories if m.path is not None}
+    allowed = {
+        rel: m for rel, m in by_path.items()
+        if m.status in statuses and (not types or m.type in types) and (branch is None or m.branch == branch)
+    }
+    ranked: dict[str, list[str]] = {}
+    ix = fulltext.open_index(index.whoosh_dir)
+    if ix is not None:
+        ranked["bm25"] = [rel for rel, _ in fulltext.search(ix, query, POOL, statuses, types, branch) if rel in allowed]
+    encoder = None if keyword_only else index.encoder()
+    vectors = index.vector_matrix() if encoder is not None else None
+    if encoder is not None and vectors is not None and allowed:
+        import numpy as np
+
+        matrix, row_of = vectors
+        rels = [rel for rel in allowed if index.manifest.files[rel].get("vhash") in row_of]
+        if rels:
+            rows = np.fromiter((row_of[index.manifest.files[rel]["vhash"]] for rel in rels), dtype=np.int64, count=len(rels))
+            scores = np.asarray(matrix[rows] @ encoder.encode_one(query), dtype=np.float32)
+            top = min(POOL, len(rels))
+            best = np.argpartition(-scores, top - 1)[:top]
+            ranked["dense"] = [rels[i] for i in sorted(best, key=lambda i: (-scores[i], rels[i]))]
+    elif not keyword_only:
+        notes.append(f"semantic search off ({index.encoder_problem or 'no vectors'}): full-text only")
+    fused: dict[str, float] = {}
+    ranks: dict[str, dict[str, int]] = {}
+    for name, rels in ranked.items():
+        for position, rel in enumerate(rels, start=1):
+            fused[rel] = fused.get(rel, 0.0) + 1.0 / (rrf_k + position)
+            ranks.setdefault(rel, {})[name] = position
+    if not fused:
+        return RecallResult([], notes)
+    best_possible = len(ranked) / (rrf_k + 1)
+    access = store.access_counts()
+    max_log = math.log(max(access.values(), default=0) + 1) or 1.0
+    central = centralities(scan.memories)
+    current = store.current_branch()
+    weight_sum = sum(float(v) for v in weights.values()) or 1.0
+    hits = []
+    for rel, value in fused.items():
+        m = allowed[rel]
+        prior = (
+            weights["confidence"] * decayed_confidence(m, now, access.get(m.id, 0), central.get(m.id, 0.0))
+            + weights["priority"] * m.priority / 10
+            + weights["centrality"] * central.get(m.id, 0.0)
+            + weights["access"] * math.log(access.get(m.id, 0) + 1) / max_log
+            + weights["same_branch"] * (1.0 if current is not None and m.branch == current else 0.0)
+        ) / weight_sum
+        hits.append(Hit(m, value / best_possible + prior_weight * prior, store.label, ranks=ranks[rel]))
+    hits.sort(key=lambda h: (-h.score, h.memory.id))
+    hits = hits[:limit]
+    # One hop along source_of and strong relates_to links.
+    # Hops ignore the type and branch filters: code comes back with its description whatever was asked.
+    by_id = {m.id: m for m in by_path.values() if m.status in statuses}
+    shown = {h.memory.id for h in hits}
+    out: list[Hit] = []
+    for hit in hits:
+        out.append(hit)
+        for link in hit.memory.links:
+            strong = link.rel == "relates_to" and (link.strength or 0.0) >= STRONG_LINK
+            if (link.rel == "source_of" or strong) and link.to in by_id and link.to not in shown:
+                shown.add(link.to)
+                factor = 1.0 if link.rel == "source_of" else float(link.strength or 0.0)
+                out.append(Hit(by_id[link.to], hit.score * factor * 0.99, store.label, via=f"{link.rel} of {hit.memory.id}"))
+    words = fulltext.query_words(query)
+    for hit in out:
+        try:
+            hit.memory = load_memory(hit.memory)
+        except Exception:
+            continue
+        hit.snippet = _snippet(hit.memory, words)
+    return RecallResult(out, notes)
+
+
+def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[str] = (), branch: str | None = None,
+           include_all: bool = False, keyword_only: bool = False, now: float | None = None) -> RecallResult:
+    """Recall across stores (project first); archived hits found with `include_all` are restored to active."""
+    hits: list[Hit] = []
+    notes: list[str] = []
+    for store in stores:
+        result = recall_store(store, query, limit=limit, types=types, branch=branch, include_all=include_all,
+                              keyword_only=keyword_only, now=now)
+        hits.extend(result.hits)
+        for note in result.notes:
+            if note not in notes:
+                notes.append(note)
+    order = {store.label: i for i, store in enumerate(stores)}
+    direct = [h for h in hits if h.via is None]
+    direct.sort(key=lambda h: (-round(h.score, 9), order.get(h.store, 9), h.memory.id))
+    keep = {(h.store, h.memory.id) for h in direct[:limit]}
+    final: list[Hit] = []
+    for hit in direct[:limit]:
+        final.append(hit)
+        parent = hit.memory.id
+        final.extend(h for h in hits if h.via is not None and h.via.endswith(f" of {parent}") and h.store == hit.store
+                     and (h.store, h.memory.id) not in keep)
+    by_label = {store.label: store for store in stores}
+    for hit in final:
+        store = by_label[hit.store]
+        if hit.memory.status == "archived" and include_all:
+            hit.memory = store.restore(hit.memory.id)
+    for store in stores:
+        store.record_access(h.memory.id for h in final if h.store == store.label)
+    return RecallResult(final, notes)

@@ -1,0 +1,75 @@
+"""`cortex watch`: keep a store's cache in step with its files while running.
+
+A watchdog observer on `memories/`; events are debounced (a burst of
+changes — a `git checkout`, a capture writing five files — becomes one
+sync). One watcher per store: `state/watch.lock` refuses a second one.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable
+
+from cortex.errors import CortexError
+from cortex.store import Store
+
+
+class AlreadyWatching(CortexError):
+    """Another `cortex watch` holds this store."""
+
+
+def watch(store: Store, debounce: float = 0.3, echo: Callable[[str], None] = print,
+          stop: threading.Event | None = None) -> None:
+    import fcntl
+
+    from watchdog.events import FileSystemEventHandler
+    from watchdog.observers import Observer
+
+    from cortex.index import Index
+
+    store.state_dir.mkdir(parents=True, exist_ok=True)
+    lock = open(store.state_dir / "watch.lock", "a+")
+    try:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        raise AlreadyWatching(f"another `cortex watch` is already running for {store.root}") from None
+    stop = stop or threading.Event()
+    changed = threading.Event()
+
+    class Handler(FileSystemEventHandler):
+        def on_any_event(self, event: object) -> None:
+            changed.set()
+
+    store.memories_dir.mkdir(parents=True, exist_ok=True)
+    index = Index(store)
+    report = index.sync(full=True)
+    echo(f"watching {store.memories_dir} ({len(index.manifest.files) if index.manifest else 0} files); Ctrl-C stops")
+    observer = Observer()
+    observer.schedule(Handler(), str(store.memories_dir), recursive=True)
+    observer.start()
+    try:
+        while not stop.is_set():
+            if not changed.wait(timeout=0.5):
+                continue
+            # Debounce: wait until no event arrived for `debounce` seconds.
+            while changed.is_set():
+                changed.clear()
+                time.sleep(debounce)
+            try:
+                report = Index(store).sync(full=True, progress=False)
+            except Exception as exc:  # keep watching; say what went wrong
+                store.log(f"watch: sync failed: {exc!r}")
+                echo(f"sync failed: {exc}")
+                continue
+            if report.changed or report.removed:
+                echo(f"synced: {report.changed} changed, {report.removed} removed, {report.embedded} embedded "
+                     f"({report.seconds * 1000:.0f} ms)")
+    except KeyboardInterrupt:
+        pass
+    finally:
+        observer.stop()
+        observer.join(timeout=5)
+        lock.close()
+        echo("stopped")

@@ -1,0 +1,168 @@
+"""The cache: in step with files whoever changes them, rebuilt when broken, safe under concurrency."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pygit2
+
+from cortex.index import Index
+from cortex.store import Store
+from tests.helpers import EXAMPLE_STORE, checkout_new_branch, commit_all, cortex, cortex_command, cortex_json
+
+
+def _ids(cwd: Path, query: str, *args: str, **kwargs) -> list[str]:
+    return [hit["id"] for hit in cortex_json("recall", query, *args, cwd=cwd, **kwargs)]
+
+
+def _remember(cwd: Path, text: str, *args: str) -> str:
+    return cortex("remember", text, *args, cwd=cwd).stdout.strip()
+
+
+def test_an_edit_made_in_an_editor_is_found_by_the_next_recall(project):
+    memory_id = _remember(project, "Deploys go through the staging cluster first", "--type", "pattern")
+    assert _ids(project, "staging deploys")[0] == memory_id
+    path = Path(cortex_json("show", memory_id, cwd=project)["path"])
+    path.write_text(path.read_text(encoding="utf-8").replace("staging cluster", "canary fleet"), encoding="utf-8")
+    assert _ids(project, "canary fleet")[0] == memory_id
+
+
+def test_a_deleted_file_disappears(project):
+    keep = _remember(project, "Redis keys need a TTL")
+    gone = _remember(project, "Redis runs in a container on port 6380")
+    assert set(_ids(project, "redis")) == {keep, gone}
+    Path(cortex_json("show", gone, cwd=project)["path"]).unlink()
+    assert _ids(project, "redis") == [keep]
+
+
+def test_branch_switch_changes_results_and_switching_back_embeds_nothing(project):
+    _remember(project, "The API is versioned in the URL path", "--type", "decision")
+    commit_all(project, "memory on main")
+    checkout_new_branch(project, "feature/graphql")
+    feature_id = _remember(project, "GraphQL replaces the REST endpoints for the dashboard", "--type", "decision")
+    commit_all(project, "memory on feature")
+    assert feature_id in _ids(project, "graphql dashboard")
+    repo = pygit2.Repository(str(project))
+    repo.checkout("refs/heads/main")
+    assert feature_id not in _ids(project, "graphql dashboard")
+    store = Store.locate(project)
+    before = len(json.loads((store.cache_dir / "manifest.json").read_text())["vector_keys"])
+    repo.checkout("refs/heads/feature/graphql")
+    report = Index(store).sync()
+    assert report.changed == 1 and report.embedded == 0
+    assert len(json.loads((store.cache_dir / "manifest.json").read_text())["vector_keys"]) == before
+    assert feature_id in _ids(project, "graphql dashboard")
+
+
+def test_a_corrupted_cache_is_rebuilt_silently(tmp_path):
+    store_dir = tmp_path / "example"
+    shutil.copytree(EXAMPLE_STORE, store_dir)
+    query = ("recall", "signature check fails when the body was parsed", "--dir", str(store_dir))
+    first = cortex_json(*query, cwd=tmp_path)[0]["id"]
+    cache = store_dir / "cache"
+    for damage in (
+        lambda: (cache / "manifest.json").write_text("{ not json", encoding="utf-8"),
+        lambda: (cache / "vectors.f32").write_bytes((cache / "vectors.f32").read_bytes()[:100]),
+        lambda: [p.write_bytes(b"garbage") for p in (cache / "whoosh").iterdir()],
+        lambda: shutil.rmtree(cache),
+        lambda: (cache / "manifest.json").write_text(json.dumps({"schema": 0}), encoding="utf-8"),
+    ):
+        damage()
+        result = cortex("recall", *query[1:], "--json", cwd=tmp_path)
+        assert json.loads(result.stdout)[0]["id"] == first
+        assert "Traceback" not in result.stderr and "error" not in result.stderr.lower()
+    assert cortex("verify", "--dir", str(store_dir), cwd=tmp_path).returncode == 0
+
+
+def test_two_rebuilds_give_the_same_digest(tmp_path):
+    store_dir = tmp_path / "example"
+    shutil.copytree(EXAMPLE_STORE, store_dir)
+    cortex("reindex", "--dir", str(store_dir), cwd=tmp_path)
+    first = cortex_json("verify", "--dir", str(store_dir), cwd=tmp_path)
+    shutil.rmtree(store_dir / "cache")
+    cortex("reindex", "--dir", str(store_dir), cwd=tmp_path)
+    second = cortex_json("verify", "--dir", str(store_dir), cwd=tmp_path)
+    assert first["ok"] and second["ok"] and first["vectors"]
+    assert first["digest"] == second["digest"] and first["memories"] == 26
+
+
+def test_verify_notices_a_cache_out_of_step(project):
+    _remember(project, "Verify me")
+    assert cortex("verify", cwd=project).returncode == 0
+    index = Index(Store.locate(project))
+    index.sync()
+    rel = next(iter(index.manifest.files))
+    index.manifest.files[rel]["hash"] = "0" * 40  # what a missed edit would look like
+    assert index.check() == [f"stale in cache: {rel}"]
+
+
+def test_concurrent_processes_never_corrupt_the_cache(tmp_path):
+    store_dir = tmp_path / "example"
+    shutil.copytree(EXAMPLE_STORE, store_dir)
+    worker = (
+        "import sys, time, random\n"
+        "from pathlib import Path\n"
+        "from cortex.store import Store\n"
+        "from cortex.memory import Memory\n"
+        "from cortex.recall import recall\n"
+        "s = Store.locate(directory=sys.argv[1])\n"
+        "end = time.time() + 4\n"
+        "n = 0\n"
+        "while time.time() < end:\n"
+        "    n += 1\n"
+        "    if n % 3 == 0:\n"
+        "        s.create(Memory(id='', type='context', title=f'{sys.argv[2]} note {n}', body='sqlite ledger note'))\n"
+        "    if n % 5 == 0:\n"
+        "        victims = [p for p in s.memory_paths() if sys.argv[2] in p.name]\n"
+        "        if victims: victims[0].unlink()\n"
+        "    hits = recall([s], 'sqlite ledger', limit=5).hits\n"
+        "    assert hits, 'recall found nothing'\n"
+        "print(n)\n"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", worker, str(store_dir), name], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for name in ("alpha", "beta")]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outputs
+    assert all(int(out.strip()) > 3 for out, _ in outputs)
+    result = cortex_json("verify", "--dir", str(store_dir), cwd=tmp_path)
+    assert result["ok"], result["differences"]
+
+
+def test_list_reads_through_the_cache_and_sees_new_files(project):
+    first = _remember(project, "First")
+    assert [r["id"] for r in cortex_json("list", cwd=project)] == [first]
+    second = _remember(project, "Second")
+    assert {r["id"] for r in cortex_json("list", cwd=project)} == {first, second}
+    assert (project / ".cortex" / "cache" / "manifest.json").is_file()
+
+
+def test_watch_keeps_the_cache_in_step_and_refuses_a_second_watcher(project):
+    memory_id = _remember(project, "Watched memory about kafka")
+    cortex("recall", "kafka", cwd=project)
+    proc = subprocess.Popen([*cortex_command(), "watch", "--debounce", "0.1"], cwd=project,
+                            stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        manifest_path = project / ".cortex" / "cache" / "manifest.json"
+        deadline = time.time() + 30
+        while time.time() < deadline and not (project / ".cortex" / "state" / "watch.lock").exists():
+            time.sleep(0.1)
+        time.sleep(1.0)
+        second = cortex("watch", cwd=project, check=False)
+        assert second.returncode == 1 and "already running" in second.stderr
+        path = Path(cortex_json("show", memory_id, cwd=project)["path"])
+        path.write_text(path.read_text(encoding="utf-8").replace("kafka", "pulsar"), encoding="utf-8")
+        deadline = time.time() + 30
+        while time.time() < deadline and "pulsar" not in manifest_path.read_text(encoding="utf-8"):
+            time.sleep(0.1)
+        assert "pulsar" in manifest_path.read_text(encoding="utf-8")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and "stopped" in err

@@ -1,0 +1,101 @@
+"""Hybrid recall through the real `cortex recall`, with the bundled model."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import EXAMPLE_STORE, cortex, cortex_json
+
+# Paraphrases that share few words with the memory they should find (the example store's Tallyho project).
+PARAPHRASES = [
+    ("which database did we pick?", "9b3e5695d219"),
+    ("how do I fix a wrong charge that's already been recorded?", "aa6befda6083"),
+    ("writes time out while the end-of-day job is running", "c2b61c80c0d4"),
+    ("how do we stop one customer from hammering the API?", "fc62164e3c28"),
+    ("how do we avoid rounding errors in prices?", "1b5bfa33f6fd"),
+]
+
+
+@pytest.fixture
+def example(tmp_path: Path) -> Path:
+    folder = tmp_path / "example"
+    shutil.copytree(EXAMPLE_STORE, folder, ignore=shutil.ignore_patterns("cache", "state"))
+    return folder
+
+
+@pytest.mark.parametrize("query, expected", PARAPHRASES)
+def test_paraphrase_queries_find_their_memory(example, tmp_path, query, expected):
+    hits = cortex_json("recall", query, "--limit", "3", "--dir", str(example), cwd=tmp_path)
+    assert expected in [hit["id"] for hit in hits]
+
+
+def test_json_fields_and_project_global_labels(project):
+    project_id = cortex("remember", "Use ruff for linting in this repo", "--type", "decision", cwd=project).stdout.strip()
+    global_id = cortex("remember", "Ruff is the linter I prefer everywhere", "--global", cwd=project).stdout.strip()
+    hits = cortex_json("recall", "ruff linting", cwd=project)
+    by_id = {hit["id"]: hit for hit in hits}
+    assert by_id[project_id]["store"] == "project" and by_id[global_id]["store"] == "global"
+    for key in ("id", "title", "type", "score", "path", "store", "snippet"):
+        assert key in hits[0]
+    assert Path(by_id[global_id]["path"]).is_file() and "ruff" in by_id[project_id]["snippet"].lower()
+    assert [h["id"] for h in cortex_json("recall", "ruff linting", "--no-global", cwd=project)] == [project_id]
+
+
+def test_without_the_model_recall_is_full_text_and_says_so_once(project):
+    config = project / ".cortex" / "config.yaml"
+    config.write_text(config.read_text(encoding="utf-8").replace("model: bundled", "model: ./no-such-model"),
+                      encoding="utf-8")
+    memory_id = cortex("remember", "Postgres connection pool is capped at 20", cwd=project).stdout.strip()
+    result = cortex("recall", "postgres pool", "--json", cwd=project)
+    assert result.stderr.count("full-text only") == 1
+    assert memory_id in result.stdout
+    assert "full-text only" in cortex("status", cwd=project).stdout
+
+
+def test_keyword_flag_skips_the_model(example, tmp_path):
+    result = cortex("recall", "sqlite", "--keyword", "--dir", str(example), cwd=tmp_path)
+    assert result.returncode == 0 and result.stderr == "" and "sqlite" in result.stdout.lower()
+
+
+def test_archived_only_with_all_and_recalling_restores(project):
+    memory_id = cortex("remember", "Feature flags live in LaunchDarkly", cwd=project).stdout.strip()
+    cortex("forget", memory_id, cwd=project)
+    assert memory_id not in [h["id"] for h in cortex_json("recall", "feature flags launchdarkly", cwd=project)]
+    hits = cortex_json("recall", "feature flags launchdarkly", "--all", cwd=project)
+    assert hits[0]["id"] == memory_id and hits[0]["status"] == "active"
+    assert cortex_json("show", memory_id, cwd=project)["status"] == "active"
+
+
+def test_filters_by_type_and_branch(example, tmp_path):
+    hits = cortex_json("recall", "rate limits", "--type", "progress", "--dir", str(example), cwd=tmp_path)
+    assert hits and all(hit["type"] == "progress" for hit in hits)
+    hits = cortex_json("recall", "rate limits", "--branch", "feature/rate-limits", "--dir", str(example), cwd=tmp_path)
+    assert hits and all(hit["branch"] == "feature/rate-limits" for hit in hits if hit["via"] is None)
+
+
+def test_code_comes_back_with_its_description(example, tmp_path):
+    hits = cortex_json("recall", "write-transaction helper", "--type", "code_description", "--dir", str(example),
+                       cwd=tmp_path)
+    ids = [hit["id"] for hit in hits]
+    assert ids[:2] == ["407cf71b5a22", "281cc644d441"]
+    assert hits[1]["via"] == "source_of of 407cf71b5a22"
+
+
+def test_access_counts_go_to_state_not_to_tracked_files(example, tmp_path):
+    before = {p: p.read_bytes() for p in (example / "memories").rglob("*.md")}
+    cortex("recall", "redis", "--dir", str(example), cwd=tmp_path)
+    cortex("recall", "redis", "--dir", str(example), cwd=tmp_path)
+    assert {p: p.read_bytes() for p in (example / "memories").rglob("*.md")} == before
+    import json
+
+    counts = json.loads((example / "state" / "access.json").read_text(encoding="utf-8"))
+    assert counts and all(entry["count"] >= 1 for entry in counts.values())
+
+
+def test_natural_language_questions_work_on_the_full_text_side(example, tmp_path):
+    hits = cortex_json("recall", "Why does the Stripe signature check fail?!", "--keyword", "--dir", str(example),
+                       cwd=tmp_path)
+    assert hits[0]["id"] == "b3dc534099f0"
