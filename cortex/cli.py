@@ -158,38 +158,41 @@ def remember(store: Any, text: str, memory_type: str, title: str | None, priorit
 def list_command(store: Any, types: tuple[str, ...], statuses: tuple[str, ...], show_all: bool, tags: tuple[str, ...],
                  branch: str | None, pinned: bool, as_json: bool) -> None:
     """List memories (active ones unless --status or --all)."""
-    from cortex.index import synced_scan
+    from cortex.index import Index
 
-    scan = synced_scan(store)
-    for problem in scan.problems:
-        click.echo(f"cortex: skipped {problem}", err=True)
+    index = Index(store)
+    index.sync(full=False)
+    for path, reason in index.problems():
+        click.echo(f"cortex: skipped {path}: {reason}", err=True)
     wanted_status = set() if show_all else set(statuses or ("active",))
-    rows = [
-        m for m in scan.memories
-        if (not types or m.type in types)
-        and (not wanted_status or m.status in wanted_status)
-        and (not tags or set(tags) & set(m.tags))
-        and (branch is None or m.branch == branch)
-        and (not pinned or m.pinned)
-    ]
-    rows.sort(key=lambda m: (not m.pinned, -m.priority, m.type, m.title.lower(), m.id))
+    root = str(store.memories_dir)
+    rows = []
+    for rel, entry in index.records().items():
+        if (types and entry["type"] not in types) or (wanted_status and entry["status"] not in wanted_status) \
+                or (branch is not None and entry["branch"] != branch):
+            continue
+        meta = index.manifest.meta(rel)
+        if (tags and not set(tags) & set(meta["tags"])) or (pinned and not meta["pinned"]):
+            continue
+        meta["path"] = f"{root}/{rel}"
+        rows.append(meta)
+    rows.sort(key=lambda m: (not m["pinned"], -m["priority"], m["type"], m["title"].lower(), m["id"]))
     if as_json:
-        _print_json([
-            {"id": m.id, "type": m.type, "title": m.title, "status": m.status, "priority": m.priority,
-             "confidence": m.confidence, "pinned": m.pinned, "branch": m.branch, "tags": m.tags, "files": m.files,
-             "created": m.created, "updated": m.updated, "path": str(m.path), "store": store.label}
-            for m in rows
-        ])
+        keys = ("id", "type", "title", "status", "priority", "confidence", "pinned", "branch", "tags", "files",
+                "created", "updated", "path")
+        _print_json([{key: m[key] for key in keys} | {"store": store.label} for m in rows])
         return
     if not rows:
         click.echo("no memories" + ("" if show_all else " (try --all)"))
         return
     width = shutil.get_terminal_size((100, 20)).columns
-    type_width = max(len(m.type) for m in rows)
+    type_width = max(len(m["type"]) for m in rows)
     for m in rows:
-        flags = ("*" if m.pinned else " ") + (" " if m.status == "active" else m.status[0].upper())
-        prefix = f"{m.id}  {m.type:<{type_width}}  p{m.priority:<2} {flags} "
-        title = m.title if len(prefix) + len(m.title) <= width else m.title[: max(10, width - len(prefix) - 1)] + "…"
+        flags = ("*" if m["pinned"] else " ") + (" " if m["status"] == "active" else m["status"][0].upper())
+        prefix = f"{m['id']}  {m['type']:<{type_width}}  p{m['priority']:<2} {flags} "
+        title = m["title"]
+        if len(prefix) + len(title) > width:
+            title = title[: max(10, width - len(prefix) - 1)] + "…"
         click.echo(prefix + title)
     click.echo(f"{len(rows)} memories  (* pinned, A archived, S superseded)")
 

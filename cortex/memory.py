@@ -125,8 +125,15 @@ class Memory:
 
 
 def new_id() -> str:
-    """12 random hex characters: unique across clones without coordination."""
-    return secrets.token_hex(6)
+    """12 random hex characters: unique across clones without coordination.
+
+    Ids YAML would read as a number (all digits, or digits-e-digits) are
+    skipped, so an id is always a plain string, even in a hand-written file.
+    """
+    while True:
+        candidate = secrets.token_hex(6)
+        if not _YAML_NUMBER.match(candidate):
+            return candidate
 
 
 def now_iso() -> str:

@@ -110,9 +110,14 @@ def _snippet(memory: Memory, words: list[str], width: int = 160) -> str:
 
 def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[str] = (), branch: str | None = None,
                  include_all: bool = False, keyword_only: bool = False, now: float | None = None,
-                 index: Any = None) -> RecallResult:
-    """Recall from one store (see the module docstring for the ranking)."""
-    from cortex.index import Index, fulltext, load_memory
+                 index: Any = None, sync: bool = True,
+                 methods: tuple[str, ...] = ("bm25", "dense")) -> RecallResult:
+    """Recall from one store (see the module docstring for the ranking).
+
+    `methods` picks the ranked lists to fuse (benchmarks compare each alone).
+    """
+    from cortex.index import Index, fulltext
+    from cortex.index.manifest import memory_from_meta
 
     now = time.time() if now is None else now
     notes: list[str] = []
@@ -123,33 +128,40 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
     index = index or Index(store)
     if keyword_only:
         index._encoder_tried = True  # never load the model
-    index.sync(full=True)
+    if sync or index.manifest is None:
+        index.sync(full=True)
     statuses = ("active", "archived", "superseded") if include_all else ("active",)
     types = list(types)
-    scan = index.scan()
-    by_path = {str(m.path.relative_to(store.memories_dir)): m for m in scan.memories if m.path is not None}
+    records = index.records()  # rel -> manifest entry of every valid memory
     allowed = {
-        rel: m for rel, m in by_path.items()
-        if m.status in statuses and (not types or m.type in types) and (branch is None or m.branch == branch)
+        rel for rel, entry in records.items()
+        if entry["status"] in statuses and (not types or entry["type"] in types)
+        and (branch is None or entry["branch"] == branch)
     }
     ranked: dict[str, list[str]] = {}
-    ix = fulltext.open_index(index.whoosh_dir)
+    ix = index.fulltext_index() if "bm25" in methods else None
     if ix is not None:
-        ranked["bm25"] = [rel for rel, _ in fulltext.search(ix, query, POOL, statuses, types, branch) if rel in allowed]
-    encoder = None if keyword_only else index.encoder()
+        try:
+            found = fulltext.search(ix, query, POOL, statuses, types, branch)
+        except Exception as exc:  # a writer replaced the index under us: answer from the vectors alone
+            store.log(f"recall: full-text search failed: {exc!r}")
+            found = []
+        ranked["bm25"] = [rel for rel, _ in found if rel in allowed]
+    encoder = None if keyword_only or "dense" not in methods else index.encoder()
     vectors = index.vector_matrix() if encoder is not None else None
     if encoder is not None and vectors is not None and allowed:
         import numpy as np
 
         matrix, row_of = vectors
-        rels = [rel for rel in allowed if index.manifest.files[rel].get("vhash") in row_of]
+        files = index.manifest.files
+        rels = [rel for rel in allowed if files[rel].get("vhash") in row_of]
         if rels:
-            rows = np.fromiter((row_of[index.manifest.files[rel]["vhash"]] for rel in rels), dtype=np.int64, count=len(rels))
+            rows = np.fromiter((row_of[files[rel]["vhash"]] for rel in rels), dtype=np.int64, count=len(rels))
             scores = np.asarray(matrix[rows] @ encoder.encode_one(query), dtype=np.float32)
             top = min(POOL, len(rels))
             best = np.argpartition(-scores, top - 1)[:top]
             ranked["dense"] = [rels[i] for i in sorted(best, key=lambda i: (-scores[i], rels[i]))]
-    elif not keyword_only:
+    elif not keyword_only and "dense" in methods:
         notes.append(f"semantic search off ({index.encoder_problem or 'no vectors'}): full-text only")
     fused: dict[str, float] = {}
     ranks: dict[str, dict[str, int]] = {}
@@ -162,12 +174,13 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
     best_possible = len(ranked) / (rrf_k + 1)
     access = store.access_counts()
     max_log = math.log(max(access.values(), default=0) + 1) or 1.0
-    central = centralities(scan.memories)
+    central = index.centralities()
     current = store.current_branch()
     weight_sum = sum(float(v) for v in weights.values()) or 1.0
-    hits = []
+    root = store.memories_dir
+    scored = []
     for rel, value in fused.items():
-        m = allowed[rel]
+        m = memory_from_meta(index.manifest.meta(rel), root / rel)
         prior = (
             weights["confidence"] * decayed_confidence(m, now, access.get(m.id, 0), central.get(m.id, 0.0))
             + weights["priority"] * m.priority / 10
@@ -175,26 +188,30 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
             + weights["access"] * math.log(access.get(m.id, 0) + 1) / max_log
             + weights["same_branch"] * (1.0 if current is not None and m.branch == current else 0.0)
         ) / weight_sum
-        hits.append(Hit(m, value / best_possible + prior_weight * prior, store.label, ranks=ranks[rel]))
-    hits.sort(key=lambda h: (-h.score, h.memory.id))
-    hits = hits[:limit]
-    # One hop along source_of and strong relates_to links.
-    # Hops ignore the type and branch filters: code comes back with its description whatever was asked.
-    by_id = {m.id: m for m in by_path.values() if m.status in statuses}
+        scored.append(Hit(m, value / best_possible + prior_weight * prior, store.label, ranks=ranks[rel]))
+    scored.sort(key=lambda h: (-h.score, h.memory.id))
+    hits = scored[:limit]
+    # One hop along source_of and strong relates_to links. Hops ignore the type and
+    # branch filters: code comes back with its description whatever was asked.
+    rel_of_id = index.rel_of_id()
     shown = {h.memory.id for h in hits}
     out: list[Hit] = []
     for hit in hits:
         out.append(hit)
         for link in hit.memory.links:
             strong = link.rel == "relates_to" and (link.strength or 0.0) >= STRONG_LINK
-            if (link.rel == "source_of" or strong) and link.to in by_id and link.to not in shown:
+            target = rel_of_id.get(link.to)
+            if (link.rel == "source_of" or strong) and target and link.to not in shown \
+                    and records[target]["status"] in statuses:
                 shown.add(link.to)
                 factor = 1.0 if link.rel == "source_of" else float(link.strength or 0.0)
-                out.append(Hit(by_id[link.to], hit.score * factor * 0.99, store.label, via=f"{link.rel} of {hit.memory.id}"))
+                linked = memory_from_meta(index.manifest.meta(target), root / target)
+                out.append(Hit(linked, hit.score * factor * 0.99, store.label, via=f"{link.rel} of {hit.memory.id}"))
     words = fulltext.query_words(query)
     for hit in out:
         try:
-            hit.memory = load_memory(hit.memory)
+            assert hit.memory.path is not None
+            hit.memory = store.read(hit.memory.path)
         except Exception:
             continue
         hit.snippet = _snippet(hit.memory, words)

@@ -111,6 +111,28 @@ def _seed_everything() -> None:
     torch.use_deterministic_algorithms(True)
 
 
+def _unpadded_copy(teacher: Path, dest: Path) -> Path:
+    """Copy the teacher folder with padding switched off in its tokenizer.json.
+
+    all-MiniLM-L6-v2's tokenizer.json pads every encoding to 128 tokens. model2vec 0.10.0 embeds an
+    added vocabulary word by encoding it with that tokenizer and mean-pooling over *all* returned ids,
+    so each added word would be averaged with ~120 [PAD] states and all added words would end up
+    nearly parallel (mean pairwise cosine 0.94 measured). Base-vocabulary tokens are not affected.
+    """
+    out = dest / "all-MiniLM-L6-v2"
+    out.mkdir()
+    for f in sorted(teacher.iterdir()):
+        if f.is_file():
+            (out / f.name).symlink_to(f.resolve())
+        elif f.is_dir():
+            shutil.copytree(f, out / f.name)
+    tok = json.loads((teacher / "tokenizer.json").read_text(encoding="utf-8"))
+    tok["padding"] = None
+    (out / "tokenizer.json").unlink()
+    (out / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False), encoding="utf-8")
+    return out
+
+
 def distill_model(teacher: Path, pca_dims: int | None, dtype: str, sif: float | None, vocab: list[str]):
     """Return (StaticModel, int8 scale or None). Uses model2vec.distill.distill on the local folder."""
     import numpy as np
@@ -118,16 +140,18 @@ def distill_model(teacher: Path, pca_dims: int | None, dtype: str, sif: float | 
     from model2vec.quantization import DType, quantize_embeddings
 
     _seed_everything()
-    # Ask distill for the unquantized float64 matrix (exactly what it would quantize internally),
-    # then quantize with model2vec's own function so that the int8 scale can be recorded.
-    model = distill(
-        str(teacher),
-        vocabulary=vocab or None,
-        device="cpu",
-        pca_dims=pca_dims,
-        sif_coefficient=sif,
-        quantize_to="float64",
-    )
+    with tempfile.TemporaryDirectory(prefix="m2v-teacher-") as tmp:
+        local = _unpadded_copy(teacher, Path(tmp))
+        # Ask distill for the unquantized float64 matrix (exactly what it would quantize internally),
+        # then quantize with model2vec's own function so that the int8 scale can be recorded.
+        model = distill(
+            str(local),
+            vocabulary=vocab or None,
+            device="cpu",
+            pca_dims=pca_dims,
+            sif_coefficient=sif,
+            quantize_to="float64",
+        )
     scale = None
     emb = np.asarray(model.embedding)
     if dtype == "int8":

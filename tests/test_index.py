@@ -14,6 +14,7 @@ from pathlib import Path
 import pygit2
 
 from cortex.index import Index
+from cortex.index.manifest import Manifest
 from cortex.store import Store
 from tests.helpers import EXAMPLE_STORE, checkout_new_branch, commit_all, cortex, cortex_command, cortex_json
 
@@ -53,11 +54,11 @@ def test_branch_switch_changes_results_and_switching_back_embeds_nothing(project
     repo.checkout("refs/heads/main")
     assert feature_id not in _ids(project, "graphql dashboard")
     store = Store.locate(project)
-    before = len(json.loads((store.cache_dir / "manifest.json").read_text())["vector_keys"])
+    before = len(Manifest.load(store.cache_dir / "manifest.bin").vector_keys)
     repo.checkout("refs/heads/feature/graphql")
     report = Index(store).sync()
     assert report.changed == 1 and report.embedded == 0
-    assert len(json.loads((store.cache_dir / "manifest.json").read_text())["vector_keys"]) == before
+    assert len(Manifest.load(store.cache_dir / "manifest.bin").vector_keys) == before
     assert feature_id in _ids(project, "graphql dashboard")
 
 
@@ -68,11 +69,11 @@ def test_a_corrupted_cache_is_rebuilt_silently(tmp_path):
     first = cortex_json(*query, cwd=tmp_path)[0]["id"]
     cache = store_dir / "cache"
     for damage in (
-        lambda: (cache / "manifest.json").write_text("{ not json", encoding="utf-8"),
+        lambda: (cache / "manifest.bin").write_bytes(b"{ not a manifest"),
         lambda: (cache / "vectors.f32").write_bytes((cache / "vectors.f32").read_bytes()[:100]),
         lambda: [p.write_bytes(b"garbage") for p in (cache / "whoosh").iterdir()],
         lambda: shutil.rmtree(cache),
-        lambda: (cache / "manifest.json").write_text(json.dumps({"schema": 0}), encoding="utf-8"),
+        lambda: (cache / "manifest.bin").write_bytes((cache / "manifest.bin").read_bytes()[:-500]),
     ):
         damage()
         result = cortex("recall", *query[1:], "--json", cwd=tmp_path)
@@ -140,7 +141,7 @@ def test_list_reads_through_the_cache_and_sees_new_files(project):
     assert [r["id"] for r in cortex_json("list", cwd=project)] == [first]
     second = _remember(project, "Second")
     assert {r["id"] for r in cortex_json("list", cwd=project)} == {first, second}
-    assert (project / ".cortex" / "cache" / "manifest.json").is_file()
+    assert (project / ".cortex" / "cache" / "manifest.bin").is_file()
 
 
 def test_watch_keeps_the_cache_in_step_and_refuses_a_second_watcher(project):
@@ -149,7 +150,7 @@ def test_watch_keeps_the_cache_in_step_and_refuses_a_second_watcher(project):
     proc = subprocess.Popen([*cortex_command(), "watch", "--debounce", "0.1"], cwd=project,
                             stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
-        manifest_path = project / ".cortex" / "cache" / "manifest.json"
+        manifest_path = project / ".cortex" / "cache" / "manifest.bin"
         deadline = time.time() + 30
         while time.time() < deadline and not (project / ".cortex" / "state" / "watch.lock").exists():
             time.sleep(0.1)
@@ -159,9 +160,9 @@ def test_watch_keeps_the_cache_in_step_and_refuses_a_second_watcher(project):
         path = Path(cortex_json("show", memory_id, cwd=project)["path"])
         path.write_text(path.read_text(encoding="utf-8").replace("kafka", "pulsar"), encoding="utf-8")
         deadline = time.time() + 30
-        while time.time() < deadline and "pulsar" not in manifest_path.read_text(encoding="utf-8"):
+        while time.time() < deadline and b"pulsar" not in manifest_path.read_bytes():
             time.sleep(0.1)
-        assert "pulsar" in manifest_path.read_text(encoding="utf-8")
+        assert b"pulsar" in manifest_path.read_bytes()
     finally:
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)

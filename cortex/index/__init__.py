@@ -1,7 +1,7 @@
 """The cache of a store: manifest, Whoosh index and vectors, kept in step with the files.
 
     .cortex/cache/
-      manifest.json     per file: stat, content hash, metadata (the commit point)
+      manifest.bin      per file: stat, content hash, metadata (the commit point)
       whoosh/           BM25F full-text index
       vectors.f32       embedding rows keyed by text hash
 
@@ -60,15 +60,18 @@ class Progress:
 
 
 @contextlib.contextmanager
-def _try_lock(path: Path) -> Iterator[bool]:
-    """Yield True holding an exclusive lock, or False at once if another process has it."""
+def _try_lock(path: Path, wait: bool = False) -> Iterator[bool]:
+    """Yield True holding an exclusive lock, or False at once if another process has it.
+
+    With `wait` (there is no committed cache to fall back on) it waits for the lock instead.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     handle = open(path, "a+b")
     try:
         import fcntl
 
         try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
             yield False
             return
@@ -99,12 +102,17 @@ class Index:
         self._encoder: Any = None
         self._encoder_tried = False
         self.encoder_problem: str | None = None
+        self._scan: Scan | None = None
+        self._records: dict[str, dict[str, Any]] | None = None
+        self._central: dict[str, float] | None = None
+        self._ix: Any = None
+        self._vectors: Any = None
 
     # ------------------------------------------------------------ paths
 
     @property
     def manifest_path(self) -> Path:
-        return self.dir / "manifest.json"
+        return self.dir / "manifest.bin"
 
     @property
     def whoosh_dir(self) -> Path:
@@ -137,6 +145,12 @@ class Index:
     # ------------------------------------------------------------ sync
 
     def sync(self, full: bool = True, progress: bool = True) -> SyncReport:
+        report = self._sync(full, progress)
+        if report.changed or report.removed or report.rebuilt or report.embedded or report.locked_out or self._scan is None:
+            self._scan = self._vectors = self._records = self._central = None
+        return report
+
+    def _sync(self, full: bool, progress: bool) -> SyncReport:
         """Bring the cache in step with the files.
 
         `full=False` refreshes only the manifest (enough for list/show/status);
@@ -144,10 +158,14 @@ class Index:
         """
         started = time.monotonic()
         report = SyncReport()
+        seen_version = _file_version(self.manifest_path)
         manifest = Manifest.load(self.manifest_path)
         if manifest is None:
             manifest, report.rebuilt = Manifest(), True
-        with _try_lock(self.lock_path) as locked:
+        # Wait for a writer only when the committed cache cannot answer: nothing committed, or (for a
+        # full sync) files not yet in the full-text index or no vectors at all.
+        wait = report.rebuilt or (full and _incomplete(manifest))
+        with _try_lock(self.lock_path, wait=wait) as locked:
             if not locked:
                 # Someone else is writing: use the committed manifest, re-parsing changes in memory only.
                 report.locked_out = True
@@ -155,6 +173,13 @@ class Index:
                 self.manifest = manifest
                 report.seconds = time.monotonic() - started
                 return report
+            # Another writer may have committed while we waited or looked: work from the latest state.
+            if _file_version(self.manifest_path) != seen_version:
+                latest = Manifest.load(self.manifest_path)
+                if latest is not None:
+                    manifest, report.rebuilt = latest, False
+                else:
+                    manifest, report.rebuilt = Manifest(), True
             if report.rebuilt:
                 # Nothing trustworthy: start over so Whoosh and vectors are rebuilt with the manifest.
                 self._clear()
@@ -171,6 +196,7 @@ class Index:
         return report
 
     def _clear(self) -> None:
+        self._ix = self._vectors = self._scan = None
         for path in (self.whoosh_dir,):
             shutil.rmtree(path, ignore_errors=True)
         with contextlib.suppress(FileNotFoundError):
@@ -184,22 +210,23 @@ class Index:
         deletes = list(manifest.pending_deletes)
         bulk = False
         if ix is None:
+            self._ix = None
             ix = fulltext.open_index(self.whoosh_dir, create=True)
-            todo = [rel for rel, entry in manifest.files.items() if "meta" in entry]
+            todo = [rel for rel, entry in manifest.files.items() if "error" not in entry]
             deletes, bulk = [], True
             for entry in manifest.files.values():
-                entry["ft"] = "meta" not in entry
+                entry["ft"] = "error" in entry
         if not todo and not deletes:
             return False
         bar = Progress("indexing", len(todo)) if progress else None
         docs = []
         for n, rel in enumerate(sorted(todo)):
             entry = manifest.files[rel]
-            if "meta" not in entry:
+            if "error" in entry:
                 entry["ft"] = True
                 continue
             body = _read_body(self.store.memories_dir / rel)
-            docs.append(fulltext.document(rel, entry["meta"], body))
+            docs.append(fulltext.document(rel, manifest.meta(rel), body))
             if bar and n % 200 == 0:
                 bar(n)
         fulltext.apply(ix, deletes, docs, bulk=bulk)
@@ -234,7 +261,7 @@ class Index:
         bar = Progress("embedding", len(wanted)) if progress else None
         texts = []
         for n, rel in enumerate(wanted.values()):
-            item = memory_from_meta(manifest.files[rel]["meta"], self.store.memories_dir / rel)
+            item = memory_from_meta(manifest.meta(rel), self.store.memories_dir / rel)
             item.body = _read_body(self.store.memories_dir / rel)
             texts.append(embed_text(item))
             if bar and n % 500 == 0:
@@ -263,8 +290,64 @@ class Index:
         if self.manifest is None:
             self.sync(full=False)
         assert self.manifest is not None
-        items, problems = self.manifest.memories(self.store.memories_dir)
-        return Scan(items, [Problem(path, reason) for path, reason in problems])
+        if self._scan is None:
+            items, problems = self.manifest.memories(self.store.memories_dir)
+            self._scan = Scan(items, [Problem(path, reason) for path, reason in problems])
+        return self._scan
+
+    def records(self) -> dict[str, dict[str, Any]]:
+        """Manifest entries of every valid memory by path (relative to memories/): id, status, type,
+        branch and links directly, the rest through `Manifest.meta`. First of duplicate ids wins."""
+        if self.manifest is None:
+            self.sync(full=False)
+        assert self.manifest is not None
+        if self._records is None:
+            seen: set[str] = set()
+            records = {}
+            for rel in sorted(self.manifest.files):
+                entry = self.manifest.files[rel]
+                if "error" not in entry and entry["id"] not in seen:
+                    seen.add(entry["id"])
+                    records[rel] = entry
+            self._records = records
+        return self._records
+
+    def problems(self) -> list[tuple[Path, str]]:
+        """(path, reason) of every malformed file and duplicate id."""
+        assert self.manifest is not None
+        out = []
+        seen: dict[str, str] = {}
+        for rel in sorted(self.manifest.files):
+            entry = self.manifest.files[rel]
+            if "error" in entry:
+                out.append((self.store.memories_dir / rel, entry["error"]))
+            elif entry["id"] in seen:
+                out.append((self.store.memories_dir / rel, f"duplicate id {entry['id']} (also in {self.store.memories_dir / seen[entry['id']]})"))
+            else:
+                seen[entry["id"]] = rel
+        return out
+
+    def rel_of_id(self) -> dict[str, str]:
+        return {entry["id"]: rel for rel, entry in self.records().items()}
+
+    def centralities(self) -> dict[str, float]:
+        """In-degree weighted by link strength, normalised to 0..1 (computed once per sync)."""
+        if self._central is None:
+            degree: dict[str, float] = {}
+            for entry in self.records().values():
+                for _rel, to, strength in entry.get("links", ()):
+                    degree[to] = degree.get(to, 0.0) + (1.0 if strength is None else strength)
+            top = max(degree.values(), default=0.0)
+            self._central = {k: v / top for k, v in degree.items()} if top > 0 else {}
+        return self._central
+
+    def fulltext_index(self) -> Any:
+        """The Whoosh index (opened once), or None when it is missing or broken."""
+        from cortex.index import fulltext
+
+        if self._ix is None:
+            self._ix = fulltext.open_index(self.whoosh_dir)
+        return self._ix
 
     def vector_matrix(self) -> tuple[Any, dict[str, int]] | None:
         """(matrix, row of each text hash) for the committed vectors, or None without vectors."""
@@ -272,10 +355,12 @@ class Index:
 
         if self.manifest is None or not self.manifest.vector_keys:
             return None
-        matrix = vectors.load(self.vectors_path, len(self.manifest.vector_keys), self.manifest.dim)
-        if matrix is None:
-            return None
-        return matrix, {key: row for row, key in enumerate(self.manifest.vector_keys)}
+        if self._vectors is None:
+            matrix = vectors.load(self.vectors_path, len(self.manifest.vector_keys), self.manifest.dim)
+            if matrix is None:
+                return None
+            self._vectors = (matrix, {key: row for row, key in enumerate(self.manifest.vector_keys)})
+        return self._vectors
 
     def digest(self) -> dict[str, Any]:
         """A digest of the cache's logical content: sorted ids, content hashes and vectors."""
@@ -288,10 +373,10 @@ class Index:
         h = hashlib.sha256()
         count = 0
         for rel, entry in sorted(self.manifest.files.items()):
-            if "meta" not in entry:
+            if "error" in entry:
                 continue
             count += 1
-            h.update(f"{entry['meta']['id']}\0{rel}\0{entry['hash']}\0".encode())
+            h.update(f"{entry['id']}\0{rel}\0{entry['hash']}\0".encode())
             if rows is not None and entry.get("vhash") in rows[1]:
                 h.update(np.asarray(rows[0][rows[1][entry["vhash"]]], dtype="<f4").tobytes())
         return {"digest": h.hexdigest(), "memories": count, "vectors": rows is not None}
@@ -317,7 +402,7 @@ class Index:
         else:
             with ix.searcher() as searcher:
                 indexed = {fields["path"] for fields in searcher.all_stored_fields()}
-            expected = {rel for rel, entry in self.manifest.files.items() if "meta" in entry}
+            expected = {rel for rel, entry in self.manifest.files.items() if "error" not in entry}
             if indexed != expected:
                 differences.append(f"full-text index holds {len(indexed)} files, expected {len(expected)}")
         rows = self.vector_matrix()
@@ -329,6 +414,20 @@ class Index:
                 if missing:
                     differences.append(f"{len(missing)} memories have no vector")
         return differences
+
+
+def _incomplete(manifest: Manifest) -> bool:
+    if manifest.pending_deletes or (manifest.files and not manifest.vector_keys):
+        return True
+    return any(not entry.get("ft") for entry in manifest.files.values())
+
+
+def _file_version(path: Path) -> tuple[int, int, int] | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return (stat.st_ino, stat.st_mtime_ns, stat.st_size)
 
 
 def _read_body(path: Path) -> str:

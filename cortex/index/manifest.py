@@ -1,10 +1,16 @@
 """The manifest: what the cache knows about each memory file.
 
-`cache/manifest.json` maps each file (path relative to `memories/`) to its
+`cache/manifest.bin` maps each file (path relative to `memories/`) to its
 stat (mtime_ns, size), content hash, the hash of the text that was embedded,
-its parsed metadata (or the reason it is malformed) and whether the
-full-text index holds this version. It is the cache's commit point: written
-last, atomically, after Whoosh and the vectors.
+the fields recall filters on (id, status, type, branch, links), its parsed
+metadata as a JSON string decoded only when needed (or the reason the file
+is malformed) and whether the full-text index holds this version. It is the
+cache's commit point: written last, atomically, after Whoosh and the vectors.
+
+It is stored with `marshal` (this Python's own format, tagged with its
+magic number): loading 10,000 entries takes ~25 ms against ~110 ms for
+JSON, and a hook pays that on every run. A cache from another Python, a
+truncated or garbage file is simply rebuilt.
 
 `refresh()` brings it in step with the files by stat alone, re-reading only
 files whose (mtime, size) changed — or whose mtime is so recent that an edit
@@ -14,7 +20,9 @@ within the same clock tick could hide (git's "racy" rule).
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
+import marshal
 import os
 import time
 from dataclasses import dataclass, field
@@ -25,7 +33,8 @@ from cortex import memory as fmt
 from cortex.errors import MalformedMemory
 from cortex.memory import Link, Memory
 
-SCHEMA = 1
+SCHEMA = 2
+MAGIC = b"CXM" + bytes([SCHEMA]) + importlib.util.MAGIC_NUMBER
 RACY_NS = 2_000_000_000  # files modified within 2 s of the last sync are re-hashed next time
 
 
@@ -49,39 +58,38 @@ class Manifest:
 
     @classmethod
     def load(cls, path: Path) -> Manifest | None:
-        """The committed manifest, or None when missing, unreadable or of another schema."""
+        """The committed manifest, or None when missing, unreadable or of another schema or Python."""
         try:
-            data = json.loads(path.read_bytes())
-        except (OSError, ValueError):
-            return None
-        if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("files"), dict):
-            return None
-        try:
+            raw = path.read_bytes()
+            if not raw.startswith(MAGIC):
+                return None
+            data = marshal.loads(raw[len(MAGIC) :])
             return cls(
                 files=data["files"],
-                synced_ns=int(data.get("synced_ns", 0)),
-                model=data.get("model"),
-                dim=int(data.get("dim", 0)),
-                vector_keys=list(data.get("vector_keys", [])),
-                pending_deletes=list(data.get("pending_deletes", [])),
+                synced_ns=int(data["synced_ns"]),
+                model=data["model"],
+                dim=int(data["dim"]),
+                vector_keys=list(data["vector_keys"]),
+                pending_deletes=list(data["pending_deletes"]),
             )
-        except (TypeError, ValueError):
+        except Exception:  # missing, truncated, garbage: all mean "rebuild"
             return None
 
-    def dumps(self) -> str:
-        return json.dumps(
+    def dumps(self) -> bytes:
+        return MAGIC + marshal.dumps(
             {
-                "schema": SCHEMA,
                 "synced_ns": self.synced_ns,
                 "model": self.model,
                 "dim": self.dim,
                 "vector_keys": self.vector_keys,
                 "pending_deletes": sorted(set(self.pending_deletes)),
                 "files": dict(sorted(self.files.items())),
-            },
-            separators=(",", ":"),
-            ensure_ascii=False,
+            }
         )
+
+    def meta(self, rel: str) -> dict[str, Any]:
+        """The parsed metadata of one valid file."""
+        return json.loads(self.files[rel]["meta"])
 
     # ------------------------------------------------------------ sync by stat
 
@@ -129,12 +137,11 @@ class Manifest:
             if "error" in entry:
                 problems.append((path, entry["error"]))
                 continue
-            item = memory_from_meta(entry["meta"], path)
-            if item.id in seen:
-                problems.append((path, f"duplicate id {item.id} (also in {seen[item.id]})"))
+            if entry["id"] in seen:
+                problems.append((path, f"duplicate id {entry['id']} (also in {seen[entry['id']]})"))
                 continue
-            seen[item.id] = path
-            items.append(item)
+            seen[entry["id"]] = path
+            items.append(memory_from_meta(json.loads(entry["meta"]), path))
         return items, problems
 
 
@@ -174,9 +181,16 @@ def read_entry(path: Path, stat: os.stat_result | None = None) -> dict[str, Any]
     meta = item.to_dict()
     for key in ("body", "path"):
         meta.pop(key, None)
-    entry["meta"] = meta
-    entry["vhash"] = text_hash(embed_text(item))
-    entry["ft"] = False  # not yet in the full-text index
+    entry.update(
+        id=item.id,
+        status=item.status,
+        type=item.type,
+        branch=item.branch,
+        links=[(link.rel, link.to, link.strength) for link in item.links],
+        meta=json.dumps(meta, ensure_ascii=False, separators=(",", ":")),
+        vhash=text_hash(embed_text(item)),
+        ft=False,  # not yet in the full-text index
+    )
     return entry
 
 
