@@ -32,6 +32,9 @@ from cortex.memory import Memory
 from cortex.store import Store
 
 POOL = 50
+# Fusion knobs, measured on LoCoMo conversations 0-4 (bench/retrieval.py) and the example store.
+LIST_WEIGHTS = {"bm25": 1.0, "dense": 1.0}
+BM25_FLOOR = 0.4  # BM25 hits scoring below this fraction of the best hit are dropped (weak one-word matches)
 STRONG_LINK = 0.4
 HALF_LIVES = {"progress": 7.0, "context": 30.0, "gotcha": 45.0, "pattern": 60.0}
 
@@ -142,11 +145,15 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
     ix = index.fulltext_index() if "bm25" in methods else None
     if ix is not None:
         try:
-            found = fulltext.search(ix, query, POOL, statuses, types, branch)
+            # The status filter is cheaper in Python on a pool (Whoosh would build a 10,000-doc set);
+            # type and branch filters can be narrow, so Whoosh applies those.
+            found = fulltext.search(ix, query, POOL * 2, (), types, branch)
         except Exception as exc:  # a writer replaced the index under us: answer from the vectors alone
             store.log(f"recall: full-text search failed: {exc!r}")
             found = []
-        ranked["bm25"] = [rel for rel, _ in found if rel in allowed]
+        found = [(rel, score) for rel, score in found if rel in allowed][:POOL]
+        floor = BM25_FLOOR * (found[0][1] if found else 0.0)
+        ranked["bm25"] = [rel for rel, score in found if score >= floor]
     encoder = None if keyword_only or "dense" not in methods else index.encoder()
     vectors = index.vector_matrix() if encoder is not None else None
     if encoder is not None and vectors is not None and allowed:
@@ -167,11 +174,11 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
     ranks: dict[str, dict[str, int]] = {}
     for name, rels in ranked.items():
         for position, rel in enumerate(rels, start=1):
-            fused[rel] = fused.get(rel, 0.0) + 1.0 / (rrf_k + position)
+            fused[rel] = fused.get(rel, 0.0) + LIST_WEIGHTS[name] / (rrf_k + position)
             ranks.setdefault(rel, {})[name] = position
     if not fused:
         return RecallResult([], notes)
-    best_possible = len(ranked) / (rrf_k + 1)
+    best_possible = sum(LIST_WEIGHTS[name] for name in ranked) / (rrf_k + 1)
     access = store.access_counts()
     max_log = math.log(max(access.values(), default=0) + 1) or 1.0
     central = index.centralities()
