@@ -136,11 +136,9 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
     statuses = ("active", "archived", "superseded") if include_all else ("active",)
     types = list(types)
     records = index.records()  # rel -> manifest entry of every valid memory
-    allowed = {
-        rel for rel, entry in records.items()
-        if entry["status"] in statuses and (not types or entry["type"] in types)
-        and (branch is None or entry["branch"] == branch)
-    }
+    allowed_key = (statuses, tuple(types), branch)
+    allowed = index.allowed(allowed_key, lambda entry: entry["status"] in statuses
+                            and (not types or entry["type"] in types) and (branch is None or entry["branch"] == branch))
     ranked: dict[str, list[str]] = {}
     ix = index.fulltext_index() if "bm25" in methods else None
     if ix is not None:
@@ -154,21 +152,11 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
         found = [(rel, score) for rel, score in found if rel in allowed][:POOL]
         floor = BM25_FLOOR * (found[0][1] if found else 0.0)
         ranked["bm25"] = [rel for rel, score in found if score >= floor]
-    encoder = None if keyword_only or "dense" not in methods else index.encoder()
-    vectors = index.vector_matrix() if encoder is not None else None
-    if encoder is not None and vectors is not None and allowed:
-        import numpy as np
-
-        matrix, row_of = vectors
-        files = index.manifest.files
-        rels = [rel for rel in allowed if files[rel].get("vhash") in row_of]
-        if rels:
-            rows = np.fromiter((row_of[files[rel]["vhash"]] for rel in rels), dtype=np.int64, count=len(rels))
-            scores = np.asarray(matrix[rows] @ encoder.encode_one(query), dtype=np.float32)
-            top = min(POOL, len(rels))
-            best = np.argpartition(-scores, top - 1)[:top]
-            ranked["dense"] = [rels[i] for i in sorted(best, key=lambda i: (-scores[i], rels[i]))]
-    elif not keyword_only and "dense" in methods:
+    if not keyword_only and "dense" in methods and allowed:
+        found_dense = index.dense_search(query, allowed_key, allowed, POOL)
+        if found_dense is not None:
+            ranked["dense"] = found_dense
+    if "dense" not in ranked and not keyword_only and "dense" in methods:
         notes.append(f"semantic search off ({index.encoder_problem or 'no vectors'}): full-text only")
     fused: dict[str, float] = {}
     ranks: dict[str, dict[str, int]] = {}

@@ -105,6 +105,8 @@ class Index:
         self._scan: Scan | None = None
         self._records: dict[str, dict[str, Any]] | None = None
         self._central: dict[str, float] | None = None
+        self._allowed: dict[Any, Any] = {}
+        self._query_encoder: Any = None
         self._ix: Any = None
         self._vectors: Any = None
 
@@ -148,6 +150,7 @@ class Index:
         report = self._sync(full, progress)
         if report.changed or report.removed or report.rebuilt or report.embedded or report.locked_out or self._scan is None:
             self._scan = self._vectors = self._records = self._central = None
+            self._allowed = {}
         return report
 
     def _sync(self, full: bool, progress: bool) -> SyncReport:
@@ -241,13 +244,19 @@ class Index:
     def _sync_vectors(self, manifest: Manifest, report: SyncReport, progress: bool) -> bool:
         from cortex.index import vectors
 
-        encoder = self.encoder()
-        if encoder is None:
-            return False
+        from cortex.embedding import model_identity
+
+        # Know which model made the vectors without loading it: loading costs more than the whole sync.
+        identity = model_identity(self.store.config().get("embedding.model"))
+        if identity is None:
+            encoder = self.encoder()
+            if encoder is None:
+                return False
+            identity = encoder.identity
         reset = False
-        if manifest.model != encoder.identity or vectors.load(self.vectors_path, len(manifest.vector_keys), manifest.dim) is None:
+        if manifest.model != identity or vectors.load(self.vectors_path, len(manifest.vector_keys), manifest.dim) is None:
             reset = True
-            manifest.model, manifest.dim, manifest.vector_keys = encoder.identity, encoder.dim, []
+            manifest.model, manifest.dim, manifest.vector_keys = identity, 0, []
             with contextlib.suppress(FileNotFoundError):
                 self.vectors_path.unlink()
         known = set(manifest.vector_keys)
@@ -258,6 +267,10 @@ class Index:
                 wanted[vhash] = rel
         if not wanted:
             return reset
+        encoder = self.encoder()
+        if encoder is None:
+            return reset
+        manifest.dim = encoder.dim
         bar = Progress("embedding", len(wanted)) if progress else None
         texts = []
         for n, rel in enumerate(wanted.values()):
@@ -326,6 +339,49 @@ class Index:
             else:
                 seen[entry["id"]] = rel
         return out
+
+    def allowed(self, key: Any, keep: Callable[[dict[str, Any]], bool]) -> frozenset[str]:
+        """The paths whose entries pass a filter, computed once per sync for each filter `key`."""
+        if key not in self._allowed:
+            self._allowed[key] = frozenset(rel for rel, entry in self.records().items() if keep(entry))
+        return self._allowed[key]
+
+    def query_encoder(self) -> Any:
+        """The fastest encoder for one query: the pure-Python reader when the model allows it."""
+        if self._query_encoder is None:
+            from cortex.embedding import EncoderUnavailable, QueryEncoder, model_folder
+
+            folder = model_folder(self.store.config().get("embedding.model"))
+            try:
+                self._query_encoder = QueryEncoder(folder) if folder is not None else self.encoder()
+            except EncoderUnavailable:
+                self._query_encoder = self.encoder()
+        return self._query_encoder
+
+    def dense_search(self, query: str, key: Any, allowed: frozenset[str], limit: int) -> list[str] | None:
+        """The `limit` allowed paths nearest the query by cosine; None when there are no vectors."""
+        import numpy as np
+
+        vectors = self.vector_matrix()
+        if vectors is None:
+            return None
+        cache_key = ("dense", key)
+        if cache_key not in self._allowed:
+            matrix, row_of = vectors
+            files = self.manifest.files
+            rels = sorted(rel for rel in allowed if files[rel].get("vhash") in row_of)
+            rows = np.fromiter((row_of[files[rel]["vhash"]] for rel in rels), dtype=np.int64, count=len(rels))
+            self._allowed[cache_key] = (rels, np.ascontiguousarray(matrix[rows]))
+        rels, sub = self._allowed[cache_key]
+        if not rels:
+            return []
+        encoder = self.query_encoder()
+        if encoder is None:
+            return None
+        scores = sub @ np.asarray(encoder.encode_one(query), dtype=np.float32)
+        top = min(limit, len(rels))
+        best = np.argpartition(-scores, top - 1)[:top]
+        return [rels[i] for i in sorted(best, key=lambda i: (-scores[i], rels[i]))]
 
     def rel_of_id(self) -> dict[str, str]:
         return {entry["id"]: rel for rel, entry in self.records().items()}
