@@ -2,10 +2,12 @@
 
     python bench/gen_store.py DEST --count 10000 [--seed 1]
 
-Memories are written in the exact format cortex writes (through
+Memories are written in the exact format cortex writes (checked against
 `cortex.memory.render_new`), with varied types, tags, files, links and
-~80-word bodies drawn from a developer vocabulary, so parsing, indexing and
-embedding see realistic text. Deterministic for a given seed.
+~80-word bodies whose words follow a Zipf distribution over 8,000 words
+(developer terms among the frequent ones), so full-text posting lists have
+the shape of real notes rather than a tiny vocabulary where every word is in
+every third memory. Deterministic for a given seed.
 """
 
 from __future__ import annotations
@@ -28,12 +30,30 @@ WORDS = (
     "version semver changelog api client server socket http grpc json yaml toml parser encoder decoder utf8 "
     "unicode path file folder permission user admin role tenant billing invoice payment webhook event stream"
 ).split()
+SYLLABLES = "ka lo mi ne ru sa ti vo za be cu da fe gi ho ju ki lu ma no pe qui ra se to un ve wi xa yo".split()
+
+
+def _vocabulary(size: int = 8000) -> list[str]:
+    """WORDS plus pseudo-words, in Zipf rank order: a few words are everywhere, most are rare, as in real notes."""
+    rng = random.Random(7)
+    pseudo: set[str] = set()
+    while len(pseudo) < size:
+        pseudo.add("".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 4))))
+    ranked = sorted(pseudo)
+    rng.shuffle(ranked)
+    for i, word in enumerate(WORDS):  # developer words spread over ranks 30 to 3,000
+        ranked.insert(30 + i * 20, word)
+    return ranked
+
+
+VOCABULARY = _vocabulary()
+_CUMULATIVE = list(__import__("itertools").accumulate(1.0 / (rank + 1) ** 1.07 for rank in range(len(VOCABULARY))))
 TYPES = ("decision", "gotcha", "pattern", "context", "progress", "architecture", "plan", "code_description")
 BRANCHES = ("main", "main", "main", "feature/search", "feature/auth", "fix/flaky-ci")
 
 
 def sentence(rng: random.Random, n: int) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(n))
+    return " ".join(rng.choices(VOCABULARY, cum_weights=_CUMULATIVE, k=n))
 
 
 def _plain_id(rng: random.Random) -> str:

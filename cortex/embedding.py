@@ -261,6 +261,16 @@ class QueryEncoder:
             start = end
         return ids
 
+    def _cut(self, text: str) -> str:
+        """model2vec's character cut before tokenising: max_length × the median token length."""
+        if self.max_length is None or len(text) <= self.max_length:
+            return text
+        if not hasattr(self, "_median"):
+            import statistics
+
+            self._median = int(statistics.median(len(token) for token in self.vocab))
+        return text[: self.max_length * self._median]
+
     def tokenize(self, text: str) -> list[int]:
         """Token ids as `tokenizers` gives them (no special tokens added, truncated to max_length)."""
         import re
@@ -285,7 +295,7 @@ class QueryEncoder:
         import array
         import math
 
-        ids = [i for i in self.tokenize(text) if i != self.unk_id]
+        ids = [i for i in self.tokenize(self._cut(text)) if i != self.unk_id]
         total = [0.0] * self.dim
         if ids:
             row_bytes = self.dim * self.width

@@ -28,6 +28,9 @@ from cortex.memory import Memory
 from cortex.store import Problem, Scan, Store
 
 
+SMALL_BATCH = 16  # up to this many new texts are embedded by the pure-Python encoder
+
+
 @dataclass
 class SyncReport:
     changed: int = 0
@@ -208,13 +211,14 @@ class Index:
     def _sync_fulltext(self, manifest: Manifest, report: SyncReport, progress: bool) -> bool:
         from cortex.index import fulltext
 
-        ix = fulltext.open_index(self.whoosh_dir)
         todo = [rel for rel, entry in manifest.files.items() if not entry.get("ft")]
         deletes = list(manifest.pending_deletes)
+        if not todo and not deletes and self.whoosh_dir.is_dir():
+            return False  # opening Whoosh costs ~40 ms: only when there is work (or no index at all)
+        ix = self.fulltext_index()
         bulk = False
         if ix is None:
-            self._ix = None
-            ix = fulltext.open_index(self.whoosh_dir, create=True)
+            ix = self._ix = fulltext.open_index(self.whoosh_dir, create=True)
             todo = [rel for rel, entry in manifest.files.items() if "error" not in entry]
             deletes, bulk = [], True
             for entry in manifest.files.values():
@@ -254,7 +258,7 @@ class Index:
                 return False
             identity = encoder.identity
         reset = False
-        if manifest.model != identity or vectors.load(self.vectors_path, len(manifest.vector_keys), manifest.dim) is None:
+        if manifest.model != identity or not vectors.fits(self.vectors_path, len(manifest.vector_keys), manifest.dim):
             reset = True
             manifest.model, manifest.dim, manifest.vector_keys = identity, 0, []
             with contextlib.suppress(FileNotFoundError):
@@ -267,10 +271,13 @@ class Index:
                 wanted[vhash] = rel
         if not wanted:
             return reset
-        encoder = self.encoder()
+        # A handful of changed memories (the usual incremental sync) go through the pure-Python query
+        # encoder: same vectors, without loading tokenizers (~60 ms). Batches use the vectorised encoder.
+        few = len(wanted) <= SMALL_BATCH and not isinstance(self.query_encoder(), type(None))
+        encoder = self.query_encoder() if few else self.encoder()
         if encoder is None:
             return reset
-        manifest.dim = encoder.dim
+        manifest.dim = int(getattr(encoder, "dim"))
         bar = Progress("embedding", len(wanted)) if progress else None
         texts = []
         for n, rel in enumerate(wanted.values()):
@@ -279,7 +286,12 @@ class Index:
             texts.append(embed_text(item))
             if bar and n % 500 == 0:
                 bar(n)
-        matrix = encoder.encode(texts)
+        if few:
+            import numpy as np
+
+            matrix = np.asarray([encoder.encode_one(text) for text in texts], dtype=np.float32)
+        else:
+            matrix = encoder.encode(texts)
         if bar:
             bar(len(wanted))
             bar.close()

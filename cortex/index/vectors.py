@@ -28,6 +28,16 @@ def load(path: Path, rows: int, dim: int) -> Any:
         return None
 
 
+def fits(path: Path, rows: int, dim: int) -> bool:
+    """Whether the file holds at least `rows` rows (checked by size: no numpy import)."""
+    if rows == 0:
+        return True
+    try:
+        return path.stat().st_size >= rows * dim * 4
+    except OSError:
+        return False
+
+
 def append(path: Path, committed_rows: int, dim: int, matrix: Any) -> None:
     """Append rows after the committed ones (dropping any rows a crashed writer left beyond them)."""
     import numpy as np
