@@ -20,6 +20,8 @@ DEFAULTS: dict[str, Any] = {
     "recall": {
         "limit": 10,
         "rrf_k": 60,
+        "list_weights": {"bm25": 1.0, "dense": 0.5},
+        "bm25_floor": 0.5,
         "prior_weight": 0.1,
         "weights": {
             "confidence": 0.5,
@@ -54,6 +56,8 @@ briefing:
 recall:
   limit: 10                 # results `cortex recall` returns
   rrf_k: 60                 # reciprocal-rank-fusion constant for full-text + semantic
+  list_weights: {bm25: 1.0, dense: 0.5}   # weight of each ranked list in the fusion
+  bm25_floor: 0.5           # drop full-text hits scoring under this fraction of the best one
   prior_weight: 0.1         # score = relevance (0..1) + prior_weight x prior (0..1)
   weights:                  # the prior's parts (normalised by their sum)
     confidence: 0.5

@@ -370,8 +370,8 @@ class Index:
                 self._query_encoder = self.encoder()
         return self._query_encoder
 
-    def dense_search(self, query: str, key: Any, allowed: frozenset[str], limit: int) -> list[str] | None:
-        """The `limit` allowed paths nearest the query by cosine; None when there are no vectors."""
+    def dense_search(self, query: str, key: Any, allowed: frozenset[str], limit: int) -> list[tuple[str, float]] | None:
+        """The `limit` allowed (path, cosine) nearest the query, best first; None when there are no vectors."""
         import numpy as np
 
         vectors = self.vector_matrix()
@@ -393,7 +393,7 @@ class Index:
         scores = sub @ np.asarray(encoder.encode_one(query), dtype=np.float32)
         top = min(limit, len(rels))
         best = np.argpartition(-scores, top - 1)[:top]
-        return [rels[i] for i in sorted(best, key=lambda i: (-scores[i], rels[i]))]
+        return [(rels[i], float(scores[i])) for i in sorted(best, key=lambda i: (-scores[i], rels[i]))]
 
     def rel_of_id(self) -> dict[str, str]:
         return {entry["id"]: rel for rel, entry in self.records().items()}

@@ -1,9 +1,16 @@
-"""The Whoosh full-text index: BM25F over title, body and tags.
+"""The Whoosh full-text index: BM25F over title, tags and body.
 
-Title and tags are boosted; questions in plain language work because the
-analyzer lowercases, drops stop words and stems ("databases?" finds
-"database"), and the query text is reduced to words before parsing, so
-punctuation and Whoosh's own query syntax (AND, *, field:) cannot break it.
+BM25F weights a term's frequency in each field before saturating it:
+tf = 3·tf(title) + 2·tf(tags) + tf(body). cortex indexes exactly that, one
+`text` field holding the title three times, the tags twice and the body, and
+scores it with Whoosh's BM25 — one posting list per query word instead of
+three, which makes a query ~3x faster than Whoosh's per-field boosts (and is
+closer to BM25F proper, which sums weighted frequencies, not scores).
+
+Questions in plain language work because the analyzer lowercases, drops
+stop words and stems ("databases?" finds "database"), and the query is
+reduced to words before Whoosh sees it, so punctuation and Whoosh's own
+query syntax (AND, *, field:) cannot break it.
 """
 
 from __future__ import annotations
@@ -13,22 +20,20 @@ import shutil
 from pathlib import Path
 from typing import Any, Iterable
 
-SCHEMA_VERSION = "1"
-TITLE_BOOST = 3.0
-TAGS_BOOST = 2.0
+SCHEMA_VERSION = "2"
+TITLE_BOOST = 3  # times the title is repeated in the indexed text
+TAGS_BOOST = 2
 
 
 def _schema() -> Any:
     from whoosh.analysis import StemmingAnalyzer
-    from whoosh.fields import ID, KEYWORD, TEXT, Schema
+    from whoosh.fields import ID, KEYWORD, TEXT, Schema  # noqa: F401
 
     analyzer = StemmingAnalyzer()
     return Schema(
         path=ID(stored=True, unique=True),
         id=ID(stored=True),
-        title=TEXT(analyzer=analyzer, field_boost=TITLE_BOOST),
-        body=TEXT(analyzer=analyzer),
-        tags=KEYWORD(lowercase=True, commas=True, scorable=True, field_boost=TAGS_BOOST),
+        text=TEXT(analyzer=analyzer),
         type=ID(stored=True),
         branch=ID(stored=True),
         status=ID(stored=True),
@@ -63,9 +68,7 @@ def document(rel: str, meta: dict[str, Any], body: str) -> dict[str, Any]:
     return {
         "path": rel,
         "id": meta["id"],
-        "title": meta["title"],
-        "body": body,
-        "tags": ",".join(meta.get("tags", [])),
+        "text": "\n".join([meta["title"]] * TITLE_BOOST + [" ".join(meta.get("tags", []))] * TAGS_BOOST + [body]),
         "type": meta["type"],
         "branch": meta.get("branch") or "",
         "status": meta.get("status", "active"),
@@ -101,13 +104,12 @@ def search(ix: Any, text: str, limit: int, statuses: Iterable[str] = (), types: 
            branch: str | None = None) -> list[tuple[str, float]]:
     """BM25F search; returns (path, score) best first."""
     from whoosh import query as q
-    from whoosh.qparser import MultifieldParser, OrGroup
 
-    words = query_words(text)
-    if not words:
+    analyzer = ix.schema["text"].analyzer
+    terms = list(dict.fromkeys(token.text for token in analyzer(" ".join(query_words(text)))))
+    if not terms:
         return []
-    parser = MultifieldParser(["title", "body", "tags"], schema=ix.schema, group=OrGroup.factory(0.9))
-    parsed = parser.parse(" ".join(words))
+    parsed = q.Or([q.Term("text", term) for term in terms])
     filters = []
     statuses, types = list(statuses), list(types)
     if statuses:
