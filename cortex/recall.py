@@ -177,7 +177,7 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
         try:
             # The status filter is cheaper in Python on a pool (Whoosh would build a 10,000-doc set);
             # type and branch filters can be narrow, so Whoosh applies those.
-            found = fulltext.search(ix, query, POOL * 2, (), types, branch)
+            found = fulltext.search(ix, query, POOL * 2, (), types, branch, searcher=index.searcher())
         except Exception as exc:  # a writer replaced the index under us: answer from the vectors alone
             store.log(f"recall: full-text search failed: {exc!r}")
             found = []

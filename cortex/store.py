@@ -279,6 +279,7 @@ class Store:
             item.path = path
             text = fmt.render_new(item)
             atomic_write(path, text)
+            self.mark_changed()
         return self.read(path)
 
     def update(self, id_or_prefix: str, changes: dict[str, Any], body: str | None = None, touch: bool = True) -> Memory:
@@ -295,6 +296,7 @@ class Store:
             new_text = fmt.edit_text(text, changes, body, current.path)
             fmt.parse(new_text, current.path)  # validate before anything is written
             atomic_write(current.path, new_text)
+            self.mark_changed()
         return self.read(current.path)
 
     def archive(self, id_or_prefix: str) -> Memory:
@@ -316,6 +318,14 @@ class Store:
         return old_memory, new_memory
 
     # ------------------------------------------------------------ state
+
+    def mark_changed(self) -> None:
+        """Touch state/changed: tells readers trusting a `cortex watch` that cortex itself just wrote."""
+        try:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            (self.state_dir / "changed").touch()
+        except OSError:
+            pass
 
     def access_counts(self) -> dict[str, int]:
         try:

@@ -19,6 +19,25 @@ class AlreadyWatching(CortexError):
     """Another `cortex watch` holds this store."""
 
 
+def watcher_active(store: Store) -> bool:
+    """Whether a live `cortex watch` holds this store (its lock is taken)."""
+    import fcntl
+
+    path = store.state_dir / "watch.lock"
+    if not path.exists():
+        return False
+    try:
+        with open(path, "a+") as handle:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+            return False
+    except OSError:
+        return False
+
+
 def watch(store: Store, debounce: float = 0.3, echo: Callable[[str], None] = print,
           stop: threading.Event | None = None) -> None:
     import fcntl
@@ -44,6 +63,7 @@ def watch(store: Store, debounce: float = 0.3, echo: Callable[[str], None] = pri
 
     store.memories_dir.mkdir(parents=True, exist_ok=True)
     index = Index(store)
+    index.trust_watcher = False
     report = index.sync(full=True)
     echo(f"watching {store.memories_dir} ({len(index.manifest.files) if index.manifest else 0} files); Ctrl-C stops")
     observer = Observer()
@@ -58,7 +78,9 @@ def watch(store: Store, debounce: float = 0.3, echo: Callable[[str], None] = pri
                 changed.clear()
                 time.sleep(debounce)
             try:
-                report = Index(store).sync(full=True, progress=False)
+                syncer = Index(store)
+                syncer.trust_watcher = False
+                report = syncer.sync(full=True, progress=False)
             except Exception as exc:  # keep watching; say what went wrong
                 store.log(f"watch: sync failed: {exc!r}")
                 echo(f"sync failed: {exc}")

@@ -163,6 +163,12 @@ def test_watch_keeps_the_cache_in_step_and_refuses_a_second_watcher(project):
         while time.time() < deadline and b"pulsar" not in manifest_path.read_bytes():
             time.sleep(0.1)
         assert b"pulsar" in manifest_path.read_bytes()
+        # While a watcher runs, readers trust it, but what cortex itself just wrote is found at once.
+        fresh = _remember(project, "Written while watched: zookeeper quorum")
+        assert _ids(project, "zookeeper quorum")[0] == fresh
+        from cortex.watch import watcher_active
+
+        assert watcher_active(Store.locate(project))
     finally:
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)

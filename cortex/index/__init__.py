@@ -110,6 +110,9 @@ class Index:
         self._central: dict[str, float] | None = None
         self._allowed: dict[Any, Any] = {}
         self._query_encoder: Any = None
+        self._rel_of_id: dict[str, str] | None = None
+        self._searcher: Any = None
+        self.trust_watcher = True  # the watcher itself sets this False
         self._ix: Any = None
         self._vectors: Any = None
 
@@ -152,8 +155,9 @@ class Index:
     def sync(self, full: bool = True, progress: bool = True) -> SyncReport:
         report = self._sync(full, progress)
         if report.changed or report.removed or report.rebuilt or report.embedded or report.locked_out or self._scan is None:
-            self._scan = self._vectors = self._records = self._central = None
+            self._scan = self._vectors = self._records = self._central = self._rel_of_id = None
             self._allowed = {}
+            self._close_searcher()
         return report
 
     def _sync(self, full: bool, progress: bool) -> SyncReport:
@@ -168,6 +172,12 @@ class Index:
         manifest = Manifest.load(self.manifest_path)
         if manifest is None:
             manifest, report.rebuilt = Manifest(), True
+        elif self.trust_watcher and self._watched(manifest, full):
+            # A live `cortex watch` keeps the cache in step: skip the stat of every file.
+            report.notes.append("cache kept by cortex watch")
+            self.manifest = manifest
+            report.seconds = time.monotonic() - started
+            return report
         # Wait for a writer only when the committed cache cannot answer: nothing committed, or (for a
         # full sync) files not yet in the full-text index or no vectors at all.
         wait = report.rebuilt or (full and _incomplete(manifest))
@@ -201,7 +211,20 @@ class Index:
         report.seconds = time.monotonic() - started
         return report
 
+    def _watched(self, manifest: Manifest, full: bool) -> bool:
+        """True when a watcher holds the store, the cache is complete, and cortex wrote nothing since."""
+        from cortex.watch import watcher_active
+
+        if not watcher_active(self.store) or (full and _incomplete(manifest)):
+            return False
+        try:
+            changed = (self.store.state_dir / "changed").stat().st_mtime_ns
+        except OSError:
+            changed = 0
+        return changed < manifest.synced_ns
+
     def _clear(self) -> None:
+        self._close_searcher()
         self._ix = self._vectors = self._scan = None
         for path in (self.whoosh_dir,):
             shutil.rmtree(path, ignore_errors=True)
@@ -365,7 +388,7 @@ class Index:
 
             folder = model_folder(self.store.config().get("embedding.model"))
             try:
-                self._query_encoder = QueryEncoder(folder) if folder is not None else self.encoder()
+                self._query_encoder = QueryEncoder(folder, self.dir) if folder is not None else self.encoder()
             except EncoderUnavailable:
                 self._query_encoder = self.encoder()
         return self._query_encoder
@@ -396,7 +419,26 @@ class Index:
         return [(rels[i], float(scores[i])) for i in sorted(best, key=lambda i: (-scores[i], rels[i]))]
 
     def rel_of_id(self) -> dict[str, str]:
-        return {entry["id"]: rel for rel, entry in self.records().items()}
+        if self._rel_of_id is None:
+            self._rel_of_id = {entry["id"]: rel for rel, entry in self.records().items()}
+        return self._rel_of_id
+
+    def searcher(self) -> Any:
+        """A Whoosh searcher kept open between queries (re-opened after a sync changed the index)."""
+        if self._searcher is None:
+            ix = self.fulltext_index()
+            if ix is None:
+                return None
+            self._searcher = ix.searcher()
+        return self._searcher
+
+    def _close_searcher(self) -> None:
+        if self._searcher is not None:
+            try:
+                self._searcher.close()
+            except Exception:
+                pass
+            self._searcher = None
 
     def centralities(self) -> dict[str, float]:
         """In-degree weighted by link strength, normalised to 0..1 (computed once per sync)."""

@@ -101,8 +101,8 @@ def query_words(text: str) -> list[str]:
 
 
 def search(ix: Any, text: str, limit: int, statuses: Iterable[str] = (), types: Iterable[str] = (),
-           branch: str | None = None) -> list[tuple[str, float]]:
-    """BM25F search; returns (path, score) best first."""
+           branch: str | None = None, searcher: Any = None) -> list[tuple[str, float]]:
+    """BM25F search; returns (path, score) best first. Pass an open `searcher` to reuse it."""
     from whoosh import query as q
 
     analyzer = ix.schema["text"].analyzer
@@ -119,6 +119,9 @@ def search(ix: Any, text: str, limit: int, statuses: Iterable[str] = (), types: 
     if branch is not None:
         filters.append(q.Term("branch", branch))
     allow = q.And(filters) if filters else None
-    with ix.searcher() as searcher:
+    if searcher is not None:
         hits = searcher.search(parsed, limit=limit, filter=allow)
+        return [(hit["path"], float(hit.score)) for hit in hits]
+    with ix.searcher() as own:
+        hits = own.search(parsed, limit=limit, filter=allow)
         return [(hit["path"], float(hit.score)) for hit in hits]
