@@ -161,6 +161,7 @@ class QueryEncoder:
             self.clean_text = bool(normalizer.get("clean_text", True))
             self.chinese = bool(normalizer.get("handle_chinese_chars", True))
             self.specials = {t["content"]: t["id"] for t in spec.get("added_tokens", []) if t.get("special")}
+            self._median: int | None = spec.get("median_token_length")
             with open(folder / "model.safetensors", "rb") as handle:
                 (header_len,) = struct.unpack("<Q", handle.read(8))
                 header = json.loads(handle.read(header_len))
@@ -204,6 +205,9 @@ class QueryEncoder:
             pass
         spec = json.loads(source.read_text(encoding="utf-8"))
         keep = {k: spec.get(k) for k in ("model", "normalizer", "pre_tokenizer", "added_tokens")}
+        import statistics
+
+        keep["median_token_length"] = int(statistics.median(len(token) for token in spec["model"]["vocab"]))
         try:
             from cortex.files import atomic_write
 
@@ -299,7 +303,7 @@ class QueryEncoder:
         """model2vec's character cut before tokenising: max_length × the median token length."""
         if self.max_length is None or len(text) <= self.max_length:
             return text
-        if not hasattr(self, "_median"):
+        if self._median is None:
             import statistics
 
             self._median = int(statistics.median(len(token) for token in self.vocab))

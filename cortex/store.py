@@ -137,7 +137,7 @@ class Store:
         if self._config is None:
             from cortex.config import load_config
 
-            self._config = load_config(self.config_path)
+            self._config = load_config(self.config_path, self.cache_dir if self.cache_dir.is_dir() else None)
         return self._config
 
     def _lock(self) -> Any:
