@@ -438,3 +438,29 @@ def watch(store: Any, debounce: float) -> None:
         run_watch(store, debounce=debounce, echo=lambda line: click.echo(line, err=True))
     except AlreadyWatching as exc:
         _fail(str(exc))
+
+
+# ---------------------------------------------------------------- projections
+
+
+@main.command()
+@click.option("--check", is_flag=True, help="Write nothing; exit 1 naming the pages that are out of date.")
+@store_options
+def project(store: Any, check: bool) -> None:
+    """Regenerate decisions.md, decisions-archive.md and active-plan.md from the memories."""
+    from cortex import projections
+
+    pages = projections.build(store)
+    if check:
+        stale = [p.path for p in pages if not p.is_current()]
+        for path in stale:
+            click.echo(f"cortex: {path} is out of date; run `cortex project`", err=True)
+        if stale:
+            sys.exit(1)
+        click.echo("projections are up to date")
+        return
+    changed = projections.write(store, pages)
+    for path in changed:
+        click.echo(f"wrote {path}")
+    if not changed:
+        click.echo("projections are up to date")

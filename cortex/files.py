@@ -9,8 +9,11 @@ from pathlib import Path
 from typing import Iterator
 
 
-def atomic_write(path: Path, data: str | bytes) -> None:
-    """Write `data` to `path` so a reader sees the old file or the new one, never half."""
+def atomic_write(path: Path, data: str | bytes, durable: bool = True) -> None:
+    """Write `data` to `path` so a reader sees the old file or the new one, never half.
+
+    `durable=False` skips the fsync: for caches, where a file lost in a power cut is simply rebuilt.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     raw = data.encode("utf-8") if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -18,7 +21,8 @@ def atomic_write(path: Path, data: str | bytes) -> None:
         with os.fdopen(fd, "wb") as handle:
             handle.write(raw)
             handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         if path.exists():
             os.chmod(tmp, path.stat().st_mode & 0o777)
         else:

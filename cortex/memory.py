@@ -23,7 +23,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import re
-import secrets
 import unicodedata
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -130,6 +129,8 @@ def new_id() -> str:
     Ids YAML would read as a number (all digits, or digits-e-digits) are
     skipped, so an id is always a plain string, even in a hand-written file.
     """
+    import secrets  # lazily: importing it costs a fresh process ~9 ms
+
     while True:
         candidate = secrets.token_hex(6)
         if not _YAML_NUMBER.match(candidate):

@@ -181,13 +181,15 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
         except Exception as exc:  # a writer replaced the index under us: answer from the vectors alone
             store.log(f"recall: full-text search failed: {exc!r}")
             found = []
-        found = [(rel, score) for rel, score in found if rel in allowed][:POOL]
-        floor = bm25_floor * (found[0][1] if found else 0.0)
-        ranked["bm25"] = [(rel, score) for rel, score in found if score >= floor]
+        ranked["bm25"] = [(rel, score) for rel, score in found if rel in allowed][:POOL]
     if not keyword_only and "dense" in methods and allowed:
         found_dense = index.dense_search(query, allowed_key, allowed, POOL)
         if found_dense is not None:
             ranked["dense"] = found_dense
+    if "dense" in ranked and ranked.get("bm25"):
+        # Fusing: a full-text hit far below the best one is a shared common word, not evidence.
+        floor = bm25_floor * ranked["bm25"][0][1]
+        ranked["bm25"] = [(rel, score) for rel, score in ranked["bm25"] if score >= floor]
     if "dense" not in ranked and not keyword_only and "dense" in methods:
         notes.append(f"semantic search off ({index.encoder_problem or 'no vectors'}): full-text only")
     fused, ranks = fuse(ranked, rrf_k, list_weights)

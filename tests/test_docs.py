@@ -37,10 +37,17 @@ def test_help_runs_for_every_command(tmp_path):
 
 
 def test_readme_quick_start_runs_on_the_example_store(tmp_path):
-    """The first README command, minus the install: list and show on .cortex-example."""
-    listed = cortex("list", "--dir", str(REPO_ROOT / ".cortex-example"), cwd=tmp_path).stdout
-    assert "Keep each shop's ledger in its own SQLite file" in listed
-    shown = cortex("show", "9b3e", "--dir", str(REPO_ROOT / ".cortex-example"), cwd=tmp_path).stdout
+    """The first README command, minus the install: recall on (a copy of) .cortex-example."""
+    import shutil
+
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    first = readme.split("```sh\n", 1)[1].split("\n", 1)[0]
+    assert '.venv/bin/cortex recall "which database did we pick?" --dir .cortex-example' in first
+    store = tmp_path / "example"
+    shutil.copytree(REPO_ROOT / ".cortex-example", store, ignore=shutil.ignore_patterns("cache", "state"))
+    found = cortex("recall", "which database did we pick?", "--dir", str(store), cwd=tmp_path).stdout
+    assert "Keep each shop's ledger in its own SQLite file" in found
+    shown = cortex("show", "9b3e", "--dir", str(store), cwd=tmp_path).stdout
     assert "Rejected:" in shown
 
 

@@ -206,7 +206,7 @@ class Index:
                 dirty = self._sync_fulltext(manifest, report, progress) or dirty
                 dirty = self._sync_vectors(manifest, report, progress) or dirty
             if dirty:
-                atomic_write(self.manifest_path, manifest.dumps())
+                atomic_write(self.manifest_path, manifest.dumps(), durable=False)
         self.manifest = manifest
         report.seconds = time.monotonic() - started
         return report

@@ -83,7 +83,7 @@ class Manifest:
                 "dim": self.dim,
                 "vector_keys": self.vector_keys,
                 "pending_deletes": sorted(set(self.pending_deletes)),
-                "files": dict(sorted(self.files.items())),
+                "files": self.files,
             }
         )
 

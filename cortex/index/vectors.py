@@ -9,7 +9,6 @@ still finds its rows. A rebuild writes a compact file from scratch.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +47,7 @@ def append(path: Path, committed_rows: int, dim: int, matrix: Any) -> None:
         handle.truncate(committed_rows * dim * 4)
         handle.seek(committed_rows * dim * 4)
         handle.write(data.tobytes())
-        handle.flush()
-        os.fsync(handle.fileno())
+        handle.flush()  # no fsync: a cache lost in a power cut is rebuilt
 
 
 def write_fresh(path: Path, matrix: Any) -> None:
