@@ -162,6 +162,7 @@ def list_command(store: Any, types: tuple[str, ...], statuses: tuple[str, ...], 
 
     index = Index(store)
     index.sync(full=False)
+    assert index.manifest is not None
     for path, reason in index.problems():
         click.echo(f"cortex: skipped {path}: {reason}", err=True)
     wanted_status = set() if show_all else set(statuses or ("active",))

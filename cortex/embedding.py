@@ -171,10 +171,11 @@ class QueryEncoder:
         except (OSError, ValueError, KeyError) as exc:
             raise EncoderUnavailable(f"cannot load the embedding model in {folder}: {exc}") from None
         self.rows, self.dim = info["shape"]
-        self.code = {"I8": "b", "F32": "f", "F16": "e"}.get(info["dtype"])
-        if self.code is None:
+        code = {"I8": "b", "F32": "f", "F16": "e"}.get(info["dtype"])
+        if code is None:
             raise EncoderUnavailable(f"{folder}: embedding dtype {info['dtype']} is not supported by the lean path")
-        self.width = {"b": 1, "f": 4, "e": 2}[self.code]
+        self.code: str = code
+        self.width = {"b": 1, "f": 4, "e": 2}[code]
         self.offset = 8 + header_len + info["data_offsets"][0]
         self.path = folder / "model.safetensors"
         self.normalize = bool(config.get("normalize", False))

@@ -169,7 +169,7 @@ def build(store: Store, memories: list[Memory] | None = None, branch: str | None
     progress = sorted((m for m in memories if m.type == "progress" and m.status == "active" and m.branch == branch),
                       key=_sort_key)
     env = _environment(store)
-    context = {
+    context: dict[str, dict[str, Any]] = {
         "decisions.md": {"groups": [{"name": name, "decisions": groups[name]} for name in sorted(groups)]},
         "decisions-archive.md": {"decisions": [decision(m) for m in archived]},
         "active-plan.md": {

@@ -19,6 +19,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+import builtins
 from typing import Any, Iterable, Iterator
 
 from cortex import memory as fmt
@@ -235,7 +236,7 @@ class Store:
             raise AmbiguousId(key, list(matches))
         return next(iter(matches.values()))
 
-    def search_text(self, query: str, statuses: Iterable[str] = ("active",)) -> list[tuple[float, Memory]]:
+    def search_text(self, query: str, statuses: Iterable[str] = ("active",)) -> builtins.list[tuple[float, Memory]]:
         """A plain word-overlap search, best first: enough to pick a memory by a few words."""
         words = _words(query)
         if not words:

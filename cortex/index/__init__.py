@@ -403,6 +403,7 @@ class Index:
         cache_key = ("dense", key)
         if cache_key not in self._allowed:
             matrix, row_of = vectors
+            assert self.manifest is not None
             files = self.manifest.files
             rels = sorted(rel for rel in allowed if files[rel].get("vhash") in row_of)
             rows = np.fromiter((row_of[files[rel]["vhash"]] for rel in rels), dtype=np.int64, count=len(rels))
