@@ -20,10 +20,14 @@ class AlreadyWatching(CortexError):
 
 
 def watcher_active(store: Store) -> bool:
-    """Whether a live `cortex watch` holds this store (its lock is taken)."""
+    """Whether a live `cortex watch` keeps this store's cache (it holds `state/watch.ready`).
+
+    The watcher takes that lock only after its first full sync, so a reader never
+    trusts a watcher that is still catching up.
+    """
     import fcntl
 
-    path = store.state_dir / "watch.lock"
+    path = store.state_dir / "watch.ready"
     if not path.exists():
         return False
     try:
@@ -61,15 +65,19 @@ def watch(store: Store, debounce: float = 0.3, echo: Callable[[str], None] = pri
         def on_any_event(self, event: object) -> None:
             changed.set()
 
-    store.memories_dir.mkdir(parents=True, exist_ok=True)
-    index = Index(store)
-    index.trust_watcher = False
-    report = index.sync(full=True)
-    echo(f"watching {store.memories_dir} ({len(index.manifest.files) if index.manifest else 0} files); Ctrl-C stops")
     observer = Observer()
-    observer.schedule(Handler(), str(store.memories_dir), recursive=True)
-    observer.start()
+    observer.daemon = True  # never keeps the process alive after Ctrl-C
+    ready = None
     try:
+        store.memories_dir.mkdir(parents=True, exist_ok=True)
+        observer.schedule(Handler(), str(store.memories_dir), recursive=True)
+        observer.start()  # before the first sync, so nothing changed during it is missed
+        index = Index(store)
+        index.trust_watcher = False
+        index.sync(full=True)
+        ready = open(store.state_dir / "watch.ready", "a+")
+        fcntl.flock(ready.fileno(), fcntl.LOCK_EX)  # from here on, readers trust this watcher
+        echo(f"watching {store.memories_dir} ({len(index.manifest.files) if index.manifest else 0} files); Ctrl-C stops")
         while not stop.is_set():
             if not changed.wait(timeout=0.5):
                 continue
@@ -92,6 +100,9 @@ def watch(store: Store, debounce: float = 0.3, echo: Callable[[str], None] = pri
         pass
     finally:
         observer.stop()
-        observer.join(timeout=5)
+        if observer.is_alive():
+            observer.join(timeout=5)
+        if ready is not None:
+            ready.close()
         lock.close()
         echo("stopped")

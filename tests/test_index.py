@@ -151,10 +151,10 @@ def test_watch_keeps_the_cache_in_step_and_refuses_a_second_watcher(project):
                             stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         manifest_path = project / ".cortex" / "cache" / "manifest.bin"
-        deadline = time.time() + 30
-        while time.time() < deadline and not (project / ".cortex" / "state" / "watch.lock").exists():
-            time.sleep(0.1)
-        time.sleep(1.0)
+        import select
+
+        assert select.select([proc.stderr], [], [], 60)[0], "cortex watch printed nothing for 60 s"
+        assert "watching" in proc.stderr.readline()  # ready: the first sync is done
         second = cortex("watch", cwd=project, check=False)
         assert second.returncode == 1 and "already running" in second.stderr
         path = Path(cortex_json("show", memory_id, cwd=project)["path"])
