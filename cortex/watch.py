@@ -68,6 +68,13 @@ def watch(store: Store, debounce: float = 0.3, echo: Callable[[str], None] = pri
     observer = Observer()
     observer.daemon = True  # never keeps the process alive after Ctrl-C
     ready = None
+    import signal
+
+    def _terminate(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # `kill` stops it as cleanly as Ctrl-C
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         store.memories_dir.mkdir(parents=True, exist_ok=True)
         observer.schedule(Handler(), str(store.memories_dir), recursive=True)

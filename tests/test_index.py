@@ -147,8 +147,10 @@ def test_list_reads_through_the_cache_and_sees_new_files(project):
 def test_watch_keeps_the_cache_in_step_and_refuses_a_second_watcher(project):
     memory_id = _remember(project, "Watched memory about kafka")
     cortex("recall", "kafka", cwd=project)
+    # As from a terminal: SIGINT at its default even if this test runs where it is ignored (a background CI job).
     proc = subprocess.Popen([*cortex_command(), "watch", "--debounce", "0.1"], cwd=project,
-                            stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         manifest_path = project / ".cortex" / "cache" / "manifest.bin"
         import select
@@ -173,3 +175,16 @@ def test_watch_keeps_the_cache_in_step_and_refuses_a_second_watcher(project):
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0 and "stopped" in err
+
+
+def test_watch_stops_cleanly_on_sigterm(project):
+    proc = subprocess.Popen([*cortex_command(), "watch"], cwd=project, stderr=subprocess.PIPE, text=True)
+    import select
+
+    assert select.select([proc.stderr], [], [], 60)[0] and "watching" in proc.stderr.readline()
+    proc.terminate()
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and "stopped" in err
+    from cortex.watch import watcher_active
+
+    assert not watcher_active(Store.locate(project))
