@@ -75,7 +75,8 @@ def main() -> None:
 @main.command()
 @click.option("--global", "use_global", is_flag=True, help="Create the global store instead ($CORTEX_HOME).")
 @click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), help="Create the store in this folder.")
-def init(use_global: bool, directory: Path | None) -> None:
+@click.option("--git-hooks", is_flag=True, help="Also install the pre-push, post-merge and post-checkout hooks and the projection merge driver.")
+def init(use_global: bool, directory: Path | None, git_hooks: bool) -> None:
     """Create a .cortex/ store in this repository (or the global one)."""
     from cortex.gitops import find_worktree_root
     from cortex.store import STORE_DIRNAME, Store, global_home
@@ -98,6 +99,15 @@ def init(use_global: bool, directory: Path | None) -> None:
         click.echo(f"created {store.root} (config.yaml, memories/, .gitignore)")
         if not use_global and find_worktree_root(root.parent) is None:
             click.echo("not a git repository: branch tracking and git features are off")
+    if git_hooks:
+        from cortex.errors import NotARepository
+        from cortex.gitops import install_git_hooks
+
+        try:
+            for line in install_git_hooks(Path.cwd()):
+                click.echo(line)
+        except NotARepository as exc:
+            _fail(f"{exc}: git hooks need a git repository")
 
 
 # ---------------------------------------------------------------- remember
@@ -465,3 +475,39 @@ def project(store: Any, check: bool) -> None:
         click.echo(f"wrote {path}")
     if not changed:
         click.echo("projections are up to date")
+
+
+# ---------------------------------------------------------------- hooks
+
+
+@main.command()
+@click.option("--git-hooks", is_flag=True, help="Remove cortex's git hooks (restoring any hook they chained) and merge driver.")
+def uninstall(git_hooks: bool) -> None:
+    """Remove what `cortex init` installed outside .cortex/ (memories are never touched)."""
+    from cortex.errors import NotARepository
+    from cortex.gitops import uninstall_git_hooks
+
+    if not git_hooks:
+        _fail("say what to remove: --git-hooks")
+    try:
+        for line in uninstall_git_hooks(Path.cwd()):
+            click.echo(line)
+    except NotARepository as exc:
+        _fail(str(exc))
+
+
+HOOK_EVENTS = ("git-pre-push", "git-post-merge", "git-post-checkout")
+
+
+@main.command(context_settings={"ignore_unknown_options": True})
+@click.argument("event", type=click.Choice(HOOK_EVENTS))
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def hook(event: str, args: tuple[str, ...]) -> None:
+    """Entry point for the hooks cortex installs (git: pre-push, post-merge, post-checkout)."""
+    from cortex import hooks
+
+    if event == "git-pre-push":
+        code = hooks.git_pre_push(list(args), sys.stdin.read() if not sys.stdin.isatty() else "")
+    else:
+        code = hooks.git_refresh(event[len("git-"):], list(args))
+    sys.exit(code)

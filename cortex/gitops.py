@@ -9,6 +9,7 @@ pygit2 inside the function that needs it.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 
 def find_worktree_root(start: Path) -> Path | None:
@@ -63,3 +64,201 @@ def head_commit(worktree_root: Path | None) -> str | None:
         return str(repo.head.target)
     except Exception:  # a broken or foreign repository is not cortex's problem
         return None
+
+
+# ---------------------------------------------------------------- git hooks (installed like pre-commit does)
+
+HOOK_MARK = "# cortex-managed hook"
+HOOK_NAMES = ("pre-push", "post-merge", "post-checkout")
+CHAINED_SUFFIX = ".pre-cortex"
+MERGE_DRIVER = "cortex-projection"
+GITATTRIBUTES = (
+    "# cortex: projections merge without conflicts (ours is kept; the post-merge hook regenerates them)\n"
+    "decisions.md merge=cortex-projection\n"
+    "decisions-archive.md merge=cortex-projection\n"
+    "active-plan.md merge=cortex-projection\n"
+)
+
+
+def scrubbed_git_env() -> None:
+    """From inside a git hook: forget the hook's GIT_DIR/GIT_INDEX_FILE/GIT_WORK_TREE before opening repositories."""
+    import os
+
+    for name in ("GIT_DIR", "GIT_INDEX_FILE", "GIT_WORK_TREE", "GIT_PREFIX"):
+        os.environ.pop(name, None)
+
+
+def open_repository(start: Path) -> object:
+    """The pygit2 repository containing `start`; raises NotARepository."""
+    import pygit2
+
+    from cortex.errors import NotARepository
+
+    found = pygit2.discover_repository(str(start))
+    if found is None:
+        raise NotARepository(f"{start} is not inside a git repository")
+    return pygit2.Repository(found)
+
+
+def common_dir(repo: object) -> Path:
+    """The git dir shared by all worktrees (where hooks and config live)."""
+    gitdir = Path(repo.path)  # type: ignore[attr-defined]
+    pointer = gitdir / "commondir"
+    if pointer.is_file():
+        return (gitdir / pointer.read_text(encoding="utf-8").strip()).resolve()
+    return gitdir.resolve()
+
+
+def hooks_dir(repo: object) -> Path:
+    """core.hooksPath when set (relative to the worktree), else <common dir>/hooks."""
+    try:
+        configured = repo.config["core.hooksPath"]  # type: ignore[attr-defined]
+    except KeyError:
+        return common_dir(repo) / "hooks"
+    path = Path(configured).expanduser()
+    if not path.is_absolute():
+        path = Path(repo.workdir or common_dir(repo)) / path  # type: ignore[attr-defined]
+    return path
+
+
+def _hook_script(name: str, python: str) -> str:
+    reads_stdin = name == "pre-push"
+    lines = [
+        "#!/bin/sh",
+        f"{HOOK_MARK}: installed by `cortex init --git-hooks`, removed by `cortex uninstall --git-hooks`.",
+        f"# A hook that was here before is kept as {name}{CHAINED_SUFFIX} and runs first.",
+        'HOOK_DIR=$(dirname "$0")',
+    ]
+    if reads_stdin:
+        lines.append("INPUT=$(cat)")
+    pipe = "printf '%s\\n' \"$INPUT\" | " if reads_stdin else ""
+    lines += [
+        f'if [ -x "$HOOK_DIR/{name}{CHAINED_SUFFIX}" ]; then',
+        f'    {pipe}"$HOOK_DIR/{name}{CHAINED_SUFFIX}" "$@" || exit $?',
+        "fi",
+        f'if [ -x "{python}" ] && "{python}" -c "import cortex" 2>/dev/null; then',
+        f'    CORTEX="{python} -m cortex"',
+        "elif command -v cortex >/dev/null 2>&1; then",
+        '    CORTEX="cortex"',
+        "else",
+        f'    echo "cortex: not installed any more; skipping its {name} hook (reinstall cortex, or run: cortex uninstall --git-hooks)" >&2',
+        "    exit 0",
+        "fi",
+        f'{pipe}$CORTEX hook git-{name} "$@"',
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def is_cortex_hook(path: Path) -> bool:
+    try:
+        return HOOK_MARK in path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+
+
+def install_git_hooks(start: Path, python: str | None = None) -> list[str]:
+    """Install cortex's git hooks and merge driver; returns what was done, a line each."""
+    import os
+    import sys
+
+    from cortex.files import atomic_write
+
+    repo = open_repository(start)
+    folder = hooks_dir(repo)
+    folder.mkdir(parents=True, exist_ok=True)
+    python = python or sys.executable
+    done = []
+    for name in HOOK_NAMES:
+        path = folder / name
+        if path.exists() and not is_cortex_hook(path):
+            chained = folder / f"{name}{CHAINED_SUFFIX}"
+            if not chained.exists():
+                os.replace(path, chained)
+                done.append(f"kept your existing {name} hook as {chained.name}; it still runs first")
+        atomic_write(path, _hook_script(name, python))
+        path.chmod(0o755)
+        done.append(f"installed {path}")
+    repo.config[f"merge.{MERGE_DRIVER}.name"] = "cortex projections: keep ours, the post-merge hook regenerates"  # type: ignore[attr-defined]
+    repo.config[f"merge.{MERGE_DRIVER}.driver"] = "true"  # type: ignore[attr-defined]
+    done.append(f"configured the {MERGE_DRIVER} merge driver in {common_dir(repo) / 'config'}")
+    workdir = Path(repo.workdir) if repo.workdir else None  # type: ignore[attr-defined]
+    if workdir is not None and (workdir / ".cortex").is_dir():
+        attributes = workdir / ".cortex" / ".gitattributes"
+        current = attributes.read_text(encoding="utf-8") if attributes.exists() else ""
+        if "merge=cortex-projection" not in current:
+            atomic_write(attributes, current + ("\n" if current and not current.endswith("\n") else "") + GITATTRIBUTES)
+            done.append(f"wrote {attributes} (commit it so clones merge projections the same way)")
+    return done
+
+
+def uninstall_git_hooks(start: Path) -> list[str]:
+    """Remove only cortex's hooks (restoring a chained one) and its merge driver config."""
+    import os
+
+    repo = open_repository(start)
+    folder = hooks_dir(repo)
+    done = []
+    for name in HOOK_NAMES:
+        path = folder / name
+        if path.exists() and is_cortex_hook(path):
+            path.unlink()
+            done.append(f"removed {path}")
+            chained = folder / f"{name}{CHAINED_SUFFIX}"
+            if chained.exists():
+                os.replace(chained, path)
+                done.append(f"restored your {name} hook")
+    for key in (f"merge.{MERGE_DRIVER}.name", f"merge.{MERGE_DRIVER}.driver"):
+        try:
+            del repo.config[key]  # type: ignore[attr-defined]
+        except KeyError:
+            pass
+    return done or ["no cortex git hooks were installed"]
+
+
+def commit_paths(repo: object, paths: dict[str, bytes], message: str) -> str:
+    """Commit exactly these worktree-relative paths (contents given) on top of HEAD; nothing else.
+
+    The commit is built from HEAD's tree, not from the index, so whatever the
+    person has staged stays staged and out of it. The index entries of these
+    paths are updated so the working tree, index and HEAD agree.
+    """
+    import pygit2
+
+    r: pygit2.Repository = repo  # type: ignore[assignment]
+    if r.head_is_unborn or r.head_is_detached:
+        raise ValueError("HEAD is not on a branch")
+    head = r.head.peel(pygit2.Commit)
+    scratch = pygit2.Index()
+    scratch.read_tree(head.tree)
+    for rel, data in sorted(paths.items()):
+        blob = r.create_blob(data)
+        scratch.add(pygit2.IndexEntry(rel, blob, pygit2.enums.FileMode.BLOB))
+        r.index.add(pygit2.IndexEntry(rel, blob, pygit2.enums.FileMode.BLOB))
+    tree = scratch.write_tree(r)
+    author, committer = _signature(r, "AUTHOR"), _signature(r, "COMMITTER")
+    oid = r.create_commit("HEAD", author, committer, message, tree, [head.id])
+    r.index.write()
+    return str(oid)
+
+
+def _signature(repo: object, role: str) -> Any:
+    """Who commits, as git itself decides: GIT_<ROLE>_NAME/EMAIL, then user.name/email, then a stand-in."""
+    import os
+
+    import pygit2
+
+    name = os.environ.get(f"GIT_{role}_NAME")
+    email = os.environ.get(f"GIT_{role}_EMAIL")
+    config = repo.config  # type: ignore[attr-defined]
+    if not name:
+        try:
+            name = config["user.name"]
+        except KeyError:
+            name = "cortex"
+    if not email:
+        try:
+            email = config["user.email"]
+        except KeyError:
+            email = "cortex@localhost"
+    return pygit2.Signature(name, email)

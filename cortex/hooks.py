@@ -1,0 +1,90 @@
+"""Hook entry points: what `cortex hook <event>` runs.
+
+Git hooks (installed by `cortex init --git-hooks`):
+
+- `git-pre-push`: projections must match the memories being pushed. When they
+  are stale, cortex regenerates them and either commits them (`git.pre_push:
+  commit`, the default: a commit touching only `.cortex/` paths) and stops the
+  push with "projections updated in <sha>; push again", or only stops the push
+  (`git.pre_push: check`).
+- `git-post-merge`, `git-post-checkout`: bring the cache and the projections in
+  step after a merge or a branch switch. These never fail the git command.
+
+Every entry point returns an exit status; an internal error is logged to
+`.cortex/state/cortex.log` and never breaks the person's git command, except
+that pre-push fails closed only for the reasons it exists (stale projections).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from cortex.store import STORE_DIRNAME, Store
+
+
+def _store_here() -> Store | None:
+    from cortex.gitops import find_worktree_root, scrubbed_git_env
+
+    scrubbed_git_env()
+    root = find_worktree_root(Path.cwd())
+    if root is None or not (root / STORE_DIRNAME).is_dir():
+        return None
+    return Store(root / STORE_DIRNAME, "project")
+
+
+def git_pre_push(args: list[str], stdin: str) -> int:
+    from cortex import projections
+    from cortex.gitops import commit_paths, open_repository
+
+    store = _store_here()
+    if store is None:
+        return 0
+    try:
+        pages = projections.build(store)
+        stale = [page for page in pages if not page.is_current()]
+        if not stale:
+            return 0
+        names = ", ".join(page.name for page in stale)
+        mode = str(store.config().get("git.pre_push"))
+        if mode == "check":
+            print(f"cortex: projections out of date ({names}); run `cortex project`, commit, and push again",
+                  file=sys.stderr)
+            return 1
+        projections.write(store, stale)
+        repo = open_repository(store.root.parent)
+        workdir = Path(repo.workdir)  # type: ignore[attr-defined]
+        paths = {page.path.relative_to(workdir).as_posix(): page.text.encode("utf-8") for page in stale}
+        try:
+            sha = commit_paths(repo, paths, f"cortex: update projections ({names})\n\nRegenerated from .cortex/memories/ by the pre-push hook.")
+        except ValueError as exc:
+            print(f"cortex: projections out of date ({names}) and cannot commit them ({exc}); "
+                  "commit them yourself and push again", file=sys.stderr)
+            return 1
+        print(f"cortex: projections updated in {sha[:12]}; push again", file=sys.stderr)
+        return 1
+    except Exception as exc:  # never block a push on cortex's own failure
+        store.log(f"git pre-push: {exc!r}")
+        print(f"cortex: pre-push check skipped ({exc}); see .cortex/state/cortex.log", file=sys.stderr)
+        return 0
+
+
+def git_refresh(event: str, args: list[str]) -> int:
+    """post-merge / post-checkout: sync the cache, regenerate projections. Always 0."""
+    if event == "post-checkout" and len(args) >= 3 and args[2] != "1":
+        return 0  # a file checkout, not a branch switch
+    store = _store_here()
+    if store is None:
+        return 0
+    try:
+        from cortex import projections
+        from cortex.index import Index
+
+        Index(store).sync(full=True, progress=False)
+        changed = projections.write(store, projections.build(store))
+        if changed:
+            names = ", ".join(path.name for path in changed)
+            print(f"cortex: regenerated {names} for this branch; commit it with your next change", file=sys.stderr)
+    except Exception as exc:
+        store.log(f"git {event}: {exc!r}")
+    return 0

@@ -1,0 +1,146 @@
+"""Git hooks and merges, driven by the real git CLI against real repositories."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pygit2
+
+from tests.helpers import commit_all, cortex
+
+
+def git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=120)
+    if check and result.returncode != 0:
+        raise AssertionError(f"git {' '.join(args)}: {result.returncode}\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def _with_remote(project: Path, tmp_path: Path) -> Path:
+    remote = tmp_path / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
+    git(project, "remote", "add", "origin", str(remote))
+    return remote
+
+
+def _decision(project: Path, text: str, *tags: str) -> str:
+    args = [arg for tag in tags for arg in ("--tag", tag)]
+    return cortex("remember", text, "--type", "decision", *args, cwd=project).stdout.strip()
+
+
+def test_install_keeps_a_foreign_hook_and_uninstall_restores_it(project, tmp_path):
+    hooks = project / ".git" / "hooks"
+    hooks.mkdir(exist_ok=True)
+    marker = tmp_path / "foreign-ran"
+    (hooks / "pre-push").write_text(f"#!/bin/sh\ncat > /dev/null\necho ran >> {marker}\n", encoding="utf-8")
+    (hooks / "pre-push").chmod(0o755)
+    out = cortex("init", "--git-hooks", cwd=project).stdout
+    assert "kept your existing pre-push hook" in out
+    assert "cortex-managed hook" in (hooks / "pre-push").read_text(encoding="utf-8")
+    assert (project / ".cortex" / ".gitattributes").read_text(encoding="utf-8").count("merge=cortex-projection") == 3
+    cortex("project", cwd=project)
+    commit_all(project, "cortex store")
+    _with_remote(project, tmp_path)
+    git(project, "push", "-q", "origin", "main")
+    assert marker.read_text() == "ran\n"
+    cortex("init", "--git-hooks", cwd=project)  # twice: still one chained copy, ours on top
+    assert (hooks / "pre-push.pre-cortex").read_text(encoding="utf-8").startswith("#!/bin/sh\ncat")
+    cortex("uninstall", "--git-hooks", cwd=project)
+    assert (hooks / "pre-push").read_text(encoding="utf-8").startswith("#!/bin/sh\ncat")
+    assert not (hooks / "post-merge").exists() and not (hooks / "pre-push.pre-cortex").exists()
+    assert "merge.cortex-projection.driver" not in git(project, "config", "--list").stdout
+
+
+def test_pre_push_commits_stale_projections_and_stops_the_push(project, tmp_path):
+    cortex("init", "--git-hooks", cwd=project)
+    cortex("project", cwd=project)
+    commit_all(project, "cortex store")
+    remote = _with_remote(project, tmp_path)
+    git(project, "push", "-q", "origin", "main")
+    _decision(project, "Use uv to manage environments", "tooling")
+    (project / "app.py").write_text("print('changed, staged, not ours')\n", encoding="utf-8")
+    git(project, "add", "app.py", ".cortex/memories")
+    git(project, "commit", "-q", "-m", "add a decision", "--", ".cortex/memories")
+    before = git(project, "rev-parse", "HEAD").stdout.strip()
+    refused = git(project, "push", "origin", "main", check=False)
+    assert refused.returncode != 0 and "projections updated in" in refused.stderr and "push again" in refused.stderr
+    repo = pygit2.Repository(str(project))
+    commit = repo.head.peel(pygit2.Commit)
+    assert str(commit.parents[0].id) == before and commit.message.startswith("cortex: update projections")
+    changed = {patch.delta.new_file.path for patch in repo.diff(commit.parents[0], commit)}
+    assert changed == {".cortex/decisions.md"}
+    assert "app.py" in git(project, "diff", "--cached", "--name-only").stdout  # the person's staging untouched
+    git(project, "push", "-q", "origin", "main")
+    pushed = pygit2.Repository(str(remote))
+    assert "Use uv to manage environments" in pushed.revparse_single("main:.cortex/decisions.md").data.decode()
+
+
+def test_pre_push_check_mode_only_fails(project, tmp_path):
+    config = project / ".cortex" / "config.yaml"
+    config.write_text(config.read_text(encoding="utf-8").replace("pre_push: commit", "pre_push: check"), encoding="utf-8")
+    cortex("init", "--git-hooks", cwd=project)
+    _decision(project, "Prefer small pull requests")
+    commit_all(project, "memories without projections")
+    _with_remote(project, tmp_path)
+    head = git(project, "rev-parse", "HEAD").stdout.strip()
+    refused = git(project, "push", "origin", "main", check=False)
+    assert refused.returncode != 0 and "projections out of date (decisions.md" in refused.stderr
+    assert git(project, "rev-parse", "HEAD").stdout.strip() == head
+
+
+def test_hooks_degrade_when_cortex_is_gone(project, tmp_path):
+    from cortex.gitops import install_git_hooks
+
+    install_git_hooks(project, python="/nonexistent/python")
+    hook = project / ".git" / "hooks" / "post-merge"
+    env = dict(os.environ, PATH="/usr/bin:/bin")
+    result = subprocess.run([str(hook)], cwd=project, capture_output=True, text=True, env=env, timeout=30)
+    assert result.returncode == 0 and "cortex: not installed any more" in result.stderr
+
+
+def test_merging_branches_that_both_added_decisions_needs_no_hand_resolution(project):
+    cortex("init", "--git-hooks", cwd=project)
+    cortex("project", cwd=project)
+    commit_all(project, "cortex store")
+    git(project, "checkout", "-q", "-b", "feature")
+    _decision(project, "Feature branch decision: cache with Redis", "cache")
+    cortex("project", cwd=project)
+    commit_all(project, "feature decision")
+    git(project, "checkout", "-q", "main")
+    _decision(project, "Main branch decision: deploy on Fridays never", "ops")
+    cortex("project", cwd=project)
+    commit_all(project, "main decision")
+    merged = git(project, "merge", "-q", "--no-edit", "feature", check=False)
+    assert merged.returncode == 0, merged.stdout + merged.stderr
+    assert "CONFLICT" not in merged.stdout + merged.stderr
+    page = (project / ".cortex" / "decisions.md").read_text(encoding="utf-8")
+    assert "Feature branch decision" in page and "Main branch decision" in page  # regenerated by post-merge
+    assert cortex("project", "--check", cwd=project).returncode == 0
+
+
+def test_same_memory_edited_on_both_sides_conflicts_in_that_file_only(project):
+    memory_id = _decision(project, "Shared decision about logging")
+    commit_all(project, "base")
+    path = Path(cortex("show", memory_id, "--json", cwd=project).stdout.split('"path": "')[1].split('"')[0])
+    git(project, "checkout", "-q", "-b", "other")
+    path.write_text(path.read_text(encoding="utf-8").replace("logging", "structured logging"), encoding="utf-8")
+    commit_all(project, "other edit")
+    git(project, "checkout", "-q", "main")
+    path.write_text(path.read_text(encoding="utf-8").replace("logging", "plain logging"), encoding="utf-8")
+    commit_all(project, "main edit")
+    merged = git(project, "merge", "--no-edit", "other", check=False)
+    assert merged.returncode != 0
+    conflicted = git(project, "diff", "--name-only", "--diff-filter=U").stdout.split()
+    assert conflicted == [path.relative_to(project).as_posix()]
+    status = cortex("status", cwd=project).stdout
+    assert "conflict markers" in status and path.name in status
+
+
+def test_worktree_install_uses_the_common_hooks_folder(project, tmp_path):
+    worktree = tmp_path / "wt"
+    git(project, "worktree", "add", "-q", "-b", "wt-branch", str(worktree))
+    cortex("init", "--git-hooks", cwd=worktree)
+    assert (project / ".git" / "hooks" / "pre-push").read_text(encoding="utf-8").count("cortex-managed hook") == 1
+    assert (worktree / ".cortex" / "config.yaml").is_file() and not (project / ".cortex" / ".gitattributes").exists()
