@@ -461,16 +461,19 @@ def project(store: Any, check: bool) -> None:
     """Regenerate decisions.md, decisions-archive.md and active-plan.md from the memories."""
     from cortex import projections
 
-    pages = projections.build(store)
     if check:
-        stale = [p.path for p in pages if not p.is_current()]
+        stale = projections.stale(store)
         for path in stale:
             click.echo(f"cortex: {path} is out of date; run `cortex project`", err=True)
         if stale:
             sys.exit(1)
         click.echo("projections are up to date")
         return
-    changed = projections.write(store, pages)
+    index = projections.synced_index(store)
+    if projections.known_current(store, index):
+        click.echo("projections are up to date")
+        return
+    changed = projections.write(store, projections.build(store, index=index), index)
     for path in changed:
         click.echo(f"wrote {path}")
     if not changed:

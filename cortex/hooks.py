@@ -41,9 +41,13 @@ def git_pre_push(args: list[str], stdin: str) -> int:
     if store is None:
         return 0
     try:
-        pages = projections.build(store)
+        index = projections.synced_index(store)
+        if projections.known_current(store, index):
+            return 0
+        pages = projections.build(store, index=index)
         stale = [page for page in pages if not page.is_current()]
         if not stale:
+            projections.write(store, pages, index)  # records the stamp: the next push skips rendering
             return 0
         names = ", ".join(page.name for page in stale)
         mode = str(store.config().get("git.pre_push"))
@@ -51,7 +55,7 @@ def git_pre_push(args: list[str], stdin: str) -> int:
             print(f"cortex: projections out of date ({names}); run `cortex project`, commit, and push again",
                   file=sys.stderr)
             return 1
-        projections.write(store, stale)
+        projections.write(store, stale, index)
         repo = open_repository(store.root.parent)
         workdir = Path(repo.workdir)  # type: ignore[attr-defined]
         paths = {page.path.relative_to(workdir).as_posix(): page.text.encode("utf-8") for page in stale}

@@ -110,31 +110,61 @@ def _sort_key(memory: Memory) -> tuple[str, str, str]:
     return (memory.created, memory.title, memory.id)
 
 
-def _load(store: Store, branch: str | None) -> list[Memory]:
-    """Every memory's metadata from the cache; bodies read only for the memories a page shows."""
+class _Lookup(dict):  # type: ignore[type-arg]
+    """id -> Memory for link targets, built from the cache's metadata only when a link asks."""
+
+    def __init__(self, index: Any, loaded: list[Memory]) -> None:
+        super().__init__((m.id, m) for m in loaded)
+        self.index = index
+        self.rel_of = index.rel_of_id()
+
+    def __contains__(self, key: object) -> bool:
+        return super().__contains__(key) or key in self.rel_of
+
+    def __missing__(self, key: str) -> Memory:
+        from cortex.index.manifest import memory_from_meta
+
+        rel = self.rel_of[key]
+        item = memory_from_meta(self.index.manifest.meta(rel), self.index.store.memories_dir / rel)
+        self[key] = item
+        return item
+
+
+def _load(store: Store, branch: str | None, index: Any = None) -> tuple[list[Memory], dict[str, Memory]]:
+    """The memories the pages show, read in full; other memories (link targets) from the cache on demand."""
     from cortex.index import Index
+    from cortex.index.manifest import memory_from_meta
 
-    index = Index(store)
-    index.sync(full=False)
+    if index is None:
+        index = Index(store)
+        index.sync(full=False, progress=False)
     out = []
-    for item in index.scan().memories:
-        if _is_decision(item) or (item.type in ("plan", "progress") and item.branch == branch and item.status == "active"):
-            assert item.path is not None
-            try:
-                item = store.read(item.path)
-            except Exception:
-                continue  # changed under us since the sync; the next run picks it up
-        out.append(item)
-    return out
+    for rel, entry in index.records().items():
+        kind = entry["type"]
+        if kind == "architecture":
+            if not RECORD_TAGS & set(index.manifest.meta(rel).get("tags", ())):
+                continue
+        elif kind != "decision" and not (kind in ("plan", "progress") and entry["branch"] == branch
+                                          and entry["status"] == "active"):
+            continue
+        path = store.memories_dir / rel
+        try:
+            out.append(store.read(path))
+        except Exception:  # changed under us since the sync; the next run picks it up
+            out.append(memory_from_meta(index.manifest.meta(rel), path))
+    return out, _Lookup(index, out)
 
 
-def build(store: Store, memories: list[Memory] | None = None, branch: str | None = None) -> list[Projection]:
-    """Render the three pages from the memories (read from the store unless given)."""
+def build(store: Store, memories: list[Memory] | None = None, branch: str | None = None,
+          index: Any = None) -> list[Projection]:
+    """Render the three pages from the memories (read through the cache unless given)."""
     if branch is None:
         branch = store.current_branch()
+    by_id: dict[str, Memory]
     if memories is None:
-        memories = _load(store, branch)
-    by_id = {m.id: m for m in memories}
+        memories, by_id = _load(store, branch, index)
+    else:
+        by_id = {m.id: m for m in memories}
     superseded_by: dict[str, list[Memory]] = {}
     for m in memories:
         for link in m.links:
@@ -184,16 +214,98 @@ def build(store: Store, memories: list[Memory] | None = None, branch: str | None
             for name in PAGES]
 
 
-def write(store: Store, projections: list[Projection]) -> list[Path]:
-    """Write the pages that changed; returns their paths."""
+def write(store: Store, projections: list[Projection], index: Any = None) -> list[Path]:
+    """Write the pages that changed; returns their paths. Remembers what it rendered (see `known_current`)."""
     changed = []
     for projection in projections:
         if not projection.is_current():
             atomic_write(projection.path, projection.text)
             changed.append(projection.path)
+    _save_stamp(store, projections, index)
     return changed
 
 
-def stale(store: Store) -> list[Path]:
+def synced_index(store: Store) -> Any:
+    """One light-synced cache index to share between the calls of one command."""
+    from cortex.index import Index
+
+    index = Index(store)
+    index.sync(full=False, progress=False)
+    return index
+
+
+def stale(store: Store, index: Any = None) -> list[Path]:
     """The pages that do not match the memories (what `cortex project --check` reports)."""
-    return [p.path for p in build(store) if not p.is_current()]
+    index = index or synced_index(store)
+    if known_current(store, index):
+        return []
+    pages = build(store, index=index)
+    result = [p.path for p in pages if not p.is_current()]
+    if not result:
+        _save_stamp(store, pages, index)
+    return result
+
+
+# A stamp in the cache lets a check with nothing changed skip rendering: a hash of what the pages
+# depend on (the relevant memories' content hashes, the branch, the templates, cortex's version) and
+# the stat of each page as last rendered. Rendering 10,000 memories takes ~0.8 s; the stamp ~0.1 s.
+
+def _inputs_digest(store: Store, index: Any = None) -> str | None:
+    import hashlib
+
+    from cortex import __version__
+    from cortex.index import Index
+
+    if index is None:
+        index = Index(store)
+        index.sync(full=False, progress=False)
+    if index.manifest is None:
+        return None
+    h = hashlib.sha1(f"{__version__}\0{store.current_branch()}\0".encode())
+    for folder in (store.root / "templates", _templates_dir()):
+        if folder.is_dir():
+            for path in sorted(folder.glob("*.j2")):
+                stat = path.stat()
+                h.update(f"{path}\0{stat.st_mtime_ns}\0{stat.st_size}\0".encode())
+    for rel in sorted(index.manifest.files):
+        entry = index.manifest.files[rel]
+        if "error" in entry or entry["type"] in ("decision", "architecture", "plan", "progress"):
+            h.update(f"{rel}\0{entry['hash']}\0".encode())
+    return h.hexdigest()
+
+
+def _page_stats(store: Store) -> dict[str, list[int]]:
+    out = {}
+    for name in PAGES:
+        try:
+            stat = (store.root / name).stat()
+        except OSError:
+            continue
+        out[name] = [stat.st_mtime_ns, stat.st_size, stat.st_ino]
+    return out
+
+
+def _save_stamp(store: Store, pages: list[Projection], index: Any = None) -> None:
+    import json
+
+    if not all(page.is_current() for page in pages):
+        return
+    digest = _inputs_digest(store, index)
+    if digest is None:
+        return
+    try:
+        atomic_write(store.cache_dir / "projections.stamp", json.dumps({"inputs": digest, "pages": _page_stats(store)}),
+                     durable=False)
+    except OSError:
+        pass
+
+
+def known_current(store: Store, index: Any = None) -> bool:
+    """True when nothing the pages depend on changed since they were last rendered and found current."""
+    import json
+
+    try:
+        stamp = json.loads((store.cache_dir / "projections.stamp").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return stamp.get("pages") == _page_stats(store) and stamp.get("inputs") == _inputs_digest(store, index)
