@@ -69,6 +69,16 @@ def main() -> None:
     """
 
 
+def _at(store: Any, rev: str | None) -> Any:
+    """The store as it was at a git revision (materialised from git objects into the cache), or itself."""
+    if not rev:
+        return store
+    from cortex.gitops import materialize_at
+    from cortex.store import Store
+
+    return Store(materialize_at(store.root, rev), f"project@{rev}")
+
+
 # ---------------------------------------------------------------- init
 
 
@@ -164,11 +174,14 @@ def remember(store: Any, text: str, memory_type: str, title: str | None, priorit
 @click.option("--branch", help="Only memories made on this branch.")
 @click.option("--pinned", is_flag=True, help="Only pinned memories.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+@click.option("--at", "at", metavar="REV", help="The memories as they were at a git revision (read from git, no checkout).")
 @store_options
 def list_command(store: Any, types: tuple[str, ...], statuses: tuple[str, ...], show_all: bool, tags: tuple[str, ...],
-                 branch: str | None, pinned: bool, as_json: bool) -> None:
+                 branch: str | None, pinned: bool, as_json: bool, at: str | None) -> None:
     """List memories (active ones unless --status or --all)."""
     from cortex.index import Index
+
+    store = _at(store, at)
 
     index = Index(store)
     index.sync(full=False)
@@ -211,9 +224,11 @@ def list_command(store: Any, types: tuple[str, ...], statuses: tuple[str, ...], 
 @main.command()
 @click.argument("memory_id")
 @click.option("--json", "as_json", is_flag=True, help="Print the record as JSON.")
+@click.option("--at", "at", metavar="REV", help="The memory as it was at a git revision.")
 @store_options
-def show(store: Any, memory_id: str, as_json: bool) -> None:
+def show(store: Any, memory_id: str, as_json: bool, at: str | None) -> None:
     """Show one memory by id (or unique id prefix), with its path."""
+    store = _at(store, at)
     item = store.get(memory_id)
     store.record_access([item.id])
     if as_json:
@@ -373,12 +388,16 @@ def status(store: Any, as_json: bool, strict: bool) -> None:
 @click.option("--keyword", is_flag=True, help="Full-text only: skip the embedding model.")
 @click.option("--no-global", is_flag=True, help="Search the project store only.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+@click.option("--at", "at", metavar="REV", help="Search the memories as they were at a git revision (project store only).")
 @store_options
 def recall(store: Any, query: str, limit: int | None, types: tuple[str, ...], branch: str | None, include_all: bool,
-           keyword: bool, no_global: bool, as_json: bool) -> None:
+           keyword: bool, no_global: bool, as_json: bool, at: str | None) -> None:
     """Find memories by meaning and by words (hybrid full-text + semantic)."""
     from cortex.recall import recall as run_recall
     from cortex.store import iter_stores
+
+    if at:
+        store, no_global = _at(store, at), True
 
     stores = list(iter_stores(store, include_global=not no_global and store.label == "project"))
     limit = limit or int(store.config().get("recall.limit"))
@@ -514,3 +533,63 @@ def hook(event: str, args: tuple[str, ...]) -> None:
     else:
         code = hooks.git_refresh(event[len("git-"):], list(args))
     sys.exit(code)
+
+
+# ---------------------------------------------------------------- history
+
+
+@main.command(name="log")
+@click.argument("memory_id")
+@click.option("--limit", "-n", type=int, default=0, help="At most this many commits (default: all).")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+@store_options
+def log_command(store: Any, memory_id: str, limit: int, as_json: bool) -> None:
+    """A memory's history from git: commits, authors, dates and what changed (follows renames)."""
+    from cortex.errors import MemoryNotFound
+    from cortex.gitops import memory_log, open_repository, store_prefix
+
+    repo = open_repository(store.root.parent)
+    try:
+        full_id = store.get(memory_id).id
+    except MemoryNotFound:
+        full_id = memory_id.lower()  # gone from the working tree: history still knows it
+    entries = memory_log(repo, full_id, store_prefix(repo, store.root), limit)
+    if as_json:
+        _print_json(entries)
+        return
+    if not entries:
+        _fail(f"no commit touches memory {memory_id} (not committed yet?)")
+    for entry in entries:
+        click.echo(f"{entry['commit'][:12]}  {entry['date']}  {entry['author']}  {entry['change']}  {entry['message']}")
+        for detail in entry["details"]:
+            click.echo(f"    {detail}")
+
+
+@main.command(name="diff")
+@click.argument("revisions", metavar="OLD..NEW")
+@click.option("--json", "as_json", is_flag=True, help="Print the changes as JSON.")
+@store_options
+def diff_command(store: Any, revisions: str, as_json: bool) -> None:
+    """Memories added, changed, archived, superseded and removed between two revisions, by type."""
+    from cortex.gitops import memory_diff, open_repository, store_prefix
+
+    old, sep, new = revisions.partition("..")
+    if not sep or not old:
+        _fail("give two revisions as OLD..NEW, e.g. main..feature")
+    repo = open_repository(store.root.parent)
+    changes = memory_diff(repo, old, new or "HEAD", store_prefix(repo, store.root))
+    if as_json:
+        _print_json(changes)
+        return
+    if not any(changes.values()):
+        click.echo("no memory changed")
+        return
+    for kind, rows in changes.items():
+        if not rows:
+            continue
+        click.echo(f"{kind} ({len(rows)}):")
+        for memory_type in sorted({row["type"] for row in rows}):
+            click.echo(f"  {memory_type}:")
+            for row in (r for r in rows if r["type"] == memory_type):
+                extra = f"  [{', '.join(row['fields'])}]" if row.get("fields") else ""
+                click.echo(f"    {row['id']}  {row['title']}{extra}")

@@ -88,7 +88,7 @@ def scrubbed_git_env() -> None:
         os.environ.pop(name, None)
 
 
-def open_repository(start: Path) -> object:
+def open_repository(start: Path) -> Any:
     """The pygit2 repository containing `start`; raises NotARepository."""
     import pygit2
 
@@ -262,3 +262,168 @@ def _signature(repo: object, role: str) -> Any:
         except KeyError:
             email = "cortex@localhost"
     return pygit2.Signature(name, email)
+
+
+# ---------------------------------------------------------------- history: memory as it was in git
+
+
+def _memory_blobs(repo: Any, tree: Any, prefix: str) -> dict[str, tuple[str, Any]]:
+    """id -> (path, blob id) of every memory file under `prefix` (e.g. '.cortex/memories') in a tree."""
+    import re
+
+    import pygit2
+
+    out: dict[str, tuple[str, Any]] = {}
+    try:
+        node = tree[prefix] if prefix else tree
+    except KeyError:
+        return out
+    stack = [(prefix, repo[node.id])]
+    while stack:
+        base, subtree = stack.pop()
+        for entry in subtree:
+            path = f"{base}/{entry.name}" if base else entry.name
+            if entry.type_str == "tree":
+                stack.append((path, repo[entry.id]))
+            elif entry.name.endswith(".md"):
+                match = re.search(r"-([0-9a-f]{12})\.md$", entry.name)
+                if match:
+                    out[match.group(1)] = (path, entry.id)
+                else:  # a renamed file: the id inside is the authority
+                    from cortex import memory as fmt
+
+                    try:
+                        out[fmt.parse(repo[entry.id].data.decode("utf-8")).id] = (path, entry.id)
+                    except Exception:
+                        continue
+    _ = pygit2
+    return out
+
+
+def store_prefix(repo: Any, store_root: Path) -> str:
+    """The store's memories folder as a path inside the repository ('.cortex/memories')."""
+    return (store_root / "memories").resolve().relative_to(Path(repo.workdir).resolve()).as_posix()
+
+
+def resolve(repo: Any, rev: str) -> Any:
+    import pygit2
+
+    from cortex.errors import CortexError
+
+    try:
+        return repo.revparse_single(rev).peel(pygit2.Commit)
+    except (KeyError, ValueError, pygit2.GitError):
+        raise CortexError(f"unknown revision {rev!r}") from None
+
+
+def memories_at(repo: Any, rev: str, prefix: str) -> dict[str, tuple[str, bytes]]:
+    """id -> (path, file bytes) of every memory at a revision, read from git objects (no checkout)."""
+    commit = resolve(repo, rev)
+    return {mid: (path, repo[oid].data) for mid, (path, oid) in _memory_blobs(repo, commit.tree, prefix).items()}
+
+
+def memory_log(repo: Any, memory_id: str, prefix: str, limit: int = 0) -> list[dict[str, Any]]:
+    """The commits that changed one memory, newest first, following renames (by id)."""
+    import datetime as dt
+
+    import pygit2
+
+    from cortex import memory as fmt
+
+    entries: list[dict[str, Any]] = []
+    if repo.head_is_unborn:
+        return entries
+    walker = repo.walk(repo.head.target, pygit2.enums.SortMode.TOPOLOGICAL | pygit2.enums.SortMode.TIME)
+    for commit in walker:
+        mine = _memory_blobs(repo, commit.tree, prefix).get(memory_id)
+        parent = commit.parents[0] if commit.parents else None
+        before = _memory_blobs(repo, parent.tree, prefix).get(memory_id) if parent is not None else None
+        if mine == before or (mine is not None and before is not None and mine[1] == before[1] and mine[0] == before[0]):
+            continue
+        if mine is None and before is None:
+            continue
+        change = "added" if before is None else "removed from the working tree" if mine is None else "changed"
+        fields: list[str] = []
+        if mine is not None and before is not None:
+            if mine[0] != before[0]:
+                fields.append(f"moved from {before[0]}")
+            try:
+                new = fmt.parse(repo[mine[1]].data.decode("utf-8"))
+                old = fmt.parse(repo[before[1]].data.decode("utf-8"))
+                for key in ("title", "type", "status", "confidence", "priority", "pinned", "tags", "files", "links"):
+                    if getattr(new, key) != getattr(old, key):
+                        fields.append(f"{key}: {getattr(old, key)!r} -> {getattr(new, key)!r}")
+                if new.body != old.body:
+                    fields.append("body")
+            except Exception:
+                fields.append("(unparsable version)")
+        when = dt.datetime.fromtimestamp(commit.commit_time, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        entries.append({
+            "commit": str(commit.id), "author": f"{commit.author.name} <{commit.author.email}>", "date": when,
+            "message": commit.message.strip().splitlines()[0] if commit.message.strip() else "",
+            "change": change, "path": (mine or before)[0], "details": fields,  # type: ignore[index]
+        })
+        if limit and len(entries) >= limit:
+            break
+    return entries
+
+
+def memory_diff(repo: Any, old_rev: str, new_rev: str, prefix: str) -> dict[str, list[dict[str, Any]]]:
+    """Memories added, changed, archived, superseded and removed between two revisions, by kind of change."""
+    from cortex import memory as fmt
+
+    old = memories_at(repo, old_rev, prefix)
+    new = memories_at(repo, new_rev, prefix)
+    result: dict[str, list[dict[str, Any]]] = {"added": [], "changed": [], "archived": [], "superseded": [], "removed": []}
+
+    def parsed(data: bytes) -> Any:
+        try:
+            return fmt.parse(data.decode("utf-8"))
+        except Exception:
+            return None
+
+    for mid in sorted(set(old) | set(new)):
+        before = parsed(old[mid][1]) if mid in old else None
+        after = parsed(new[mid][1]) if mid in new else None
+        if mid in old and mid in new and old[mid][1] == new[mid][1]:
+            continue
+        item = after or before
+        row = {"id": mid, "type": item.type if item else "?", "title": item.title if item else "(unparsable)",
+               "path": (new.get(mid) or old[mid])[0]}
+        if mid not in old:
+            result["added"].append(row)
+        elif mid not in new:
+            result["removed"].append(row)
+        elif after is not None and before is not None and after.status != before.status and after.status in ("archived", "superseded"):
+            result[after.status].append(row)
+        else:
+            row["fields"] = [k for k in ("title", "type", "status", "confidence", "priority", "pinned", "tags", "files", "links", "body")
+                             if before is None or after is None or getattr(before, k) != getattr(after, k)]
+            result["changed"].append(row)
+    return result
+
+
+def materialize_at(store_root: Path, rev: str) -> Path:
+    """Write the store's memories as of `rev` (from git objects) into the cache; returns that store folder.
+
+    Kept under `cache/at/<commit>/`, so the second query at the same commit reuses its index.
+    """
+    from cortex.files import atomic_write
+
+    repo = open_repository(store_root.parent)
+    commit = resolve(repo, rev)
+    target = store_root / "cache" / "at" / str(commit.id)
+    done = target / ".complete"
+    if done.exists():
+        return target
+    prefix = store_prefix(repo, store_root)
+    for _mid, (path, data) in memories_at(repo, str(commit.id), prefix).items():
+        atomic_write(target / "memories" / Path(path).relative_to(prefix), data, durable=False)
+    try:
+        config = commit.tree[f"{Path(prefix).parent.as_posix()}/config.yaml"]
+        atomic_write(target / "config.yaml", repo[config.id].data, durable=False)
+    except KeyError:
+        pass
+    (target / "memories").mkdir(parents=True, exist_ok=True)
+    done.touch()
+    return target

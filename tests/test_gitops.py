@@ -144,3 +144,65 @@ def test_worktree_install_uses_the_common_hooks_folder(project, tmp_path):
     cortex("init", "--git-hooks", cwd=worktree)
     assert (project / ".git" / "hooks" / "pre-push").read_text(encoding="utf-8").count("cortex-managed hook") == 1
     assert (worktree / ".cortex" / "config.yaml").is_file() and not (project / ".cortex" / ".gitattributes").exists()
+
+
+def test_log_follows_a_memory_through_edits_and_renames(project):
+    memory_id = _decision(project, "Use Postgres for the ledger")
+    commit_all(project, "first version")
+    cortex("edit", memory_id, cwd=project, env={"EDITOR": "sed -i s/priority:.5/priority:\\ 8/"})
+    commit_all(project, "raise its priority")
+    record = cortex("show", memory_id, "--json", cwd=project).stdout
+    path = Path(record.split('"path": "')[1].split('"')[0])
+    path.rename(path.with_name(f"renamed-by-hand-{memory_id}.md"))
+    commit_all(project, "rename the file")
+    cortex("forget", memory_id, cwd=project)
+    commit_all(project, "archive it")
+    import json
+
+    entries = json.loads(cortex("log", memory_id[:6], "--json", cwd=project).stdout)
+    assert [e["message"] for e in entries] == ["archive it", "rename the file", "raise its priority", "first version"]
+    assert entries[-1]["change"] == "added"
+    assert any("status: 'active' -> 'archived'" in d for d in entries[0]["details"])
+    assert any(d.startswith("moved from") for d in entries[1]["details"])
+    assert any("priority: 5 -> 8" in d for d in entries[2]["details"])
+    assert "Cortex Test <test@example.com>" == entries[0]["author"]
+
+
+def test_diff_between_branches_groups_changes_by_kind_and_type(project):
+    kept = _decision(project, "Kept decision")
+    retired = _decision(project, "Retired decision")
+    old = _decision(project, "Old approach")
+    commit_all(project, "base")
+    git(project, "checkout", "-q", "-b", "feature")
+    new = _decision(project, "New approach")
+    cortex("forget", old, "--replaced-by", new, cwd=project)
+    cortex("forget", retired, cwd=project)
+    gotcha = cortex("remember", "Watch out for clock skew", "--type", "gotcha", cwd=project).stdout.strip()
+    commit_all(project, "feature work")
+    import json
+
+    changes = json.loads(cortex("diff", "main..feature", "--json", cwd=project).stdout)
+    assert {r["id"] for r in changes["added"]} == {new, gotcha}
+    assert [r["id"] for r in changes["superseded"]] == [old]
+    assert [r["id"] for r in changes["archived"]] == [retired]
+    assert kept not in json.dumps(changes)
+    text = cortex("diff", "main..feature", cwd=project).stdout
+    assert "added (2):" in text and "  gotcha:" in text and "Watch out for clock skew" in text
+
+
+def test_recall_and_list_at_an_older_revision_read_git_objects(project):
+    first = _decision(project, "Deploy with Ansible playbooks")
+    commit_all(project, "v1")
+    base = git(project, "rev-parse", "HEAD").stdout.strip()
+    cortex("forget", first, cwd=project)
+    second = _decision(project, "Deploy with Kubernetes manifests")
+    commit_all(project, "v2")
+    import json
+
+    now = [h["id"] for h in json.loads(cortex("recall", "deploy", "--json", cwd=project).stdout)]
+    then = [h["id"] for h in json.loads(cortex("recall", "deploy", "--json", "--at", base, cwd=project).stdout)]
+    assert now == [second] and then == [first]
+    assert [r["id"] for r in json.loads(cortex("list", "--json", "--at", base, cwd=project).stdout)] == [first]
+    assert git(project, "status", "--porcelain").stdout.strip() == ""  # nothing checked out or written outside the cache
+    bad = cortex("list", "--at", "no-such-rev", cwd=project, check=False)
+    assert bad.returncode == 1 and "unknown revision 'no-such-rev'" in bad.stderr
