@@ -51,3 +51,15 @@ class AmbiguousId(CortexError):
 
 class ConfigError(CortexError):
     """`.cortex/config.yaml` cannot be read."""
+
+
+class SecretDetected(CortexError):
+    """Text about to be written to a memory looks like it holds a secret."""
+
+    def __init__(self, path: Path | str | None, rule: str, line: int | None = None) -> None:
+        self.path = Path(path) if path is not None else None
+        self.rule = rule
+        self.line = line
+        where = f"{self.path}" if self.path is not None else "memory"
+        at = f" line {line}" if line else ""
+        super().__init__(f"{where}{at}: looks like a secret ({rule}); memories are pushed to remotes, so it was not written")

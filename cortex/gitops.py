@@ -427,3 +427,49 @@ def materialize_at(store_root: Path, rev: str) -> Path:
     (target / "memories").mkdir(parents=True, exist_ok=True)
     done.touch()
     return target
+
+
+ZERO_SHA = "0" * 40
+
+
+def pushed_changes(repo: Any, push_lines: str, prefix: str) -> list[tuple[str, str, bytes]]:
+    """Files under `prefix` added or changed by a push: (local ref, path, content), from pre-push's stdin.
+
+    Each stdin line is `<local ref> <local sha> <remote ref> <remote sha>`. A new remote
+    branch (zero remote sha) is compared with the empty tree; a deletion has nothing to scan.
+    """
+    import pygit2
+
+    out: list[tuple[str, str, bytes]] = []
+    seen: set[Any] = set()
+    for line in push_lines.splitlines():
+        parts = line.split()
+        if len(parts) != 4 or parts[1] == ZERO_SHA:
+            continue
+        local_ref, local_sha, _remote_ref, remote_sha = parts
+        try:
+            new_tree = repo[local_sha].peel(pygit2.Commit).tree
+        except (KeyError, ValueError):
+            continue
+        old_tree = None
+        if remote_sha != ZERO_SHA:
+            try:
+                old_tree = repo[remote_sha].peel(pygit2.Commit).tree
+            except (KeyError, ValueError):
+                old_tree = None  # the remote has commits we never fetched: scan everything
+        try:
+            new_sub = repo[new_tree[prefix].id]
+        except KeyError:
+            continue
+        try:
+            old_sub = repo[old_tree[prefix].id] if old_tree is not None else None
+        except KeyError:
+            old_sub = None
+        if old_sub is not None and old_sub.id == new_sub.id:
+            continue  # nothing under the prefix changed: the usual push
+        diff = old_sub.diff_to_tree(new_sub) if old_sub is not None else new_sub.diff_to_tree(swap=True)
+        for delta in diff.deltas:
+            if delta.status_char() in ("A", "M", "R", "C", "T") and delta.new_file.id not in seen:
+                seen.add(delta.new_file.id)
+                out.append((local_ref, f"{prefix}/{delta.new_file.path}", repo[delta.new_file.id].data))
+    return out

@@ -2,7 +2,9 @@
 
 Git hooks (installed by `cortex init --git-hooks`):
 
-- `git-pre-push`: projections must match the memories being pushed. When they
+- `git-pre-push`: when the push adds or changes files under `.cortex/`, they are
+  scanned for secrets (a finding always stops the push, naming file and line),
+  and projections must match the memories being pushed. When they
   are stale, cortex regenerates them and either commits them (`git.pre_push:
   commit`, the default: a commit touching only `.cortex/` paths) and stops the
   push with "projections updated in <sha>; push again", or only stops the push
@@ -35,12 +37,29 @@ def _store_here() -> Store | None:
 
 def git_pre_push(args: list[str], stdin: str) -> int:
     from cortex import projections
-    from cortex.gitops import commit_paths, open_repository
+    from cortex.gitops import commit_paths, open_repository, pushed_changes
 
     store = _store_here()
     if store is None:
         return 0
     try:
+        if stdin.strip():
+            # Only what this push adds under .cortex/ matters; most pushes add nothing there.
+            repo = open_repository(store.root.parent)
+            prefix = Path(store.root).resolve().relative_to(Path(repo.workdir).resolve()).as_posix()
+            changes = pushed_changes(repo, stdin, prefix)
+            if not changes:
+                return 0
+            from cortex.guard import scan_text
+
+            found = [(path, finding) for _ref, path, data in changes
+                     for finding in scan_text(data.decode("utf-8", errors="replace"), Path(path).name)]
+            if found:
+                for path, finding in found:
+                    print(f"cortex: possible secret in {path}:{finding.line} ({finding.kind})", file=sys.stderr)
+                print("cortex: push stopped: remove the secret from those memory files (and from the commits "
+                      "that added them), then push again", file=sys.stderr)
+                return 1
         index = projections.synced_index(store)
         if projections.known_current(store, index):
             return 0

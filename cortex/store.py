@@ -279,6 +279,7 @@ class Store:
             path = self._path_for(item)
             item.path = path
             text = fmt.render_new(item)
+            _guard(text, path)
             atomic_write(path, text)
             self.mark_changed()
         return self.read(path)
@@ -296,6 +297,8 @@ class Store:
                 changes.setdefault("updated", fmt.now_iso())
             new_text = fmt.edit_text(text, changes, body, current.path)
             fmt.parse(new_text, current.path)  # validate before anything is written
+            if body is not None or {"title", "tags", "files", "source"} & set(changes):
+                _guard(new_text, current.path)
             atomic_write(current.path, new_text)
             self.mark_changed()
         return self.read(current.path)
@@ -401,6 +404,16 @@ class Store:
             "problems": problems,
             "warnings": warnings,
         }
+
+
+def _guard(text: str, path: Path) -> None:
+    """Refuse to write text that looks like it holds a secret (see cortex.guard)."""
+    from cortex.errors import SecretDetected
+    from cortex.guard import scan_text
+
+    findings = scan_text(text, path.name)
+    if findings:
+        raise SecretDetected(path, findings[0].kind, findings[0].line)
 
 
 _STOP = frozenset(

@@ -206,3 +206,21 @@ def test_recall_and_list_at_an_older_revision_read_git_objects(project):
     assert git(project, "status", "--porcelain").stdout.strip() == ""  # nothing checked out or written outside the cache
     bad = cortex("list", "--at", "no-such-rev", cwd=project, check=False)
     assert bad.returncode == 1 and "unknown revision 'no-such-rev'" in bad.stderr
+
+
+def test_a_planted_secret_stops_the_push_naming_file_and_line(project, tmp_path):
+    cortex("init", "--git-hooks", cwd=project)
+    cortex("project", cwd=project)
+    commit_all(project, "cortex store")
+    _with_remote(project, tmp_path)
+    git(project, "push", "-q", "origin", "main")
+    memory_id = _decision(project, "CI deploys with a service account")
+    path = Path(cortex("show", memory_id, "--json", cwd=project).stdout.split('"path": "')[1].split('"')[0])
+    path.write_text(path.read_text(encoding="utf-8") + "\naws_access_key_id = AKIAIOSFODNN7EXAMPLE\n", encoding="utf-8")
+    cortex("project", cwd=project)
+    commit_all(project, "a memory edited by hand, with a key in it")
+    refused = git(project, "push", "origin", "main", check=False)
+    line = path.read_text(encoding="utf-8").splitlines().index("aws_access_key_id = AKIAIOSFODNN7EXAMPLE") + 1
+    rel = path.relative_to(project).as_posix()
+    assert refused.returncode != 0 and f"possible secret in {rel}:{line} (AWS Access Key)" in refused.stderr
+    assert "main -> main" not in refused.stderr

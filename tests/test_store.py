@@ -15,7 +15,8 @@ from tests.helpers import checkout_new_branch
 
 
 def _new(store: Store, title: str, **fields) -> Memory:
-    return store.create(Memory(id="", type=fields.pop("type", "decision"), title=title, body=f"{title}.\n", **fields))
+    body = fields.pop("body", f"{title}.\n")
+    return store.create(Memory(id="", type=fields.pop("type", "decision"), title=title, body=body, **fields))
 
 
 def test_create_writes_one_file_per_memory_under_its_type(repo):
@@ -163,3 +164,18 @@ def test_two_processes_writing_at_once_lose_nothing(repo):
     assert len(scan.memories) == 50 and not scan.problems
     leftovers = [p for p in (repo / ".cortex").rglob("*.tmp")]
     assert leftovers == []
+
+
+def test_the_store_refuses_to_write_secrets(repo):
+    from cortex.errors import SecretDetected
+
+    store = Store.init(repo / ".cortex")
+    for text in ("token ghp_1234567890abcdefghijklmnopqrstuvwxyzAB leaked", "PASSWORD=hunter2hunter2",
+                 "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA1234567890\n-----END RSA PRIVATE KEY-----"):
+        with pytest.raises(SecretDetected, match="looks like a secret"):
+            _new(store, "Credentials note", body=text)
+    assert store.memory_paths() == []
+    made = _new(store, "Harmless", body="Rotate keys every 90 days; the commit 4a4529c5d1e2 did it.")
+    with pytest.raises(SecretDetected):
+        store.update(made.id, {}, body="api_key: sk_live_abcdefghijklmnop1234\n")
+    assert "api_key" not in made.path.read_text(encoding="utf-8")
