@@ -66,11 +66,16 @@ def main() -> None:
             changed_ms = sorted(changed[1:])[len(changed[1:]) // 2]
             current = median_ms([*CORTEX, "project"], args.runs, cwd=root, env=env)
             commit_everything(root)
+            remote_sha = str(pygit2.Repository(str(root)).head.target)
+            (root / "app.py").write_text("print('a code change')\n", encoding="utf-8")
+            commit_everything(root)  # the usual push: new commits, nothing under .cortex/
+            local_sha = str(pygit2.Repository(str(root)).head.target)
+            refs = f"refs/heads/main {local_sha} refs/heads/main {remote_sha}\n".encode()
             prepush = []
             for _ in range(args.runs + 1):
                 start = time.perf_counter()
                 subprocess.run([*CORTEX, "hook", "git-pre-push", "origin", "/dev/null"], cwd=root, env=env,
-                               input=b"refs/heads/main 0 refs/heads/main 0\n", check=True, capture_output=True)
+                               input=refs, check=True, capture_output=True)
                 prepush.append((time.perf_counter() - start) * 1000)
             prepush_ms = sorted(prepush[1:])[len(prepush[1:]) // 2]
             print(f"{size:>9} {changed_ms:>21.0f} {current:>21.0f} {prepush_ms:>22.0f}")

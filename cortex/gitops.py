@@ -473,3 +473,43 @@ def pushed_changes(repo: Any, push_lines: str, prefix: str) -> list[tuple[str, s
                 seen.add(delta.new_file.id)
                 out.append((local_ref, f"{prefix}/{delta.new_file.path}", repo[delta.new_file.id].data))
     return out
+
+
+def record_cortex_changes(store_root: Path, policy: str = "stage", message: str = "cortex: memory update") -> list[str]:
+    """What the Stop hook does with new and changed `.cortex/` files (`git.on_stop`).
+
+    `stage`: add them to the index, so they go with the person's next commit.
+    `commit`: a separate commit holding only them (the index keeps whatever else was staged).
+    `off`: nothing. Never touches a path outside `.cortex/`; ignored files (cache/, state/) stay out.
+    Returns the paths recorded.
+    """
+    import pygit2
+
+    if policy == "off":
+        return []
+    repo = open_repository(store_root.parent)
+    workdir = Path(repo.workdir).resolve()
+    prefix = store_root.resolve().relative_to(workdir).as_posix() + "/"
+    paths = []
+    for path, flags in repo.status().items():
+        if not path.startswith(prefix) or flags & pygit2.enums.FileStatus.IGNORED:
+            continue
+        if flags & (pygit2.enums.FileStatus.WT_NEW | pygit2.enums.FileStatus.WT_MODIFIED
+                    | pygit2.enums.FileStatus.WT_DELETED | pygit2.enums.FileStatus.WT_RENAMED
+                    | pygit2.enums.FileStatus.WT_TYPECHANGE):
+            paths.append(path)
+    if not paths:
+        return []
+    if policy == "commit":
+        contents = {p: (workdir / p).read_bytes() for p in paths if (workdir / p).is_file()}
+        if contents and not repo.head_is_unborn and not repo.head_is_detached:
+            commit_paths(repo, contents, message)
+        return sorted(contents)
+    index = repo.index
+    for path in paths:
+        if (workdir / path).exists():
+            index.add(path)
+        else:
+            index.remove(path)
+    index.write()
+    return sorted(paths)

@@ -224,3 +224,25 @@ def test_a_planted_secret_stops_the_push_naming_file_and_line(project, tmp_path)
     rel = path.relative_to(project).as_posix()
     assert refused.returncode != 0 and f"possible secret in {rel}:{line} (AWS Access Key)" in refused.stderr
     assert "main -> main" not in refused.stderr
+
+
+def test_on_stop_stages_or_commits_only_cortex_paths(project):
+    from cortex.gitops import record_cortex_changes
+
+    commit_all(project, "store")
+    _decision(project, "Staged with the next commit")
+    (project / "app.py").write_text("print('the person is mid-edit')\n", encoding="utf-8")
+    staged = record_cortex_changes(project / ".cortex", "stage")
+    assert staged and all(p.startswith(".cortex/memories/") for p in staged)
+    cached = git(project, "diff", "--cached", "--name-only").stdout.split()
+    assert cached == staged and "app.py" not in cached
+    assert not any("cache/" in p or "state/" in p for p in cached)
+    git(project, "reset", "-q")
+    head = git(project, "rev-parse", "HEAD").stdout.strip()
+    committed = record_cortex_changes(project / ".cortex", "commit")
+    repo = pygit2.Repository(str(project))
+    commit = repo.head.peel(pygit2.Commit)
+    assert str(commit.parents[0].id) == head and commit.message == "cortex: memory update"
+    assert {d.new_file.path for d in repo.diff(commit.parents[0], commit).deltas} == set(committed)
+    assert "app.py" in git(project, "status", "--porcelain").stdout  # still the person's, unstaged
+    assert record_cortex_changes(project / ".cortex", "off") == []
