@@ -593,3 +593,22 @@ def diff_command(store: Any, revisions: str, as_json: bool) -> None:
             for row in (r for r in rows if r["type"] == memory_type):
                 extra = f"  [{', '.join(row['fields'])}]" if row.get("fields") else ""
                 click.echo(f"    {row['id']}  {row['title']}{extra}")
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def scan(paths: tuple[Path, ...]) -> None:
+    """Scan files for secrets, as the store and the pre-push hook do; exit 1 naming file and line."""
+    from cortex.guard import scan_text
+
+    found = 0
+    for path in paths:
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            _fail(f"{path}: cannot read ({exc.strerror})")
+        for finding in scan_text(text, path.name):
+            click.echo(f"{path}:{finding.line}: possible secret ({finding.kind})")
+            found += 1
+    if found:
+        sys.exit(1)

@@ -246,3 +246,19 @@ def test_on_stop_stages_or_commits_only_cortex_paths(project):
     assert {d.new_file.path for d in repo.diff(commit.parents[0], commit).deltas} == set(committed)
     assert "app.py" in git(project, "status", "--porcelain").stdout  # still the person's, unstaged
     assert record_cortex_changes(project / ".cortex", "off") == []
+
+
+def test_scan_command_and_pre_commit_hooks_file(tmp_path):
+    import yaml
+
+    from tests.helpers import REPO_ROOT
+
+    clean, dirty = tmp_path / "clean.md", tmp_path / "dirty.md"
+    clean.write_text("Rotate keys every 90 days.\n", encoding="utf-8")
+    dirty.write_text("notes\nSECRET_KEY=s3cr3t-value-here\n", encoding="utf-8")
+    assert cortex("scan", str(clean), cwd=tmp_path).returncode == 0
+    result = cortex("scan", str(clean), str(dirty), cwd=tmp_path, check=False)
+    assert result.returncode == 1 and f"{dirty}:2: possible secret" in result.stdout
+    hooks = yaml.safe_load((REPO_ROOT / ".pre-commit-hooks.yaml").read_text(encoding="utf-8"))
+    assert {h["id"]: h["entry"] for h in hooks} == {"cortex-projections": "cortex project --check",
+                                                  "cortex-secrets": "cortex scan"}
