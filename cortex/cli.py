@@ -518,16 +518,18 @@ def uninstall(git_hooks: bool) -> None:
         _fail(str(exc))
 
 
-HOOK_EVENTS = ("git-pre-push", "git-post-merge", "git-post-checkout")
+HOOK_EVENTS = ("stop", "pre-compact", "git-pre-push", "git-post-merge", "git-post-checkout")
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
 @click.argument("event", type=click.Choice(HOOK_EVENTS))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def hook(event: str, args: tuple[str, ...]) -> None:
-    """Entry point for the hooks cortex installs (git: pre-push, post-merge, post-checkout)."""
+    """Entry point for the hooks cortex installs (Claude Code: stop, pre-compact; git: pre-push, post-merge, post-checkout)."""
     from cortex import hooks
 
+    if event in ("stop", "pre-compact"):
+        sys.exit(hooks.claude_stop(sys.stdin.read() if not sys.stdin.isatty() else ""))
     if event == "git-pre-push":
         code = hooks.git_pre_push(list(args), sys.stdin.read() if not sys.stdin.isatty() else "")
     else:
@@ -612,3 +614,26 @@ def scan(paths: tuple[Path, ...]) -> None:
             found += 1
     if found:
         sys.exit(1)
+
+
+
+@main.command(name="capture")
+@click.argument("transcript", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--from-start", is_flag=True, help="Ignore the cursor: read the whole transcript again (duplicates are still skipped).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@store_options
+def capture_command(store: Any, transcript: Path, from_start: bool, as_json: bool) -> None:
+    """Capture memories from a Claude Code transcript (what the Stop hook runs), from where the last run stopped."""
+    from cortex.capture import capture
+
+    report = capture(store, transcript, from_start=from_start)
+    if as_json:
+        _print_json({"records": report.records, "written": report.written, "updated": report.updated,
+                     "duplicates": report.duplicates, "redacted": report.redacted, "by_layer": report.by_layer,
+                     "skipped_lines": report.skipped_lines})
+        return
+    click.echo(f"{report.records} new records: {len(report.written)} memories written, {len(report.updated)} updated, "
+               f"{report.duplicates} duplicates skipped, {report.redacted} secrets redacted")
+    for memory_id in report.written:
+        item = store.get(memory_id)
+        click.echo(f"  {item.id}  {item.type:<10} {item.title}")

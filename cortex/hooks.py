@@ -111,3 +111,69 @@ def git_refresh(event: str, args: list[str]) -> int:
     except Exception as exc:
         store.log(f"git {event}: {exc!r}")
     return 0
+
+
+# ---------------------------------------------------------------- Claude Code hooks
+
+
+def claude_stop(raw: str) -> int:
+    """Stop (and PreCompact): capture what is new in the transcript. Never blocks; prints nothing; exit 0."""
+    import json
+
+    from cortex.capture import capture, nested
+
+    if nested():
+        return 0
+    store = None
+    try:
+        payload = json.loads(raw) if raw.strip() else {}
+        if not isinstance(payload, dict):
+            raise ValueError("hook input is not a JSON object")
+        cwd = Path(str(payload.get("cwd") or Path.cwd()))
+        store = _store_at(cwd)
+        if store is None:
+            return 0
+        transcript = payload.get("transcript_path")
+        if not transcript or not Path(str(transcript)).is_file():
+            store.log(f"stop: no transcript at {transcript!r}")
+            return 0
+        from cortex.gitops import head_commit
+
+        report = capture(store, Path(str(transcript)), session=payload.get("session_id"),
+                         last_message=payload.get("last_assistant_message"),
+                         commit=head_commit(store.worktree))
+        if report.written or report.updated:
+            from cortex import projections
+            from cortex.gitops import record_cortex_changes
+
+            projections.write(store, projections.build(store))
+            if store.worktree is not None:
+                record_cortex_changes(store.root, str(store.config().get("git.on_stop")))
+        store.log(f"stop: {report.records} records, wrote {len(report.written)}, updated {len(report.updated)}, "
+                  f"duplicates {report.duplicates}, redacted {report.redacted}")
+    except Exception as exc:  # the person's session must never break because of cortex
+        if store is not None:
+            store.log(f"stop: {exc!r}")
+        else:
+            _log_anywhere(f"stop: {exc!r}")
+    return 0
+
+
+def _store_at(cwd: Path) -> Store | None:
+    from cortex.errors import NotInitialised
+    from cortex.gitops import scrubbed_git_env
+
+    scrubbed_git_env()
+    try:
+        store = Store.locate(cwd)
+    except NotInitialised:
+        return None
+    return store if store.label == "project" else None
+
+
+def _log_anywhere(message: str) -> None:
+    try:
+        store = Store.locate(Path.cwd())
+        store.log(message)
+    except Exception:
+        pass

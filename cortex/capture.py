@@ -1,0 +1,424 @@
+"""Capture: memories from Claude Code session transcripts.
+
+The pipeline behind `cortex hook stop` and `cortex capture TRANSCRIPT`:
+
+1. **Read incrementally.** A cursor per transcript under `state/cursors/`
+   (byte offset, size, inode, last record uuid); only what is new since the
+   last run is parsed. A transcript that shrank or was replaced starts over
+   (dedup keeps that from writing twice). JSONL and JSON-array dumps; a
+   partial last line is left for next time; unknown record types and
+   malformed lines are skipped and counted.
+2. **Normalise** records into events: human prompts (filtered as the
+   interface doc §9.6 says), assistant text (records sharing `message.id`
+   merged), tool uses paired with their results.
+3. **Layers** (each candidate records its layer in `source.layer`):
+   - *self-report*: `[MEMORY: <type>: <text>]` tags in assistant text, or
+     `[MEMORY: <type> priority=N tags=a,b: <text>]`;
+   - *structural*: the latest TodoWrite list → a `plan` memory for the
+     session (updated in place as the plan moves); a command that failed and
+     then succeeded → a `gotcha` candidate;
+   - *keyword*: conservative decision markers in assistant text.
+4. **Guard**: `<private>…</private>` and text cortex injected itself are
+   skipped; secrets are redacted as `[REDACTED:<kind>]` (a candidate whose
+   title holds one is dropped).
+5. **Dedup** against active memories of the same type (normalised text, then
+   word-set Jaccard ≥ 0.7): a duplicate refreshes nothing and writes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from cortex.memory import TYPES, Memory, title_from_text
+from cortex.store import Store
+
+CORTEX_MARK = "<!-- cortex:injected -->"  # briefings and prompt-time recall carry it; capture skips such text
+SKIP_PROMPT_PREFIXES = ("<command-name>", "<command-message>", "<local-command-stdout>", "<task-notification>",
+                        "<system-reminder>", "Stop hook feedback:", "[Request interrupted by user", "Caveat:")
+TAG = re.compile(r"\[MEMORY:\s*([a-z_]+)((?:\s+[a-z]+=[^\s:\]]+)*)\s*:\s*(.+?)\]", re.S)
+DECISION = re.compile(
+    r"(?i)\b(we(?:'ll| will)? (?:use|go with|switch to|keep)\b.+?\b(?:instead of|rather than|over|not)\b"
+    r"|(?:i|we) (?:decided|chose) (?:to )?\b|\bdecision:\s)"
+)
+PRIVATE = re.compile(r"<private>.*?</private>", re.S | re.I)
+
+
+@dataclass
+class Event:
+    kind: str  # human | text | tool
+    text: str = ""
+    uuid: str = ""
+    branch: str | None = None
+    tool: str = ""
+    tool_id: str = ""
+    tool_input: dict[str, Any] = field(default_factory=dict)
+    result: str = ""
+    failed: bool = False
+    sidechain: bool = False
+
+
+@dataclass
+class Candidate:
+    type: str
+    title: str
+    body: str
+    layer: str
+    confidence: float = 0.7
+    priority: int = 5
+    tags: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    branch: str | None = None
+    key: str | None = None  # a stable identity to update in place (the session's plan)
+
+
+@dataclass
+class CaptureReport:
+    records: int = 0
+    skipped_lines: int = 0
+    written: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    duplicates: int = 0
+    redacted: int = 0
+    by_layer: dict[str, int] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------- reading
+
+
+def _cursor_path(store: Store, transcript: Path) -> Path:
+    key = hashlib.sha1(str(transcript.resolve()).encode()).hexdigest()[:16]
+    return store.state_dir / "cursors" / f"{key}.json"
+
+
+def read_new_records(store: Store, transcript: Path, from_start: bool = False) -> tuple[list[dict[str, Any]], int, dict[str, Any]]:
+    """Records appended since the last run, the count of skipped lines, and the cursor to save after success."""
+    stat = transcript.stat()
+    cursor: dict[str, Any] = {}
+    if not from_start:
+        try:
+            cursor = json.loads(_cursor_path(store, transcript).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            cursor = {}
+    if cursor.get("inode") != stat.st_ino or int(cursor.get("size", 0)) > stat.st_size:
+        cursor = {}  # replaced or truncated: start over
+    with open(transcript, "rb") as handle:
+        head = handle.read(1)
+        handle.seek(0)
+        if head == b"[":  # a JSON-array dump: one element per JSONL line
+            try:
+                records = json.load(handle)
+            except ValueError:
+                return [], 1, cursor
+            done = int(cursor.get("count", 0))
+            fresh = [r for r in records[done:] if isinstance(r, dict)]
+            return fresh, 0, {"inode": stat.st_ino, "size": stat.st_size, "count": len(records)}
+        offset = int(cursor.get("offset", 0))
+        handle.seek(offset)
+        data = handle.read()
+    end = data.rfind(b"\n")
+    complete = data[: end + 1] if end >= 0 else b""  # a partial last line waits for the next run
+    records, skipped = [], 0
+    for raw in complete.split(b"\n"):
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw)
+        except ValueError:
+            skipped += 1
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    new_offset = offset + len(complete)
+    last = next((r.get("uuid") for r in reversed(records) if r.get("uuid")), cursor.get("uuid"))
+    return records, skipped, {"inode": stat.st_ino, "size": new_offset, "offset": new_offset, "uuid": last}
+
+
+def save_cursor(store: Store, transcript: Path, cursor: dict[str, Any]) -> None:
+    from cortex.files import atomic_write
+
+    atomic_write(_cursor_path(store, transcript), json.dumps(cursor), durable=False)
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for block in content:
+            if isinstance(block, dict) and block.get("type") == "text":
+                parts.append(str(block.get("text", "")))
+            elif isinstance(block, str):
+                parts.append(block)
+        return "\n".join(parts)
+    return ""
+
+
+def events(records: list[dict[str, Any]]) -> list[Event]:
+    """Normalise transcript records into human prompts, assistant text and tool calls with their results."""
+    out: list[Event] = []
+    tools: dict[str, Event] = {}
+    seen: set[str] = set()
+    texts_by_message: dict[str, Event] = {}
+    for record in records:
+        uuid = str(record.get("uuid") or "")
+        if uuid:
+            if uuid in seen:
+                continue  # a resumed or forked session copies records
+            seen.add(uuid)
+        kind = record.get("type")
+        raw_message = record.get("message")
+        message: dict[str, Any] = raw_message if isinstance(raw_message, dict) else {}
+        branch = record.get("gitBranch") or None
+        sidechain = bool(record.get("isSidechain"))
+        if kind == "assistant":
+            content = message.get("content")
+            blocks = content if isinstance(content, list) else [{"type": "text", "text": content or ""}]
+            for block in blocks:
+                if not isinstance(block, dict):
+                    continue
+                if block.get("type") == "text" and block.get("text"):
+                    message_id = str(message.get("id") or uuid)
+                    if message_id in texts_by_message:  # one response split over records
+                        texts_by_message[message_id].text += "\n" + str(block["text"])
+                    else:
+                        event = Event("text", str(block["text"]), uuid, branch, sidechain=sidechain)
+                        texts_by_message[message_id] = event
+                        out.append(event)
+                elif block.get("type") == "tool_use":
+                    given = block.get("input")
+                    event = Event("tool", "", uuid, branch, tool=str(block.get("name", "")),
+                                  tool_id=str(block.get("id", "")),
+                                  tool_input=given if isinstance(given, dict) else {}, sidechain=sidechain)
+                    tools[event.tool_id] = event
+                    out.append(event)
+        elif kind == "user":
+            content = message.get("content")
+            if isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content):
+                for block in content:
+                    if isinstance(block, dict) and block.get("type") == "tool_result":
+                        target = tools.get(str(block.get("tool_use_id", "")))
+                        if target is not None:
+                            target.result = _text_of(block.get("content"))[:4000]
+                            target.failed = bool(block.get("is_error"))
+                continue
+            if record.get("isMeta") or record.get("isCompactSummary") or sidechain:
+                continue
+            text = _text_of(content).strip()
+            if text and not text.startswith(SKIP_PROMPT_PREFIXES):
+                out.append(Event("human", text, uuid, branch))
+        elif kind == "queue-operation" and record.get("operation") == "enqueue" and isinstance(record.get("content"), str):
+            text = record["content"].strip()
+            if text and not text.startswith(SKIP_PROMPT_PREFIXES):
+                out.append(Event("human", text, uuid, branch))
+    return out
+
+
+# ---------------------------------------------------------------- layers
+
+
+def _clean(text: str) -> str:
+    text = PRIVATE.sub("", text)
+    return "" if CORTEX_MARK in text else text
+
+
+def self_report(items: list[Event]) -> Iterator[Candidate]:
+    for event in items:
+        if event.kind != "text":
+            continue
+        for match in TAG.finditer(_clean(event.text)):
+            kind, options = match.group(1), match.group(2)
+            body = "\n".join(" ".join(line.split()) for line in match.group(3).strip().splitlines() if line.strip())
+            if kind not in TYPES or not body:
+                continue
+            priority, tags = 6, []
+            for option in options.split():
+                name, _, value = option.partition("=")
+                if name == "priority" and value.isdigit():
+                    priority = max(1, min(10, int(value)))
+                elif name == "tags":
+                    tags = [t for t in value.split(",") if t]
+            yield Candidate(kind, title_from_text(body), body + "\n", "self-report", 0.9, priority, tags,
+                            branch=event.branch)
+
+
+def _relative(path: str, root: Path | None) -> str:
+    """Repository-relative path; "" for a file outside the repository (plans under ~/.claude, /tmp...)."""
+    if not path:
+        return ""
+    if root is None:
+        return "" if Path(path).is_absolute() else path
+    try:
+        return Path(path).resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return "" if Path(path).is_absolute() else path
+
+
+def structural(items: list[Event], session: str, root: Path | None) -> Iterator[Candidate]:
+    edited = sorted({_relative(str(e.tool_input.get("file_path") or e.tool_input.get("notebook_path") or ""), root)
+                     for e in items if e.kind == "tool" and not e.failed
+                     and e.tool in ("Edit", "Write", "MultiEdit", "NotebookEdit")} - {""})
+    todos = [e for e in items if e.kind == "tool" and e.tool == "TodoWrite" and not e.failed
+             and isinstance(e.tool_input.get("todos"), list)]
+    if todos:
+        latest = todos[-1]
+        lines = []
+        for todo in latest.tool_input["todos"]:
+            if isinstance(todo, dict) and todo.get("content"):
+                mark = "x" if todo.get("status") == "completed" else " "
+                note = " (in progress)" if todo.get("status") == "in_progress" else ""
+                lines.append(f"- [{mark}] {todo['content']}{note}")
+        if lines:
+            first = next((t["content"] for t in latest.tool_input["todos"] if isinstance(t, dict)
+                          and t.get("status") != "completed" and t.get("content")), None)
+            done_first = next((t["content"] for t in latest.tool_input["todos"] if isinstance(t, dict) and t.get("content")), "")
+            title = f"Plan: {first}" if first else f"Plan (done): {done_first}"
+            yield Candidate("plan", title_from_text(title, 100), "\n".join(lines) + "\n", "structural", 0.8, 6,
+                            files=edited[:20], branch=latest.branch, key=f"plan:{session}")
+    # A command that failed and later succeeded: what was learned on the way is a gotcha candidate.
+    commands = [e for e in items if e.kind == "tool" and e.tool == "Bash"]
+    reported: set[str] = set()
+    for i, failed in enumerate(commands):
+        command = str(failed.tool_input.get("command", "")).strip()
+        if not failed.failed or not command or "<tool_use_error>" in failed.result:
+            continue
+        head = _program(command)
+        if head in reported:
+            continue
+        fix = next((c for c in commands[i + 1:] if not c.failed and _program(str(c.tool_input.get("command", ""))) == head), None)
+        error = _error_line(failed.result)
+        if fix is None or not error:
+            continue
+        reported.add(head)
+        body = (f"`{command[:200]}` failed with:\n\n    {error[:300]}\n\n"
+                f"What worked afterwards: `{str(fix.tool_input.get('command', ''))[:200]}`\n")
+        yield Candidate("gotcha", title_from_text(f"{head}: {error}", 90), body, "structural", 0.5, 5,
+                        branch=failed.branch)
+
+
+def _program(command: str) -> str:
+    """The program a shell command runs, past `cd dir &&` prefixes and VAR=value assignments."""
+    last = re.split(r"&&|;", command)
+    for part in last:
+        words = [w for w in part.split() if not re.match(r"^[A-Z_][A-Z0-9_]*=", w)]
+        if words and words[0] != "cd":
+            return words[0]
+    return command.split()[0] if command.split() else ""
+
+
+_ERROR_WORDS = re.compile(r"(?i)\b(error|fatal|failed|failure|exception|not found|no such|denied|refused|invalid|cannot|can't|unable)\b")
+
+
+def _error_line(output: str) -> str:
+    """The line of a command's output that says what went wrong (the last such line: tracebacks end there)."""
+    lines = [line.strip() for line in output.splitlines() if line.strip() and not line.startswith("Exit code")]
+    matching = [line for line in lines if _ERROR_WORDS.search(line)]
+    return matching[-1] if matching else ""
+
+
+def keyword(items: list[Event]) -> Iterator[Candidate]:
+    for event in items:
+        if event.kind != "text" or event.sidechain:
+            continue
+        text = _clean(event.text)
+        for sentence in re.split(r"(?<=[.!?])\s+|\n+", text):
+            sentence = sentence.strip().strip("*-• ")
+            if 40 <= len(sentence) <= 300 and DECISION.search(sentence) and "?" not in sentence:
+                yield Candidate("decision", title_from_text(sentence, 100), sentence + "\n", "keyword", 0.6, 5,
+                                branch=event.branch)
+
+
+# ---------------------------------------------------------------- guard, dedup, write
+
+
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z0-9]{3,}", text.lower()))
+
+
+def _redact(candidate: Candidate, report: CaptureReport) -> Candidate | None:
+    from cortex.guard import scan_text
+
+    if scan_text(candidate.title):
+        return None
+    findings = scan_text(candidate.body)
+    if not findings:
+        return candidate
+    lines = candidate.body.splitlines()
+    stem = candidate.title.rstrip("…").strip()
+    for finding in findings:
+        if 0 < finding.line <= len(lines):
+            if stem and (stem in lines[finding.line - 1] or lines[finding.line - 1].strip() in stem):
+                return None  # the title was cut from the secret's own line: the secret is the point
+            lines[finding.line - 1] = f"[REDACTED:{finding.kind}]"
+    report.redacted += len(findings)
+    candidate.body = "\n".join(lines) + "\n"
+    return candidate if not scan_text(candidate.body) else None
+
+
+def capture(store: Store, transcript: Path, session: str | None = None, last_message: str | None = None,
+            from_start: bool = False, commit: str | None = None) -> CaptureReport:
+    """Run the pipeline on what is new in `transcript`; write memories; advance the cursor."""
+    from cortex.gitops import find_worktree_root
+
+    report = CaptureReport()
+    records, report.skipped_lines, cursor = read_new_records(store, transcript, from_start)
+    report.records = len(records)
+    items = events(records)
+    if last_message and not any(e.kind == "text" and last_message.strip() in e.text for e in items):
+        items.append(Event("text", last_message))  # the transcript can lag the Stop hook
+    session = session or next((str(r.get("sessionId")) for r in records if r.get("sessionId")), transcript.stem)
+    root = find_worktree_root(store.root.parent)
+    candidates = [*self_report(items), *structural(items, session, root), *keyword(items)]
+    existing = [m for m in store.list()]
+    keyed = {str(m.source.get("key")): m for m in existing if m.source.get("key")}
+    for candidate in candidates:
+        guarded = _redact(candidate, report)
+        if guarded is None:
+            continue
+        if guarded.key and guarded.key in keyed:
+            current = keyed[guarded.key]
+            if current.body.strip() != guarded.body.strip() or current.title != guarded.title:
+                store.update(current.id, {"title": guarded.title, "files": guarded.files or current.files},
+                             body=guarded.body)
+                report.updated.append(current.id)
+            continue
+        words = _words(guarded.title + " " + guarded.body)
+        duplicate = False
+        for other in existing:
+            if other.type != guarded.type:
+                continue
+            other_words = _words(other.title + " " + other.body)
+            union = words | other_words
+            if union and len(words & other_words) / len(union) >= 0.7:
+                duplicate = True
+                break
+        if duplicate:
+            report.duplicates += 1
+            continue
+        source = {"kind": "transcript", "session": session, "layer": guarded.layer}
+        if commit:
+            source["commit"] = commit
+        if guarded.key:
+            source["key"] = guarded.key
+        made = store.create(Memory(id="", type=guarded.type, title=guarded.title, body=guarded.body,
+                                   confidence=guarded.confidence, priority=guarded.priority, tags=guarded.tags,
+                                   files=guarded.files, branch=guarded.branch, source=source))
+        existing.append(made)
+        if guarded.key:
+            keyed[guarded.key] = made
+        report.written.append(made.id)
+        report.by_layer[guarded.layer] = report.by_layer.get(guarded.layer, 0) + 1
+    save_cursor(store, transcript, cursor)
+    if report.skipped_lines:
+        store.log(f"capture: {transcript}: skipped {report.skipped_lines} malformed lines")
+    return report
+
+
+def nested() -> bool:
+    """True inside a `claude -p` that cortex started: cortex's hooks must do nothing there."""
+    return os.environ.get("CORTEX_NESTED") == "1"

@@ -1,0 +1,174 @@
+"""Capture: the real `cortex hook stop` on real transcripts, and each layer on small transcripts written here."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import cortex, cortex_json
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "transcripts"
+FIXTURES = Path(__file__).resolve().parent / "data" / "transcripts"
+TRANSCRIPTS = sorted(FIXTURES.glob("*.jsonl")) + sorted(
+    [*SHARED.rglob("*.jsonl"), *SHARED.rglob("chat.json")] if SHARED.is_dir() else [], key=str
+)
+
+
+def _stop(project: Path, transcript: Path, **extra: object) -> object:
+    payload = {"session_id": "s-1", "transcript_path": str(transcript), "cwd": str(project),
+               "hook_event_name": "Stop", "stop_hook_active": False} | extra
+    return cortex("hook", "stop", cwd=project, input=json.dumps(payload))
+
+
+def _memories(project: Path) -> list[Path]:
+    return sorted((project / ".cortex" / "memories").rglob("*.md"))
+
+
+@pytest.mark.parametrize("source", TRANSCRIPTS, ids=lambda p: p.name if p.is_relative_to(FIXTURES) else p.relative_to(SHARED).as_posix())
+def test_stop_hook_on_every_shared_transcript_is_quiet_and_idempotent(project, tmp_path, source):
+    transcript = tmp_path / source.name
+    shutil.copy(source, transcript)
+    first = _stop(project, transcript)
+    assert first.returncode == 0 and first.stdout == ""
+    written = _memories(project)
+    again = _stop(project, transcript)
+    assert again.returncode == 0 and again.stdout == "" and _memories(project) == written
+    fresh = cortex_json("capture", str(transcript), "--from-start", cwd=project)
+    assert fresh["written"] == [] and _memories(project) == written  # re-reading everything writes nothing new
+    assert "stop:" in (project / ".cortex" / "state" / "cortex.log").read_text(encoding="utf-8")
+
+
+def _line(record_type: str, uuid: str, content: object, **extra: object) -> str:
+    message = {"role": record_type, "content": content}
+    if record_type == "assistant":
+        message["id"] = extra.pop("message_id", f"msg-{uuid}")
+    return json.dumps({"type": record_type, "uuid": uuid, "sessionId": "s-1", "gitBranch": "main",
+                       "message": message, **extra})
+
+
+def _write(path: Path, lines: list[str], mode: str = "w") -> None:
+    with open(path, mode, encoding="utf-8") as handle:
+        handle.write("\n".join(lines) + "\n")
+
+
+def test_self_report_tags_become_memories_and_the_cursor_reads_only_new_turns(project, tmp_path):
+    transcript = tmp_path / "t.jsonl"
+    _write(transcript, [
+        _line("user", "u1", "Which cache should we use?"),
+        _line("assistant", "a1", [{"type": "text", "text": "SQLite it is. [MEMORY: decision: Use SQLite for the local "
+                                                            "cache because it needs no server]"}], message_id="m1"),
+        _line("assistant", "a2", [{"type": "text", "text": "[MEMORY: gotcha priority=8 tags=ci,sqlite: WAL files must "
+                                                            "be ignored in the CI cache]"}], message_id="m1"),
+    ])
+    _stop(project, transcript)
+    records = {r["title"]: r for r in cortex_json("list", cwd=project)}
+    assert records["Use SQLite for the local cache because it needs no server"]["type"] == "decision"
+    gotcha = records["WAL files must be ignored in the CI cache"]
+    assert gotcha["priority"] == 8 and gotcha["tags"] == ["ci", "sqlite"] and gotcha["branch"] == "main"
+    shown = cortex_json("show", gotcha["id"], cwd=project)
+    assert shown["source"] == {"kind": "transcript", "session": "s-1", "layer": "self-report",
+                               "commit": shown["source"]["commit"]}
+    _write(transcript, [_line("assistant", "a3", [{"type": "text", "text": "[MEMORY: context: The staging database "
+                                                                           "is rebuilt every night]"}])], mode="a")
+    _stop(project, transcript)
+    assert len(cortex_json("list", cwd=project)) == 3
+
+
+def test_the_last_assistant_message_is_used_when_the_transcript_lags(project, tmp_path):
+    transcript = tmp_path / "t.jsonl"
+    _write(transcript, [_line("user", "u1", "go")])
+    _stop(project, transcript, last_assistant_message="Done. [MEMORY: pattern: Every handler validates input with pydantic]")
+    assert [r["type"] for r in cortex_json("list", cwd=project)] == ["pattern"]
+    _write(transcript, [_line("assistant", "a1", [{"type": "text", "text": "Done. [MEMORY: pattern: Every handler "
+                                                                           "validates input with pydantic]"}])], mode="a")
+    _stop(project, transcript)
+    assert len(cortex_json("list", cwd=project)) == 1  # the same memory, not twice
+
+
+def test_todo_plan_is_one_memory_updated_as_the_plan_moves(project, tmp_path):
+    transcript = tmp_path / "t.jsonl"
+
+    def todo(uuid: str, statuses: list[str]) -> str:
+        items = [{"content": f"Step {n}", "status": s, "activeForm": f"Doing step {n}"} for n, s in enumerate(statuses, 1)]
+        return _line("assistant", uuid, [{"type": "tool_use", "id": f"t-{uuid}", "name": "TodoWrite", "input": {"todos": items}}])
+
+    _write(transcript, [todo("a1", ["in_progress", "pending"])])
+    _stop(project, transcript)
+    [plan] = cortex_json("list", "--type", "plan", cwd=project)
+    assert plan["title"] == "Plan: Step 1"
+    _write(transcript, [todo("a2", ["completed", "in_progress"])], mode="a")
+    _stop(project, transcript)
+    [updated] = cortex_json("list", "--type", "plan", cwd=project)
+    assert updated["id"] == plan["id"] and updated["title"] == "Plan: Step 2"
+    assert "- [x] Step 1" in cortex_json("show", plan["id"], cwd=project)["body"]
+
+
+def test_a_failure_then_a_fix_is_a_gotcha(project, tmp_path):
+    transcript = tmp_path / "t.jsonl"
+    _write(transcript, [
+        _line("assistant", "a1", [{"type": "tool_use", "id": "b1", "name": "Bash", "input": {"command": "cd app && pytest -q"}}]),
+        _line("user", "u1", [{"type": "tool_result", "tool_use_id": "b1", "is_error": True,
+                              "content": "Exit code 4\nERROR: file or directory not found: tests/unit"}]),
+        _line("assistant", "a2", [{"type": "tool_use", "id": "b2", "name": "Bash", "input": {"command": "pytest -q tests"}}]),
+        _line("user", "u2", [{"type": "tool_result", "tool_use_id": "b2", "content": "12 passed"}]),
+    ])
+    _stop(project, transcript)
+    [gotcha] = cortex_json("list", "--type", "gotcha", cwd=project)
+    assert gotcha["title"].startswith("pytest: ERROR: file or directory not found")
+    assert "pytest -q tests" in cortex_json("show", gotcha["id"], cwd=project)["body"]
+
+
+SECRETS = [
+    "aws_access_key_id = AKIAIOSFODNN7EXAMPLE",
+    "token ghp_1234567890abcdefghijklmnopqrstuvwxyzAB",
+    "-----BEGIN RSA PRIVATE KEY-----",
+    "PASSWORD=correct-horse-battery-staple",
+    "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIiwiaWF0IjoxNTE2MjM5MDIyfQ."
+    "SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c",
+]
+
+
+def test_planted_secrets_never_reach_any_file_under_cortex(project, tmp_path):
+    transcript = tmp_path / "t.jsonl"
+    lines = []
+    for n, secret in enumerate(SECRETS):
+        text = f"[MEMORY: gotcha: Deploy credentials live in the vault, item {n}\n{secret}\n]"
+        lines.append(_line("assistant", f"a{n}", [{"type": "text", "text": text}]))
+        lines.append(_line("assistant", f"b{n}", [{"type": "text", "text": f"[MEMORY: context: {secret}]"}]))
+        lines.append(_line("assistant", f"c{n}", [{"type": "text", "text": f"<private>[MEMORY: context: private {n}]</private>"}]))
+    lines.append(_line("assistant", "z", [{"type": "tool_use", "id": "b1", "name": "Bash",
+                                           "input": {"command": f"deploy --key {SECRETS[0]}"}}]))
+    _write(transcript, lines)
+    _stop(project, transcript)
+    everything = "".join(p.read_text(encoding="utf-8", errors="replace") for p in (project / ".cortex").rglob("*")
+                         if p.is_file())
+    for needle in ("AKIAIOSFODNN7EXAMPLE", "ghp_1234567890", "BEGIN RSA PRIVATE", "correct-horse", "eyJhbGciOiJIUzI1"):
+        assert needle not in everything
+    assert "private 0" not in everything
+    assert "[REDACTED:" in everything  # the memory about the vault was kept, the key line redacted
+
+
+def test_nested_guard_and_garbage_stdin(project, tmp_path):
+    transcript = tmp_path / "t.jsonl"
+    _write(transcript, [_line("assistant", "a1", [{"type": "text", "text": "[MEMORY: context: nested runs write nothing]"}])])
+    payload = json.dumps({"session_id": "s", "transcript_path": str(transcript), "cwd": str(project)})
+    nested = cortex("hook", "stop", cwd=project, input=payload, env={"CORTEX_NESTED": "1"})
+    assert nested.returncode == 0 and nested.stdout == "" and _memories(project) == []
+    garbage = cortex("hook", "stop", cwd=project, input="{not json")
+    assert garbage.returncode == 0 and garbage.stdout == ""
+    assert "stop:" in (project / ".cortex" / "state" / "cortex.log").read_text(encoding="utf-8")
+
+
+def test_a_transcript_that_shrank_restarts_safely(project, tmp_path):
+    transcript = tmp_path / "t.jsonl"
+    facts = ["the build uses make", "releases are tagged on fridays", "docs live in the wiki"]
+    _write(transcript, [_line("assistant", f"a{n}", [{"type": "text", "text": f"[MEMORY: context: {fact}]"}])
+                        for n, fact in enumerate(facts)])
+    _stop(project, transcript)
+    _write(transcript, [_line("assistant", "x", [{"type": "text", "text": "[MEMORY: context: a brand new fact]"}])])
+    _stop(project, transcript)
+    titles = {r["title"] for r in cortex_json("list", cwd=project)}
+    assert "a brand new fact" in titles and len(titles) == 4
