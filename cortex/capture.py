@@ -360,6 +360,22 @@ def _redact(candidate: Candidate, report: CaptureReport) -> Candidate | None:
     return candidate if not scan_text(candidate.body) else None
 
 
+def _active_of_types(store: Store, types: set[str]) -> list[Memory]:
+    """Active memories of these types, bodies included (through the cache: only those files are read)."""
+    from cortex.index import Index
+
+    index = Index(store)
+    index.sync(full=False, progress=False)
+    out = []
+    for rel, entry in index.records().items():
+        if entry["type"] in types and entry["status"] == "active":
+            try:
+                out.append(store.read(store.memories_dir / rel))
+            except Exception:
+                continue
+    return out
+
+
 def capture(store: Store, transcript: Path, session: str | None = None, last_message: str | None = None,
             from_start: bool = False, commit: str | None = None) -> CaptureReport:
     """Run the pipeline on what is new in `transcript`; write memories; advance the cursor."""
@@ -374,7 +390,7 @@ def capture(store: Store, transcript: Path, session: str | None = None, last_mes
     session = session or next((str(r.get("sessionId")) for r in records if r.get("sessionId")), transcript.stem)
     root = find_worktree_root(store.root.parent)
     candidates = [*self_report(items), *structural(items, session, root), *keyword(items)]
-    existing = [m for m in store.list()]
+    existing = _active_of_types(store, {c.type for c in candidates}) if candidates else []
     keyed = {str(m.source.get("key")): m for m in existing if m.source.get("key")}
     for candidate in candidates:
         guarded = _redact(candidate, report)

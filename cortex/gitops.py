@@ -52,9 +52,42 @@ def current_branch(worktree_root: Path | None) -> str | None:
 
 
 def head_commit(worktree_root: Path | None) -> str | None:
-    """The HEAD commit id (hex), or None (no repository, no commit yet)."""
+    """The HEAD commit id (hex), or None (no repository, no commit yet).
+
+    Read from the ref files directly (importing pygit2 costs a hook ~150 ms);
+    anything unusual (packed refs, symbolic chains) falls back to pygit2.
+    """
+    import re
+
     if worktree_root is None:
         return None
+    directory = git_dir(worktree_root)
+    if directory is not None:
+        try:
+            head = (directory / "HEAD").read_text(encoding="utf-8").strip()
+            if re.fullmatch(r"[0-9a-f]{40}", head):
+                return head
+            if head.startswith("ref: "):
+                ref = head[5:].strip()
+                common = directory
+                if (directory / "commondir").is_file():
+                    common = (directory / (directory / "commondir").read_text(encoding="utf-8").strip()).resolve()
+                for base in (directory, common):
+                    loose = base / ref
+                    if loose.is_file():
+                        value = loose.read_text(encoding="utf-8").strip()
+                        if re.fullmatch(r"[0-9a-f]{40}", value):
+                            return value
+                packed = common / "packed-refs"
+                if packed.is_file():
+                    for line in packed.read_text(encoding="utf-8").splitlines():
+                        parts = line.split()
+                        if len(parts) == 2 and parts[1] == ref and re.fullmatch(r"[0-9a-f]{40}", parts[0]):
+                            return parts[0]
+                if not any((base / ref).exists() for base in (directory, common)):
+                    return None  # a branch with no commit yet
+        except OSError:
+            pass
     try:
         import pygit2
 

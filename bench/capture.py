@@ -1,0 +1,93 @@
+"""The Stop hook on the shared transcripts: records, memories by layer, whole-process time.
+
+    python bench/capture.py [--runs 5] [--transcripts ../shared/data/transcripts]
+
+For each transcript: a fresh store in a fresh git repository; `cortex hook
+stop` from cold (no cursor: the whole transcript) and, after appending one
+more turn, the incremental Stop. Medians of `--runs` fresh processes (byte
+code compiled first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pygit2
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.store import bench_env, median_ms, warm_bytecode  # noqa: E402
+
+CORTEX = [sys.executable, "-m", "cortex"]
+DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "data" / "transcripts"
+TURN = json.dumps({"type": "assistant", "uuid": "bench-extra", "sessionId": "bench",
+                   "message": {"id": "bench-msg", "role": "assistant",
+                               "content": [{"type": "text", "text": "Done; the tests pass."}]}})
+
+
+def fresh_project(root: Path, env: dict[str, str]) -> None:
+    pygit2.init_repository(str(root), initial_head="main")
+    subprocess.run([*CORTEX, "init"], cwd=root, env=env, check=True, capture_output=True)
+
+
+def stop(root: Path, transcript: Path, env: dict[str, str]) -> float:
+    payload = json.dumps({"session_id": "bench", "transcript_path": str(transcript), "cwd": str(root),
+                          "hook_event_name": "Stop", "stop_hook_active": False})
+    start = time.perf_counter()
+    result = subprocess.run([*CORTEX, "hook", "stop"], cwd=root, env=env, input=payload.encode(), capture_output=True)
+    elapsed = (time.perf_counter() - start) * 1000
+    assert result.returncode == 0 and not result.stdout, result
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="cortex Stop hook on real transcripts")
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--transcripts", type=Path, default=DEFAULT)
+    args = parser.parse_args()
+    warm_bytecode()
+    env = bench_env() | {"GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "b@example.com",
+                         "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "b@example.com"}
+    print(f"machine: {platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}")
+    print(f"python -c pass: {median_ms([sys.executable, '-c', 'pass'], args.runs, env=env):.0f} ms")
+    print("| transcript | bytes | records | memories (by layer) | Stop, cold, ms | Stop, one more turn, ms |")
+    print("|---|---|---|---|---|---|")
+    sources = sorted([*args.transcripts.rglob("*.jsonl"), *args.transcripts.rglob("chat.json")])
+    with tempfile.TemporaryDirectory() as tmp:
+        for source in sources:
+            cold, warm, layers, records = [], [], {}, 0
+            for run in range(args.runs):
+                root = Path(tmp) / f"{source.stem}-{run}"
+                fresh_project(root, env)
+                transcript = root.parent / f"{source.stem}-{run}{source.suffix}"
+                shutil.copy(source, transcript)
+                cold.append(stop(root, transcript, env))
+                if run == 0:
+                    report = json.loads(subprocess.run([*CORTEX, "capture", str(transcript), "--from-start", "--json"],
+                                                       cwd=root, env=env, capture_output=True, check=True).stdout)
+                    records = report["records"]
+                    for path in (root / ".cortex" / "memories").rglob("*.md"):
+                        text = path.read_text(encoding="utf-8")
+                        layer = text.split("layer: ", 1)[1].split("}", 1)[0].split(",")[0] if "layer: " in text else "?"
+                        layers[layer] = layers.get(layer, 0) + 1
+                if source.suffix == ".jsonl":
+                    with open(transcript, "a", encoding="utf-8") as handle:
+                        handle.write(TURN + "\n")
+                    warm.append(stop(root, transcript, env))
+            by_layer = ", ".join(f"{k} {v}" for k, v in sorted(layers.items())) or "0"
+            incremental = f"{statistics.median(warm):.0f}" if warm else "n/a (JSON array)"
+            print(f"| {source.relative_to(args.transcripts)} | {source.stat().st_size:,} | {records:,} | {by_layer} "
+                  f"| {statistics.median(cold):.0f} | {incremental} |")
+
+
+if __name__ == "__main__":
+    main()
