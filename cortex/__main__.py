@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-CLAUDE_EVENTS = {"stop": "stop", "pre-compact": "stop"}
+CLAUDE_EVENTS = {"stop": "claude_stop", "pre-compact": "claude_stop", "session-start": "claude_session_start"}
 
 
 def run() -> None:
@@ -17,7 +17,8 @@ def run() -> None:
     if len(args) >= 2 and args[0] == "hook" and args[1] in CLAUDE_EVENTS:
         from cortex import hooks
 
-        sys.exit(hooks.claude_stop(sys.stdin.read() if not sys.stdin.isatty() else ""))
+        handler = getattr(hooks, CLAUDE_EVENTS[args[1]])
+        sys.exit(handler(sys.stdin.read() if not sys.stdin.isatty() else ""))
     from cortex.cli import main
 
     main()

@@ -75,6 +75,7 @@ class Candidate:
     files: list[str] = field(default_factory=list)
     branch: str | None = None
     key: str | None = None  # a stable identity to update in place (the session's plan)
+    scope: str = "project"  # "global": the LLM layer's confident, project-independent knowledge
 
 
 @dataclass
@@ -357,6 +358,8 @@ def _redact(candidate: Candidate, report: CaptureReport) -> Candidate | None:
             lines[finding.line - 1] = f"[REDACTED:{finding.kind}]"
     report.redacted += len(findings)
     candidate.body = "\n".join(lines) + "\n"
+    if not re.sub(r"\[REDACTED:[^\]]*\]", "", candidate.body).strip():
+        return None  # nothing left but the secret: the secret was the point
     return candidate if not scan_text(candidate.body) else None
 
 
@@ -376,31 +379,32 @@ def _active_of_types(store: Store, types: set[str]) -> list[Memory]:
     return out
 
 
-def capture(store: Store, transcript: Path, session: str | None = None, last_message: str | None = None,
-            from_start: bool = False, commit: str | None = None) -> CaptureReport:
-    """Run the pipeline on what is new in `transcript`; write memories; advance the cursor."""
-    from cortex.gitops import find_worktree_root
+def write_candidates(store: Store, candidates: list[Candidate], session: str, commit: str | None = None,
+                     report: CaptureReport | None = None) -> list[str]:
+    """Guard, dedup and write candidates (global-scope ones to the global store); returns the ids written."""
+    report = report or CaptureReport()
+    if not candidates:
+        return []
+    targets: dict[str, tuple[Store, list[Memory]]] = {}
 
-    report = CaptureReport()
-    records, report.skipped_lines, cursor = read_new_records(store, transcript, from_start)
-    report.records = len(records)
-    items = events(records)
-    if last_message and not any(e.kind == "text" and last_message.strip() in e.text for e in items):
-        items.append(Event("text", last_message))  # the transcript can lag the Stop hook
-    session = session or next((str(r.get("sessionId")) for r in records if r.get("sessionId")), transcript.stem)
-    root = find_worktree_root(store.root.parent)
-    candidates = [*self_report(items), *structural(items, session, root), *keyword(items)]
-    existing = _active_of_types(store, {c.type for c in candidates}) if candidates else []
-    keyed = {str(m.source.get("key")): m for m in existing if m.source.get("key")}
+    def target(scope: str) -> tuple[Store, list[Memory]]:
+        if scope not in targets:
+            chosen = Store.locate(use_global=True) if scope == "global" else store
+            targets[scope] = (chosen, _active_of_types(chosen, {c.type for c in candidates}))
+        return targets[scope]
+
     for candidate in candidates:
         guarded = _redact(candidate, report)
         if guarded is None:
             continue
+        destination, existing = target(guarded.scope)
+        keyed = {str(m.source.get("key")): m for m in existing if m.source.get("key")}
         if guarded.key and guarded.key in keyed:
             current = keyed[guarded.key]
             if current.body.strip() != guarded.body.strip() or current.title != guarded.title:
-                store.update(current.id, {"title": guarded.title, "files": guarded.files or current.files},
-                             body=guarded.body)
+                updated = destination.update(current.id, {"title": guarded.title, "files": guarded.files or current.files},
+                                             body=guarded.body)
+                existing[existing.index(current)] = updated
                 report.updated.append(current.id)
             continue
         words = _words(guarded.title + " " + guarded.body)
@@ -416,19 +420,44 @@ def capture(store: Store, transcript: Path, session: str | None = None, last_mes
         if duplicate:
             report.duplicates += 1
             continue
-        source = {"kind": "transcript", "session": session, "layer": guarded.layer}
+        source: dict[str, Any] = {"kind": "transcript", "session": session, "layer": guarded.layer}
         if commit:
             source["commit"] = commit
         if guarded.key:
             source["key"] = guarded.key
-        made = store.create(Memory(id="", type=guarded.type, title=guarded.title, body=guarded.body,
-                                   confidence=guarded.confidence, priority=guarded.priority, tags=guarded.tags,
-                                   files=guarded.files, branch=guarded.branch, source=source))
+        made = destination.create(Memory(id="", type=guarded.type, title=guarded.title, body=guarded.body,
+                                         confidence=guarded.confidence, priority=guarded.priority, tags=guarded.tags,
+                                         files=guarded.files, branch=guarded.branch, source=source))
         existing.append(made)
-        if guarded.key:
-            keyed[guarded.key] = made
         report.written.append(made.id)
         report.by_layer[guarded.layer] = report.by_layer.get(guarded.layer, 0) + 1
+    return list(report.written)
+
+
+def capture(store: Store, transcript: Path, session: str | None = None, last_message: str | None = None,
+            from_start: bool = False, commit: str | None = None) -> CaptureReport:
+    """Run the pipeline on what is new in `transcript`; write memories; advance the cursor."""
+    from cortex.gitops import find_worktree_root
+
+    report = CaptureReport()
+    records, report.skipped_lines, cursor = read_new_records(store, transcript, from_start)
+    report.records = len(records)
+    items = events(records)
+    if last_message and not any(e.kind == "text" and last_message.strip() in e.text for e in items):
+        items.append(Event("text", last_message))  # the transcript can lag the Stop hook
+    session = session or next((str(r.get("sessionId")) for r in records if r.get("sessionId")), transcript.stem)
+    root = find_worktree_root(store.root.parent)
+    candidates = [*self_report(items), *structural(items, session, root), *keyword(items)]
+    write_candidates(store, candidates, session, commit, report)
+    from cortex import worker
+
+    if items and worker.enabled(store):
+        # Layer 4 runs detached: queue the slice and return; the worker retries until it succeeds.
+        from cortex.gitops import current_branch
+
+        context = f"branch: {current_branch(root)}\nHEAD: {commit or 'none'}"
+        if worker.enqueue(store, session, worker.render_slice(items), context) is not None:
+            worker.spawn(store)
     save_cursor(store, transcript, cursor)
     if report.skipped_lines:
         store.log(f"capture: {transcript}: skipped {report.skipped_lines} malformed lines")

@@ -518,7 +518,7 @@ def uninstall(git_hooks: bool) -> None:
         _fail(str(exc))
 
 
-HOOK_EVENTS = ("stop", "pre-compact", "git-pre-push", "git-post-merge", "git-post-checkout")
+HOOK_EVENTS = ("stop", "pre-compact", "session-start", "git-pre-push", "git-post-merge", "git-post-checkout")
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
@@ -530,6 +530,8 @@ def hook(event: str, args: tuple[str, ...]) -> None:
 
     if event in ("stop", "pre-compact"):
         sys.exit(hooks.claude_stop(sys.stdin.read() if not sys.stdin.isatty() else ""))
+    if event == "session-start":
+        sys.exit(hooks.claude_session_start(sys.stdin.read() if not sys.stdin.isatty() else ""))
     if event == "git-pre-push":
         code = hooks.git_pre_push(list(args), sys.stdin.read() if not sys.stdin.isatty() else "")
     else:
@@ -637,3 +639,14 @@ def capture_command(store: Any, transcript: Path, from_start: bool, as_json: boo
     for memory_id in report.written:
         item = store.get(memory_id)
         click.echo(f"  {item.id}  {item.type:<10} {item.title}")
+
+
+
+@main.command()
+@store_options
+def worker(store: Any) -> None:
+    """Run queued LLM capture jobs once (the Stop hook starts this detached; failures stay queued)."""
+    from cortex.worker import process_queue
+
+    counts = process_queue(store)
+    click.echo(f"{counts['done']} jobs done, {counts['failed']} failed (kept for a retry), {counts['written']} memories written")

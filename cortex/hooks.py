@@ -177,3 +177,28 @@ def _log_anywhere(message: str) -> None:
         store.log(message)
     except Exception:
         pass
+
+
+def claude_session_start(raw: str) -> int:
+    """SessionStart: retry queued LLM capture jobs in the background. (The briefing comes with issue 6.)"""
+    import json
+
+    from cortex.capture import nested
+
+    if nested():
+        return 0
+    store = None
+    try:
+        payload = json.loads(raw) if raw.strip() else {}
+        cwd = Path(str(payload.get("cwd") or Path.cwd())) if isinstance(payload, dict) else Path.cwd()
+        store = _store_at(cwd)
+        if store is None:
+            return 0
+        from cortex import worker
+
+        if any(worker.queue_dir(store).glob("*.json")):
+            worker.spawn(store)
+    except Exception as exc:
+        if store is not None:
+            store.log(f"session-start: {exc!r}")
+    return 0

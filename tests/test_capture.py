@@ -172,3 +172,103 @@ def test_a_transcript_that_shrank_restarts_safely(project, tmp_path):
     _stop(project, transcript)
     titles = {r["title"] for r in cortex_json("list", cwd=project)}
     assert "a brand new fact" in titles and len(titles) == 4
+
+
+# ------------------------------------------------------------------ layer 4: the LLM, with a fake `claude` on PATH
+
+FAKE_CLAUDE = """#!{python}
+import json, os, sys
+prompt = sys.stdin.read()
+log = {log!r}
+with open(log, "a") as handle:
+    handle.write(json.dumps({{"argv": sys.argv[1:], "nested": os.environ.get("CORTEX_NESTED"),
+                              "has_slice": "ASSISTANT:" in prompt}}) + "\\n")
+if os.path.exists({broken!r}):
+    print("model unavailable", file=sys.stderr)
+    sys.exit(1)
+print(json.dumps([
+    {{"type": "decision", "title": "Queue jobs in Redis streams, not RabbitMQ", "content": "Redis streams: one less server to run. Rejected: RabbitMQ.", "confidence": 0.8, "priority": 7, "scope": "project", "tags": ["queue"]}},
+    {{"type": "pattern", "title": "Prefer ripgrep over grep for code search", "content": "ripgrep respects .gitignore and is fast.", "confidence": 0.95, "priority": 5, "scope": "global", "tags": []}},
+    {{"type": "gotcha", "title": "secret", "content": "PASSWORD=correct-horse-battery-staple", "confidence": 0.9}},
+    {{"type": "nonsense", "title": "dropped", "content": "unknown type"}}
+]))
+"""
+
+
+def _llm_project(project: Path, tmp_path: Path) -> tuple[dict[str, str], Path, Path]:
+    import sys
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log, broken = tmp_path / "claude-calls.jsonl", tmp_path / "claude-broken"
+    fake = bin_dir / "claude"
+    fake.write_text(FAKE_CLAUDE.format(python=sys.executable, log=str(log), broken=str(broken)), encoding="utf-8")
+    fake.chmod(0o755)
+    config = project / ".cortex" / "config.yaml"
+    config.write_text(config.read_text(encoding="utf-8").replace("llm: off", "llm: auto"), encoding="utf-8")
+    import os
+
+    return {"PATH": f"{bin_dir}:{os.environ['PATH']}"}, log, broken
+
+
+def _wait_for(predicate, seconds: float = 60.0) -> bool:
+    import time
+
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_llm_layer_runs_detached_and_writes_through_the_guard(project, tmp_path, isolated_env):
+    env, log, _broken = _llm_project(project, tmp_path)
+    transcript = tmp_path / "t.jsonl"
+    _write(transcript, [_line("user", "u1", "Should we keep RabbitMQ?"),
+                        _line("assistant", "a1", [{"type": "text", "text": "Let's move the queue to Redis streams."}])])
+    payload = json.dumps({"session_id": "s-1", "transcript_path": str(transcript), "cwd": str(project)})
+    result = cortex("hook", "stop", cwd=project, input=payload, env=env)
+    assert result.returncode == 0 and result.stdout == ""
+    assert _wait_for(lambda: not list((project / ".cortex" / "state" / "queue").glob("*.json")))
+    titles = {r["title"]: r for r in cortex_json("list", "--all", cwd=project)}
+    assert titles["Queue jobs in Redis streams, not RabbitMQ"]["type"] == "decision"
+    shown = cortex_json("show", titles["Queue jobs in Redis streams, not RabbitMQ"]["id"], cwd=project)
+    assert shown["source"]["layer"] == "llm"
+    assert "secret" not in titles and "dropped" not in titles
+    everything = "".join(p.read_text(encoding="utf-8", errors="replace") for p in (project / ".cortex").rglob("*.md"))
+    assert "correct-horse" not in everything
+    global_titles = [r["title"] for r in cortex_json("list", "--global", cwd=project)]
+    assert global_titles == ["Prefer ripgrep over grep for code search"]  # confident and global: promoted
+    call = json.loads(log.read_text(encoding="utf-8").splitlines()[0])
+    assert call["nested"] == "1" and call["has_slice"]
+    assert "--settings" in call["argv"] and json.loads(call["argv"][call["argv"].index("--settings") + 1]) == {"disableAllHooks": True}
+
+
+def test_a_failing_llm_keeps_the_job_until_the_next_session_start(project, tmp_path):
+    env, log, broken = _llm_project(project, tmp_path)
+    broken.write_text("down", encoding="utf-8")
+    transcript = tmp_path / "t.jsonl"
+    _write(transcript, [_line("assistant", "a1", [{"type": "text", "text": "We should queue with Redis streams."}])])
+    payload = json.dumps({"session_id": "s-2", "transcript_path": str(transcript), "cwd": str(project)})
+    cortex("hook", "stop", cwd=project, input=payload, env=env)
+    queue = project / ".cortex" / "state" / "queue"
+    assert _wait_for(lambda: log.exists())
+    assert _wait_for(lambda: any(json.loads(p.read_text())["attempts"] >= 1 for p in queue.glob("*.json")))
+    assert cortex_json("list", cwd=project) == []
+    broken.unlink()
+    started = cortex("hook", "session-start", cwd=project, input=json.dumps({"cwd": str(project), "source": "startup"}),
+                     env=env)
+    assert started.returncode == 0 and started.stdout == ""
+    assert _wait_for(lambda: not list(queue.glob("*.json")))
+    assert "Queue jobs in Redis streams, not RabbitMQ" in {r["title"] for r in cortex_json("list", cwd=project)}
+
+
+def test_llm_auto_is_off_without_the_command(project, tmp_path):
+    config = project / ".cortex" / "config.yaml"
+    config.write_text(config.read_text(encoding="utf-8").replace("llm: off", "llm: auto"), encoding="utf-8")
+    transcript = tmp_path / "t.jsonl"
+    _write(transcript, [_line("assistant", "a1", [{"type": "text", "text": "Nothing to see."}])])
+    cortex("hook", "stop", cwd=project, input=json.dumps({"session_id": "s", "transcript_path": str(transcript),
+                                                           "cwd": str(project)}), env={"PATH": "/usr/bin:/bin"})
+    assert not list((project / ".cortex" / "state").glob("queue/*.json"))

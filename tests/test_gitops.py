@@ -50,6 +50,10 @@ def test_install_keeps_a_foreign_hook_and_uninstall_restores_it(project, tmp_pat
     cortex("uninstall", "--git-hooks", cwd=project)
     assert (hooks / "pre-push").read_text(encoding="utf-8").startswith("#!/bin/sh\ncat")
     assert not (hooks / "post-merge").exists() and not (hooks / "pre-push.pre-cortex").exists()
+    (project / "app.py").write_text("print('one more commit')\n", encoding="utf-8")
+    commit_all(project, "after uninstall")
+    git(project, "push", "-q", "origin", "main")
+    assert marker.read_text() == "ran\nran\n"  # the person's hook still runs, on its own
     assert "merge.cortex-projection.driver" not in git(project, "config", "--list").stdout
 
 
