@@ -61,6 +61,7 @@ class Event:
     result: str = ""
     failed: bool = False
     sidechain: bool = False
+    cwd: str | None = None
 
 
 @dataclass
@@ -76,6 +77,7 @@ class Candidate:
     branch: str | None = None
     key: str | None = None  # a stable identity to update in place (the session's plan)
     scope: str = "project"  # "global": the LLM layer's confident, project-independent knowledge
+    update_only: bool = False  # with `key`: refresh the memory if it exists, never create it
 
 
 @dataclass
@@ -195,7 +197,8 @@ def events(records: list[dict[str, Any]]) -> list[Event]:
                     given = block.get("input")
                     event = Event("tool", "", uuid, branch, tool=str(block.get("name", "")),
                                   tool_id=str(block.get("id", "")),
-                                  tool_input=given if isinstance(given, dict) else {}, sidechain=sidechain)
+                                  tool_input=given if isinstance(given, dict) else {}, sidechain=sidechain,
+                                  cwd=str(record.get("cwd")) if record.get("cwd") else None)
                     tools[event.tool_id] = event
                     out.append(event)
         elif kind == "user":
@@ -260,8 +263,34 @@ def _relative(path: str, root: Path | None) -> str:
         return "" if Path(path).is_absolute() else path
 
 
+# A failing test run before a passing one is ordinary work, and so is a push without an upstream.
+ROUTINE_FAILURE = re.compile(r"(?i)\b(test|tests|pytest|py\.test|jest|vitest|mocha|rspec|phpunit|tox|nox)\b"
+                             r"|\bgit\s+(push|pull|fetch)\b")
+WEAK_OPENING = re.compile(r"(?i)^(that's|that is|this is|i have|i've|i'll|i will|let me|now|next|done|all done|"
+                          r"perfect|great|ok|okay|sure|here's|here is|it completed|it worked|it passed)\b")
+
+
+def _substance(text: str) -> str:
+    """The text from its first sentence that says something ("Let me look again." and the like dropped)."""
+    sentences = re.split(r"(?<=[.!?])\s+", " ".join(_clean(text).split()))
+    while sentences and (WEAK_OPENING.match(sentences[0]) or len(sentences[0]) < 12):
+        sentences.pop(0)
+    return " ".join(sentences)
+
+
+def _inside(path: str, root: Path) -> bool:
+    try:
+        Path(path).resolve().relative_to(root.resolve())
+        return True
+    except ValueError:
+        return False
+
+
 def structural(items: list[Event], session: str, root: Path | None) -> Iterator[Candidate]:
-    edited = sorted({_relative(str(e.tool_input.get("file_path") or e.tool_input.get("notebook_path") or ""), root)
+    # Paths are absolute in transcripts: relative to the repository, or to the session's own cwd
+    # (the project it ran in) when the transcript comes from elsewhere.
+    edited = sorted({_relative(str(e.tool_input.get("file_path") or e.tool_input.get("notebook_path") or ""),
+                               root if e.cwd is None or root is None or _inside(e.cwd, root) else Path(e.cwd))
                      for e in items if e.kind == "tool" and not e.failed
                      and e.tool in ("Edit", "Write", "MultiEdit", "NotebookEdit")} - {""})
     todos = [e for e in items if e.kind == "tool" and e.tool == "TodoWrite" and not e.failed
@@ -279,8 +308,25 @@ def structural(items: list[Event], session: str, root: Path | None) -> Iterator[
                           and t.get("status") != "completed" and t.get("content")), None)
             done_first = next((t["content"] for t in latest.tool_input["todos"] if isinstance(t, dict) and t.get("content")), "")
             title = f"Plan: {first}" if first else f"Plan (done): {done_first}"
+            # A plan first seen already finished is a record of work (the progress memory has it), not a plan.
             yield Candidate("plan", title_from_text(title, 100), "\n".join(lines) + "\n", "structural", 0.8, 6,
-                            files=edited[:20], branch=latest.branch, key=f"plan:{session}")
+                            files=edited[:20], branch=latest.branch, key=f"plan:{session}", update_only=first is None)
+    # What the session changed: one progress memory per session, updated as the work goes on.
+    summary = ""
+    if edited:
+        source_text = next((e.text for e in reversed(items) if e.kind == "text" and not e.sidechain
+                            and len(_substance(e.text)) > 40), "")
+        summary = _substance(source_text)[:400]
+    if edited and summary:  # files alone are what git already shows: only with words on what was done
+        title = title_from_text(summary, 90)
+        listing = "\n".join(f"- {path}" for path in edited[:30])
+        kept = _clean(source_text).strip()
+        if len(kept) > 800:  # the gist, cut at a line boundary
+            kept = kept[:800].rsplit("\n", 1)[0].rstrip() + "\n…"
+        body = f"{kept}\n\nFiles changed in this session:\n{listing}\n"
+        branch = next((e.branch for e in reversed(items) if e.branch), None)
+        yield Candidate("progress", title, body, "structural", 0.7, 4, files=edited[:30], branch=branch,
+                        key=f"progress:{session}")
     # A command that failed and later succeeded: what was learned on the way is a gotcha candidate.
     commands = [e for e in items if e.kind == "tool" and e.tool == "Bash"]
     reported: set[str] = set()
@@ -289,7 +335,7 @@ def structural(items: list[Event], session: str, root: Path | None) -> Iterator[
         if not failed.failed or not command or "<tool_use_error>" in failed.result:
             continue
         head = _program(command)
-        if head in reported:
+        if head in reported or ROUTINE_FAILURE.search(command):
             continue
         fix = next((c for c in commands[i + 1:] if not c.failed and _program(str(c.tool_input.get("command", ""))) == head), None)
         error = _error_line(failed.result)
@@ -322,15 +368,42 @@ def _error_line(output: str) -> str:
     return matching[-1] if matching else ""
 
 
+GOTCHA = re.compile(r"(?i)\b(the (?:root )?(?:problem|issue|cause|bug) (?:was|is) that|turns out|watch out|gotcha:|"
+                    r"note that .{3,80}\b(?:fails?|breaks?|doesn't|does not|won't|cannot|can't))\b")
+CORRECTION = re.compile(r"(?i)^(no[,. !]|nope\b|don't\b|do not\b|stop\b|actually[, ]|instead[, ]|that's (?:wrong|not)|"
+                        r"revert\b|wrong\b|not like that)")
+HEDGES = re.compile(r"(?i)^(let me|i'll|i will|now i|first,? i|maybe|perhaps|if )")
+
+
+def _sentences(text: str) -> Iterator[str]:
+    for sentence in re.split(r"(?<=[.!?])\s+|\n+", text):
+        sentence = sentence.strip().strip("*-•> `")
+        if 40 <= len(sentence) <= 300 and "?" not in sentence and not HEDGES.match(sentence):
+            yield sentence
+
+
 def keyword(items: list[Event]) -> Iterator[Candidate]:
+    """Explicit decisions and gotchas in the assistant's words; the person's corrections. Confidence by cue strength."""
+    acted = False
     for event in items:
+        if event.kind == "tool":
+            acted = True
+            continue
+        if event.kind == "human":
+            text = _clean(event.text).strip()
+            if acted and 15 <= len(text) <= 300 and CORRECTION.match(text) and "\n" not in text.strip():
+                yield Candidate("context", title_from_text(f"Correction: {text}", 100), text + "\n", "keyword", 0.6, 6,
+                                tags=["correction"], branch=event.branch)
+            acted = False
+            continue
         if event.kind != "text" or event.sidechain:
             continue
-        text = _clean(event.text)
-        for sentence in re.split(r"(?<=[.!?])\s+|\n+", text):
-            sentence = sentence.strip().strip("*-• ")
-            if 40 <= len(sentence) <= 300 and DECISION.search(sentence) and "?" not in sentence:
+        for sentence in _sentences(_clean(event.text)):
+            if DECISION.search(sentence):
                 yield Candidate("decision", title_from_text(sentence, 100), sentence + "\n", "keyword", 0.6, 5,
+                                branch=event.branch)
+            elif GOTCHA.search(sentence):
+                yield Candidate("gotcha", title_from_text(sentence, 100), sentence + "\n", "keyword", 0.55, 5,
                                 branch=event.branch)
 
 
@@ -399,6 +472,8 @@ def write_candidates(store: Store, candidates: list[Candidate], session: str, co
             continue
         destination, existing = target(guarded.scope)
         keyed = {str(m.source.get("key")): m for m in existing if m.source.get("key")}
+        if guarded.update_only and not (guarded.key and guarded.key in keyed):
+            continue
         if guarded.key and guarded.key in keyed:
             current = keyed[guarded.key]
             if current.body.strip() != guarded.body.strip() or current.title != guarded.title:

@@ -161,7 +161,8 @@ def file_name(memory: Memory) -> str:
 def title_from_text(text: str, limit: int = 80) -> str:
     """The first line or sentence of `text`, cut at a word near `limit` chars."""
     first = text.strip().splitlines()[0].strip() if text.strip() else ""
-    sentence = re.split(r"(?<=[.!?])\s", first, maxsplit=1)[0].rstrip()
+    first = re.sub(r"\*\*|__|^#+\s*", "", first).strip()  # markdown emphasis and heading marks are not words
+    sentence = re.split(r"(?<!\b\d\.)(?<=[.!?])\s", first, maxsplit=1)[0].rstrip()
     if len(sentence) <= limit:
         return sentence.rstrip(".")
     cut = sentence[:limit].rsplit(" ", 1)[0]

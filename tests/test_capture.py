@@ -106,19 +106,45 @@ def test_todo_plan_is_one_memory_updated_as_the_plan_moves(project, tmp_path):
     assert "- [x] Step 1" in cortex_json("show", plan["id"], cwd=project)["body"]
 
 
-def test_a_failure_then_a_fix_is_a_gotcha(project, tmp_path):
+def _bash(uuid: str, command: str, output: str, failed: bool) -> list[str]:
+    result = {"type": "tool_result", "tool_use_id": f"t-{uuid}", "content": output}
+    if failed:
+        result["is_error"] = True
+    return [_line("assistant", f"a-{uuid}", [{"type": "tool_use", "id": f"t-{uuid}", "name": "Bash", "input": {"command": command}}]),
+            _line("user", f"u-{uuid}", [result])]
+
+
+def test_a_failure_then_a_fix_is_a_gotcha_but_a_red_test_run_is_not(project, tmp_path):
     transcript = tmp_path / "t.jsonl"
     _write(transcript, [
-        _line("assistant", "a1", [{"type": "tool_use", "id": "b1", "name": "Bash", "input": {"command": "cd app && pytest -q"}}]),
-        _line("user", "u1", [{"type": "tool_result", "tool_use_id": "b1", "is_error": True,
-                              "content": "Exit code 4\nERROR: file or directory not found: tests/unit"}]),
-        _line("assistant", "a2", [{"type": "tool_use", "id": "b2", "name": "Bash", "input": {"command": "pytest -q tests"}}]),
-        _line("user", "u2", [{"type": "tool_result", "tool_use_id": "b2", "content": "12 passed"}]),
+        *_bash("1", "cd app && alembic upgrade head", "Exit code 1\nFAILED: Can't locate revision identified by 'ae1027a6acf'", True),
+        *_bash("2", "alembic -c app/alembic.ini upgrade head", "Running upgrade -> ae1027a6acf", False),
+        *_bash("3", "pytest -q", "Exit code 1\n1 failed, 11 passed", True),
+        *_bash("4", "pytest -q", "12 passed", False),
     ])
     _stop(project, transcript)
     [gotcha] = cortex_json("list", "--type", "gotcha", cwd=project)
-    assert gotcha["title"].startswith("pytest: ERROR: file or directory not found")
-    assert "pytest -q tests" in cortex_json("show", gotcha["id"], cwd=project)["body"]
+    assert gotcha["title"].startswith("alembic: FAILED: Can't locate revision")
+    assert "alembic -c app/alembic.ini upgrade head" in cortex_json("show", gotcha["id"], cwd=project)["body"]
+
+
+def test_keyword_layer_gotchas_corrections_and_a_progress_note(project, tmp_path):
+    transcript = tmp_path / "t.jsonl"
+    _write(transcript, [
+        _line("user", "u0", "Make the importer handle BOMs"),
+        _line("assistant", "a0", [{"type": "tool_use", "id": "e1", "name": "Edit",
+                                   "input": {"file_path": str(project / "app.py"), "old_string": "a", "new_string": "b"}}]),
+        _line("user", "u1", [{"type": "tool_result", "tool_use_id": "e1", "content": "updated"}]),
+        _line("user", "u2", "no, keep the CSV reader and only strip the BOM in the loader"),
+        _line("assistant", "a1", [{"type": "text", "text": "Let me look again. The problem was that Excel writes a UTF-8 BOM "
+                                                            "that csv.DictReader keeps in the first column name. "
+                                                            "The loader now strips the BOM before parsing, and the importer is unchanged."}]),
+    ])
+    _stop(project, transcript)
+    rows = {r["type"]: r for r in cortex_json("list", cwd=project)}
+    assert rows["gotcha"]["title"].startswith("The problem was that Excel writes a UTF-8 BOM")
+    assert rows["context"]["title"].startswith("Correction: no, keep the CSV reader") and rows["context"]["tags"] == ["correction"]
+    assert rows["progress"]["files"] == ["app.py"] and rows["progress"]["title"].startswith("The problem was")
 
 
 SECRETS = [
