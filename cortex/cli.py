@@ -86,7 +86,8 @@ def _at(store: Any, rev: str | None) -> Any:
 @click.option("--global", "use_global", is_flag=True, help="Create the global store instead ($CORTEX_HOME).")
 @click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), help="Create the store in this folder.")
 @click.option("--git-hooks", is_flag=True, help="Also install the pre-push, post-merge and post-checkout hooks and the projection merge driver.")
-def init(use_global: bool, directory: Path | None, git_hooks: bool) -> None:
+@click.option("--claude", "claude_code", is_flag=True, help="Also add cortex's hooks to .claude/settings.json and write .claude/rules/cortex-memory.md.")
+def init(use_global: bool, directory: Path | None, git_hooks: bool, claude_code: bool) -> None:
     """Create a .cortex/ store in this repository (or the global one)."""
     from cortex.gitops import find_worktree_root
     from cortex.store import STORE_DIRNAME, Store, global_home
@@ -109,6 +110,14 @@ def init(use_global: bool, directory: Path | None, git_hooks: bool) -> None:
         click.echo(f"created {store.root} (config.yaml, memories/, .gitignore)")
         if not use_global and find_worktree_root(root.parent) is None:
             click.echo("not a git repository: branch tracking and git features are off")
+    if claude_code:
+        from cortex import claude
+
+        try:
+            for line in claude.install(store.root.parent):
+                click.echo(line)
+        except CortexError as exc:
+            _fail(str(exc))
     if git_hooks:
         from cortex.errors import NotARepository
         from cortex.gitops import install_git_hooks
@@ -504,17 +513,24 @@ def project(store: Any, check: bool) -> None:
 
 @main.command()
 @click.option("--git-hooks", is_flag=True, help="Remove cortex's git hooks (restoring any hook they chained) and merge driver.")
-def uninstall(git_hooks: bool) -> None:
+@click.option("--claude", "claude_code", is_flag=True, help="Remove cortex's entries from .claude/settings.json and its rules file.")
+def uninstall(git_hooks: bool, claude_code: bool) -> None:
     """Remove what `cortex init` installed outside .cortex/ (memories are never touched)."""
     from cortex.errors import NotARepository
-    from cortex.gitops import uninstall_git_hooks
+    from cortex.gitops import find_worktree_root, uninstall_git_hooks
 
-    if not git_hooks:
-        _fail("say what to remove: --git-hooks")
+    if not git_hooks and not claude_code:
+        _fail("say what to remove: --git-hooks and/or --claude")
     try:
-        for line in uninstall_git_hooks(Path.cwd()):
-            click.echo(line)
-    except NotARepository as exc:
+        if claude_code:
+            from cortex import claude
+
+            for line in claude.uninstall(find_worktree_root(Path.cwd()) or Path.cwd()):
+                click.echo(line)
+        if git_hooks:
+            for line in uninstall_git_hooks(Path.cwd()):
+                click.echo(line)
+    except (NotARepository, CortexError) as exc:
         _fail(str(exc))
 
 

@@ -1,0 +1,121 @@
+"""Installing cortex into Claude Code: hook entries in `.claude/settings.json` and the memory rules file.
+
+`cortex init --claude` merges cortex's hook entries into the project's
+`.claude/settings.json` without touching any other key or hook, idempotently,
+and writes `.claude/rules/cortex-memory.md` (Claude Code loads `.claude/rules/`
+at startup), which teaches the assistant the `[MEMORY: …]` tags and the
+`cortex` commands. `cortex uninstall --claude` removes only what cortex added.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from cortex.files import atomic_write
+
+HOOK_EVENTS = {"SessionStart": "session-start", "Stop": "stop", "PreCompact": "pre-compact"}
+RULES = """# cortex: project memory
+
+This repository keeps its memory in `.cortex/` (markdown files, committed with
+the code). cortex captures what each turn decided and learned when the turn
+ends. Help it:
+
+- When you make or learn something a teammate should know next week, say it
+  in one tag in your reply, on its own line:
+
+      [MEMORY: decision: We keep the cache in SQLite, not Postgres: no server to run]
+      [MEMORY: gotcha priority=8 tags=ci: The CI image has SQLite 3.31, without DROP COLUMN]
+
+  Types: architecture, decision, pattern, gotcha, context, progress, plan.
+  Say why; name rejected alternatives. Never put secrets in a tag.
+- Before deciding something that may already be decided, look:
+  `cortex recall "your question"` (add `--json` for details),
+  `cortex show <id>` for one memory, `.cortex/decisions.md` for all decisions.
+- To correct memory: `cortex forget <id>` (archive) or
+  `cortex forget <old> --replaced-by <new>`.
+"""
+
+
+def _command(event: str) -> str:
+    found = shutil.which("cortex")
+    prefix = "cortex" if found else f'"{sys.executable}" -m cortex'
+    return f"{prefix} hook {event}"
+
+
+def _is_ours(handler: Any) -> bool:
+    return isinstance(handler, dict) and " hook " in str(handler.get("command", "")) and "cortex" in str(handler.get("command", ""))
+
+
+def _load(path: Path) -> dict[str, Any]:
+    from cortex.errors import CortexError
+
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8") or "{}")
+    except ValueError as exc:
+        raise CortexError(f"{path}: not valid JSON ({exc}); fix it and run again") from None
+    if not isinstance(data, dict):
+        raise CortexError(f"{path}: expected a JSON object")
+    return data
+
+
+def install(project_root: Path) -> list[str]:
+    """Merge cortex's hooks into .claude/settings.json and write the rules file; returns what changed."""
+    settings_path = project_root / ".claude" / "settings.json"
+    settings = _load(settings_path)
+    hooks = settings.setdefault("hooks", {})
+    done = []
+    for event, name in HOOK_EVENTS.items():
+        groups = hooks.setdefault(event, [])
+        present = any(_is_ours(h) and str(h.get("command", "")).endswith(f"hook {name}")
+                      for group in groups if isinstance(group, dict) for h in group.get("hooks", []))
+        if not present:
+            groups.append({"hooks": [{"type": "command", "command": _command(name)}]})
+            done.append(f"added the {event} hook")
+    if done:
+        atomic_write(settings_path, json.dumps(settings, indent=2, ensure_ascii=False) + "\n")
+    rules = project_root / ".claude" / "rules" / "cortex-memory.md"
+    if not rules.exists() or rules.read_text(encoding="utf-8") != RULES:
+        atomic_write(rules, RULES)
+        done.append(f"wrote {rules}")
+    return done or ["Claude Code integration already installed"]
+
+
+def uninstall(project_root: Path) -> list[str]:
+    settings_path = project_root / ".claude" / "settings.json"
+    settings = _load(settings_path)
+    done = []
+    hooks = settings.get("hooks")
+    if isinstance(hooks, dict):
+        for event in list(hooks):
+            groups = hooks[event]
+            if not isinstance(groups, list):
+                continue
+            kept_groups = []
+            for group in groups:
+                if isinstance(group, dict) and isinstance(group.get("hooks"), list):
+                    kept = [h for h in group["hooks"] if not _is_ours(h)]
+                    if len(kept) != len(group["hooks"]):
+                        done.append(f"removed the {event} hook")
+                    if kept:
+                        kept_groups.append(group | {"hooks": kept})
+                else:
+                    kept_groups.append(group)
+            if kept_groups:
+                hooks[event] = kept_groups
+            else:
+                del hooks[event]
+        if not hooks:
+            del settings["hooks"]
+    if done:
+        atomic_write(settings_path, json.dumps(settings, indent=2, ensure_ascii=False) + "\n")
+    rules = project_root / ".claude" / "rules" / "cortex-memory.md"
+    if rules.exists():
+        rules.unlink()
+        done.append(f"removed {rules}")
+    return done or ["no Claude Code integration was installed"]
