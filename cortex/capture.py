@@ -278,6 +278,35 @@ def _substance(text: str) -> str:
     return " ".join(sentences)
 
 
+def _task_list(items: list[Event]) -> list[dict[str, str]]:
+    """The plan as TaskCreate/TaskUpdate built it; task ids are the creation order (1, 2, …) as Claude Code numbers them."""
+    tasks: list[dict[str, str]] = []
+    for event in items:
+        if event.kind != "tool" or event.failed:
+            continue
+        if event.tool == "TaskCreate" and event.tool_input.get("subject"):
+            tasks.append({"content": str(event.tool_input["subject"]), "status": "pending"})
+        elif event.tool == "TaskUpdate":
+            task_id = str(event.tool_input.get("taskId", ""))
+            status = str(event.tool_input.get("status", ""))
+            if task_id.isdigit() and 0 < int(task_id) <= len(tasks) and status:
+                tasks[int(task_id) - 1]["status"] = status
+    return tasks
+
+
+def _commits(items: list[Event]) -> list[str]:
+    """Messages of the git commits the session made (successful `git commit -m …`)."""
+    out = []
+    for event in items:
+        if event.kind == "tool" and event.tool == "Bash" and not event.failed:
+            command = str(event.tool_input.get("command", ""))
+            if re.search(r"\bgit\s+commit\b", command):
+                match = re.search(r"\s-[a-zA-Z]*m\s*(?:\"([^\"]+)\"|'([^']+)'|(\S+))", command)
+                message = next((g for g in match.groups() if g), "") if match else ""
+                out.append(message.splitlines()[0][:120] if message else "(message from an editor or file)")
+    return out
+
+
 def _inside(path: str, root: Path) -> bool:
     try:
         Path(path).resolve().relative_to(root.resolve())
@@ -295,6 +324,10 @@ def structural(items: list[Event], session: str, root: Path | None) -> Iterator[
                      and e.tool in ("Edit", "Write", "MultiEdit", "NotebookEdit")} - {""})
     todos = [e for e in items if e.kind == "tool" and e.tool == "TodoWrite" and not e.failed
              and isinstance(e.tool_input.get("todos"), list)]
+    tasks = _task_list(items)
+    if tasks and not todos:  # the task tools (TaskCreate/TaskUpdate) of Claude Code 2.1: the same plan, built up
+        last = next(e for e in reversed(items) if e.kind == "tool" and e.tool in ("TaskCreate", "TaskUpdate"))
+        todos = [Event("tool", uuid=last.uuid, branch=last.branch, tool="TodoWrite", tool_input={"todos": tasks})]
     if todos:
         latest = todos[-1]
         lines = []
@@ -324,6 +357,12 @@ def structural(items: list[Event], session: str, root: Path | None) -> Iterator[
         if len(kept) > 800:  # the gist, cut at a line boundary
             kept = kept[:800].rsplit("\n", 1)[0].rstrip() + "\n…"
         body = f"{kept}\n\nFiles changed in this session:\n{listing}\n"
+        commits = _commits(items)
+        failures = sum(1 for e in items if e.kind == "tool" and e.tool == "Bash" and e.failed)
+        if commits:
+            body += "\nCommits:\n" + "\n".join(f"- {message}" for message in commits[-10:]) + "\n"
+        if failures:
+            body += f"\nCommands that failed on the way: {failures}\n"
         branch = next((e.branch for e in reversed(items) if e.branch), None)
         yield Candidate("progress", title, body, "structural", 0.7, 4, files=edited[:30], branch=branch,
                         key=f"progress:{session}")
@@ -494,6 +533,7 @@ def write_candidates(store: Store, candidates: list[Candidate], session: str, co
                 break
         if duplicate:
             report.duplicates += 1
+            _refresh(destination, other)
             continue
         source: dict[str, Any] = {"kind": "transcript", "session": session, "layer": guarded.layer}
         if commit:
@@ -507,6 +547,21 @@ def write_candidates(store: Store, candidates: list[Candidate], session: str, co
         report.written.append(made.id)
         report.by_layer[guarded.layer] = report.by_layer.get(guarded.layer, 0) + 1
     return list(report.written)
+
+
+def _refresh(store: Store, memory: Memory) -> None:
+    """Seen again: move the memory's `updated` forward (once a day at most, so a repeated fact does not churn git)."""
+    import datetime as dt
+
+    from cortex.memory import now_iso
+
+    if memory.updated and memory.updated[:10] >= (dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=1)).strftime("%Y-%m-%d"):
+        return
+    try:
+        store.update(memory.id, {"updated": now_iso()}, touch=False)
+        store.log(f"capture: {memory.id} seen again; updated refreshed")
+    except Exception as exc:
+        store.log(f"capture: could not refresh {memory.id}: {exc!r}")
 
 
 def capture(store: Store, transcript: Path, session: str | None = None, last_message: str | None = None,

@@ -298,3 +298,49 @@ def test_llm_auto_is_off_without_the_command(project, tmp_path):
     cortex("hook", "stop", cwd=project, input=json.dumps({"session_id": "s", "transcript_path": str(transcript),
                                                            "cwd": str(project)}), env={"PATH": "/usr/bin:/bin"})
     assert not list((project / ".cortex" / "state").glob("queue/*.json"))
+
+
+def test_task_tools_build_the_plan_and_commits_land_in_the_progress_note(project, tmp_path):
+    transcript = tmp_path / "t.jsonl"
+
+    def tool(uuid: str, name: str, payload: dict) -> list[str]:
+        return [_line("assistant", uuid, [{"type": "tool_use", "id": f"t-{uuid}", "name": name, "input": payload}]),
+                _line("user", f"r-{uuid}", [{"type": "tool_result", "tool_use_id": f"t-{uuid}", "content": "ok"}])]
+
+    _write(transcript, [
+        *tool("1", "TaskCreate", {"subject": "Add the BOM test", "description": "", "activeForm": "Adding"}),
+        *tool("2", "TaskCreate", {"subject": "Strip the BOM in the loader", "description": "", "activeForm": "Stripping"}),
+        *tool("3", "TaskUpdate", {"taskId": "1", "status": "completed"}),
+        *tool("4", "Write", {"file_path": str(project / "loader.py"), "content": "x = 1\n"}),
+        *tool("5", "Bash", {"command": 'git commit -am "Strip the UTF-8 BOM before parsing CSV"'}),
+        _line("assistant", "6", [{"type": "text", "text": "The loader strips the UTF-8 BOM before the CSV reader sees it; "
+                                                         "the new test covers Excel exports."}]),
+    ])
+    _stop(project, transcript)
+    [plan] = cortex_json("list", "--type", "plan", cwd=project)
+    assert plan["title"] == "Plan: Strip the BOM in the loader"
+    body = cortex_json("show", plan["id"], cwd=project)["body"]
+    assert "- [x] Add the BOM test" in body and "- [ ] Strip the BOM in the loader" in body
+    [progress] = cortex_json("list", "--type", "progress", cwd=project)
+    assert progress["files"] == ["loader.py"]
+    assert "- Strip the UTF-8 BOM before parsing CSV" in cortex_json("show", progress["id"], cwd=project)["body"]
+
+
+HOOK_PAYLOADS = Path(__file__).resolve().parents[2] / "shared" / "data" / "hook-payloads"
+
+
+@pytest.mark.skipif(not HOOK_PAYLOADS.is_dir(), reason="the shared hook payloads are not next to this checkout")
+def test_real_stop_and_pre_compact_payloads(project, tmp_path):
+    transcript = tmp_path / "t.jsonl"
+    shutil.copy(FIXTURES / "marot-spotter-short.jsonl", transcript)
+    payloads = []
+    for path in sorted(HOOK_PAYLOADS.rglob("*.json")):
+        for payload in json.loads(path.read_text(encoding="utf-8")):
+            if payload.get("hook_event_name") in ("Stop", "PreCompact", "SessionStart"):
+                payloads.append(payload)
+    assert payloads
+    for payload in payloads:
+        event = {"Stop": "stop", "PreCompact": "pre-compact", "SessionStart": "session-start"}[payload["hook_event_name"]]
+        real = dict(payload, transcript_path=str(transcript), cwd=str(project))
+        result = cortex("hook", event, cwd=project, input=json.dumps(real))
+        assert result.returncode == 0 and result.stdout == "", (event, result.stderr)
