@@ -666,3 +666,20 @@ def worker(store: Any) -> None:
 
     counts = process_queue(store)
     click.echo(f"{counts['done']} jobs done, {counts['failed']} failed (kept for a retry), {counts['written']} memories written")
+
+
+
+@main.command(name="briefing")
+@click.option("--budget", type=click.IntRange(50, 2500), help="Token budget (default: briefing.budget_tokens, 500).")
+@click.option("--fresh", is_flag=True, help="Build it again instead of using the cached one.")
+@click.option("--json", "as_json", is_flag=True, help="Print text, token count and memory ids as JSON.")
+@store_options
+def briefing_command(store: Any, budget: int | None, fresh: bool, as_json: bool) -> None:
+    """The session-start briefing for this branch (what the SessionStart hook injects)."""
+    from cortex import briefing
+
+    result = briefing.build(store, budget) if (fresh or budget) else briefing.get(store)
+    if as_json:
+        _print_json({"text": result.text, "tokens": result.tokens, "ids": result.ids})
+    else:
+        click.echo(result.text, nl=False)

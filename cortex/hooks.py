@@ -180,7 +180,7 @@ def _log_anywhere(message: str) -> None:
 
 
 def claude_session_start(raw: str) -> int:
-    """SessionStart: retry queued LLM capture jobs in the background. (The briefing comes with issue 6.)"""
+    """SessionStart (startup, resume, clear, compact): print the briefing as additionalContext; retry queued jobs."""
     import json
 
     from cortex.capture import nested
@@ -194,11 +194,19 @@ def claude_session_start(raw: str) -> int:
         store = _store_at(cwd)
         if store is None:
             return 0
-        from cortex import worker
+        from cortex import briefing
 
-        if any(worker.queue_dir(store).glob("*.json")):
+        text = briefing.get(store).text
+        sys.stdout.write(json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": text}}))
+        sys.stdout.flush()
+        queue = store.state_dir / "queue"
+        if queue.is_dir() and any(queue.glob("*.json")):
+            from cortex import worker
+
             worker.spawn(store)
     except Exception as exc:
         if store is not None:
             store.log(f"session-start: {exc!r}")
+        else:
+            _log_anywhere(f"session-start: {exc!r}")
     return 0

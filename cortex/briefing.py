@@ -1,0 +1,253 @@
+"""The session-start briefing: what the assistant should know about this branch, within a token budget.
+
+    <!-- cortex:injected -->
+    # cortex briefing — branch `feature/x` @ 1a2b3c4
+    Recent commits: …
+    Changed on this branch: …
+    ## Pinned / ## This branch / ## Key memories / ## Code in play / ## Active plan
+
+Tiers, in this order: pinned memories (always); branch work (progress and
+plan of this branch, and memories whose `files:` touch what changed);
+critical memories (by the ranking prior); code descriptions of the files in
+play; the active plan's checklist. Per-type shares of the budget
+(architecture 25, decision 25, pattern 25, gotcha 20, progress 30, context 15,
+code_description 10, code 0 — relative weights) cap each type on the first
+pass; whatever is left flows to the best remaining memories. Tokens are
+estimated as characters / 4 (documented, deterministic), the total never
+over `briefing.budget_tokens` (500) nor 10,000 characters.
+
+Reality check: a memory whose files all no longer exist is left out; one whose
+file changed after the memory's `updated` is marked "(may be stale: file
+changed)". Each line carries the memory's id.
+
+Cached in `state/briefing.json` by (branch, HEAD, store signature): a
+SessionStart with nothing changed reads one small file and the git HEAD.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cortex.store import Store
+
+MARK = "<!-- cortex:injected -->"
+TYPE_WEIGHTS = {"architecture": 25, "decision": 25, "pattern": 25, "gotcha": 20, "progress": 30, "context": 15,
+                "code_description": 10, "code": 0, "plan": 30}
+BRANCH_SCOPED = ("progress", "plan")
+MAX_CHARS = 10_000
+
+
+def estimate_tokens(text: str) -> int:
+    """~4 characters a token (English prose and code average); rounded up."""
+    return math.ceil(len(text) / 4)
+
+
+@dataclass
+class Briefing:
+    text: str
+    tokens: int
+    ids: list[str] = field(default_factory=list)
+
+
+def _git_facts(store: Store) -> dict[str, Any]:
+    """Branch, HEAD, last 3 commits and changed files (working tree + this branch vs the default branch)."""
+    facts: dict[str, Any] = {"branch": store.current_branch(), "head": None, "commits": [], "changed": []}
+    root = store.worktree
+    if root is None:
+        return facts
+    try:
+        import pygit2
+
+        repo = pygit2.Repository(str(root))
+        if repo.head_is_unborn:
+            return facts
+        head = repo.head.peel(pygit2.Commit)
+        facts["head"] = str(head.id)
+        walker = repo.walk(head.id, pygit2.enums.SortMode.TIME)
+        for n, commit in enumerate(walker):
+            if n >= 3:
+                break
+            facts["commits"].append(f"{str(commit.id)[:7]} {commit.message.strip().splitlines()[0][:80] if commit.message.strip() else ''}")
+        changed = {path for path, flags in repo.status().items()
+                   if not flags & pygit2.enums.FileStatus.IGNORED and not path.startswith(".cortex/")}
+        default = next((name for name in ("main", "master", "trunk") if repo.branches.local.get(name) is not None), None)
+        if default and facts["branch"] and facts["branch"] != default:
+            base = repo.merge_base(repo.branches.local[default].target, head.id)
+            if base is not None:
+                diff = repo[base].peel(pygit2.Commit).tree.diff_to_tree(head.tree)
+                changed |= {d.new_file.path for d in diff.deltas if not d.new_file.path.startswith(".cortex/")}
+        facts["changed"] = sorted(changed)
+    except Exception:  # a broken repository gives a briefing without git facts, never an error
+        pass
+    return facts
+
+
+def _signature(store: Store) -> str:
+    """What the cached briefing depends on, cheaply: the manifest, cortex's own writes, the memory folders, config."""
+    parts = []
+    for path in (store.cache_dir / "manifest.bin", store.state_dir / "changed", store.config_path, store.memories_dir):
+        try:
+            stat = path.stat()
+            parts.append(f"{stat.st_mtime_ns}:{stat.st_size}")
+        except OSError:
+            parts.append("-")
+    if store.memories_dir.is_dir():
+        for folder in sorted(p for p in store.memories_dir.iterdir() if p.is_dir()):
+            parts.append(f"{folder.name}:{folder.stat().st_mtime_ns}")
+    return "|".join(parts)
+
+
+def _cache_key(store: Store) -> str:
+    from cortex import __version__
+    from cortex.gitops import current_branch, head_commit
+
+    root = store.worktree
+    return f"{__version__}|{current_branch(root)}|{head_commit(root)}|{_signature(store)}"
+
+
+def cached(store: Store) -> Briefing | None:
+    """The cached briefing when nothing it depends on changed (reads one file)."""
+    try:
+        data = json.loads((store.state_dir / "briefing.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if data.get("key") != _cache_key(store):
+        return None
+    return Briefing(data["text"], int(data["tokens"]), list(data.get("ids", [])))
+
+
+def build(store: Store, budget_tokens: int | None = None, now: float | None = None) -> Briefing:
+    """Assemble the briefing (see the module docstring)."""
+    from cortex.index import Index
+    from cortex.recall import decayed_confidence
+
+    now = time.time() if now is None else now
+    budget = int(budget_tokens or store.config().get("briefing.budget_tokens"))
+    index = Index(store)
+    index.sync(full=False, progress=False)
+    facts = _git_facts(store)
+    branch, changed = facts["branch"], set(facts["changed"])
+    root = store.worktree
+    weights = store.config().get("recall.weights")
+    central = index.centralities()
+    access = store.access_counts()
+    max_log = math.log(max(access.values(), default=0) + 1) or 1.0
+    candidates = []
+    for item in index.scan().memories:
+        if item.status != "active" or item.type == "code":
+            continue
+        if item.type in BRANCH_SCOPED and item.branch != branch:
+            continue  # progress and plans belong to their branch
+        stale: bool | str = False
+        if item.files and root is not None:
+            present = [root / f for f in item.files if (root / f).exists()]
+            if not present:
+                if not item.pinned:
+                    continue  # everything it is about is gone
+                stale = "files gone"  # pinned memories are always shown, flagged
+            else:
+                updated = _epoch(item.updated)
+                stale = any(p.stat().st_mtime > updated + 1 for p in present)
+        prior = (weights["confidence"] * decayed_confidence(item, now, access.get(item.id, 0), central.get(item.id, 0.0))
+                 + weights["priority"] * item.priority / 10 + weights["centrality"] * central.get(item.id, 0.0)
+                 + weights["access"] * math.log(access.get(item.id, 0) + 1) / max_log
+                 + weights["same_branch"] * (1.0 if branch and item.branch == branch else 0.0))
+        touches = bool(changed & set(item.files))
+        candidates.append((item, prior, stale, touches))
+
+    def line(item: Any, stale: bool | str) -> str:
+        mark = f" (may be stale: {stale})" if isinstance(stale, str) else " (may be stale: file changed)" if stale else ""
+        return f"- [{item.type}] {item.title} `{item.id}`{mark}"
+
+    header = [MARK, f"# cortex briefing — branch `{branch or 'none'}`" + (f" @ {facts['head'][:7]}" if facts["head"] else "")]
+    if facts["commits"]:
+        header.append("Recent commits: " + "; ".join(facts["commits"]))
+    if changed:
+        shown = sorted(changed)[:12]
+        header.append("Changed here: " + ", ".join(shown) + (f" (+{len(changed) - len(shown)} more)" if len(changed) > len(shown) else ""))
+    header.append("Ask for more with `cortex show <id>` or `cortex recall \"…\"`.")
+    text_parts = ["\n".join(header)]
+    used = estimate_tokens(text_parts[0])
+    chosen: list[str] = []
+    sections: dict[str, list[str]] = {}
+    total_weight = sum(TYPE_WEIGHTS.values())
+    spent: dict[str, int] = {}
+
+    def add(section: str, item: Any, stale: bool | str, capped: bool) -> bool:
+        nonlocal used
+        if item.id in chosen:
+            return False
+        entry = line(item, stale)
+        cost = estimate_tokens(entry + "\n") + (estimate_tokens(f"\n## {section}\n") if section not in sections else 0)
+        cap = budget * TYPE_WEIGHTS.get(item.type, 10) / total_weight
+        if used + cost > budget or (capped and spent.get(item.type, 0) + cost > cap):
+            return False
+        sections.setdefault(section, []).append(entry)
+        chosen.append(item.id)
+        spent[item.type] = spent.get(item.type, 0) + cost
+        used += cost
+        return True
+
+    by_prior = sorted(candidates, key=lambda c: (-c[1], c[0].id))
+    for item, _prior, stale, _touches in (c for c in by_prior if c[0].pinned):
+        add("Pinned", item, stale, capped=False)
+    for item, _prior, stale, _touches in (c for c in by_prior if (c[0].type in BRANCH_SCOPED and c[0].type != "plan") or c[3]):
+        add("This branch", item, stale, capped=True)
+    for item, _prior, stale, _touches in (c for c in by_prior if c[0].type not in ("code_description", "plan")):
+        add("Key memories", item, stale, capped=True)
+    for item, _prior, stale, _touches in (c for c in by_prior if c[0].type == "code_description" and c[3]):
+        add("Code in play", item, stale, capped=True)
+    for item, _prior, stale, _touches in (c for c in by_prior if c[0].type != "plan"):
+        add("Key memories", item, stale, capped=False)  # unused shares flow to the best remaining
+    plans = [c for c in by_prior if c[0].type == "plan"]
+    for section in ("Pinned", "This branch", "Key memories", "Code in play"):
+        if section in sections:
+            text_parts.append(f"## {section}\n" + "\n".join(sections[section]))
+    if plans and plans[0][0].path is not None:
+        plan = store.read(plans[0][0].path)
+        lines = [f"## Active plan: {plan.title} `{plan.id}`"]
+        for row in plan.body.strip().splitlines():
+            cost = estimate_tokens(row + "\n")
+            if used + cost + estimate_tokens(lines[0]) > budget:
+                break
+            lines.append(row)
+            used += cost
+        if len(lines) > 1:
+            used += estimate_tokens(lines[0])
+            text_parts.append("\n".join(lines))
+            chosen.append(plan.id)
+    text = "\n\n".join(text_parts).strip() + "\n"
+    if len(text) > MAX_CHARS:
+        text = text[: text.rfind("\n", 0, MAX_CHARS) + 1]
+    return Briefing(text, estimate_tokens(text), chosen)
+
+
+def _epoch(stamp: str) -> float:
+    import datetime as dt
+
+    if not stamp:
+        return 0.0
+    return dt.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc).timestamp()
+
+
+def get(store: Store) -> Briefing:
+    """The briefing, from the cache when nothing changed; rebuilt and cached otherwise."""
+    hit = cached(store)
+    if hit is not None:
+        return hit
+    from cortex.files import atomic_write
+
+    briefing = build(store)
+    key = _cache_key(store)  # after the build: its sync may have rewritten the manifest
+    try:
+        atomic_write(store.state_dir / "briefing.json",
+                     json.dumps({"key": key, "text": briefing.text, "tokens": briefing.tokens, "ids": briefing.ids}),
+                     durable=False)
+    except OSError:
+        pass
+    return briefing

@@ -1,0 +1,82 @@
+"""The briefing and the SessionStart hook: budget, tiers, reality check, branch scope, cache, contract."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from cortex.briefing import MARK, estimate_tokens
+from tests.helpers import checkout_new_branch, commit_all, cortex, cortex_json
+
+
+def _remember(project: Path, text: str, *args: str) -> str:
+    return cortex("remember", text, *args, cwd=project).stdout.strip()
+
+
+def _session_start(project: Path, source: str = "startup") -> dict:
+    payload = {"session_id": "s", "transcript_path": "/dev/null", "cwd": str(project), "hook_event_name": "SessionStart",
+               "source": source}
+    result = cortex("hook", "session-start", cwd=project, input=json.dumps(payload))
+    assert result.returncode == 0
+    return json.loads(result.stdout)
+
+
+def test_session_start_injects_a_marked_briefing_within_budget(project):
+    pinned = _remember(project, "Never log request bodies: they hold card data", "--type", "pattern", "--pin", "--priority", "9")
+    for n in range(60):
+        _remember(project, f"Decision number {n}: use library {n} for task {n} because it is small", "--type", "decision")
+    out = _session_start(project)["hookSpecificOutput"]
+    assert out["hookEventName"] == "SessionStart"
+    text = out["additionalContext"]
+    assert text.startswith(MARK) and f"`{pinned}`" in text
+    assert estimate_tokens(text) <= 500 and len(text) <= 10_000
+    assert "branch `main`" in text and "initial commit" in text
+
+
+def test_reality_check_and_branch_scope(project):
+    (project / "billing.py").write_text("pass\n", encoding="utf-8")
+    (project / "gone.py").write_text("pass\n", encoding="utf-8")
+    commit_all(project, "code")
+    fresh = _remember(project, "Billing totals are computed in cents", "--type", "gotcha", "--file", "billing.py")
+    gone = _remember(project, "gone.py parses the legacy feed", "--type", "context", "--file", "gone.py")
+    import os
+    import time
+
+    later = time.time() + 120
+    os.utime(project / "billing.py", (later, later))
+    _remember(project, "Main-branch progress: migrated the billing job", "--type", "progress")
+    checkout_new_branch(project, "feature/search")
+    feature = _remember(project, "Search index built; ranking next", "--type", "progress")
+    (project / "gone.py").unlink()
+    text = cortex("briefing", "--fresh", cwd=project).stdout
+    assert f"`{fresh}` (may be stale: file changed)" in text
+    assert gone not in text
+    assert feature in text and "Main-branch progress" not in text
+
+
+def test_cached_briefing_is_the_same_bytes_and_invalidated_by_a_change(project):
+    _remember(project, "Deploys run from the release branch only", "--type", "decision")
+    first = _session_start(project)["hookSpecificOutput"]["additionalContext"]
+    assert (project / ".cortex" / "state" / "briefing.json").is_file()
+    assert _session_start(project, "resume")["hookSpecificOutput"]["additionalContext"] == first
+    newer = _remember(project, "Feature flags are read once at startup", "--type", "gotcha")
+    assert newer in _session_start(project, "compact")["hookSpecificOutput"]["additionalContext"]
+    commit_all(project, "memories")
+    assert "memories" in _session_start(project)["hookSpecificOutput"]["additionalContext"]  # new HEAD, new header
+
+
+def test_briefing_is_deterministic_and_json(project):
+    for n in range(5):
+        _remember(project, f"Pattern {n}: keep handlers small and pure", "--type", "pattern")
+    a = cortex_json("briefing", "--fresh", cwd=project)
+    b = cortex_json("briefing", "--fresh", cwd=project)
+    assert a == b and a["tokens"] == estimate_tokens(a["text"]) and len(a["ids"]) == 5
+
+
+def test_hook_quiet_outside_a_store_and_when_nested(tmp_path, project):
+    payload = json.dumps({"session_id": "s", "cwd": str(tmp_path), "hook_event_name": "SessionStart", "source": "startup"})
+    assert cortex("hook", "session-start", cwd=tmp_path, input=payload).stdout == ""
+    nested = cortex("hook", "session-start", cwd=project, input=json.dumps({"cwd": str(project)}), env={"CORTEX_NESTED": "1"})
+    assert nested.returncode == 0 and nested.stdout == ""
+    garbage = cortex("hook", "session-start", cwd=project, input="[[[")
+    assert garbage.returncode == 0 and garbage.stdout == ""
