@@ -15,10 +15,19 @@ CLAUDE_EVENTS = {"stop": "claude_stop", "pre-compact": "claude_stop", "session-s
 def run() -> None:
     args = sys.argv[1:]
     if len(args) >= 2 and args[0] == "hook" and args[1] in CLAUDE_EVENTS:
+        raw = sys.stdin.read() if not sys.stdin.isatty() else ""
+        if args[1] == "session-start":
+            from cortex import hotpath
+
+            try:
+                if hotpath.session_start(raw):  # the cached briefing: no store, no click
+                    sys.exit(0)
+            except Exception:
+                pass  # the full hook below logs whatever is wrong
         from cortex import hooks
 
         handler = getattr(hooks, CLAUDE_EVENTS[args[1]])
-        sys.exit(handler(sys.stdin.read() if not sys.stdin.isatty() else ""))
+        sys.exit(handler(raw))
     from cortex.cli import main
 
     main()

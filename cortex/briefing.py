@@ -87,27 +87,12 @@ def _git_facts(store: Store) -> dict[str, Any]:
     return facts
 
 
-def _signature(store: Store) -> str:
-    """What the cached briefing depends on, cheaply: the manifest, cortex's own writes, the memory folders, config."""
-    parts = []
-    for path in (store.cache_dir / "manifest.bin", store.state_dir / "changed", store.config_path, store.memories_dir):
-        try:
-            stat = path.stat()
-            parts.append(f"{stat.st_mtime_ns}:{stat.st_size}")
-        except OSError:
-            parts.append("-")
-    if store.memories_dir.is_dir():
-        for folder in sorted(p for p in store.memories_dir.iterdir() if p.is_dir()):
-            parts.append(f"{folder.name}:{folder.stat().st_mtime_ns}")
-    return "|".join(parts)
-
-
 def _cache_key(store: Store) -> str:
+    """Computed by `cortex.hotpath`, which the SessionStart fast path uses without importing the store."""
     from cortex import __version__
-    from cortex.gitops import current_branch, head_commit
+    from cortex.hotpath import briefing_key
 
-    root = store.worktree
-    return f"{__version__}|{current_branch(root)}|{head_commit(root)}|{_signature(store)}"
+    return briefing_key(str(store.root), __version__)
 
 
 def cached(store: Store) -> Briefing | None:

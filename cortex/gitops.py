@@ -14,80 +14,40 @@ from typing import Any
 
 def find_worktree_root(start: Path) -> Path | None:
     """The nearest folder at or above `start` that holds `.git` (a dir or a worktree file)."""
-    current = start.resolve()
-    for folder in (current, *current.parents):
-        if (folder / ".git").exists():
-            return folder
-    return None
+    from cortex.hotpath import worktree_root
+
+    found = worktree_root(str(start))
+    return Path(found) if found is not None else None
 
 
 def git_dir(worktree_root: Path) -> Path | None:
     """The git dir of a worktree: `.git` itself, or where a `.git` file points."""
-    dot_git = worktree_root / ".git"
-    if dot_git.is_dir():
-        return dot_git
-    try:
-        text = dot_git.read_text(encoding="utf-8").strip()
-    except OSError:
-        return None
-    if text.startswith("gitdir:"):
-        target = Path(text[len("gitdir:") :].strip())
-        return target if target.is_absolute() else (worktree_root / target).resolve()
-    return None
+    from cortex import hotpath
+
+    found = hotpath.git_dir(str(worktree_root))
+    return Path(found) if found is not None else None
 
 
 def current_branch(worktree_root: Path | None) -> str | None:
     """The checked-out branch's short name; None when detached or not a repository."""
-    if worktree_root is None:
-        return None
-    directory = git_dir(worktree_root)
-    if directory is None:
-        return None
-    try:
-        head = (directory / "HEAD").read_text(encoding="utf-8").strip()
-    except OSError:
-        return None
-    prefix = "ref: refs/heads/"
-    return head[len(prefix) :] if head.startswith(prefix) else None
+    from cortex.hotpath import branch_and_head
+
+    return branch_and_head(str(worktree_root) if worktree_root is not None else None)[0]
 
 
 def head_commit(worktree_root: Path | None) -> str | None:
     """The HEAD commit id (hex), or None (no repository, no commit yet).
 
-    Read from the ref files directly (importing pygit2 costs a hook ~150 ms);
-    anything unusual (packed refs, symbolic chains) falls back to pygit2.
+    Read from the ref files (importing pygit2 costs a hook ~150 ms); pygit2
+    only when a ref cannot be found there and the branch may still exist.
     """
-    import re
+    from cortex.hotpath import branch_and_head
 
     if worktree_root is None:
         return None
-    directory = git_dir(worktree_root)
-    if directory is not None:
-        try:
-            head = (directory / "HEAD").read_text(encoding="utf-8").strip()
-            if re.fullmatch(r"[0-9a-f]{40}", head):
-                return head
-            if head.startswith("ref: "):
-                ref = head[5:].strip()
-                common = directory
-                if (directory / "commondir").is_file():
-                    common = (directory / (directory / "commondir").read_text(encoding="utf-8").strip()).resolve()
-                for base in (directory, common):
-                    loose = base / ref
-                    if loose.is_file():
-                        value = loose.read_text(encoding="utf-8").strip()
-                        if re.fullmatch(r"[0-9a-f]{40}", value):
-                            return value
-                packed = common / "packed-refs"
-                if packed.is_file():
-                    for line in packed.read_text(encoding="utf-8").splitlines():
-                        parts = line.split()
-                        if len(parts) == 2 and parts[1] == ref and re.fullmatch(r"[0-9a-f]{40}", parts[0]):
-                            return parts[0]
-                if not any((base / ref).exists() for base in (directory, common)):
-                    return None  # a branch with no commit yet
-        except OSError:
-            pass
+    branch, head = branch_and_head(str(worktree_root))
+    if head is not None or branch is not None:
+        return head  # a branch with no commit yet gives None
     try:
         import pygit2
 

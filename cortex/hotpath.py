@@ -1,0 +1,148 @@
+"""The SessionStart fast path: answer from the cached briefing with nothing but `os` and `json`.
+
+A hook is a fresh process on every event, and the budget for a cached
+SessionStart is twice a bare `python -c pass`. Importing the store (pathlib,
+dataclasses, …) alone would spend most of it, so the cache key — branch,
+HEAD, and the stat of what the briefing depends on — is computed here with
+`os.path`, and `cortex.briefing` uses these same functions to write the cache,
+so the two cannot disagree.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+VERSION_FILE_KEYS = ("manifest", "changed", "config", "memories")
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def find_store(cwd: str) -> str | None:
+    """The project `.cortex` folder at or above `cwd` (never the global store); $CORTEX_DIR wins."""
+    explicit = os.environ.get("CORTEX_DIR")
+    if explicit:
+        return os.path.abspath(explicit) if os.path.isdir(explicit) else None
+    home = os.path.realpath(os.environ.get("CORTEX_HOME") or os.path.join(os.path.expanduser("~"), ".cortex"))
+    folder = os.path.realpath(cwd)
+    while True:
+        candidate = os.path.join(folder, ".cortex")
+        if os.path.isdir(candidate) and os.path.realpath(candidate) != home:
+            return candidate
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return None
+        folder = parent
+
+
+def worktree_root(start: str) -> str | None:
+    folder = os.path.realpath(start)
+    while True:
+        if os.path.exists(os.path.join(folder, ".git")):
+            return folder
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return None
+        folder = parent
+
+
+def git_dir(root: str) -> str | None:
+    dot_git = os.path.join(root, ".git")
+    if os.path.isdir(dot_git):
+        return dot_git
+    text = (_read(dot_git) or "").strip()
+    if text.startswith("gitdir:"):
+        target = text[len("gitdir:"):].strip()
+        return target if os.path.isabs(target) else os.path.realpath(os.path.join(root, target))
+    return None
+
+
+def branch_and_head(root: str | None) -> tuple[str | None, str | None]:
+    """(branch, HEAD sha) read from the ref files; (None, None) outside git. Packed refs are read too."""
+    if root is None:
+        return None, None
+    directory = git_dir(root)
+    if directory is None:
+        return None, None
+    head = (_read(os.path.join(directory, "HEAD")) or "").strip()
+    if not head.startswith("ref: "):
+        return None, head or None
+    ref = head[5:].strip()
+    branch = ref[len("refs/heads/"):] if ref.startswith("refs/heads/") else None
+    common = directory
+    pointer = _read(os.path.join(directory, "commondir"))
+    if pointer:
+        common = os.path.realpath(os.path.join(directory, pointer.strip()))
+    for base in (directory, common):
+        value = (_read(os.path.join(base, ref)) or "").strip()
+        if len(value) == 40:
+            return branch, value
+    for line in (_read(os.path.join(common, "packed-refs")) or "").splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1] == ref:
+            return branch, parts[0]
+    return branch, None
+
+
+def signature(store_root: str) -> str:
+    """The stat of what a briefing depends on: manifest, cortex's own writes, config, the memory folders."""
+    parts = []
+    memories = os.path.join(store_root, "memories")
+    for path in (os.path.join(store_root, "cache", "manifest.bin"), os.path.join(store_root, "state", "changed"),
+                 os.path.join(store_root, "config.yaml"), memories):
+        try:
+            stat = os.stat(path)
+            parts.append(f"{stat.st_mtime_ns}:{stat.st_size}")
+        except OSError:
+            parts.append("-")
+    try:
+        for name in sorted(os.listdir(memories)):
+            folder = os.path.join(memories, name)
+            if os.path.isdir(folder):
+                parts.append(f"{name}:{os.stat(folder).st_mtime_ns}")
+    except OSError:
+        pass
+    return "|".join(parts)
+
+
+def briefing_key(store_root: str, version: str) -> str:
+    root = worktree_root(os.path.dirname(store_root))
+    branch, head = branch_and_head(root)
+    return f"{version}|{branch}|{head}|{signature(store_root)}"
+
+
+def session_start(raw: str) -> bool:
+    """Print the cached briefing as SessionStart additionalContext; False when the slow path must run."""
+    from cortex import __version__
+
+    if os.environ.get("CORTEX_NESTED") == "1":
+        return True  # nothing to do inside cortex's own claude -p
+    try:
+        payload = json.loads(raw) if raw.strip() else {}
+    except ValueError:
+        return False
+    cwd = payload.get("cwd") if isinstance(payload, dict) else None
+    store_root = find_store(str(cwd or os.getcwd()))
+    if store_root is None:
+        return True  # not a cortex project: say nothing
+    try:
+        with open(os.path.join(store_root, "state", "briefing.json"), encoding="utf-8") as handle:
+            cached = json.load(handle)
+    except (OSError, ValueError):
+        return False
+    if not isinstance(cached, dict) or cached.get("key") != briefing_key(store_root, __version__):
+        return False
+    queue = os.path.join(store_root, "state", "queue")
+    if os.path.isdir(queue) and any(name.endswith(".json") for name in os.listdir(queue)):
+        return False  # queued capture jobs: the full hook starts the worker
+    sys.stdout.write(json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart",
+                                                        "additionalContext": cached.get("text", "")}}))
+    sys.stdout.flush()
+    return True
