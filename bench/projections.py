@@ -11,8 +11,6 @@ nothing changed. Medians of fresh processes, byte code compiled first.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -23,7 +21,7 @@ import pygit2
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.gen_store import generate  # noqa: E402
-from bench.store import bench_env, median_ms, warm_bytecode  # noqa: E402
+from bench.store import bench_env, median_ms, print_machine, warm_bytecode  # noqa: E402
 
 CORTEX = [sys.executable, "-m", "cortex"]
 
@@ -44,9 +42,7 @@ def main() -> None:
     args = parser.parse_args()
     warm_bytecode()
     env = bench_env()
-    print(f"machine: {platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}")
-    bare = median_ms([sys.executable, "-c", "pass"], args.runs, env=env)
-    print(f"python -c pass: {bare:.0f} ms")
+    print_machine(env, args.runs)
     print(f"{'memories':>9} {'project (changed) ms':>21} {'project (current) ms':>21} {'pre-push (current) ms':>22}")
     with tempfile.TemporaryDirectory() as tmp:
         for size in [int(s) for s in args.sizes.split(",")]:

@@ -12,8 +12,6 @@ cache size on disk. Byte code is compiled first (see bench/store.py).
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -22,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.gen_store import WORDS, generate  # noqa: E402
-from bench.store import bench_env, median_ms, warm_bytecode  # noqa: E402
+from bench.store import bench_env, median_ms, print_machine, warm_bytecode  # noqa: E402
 
 QUERIES = [
     "which database do we use for the cache?", "flaky test in ci", "deploy rollback went wrong",
@@ -49,11 +47,8 @@ def main() -> None:
     env = bench_env()
     from cortex.index import Index
     from cortex.recall import recall_store
-    from cortex.store import Store
 
-    print(f"machine: {platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}")
-    bare = median_ms([sys.executable, "-c", "pass"], args.runs, env=env)
-    print(f"python -c pass: {bare:.0f} ms")
+    print_machine(env, args.runs)
     header = f"{'memories':>9} {'rebuild s':>10} {'sync 1 ms':>10} {'recall p50':>11} {'recall p95':>11} {'cli recall ms':>14} {'cache MB':>9}"
     print(header)
     with tempfile.TemporaryDirectory() as tmp:

@@ -148,7 +148,7 @@ def main() -> None:
         print(json.dumps({"questions": count, "convs": args.convs, "results": table}, indent=2))
         return
     print(f"LoCoMo conversations {args.convs}: {count} questions ({time.perf_counter() - started:.0f} s)")
-    print(f"| method | recall@5 | recall@10 | MRR |\n|---|---|---|---|")
+    print("| method | recall@5 | recall@10 | MRR |\n|---|---|---|---|")
     for name, values in table.items():
         print(f"| {name} | {values['recall@5']:.3f} | {values['recall@10']:.3f} | {values['mrr']:.3f} |")
 

@@ -51,6 +51,14 @@ def median_ms(cmd: list[str], runs: int, cwd: Path | None = None, env: dict[str,
     return statistics.median(times[1:])
 
 
+def print_machine(env: dict[str, str], runs: int) -> float:
+    """Print the machine line and `python -c pass` (the floor every whole-process number sits on); returns it."""
+    print(f"machine: {platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}")
+    bare = median_ms([sys.executable, "-c", "pass"], runs, env=env)
+    print(f"python -c pass: {bare:.0f} ms")
+    return bare
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="cortex list --json, whole process")
     parser.add_argument("--sizes", default="1000,10000")
@@ -58,9 +66,7 @@ def main() -> None:
     args = parser.parse_args()
     warm_bytecode()
     env = bench_env()
-    print(f"machine: {platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}")
-    bare = median_ms([sys.executable, "-c", "pass"], args.runs, env=env)
-    print(f"python -c pass: {bare:.0f} ms")
+    bare = print_machine(env, args.runs)
     print(f"{'memories':>9} {'list --json ms':>15} {'ratio':>6}")
     with tempfile.TemporaryDirectory() as tmp:
         for size in [int(s) for s in args.sizes.split(",")]:

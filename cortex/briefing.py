@@ -30,7 +30,6 @@ import json
 import math
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from cortex.store import Store

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 from importlib import metadata
-from pathlib import Path
 
 import numpy as np
 import pytest

@@ -7,7 +7,6 @@ import shutil
 import subprocess
 import sys
 import zipfile
-from pathlib import Path
 
 from tests.helpers import EXAMPLE_STORE, REPO_ROOT
 
