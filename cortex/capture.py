@@ -491,6 +491,41 @@ def _active_of_types(store: Store, types: set[str]) -> list[Memory]:
     return out
 
 
+JACCARD_DUPLICATE = 0.7
+
+
+class _Vectors:
+    """Cosine between a candidate and existing memories, with the cache's vectors (only when the index has them)."""
+
+    def __init__(self, index: Any, encoder: Any) -> None:
+        self.index, self.encoder = index, encoder
+        self.matrix, self.row_of = index.vector_matrix()
+
+    @classmethod
+    def open(cls, store: Store) -> _Vectors | None:
+        from cortex.index import Index
+
+        index = Index(store)
+        index.sync(full=False, progress=False)
+        if index.manifest is None or not index.manifest.vector_keys:
+            return None  # no index with vectors yet: words alone decide
+        encoder = index.query_encoder()
+        if encoder is None or index.vector_matrix() is None:
+            return None
+        return cls(index, encoder)
+
+    def embed(self, text: str) -> Any:
+        import numpy as np
+
+        return np.asarray(self.encoder.encode_one(text), dtype=np.float32)
+
+    def similarity(self, vector: Any, other: Memory) -> float:
+        from cortex.index.manifest import embed_text, text_hash
+
+        row = self.row_of.get(text_hash(embed_text(other)))
+        return float(self.matrix[row] @ vector) if row is not None else 0.0
+
+
 def write_candidates(store: Store, candidates: list[Candidate], session: str, commit: str | None = None,
                      report: CaptureReport | None = None) -> list[str]:
     """Guard, dedup and write candidates (global-scope ones to the global store); returns the ids written."""
@@ -505,6 +540,8 @@ def write_candidates(store: Store, candidates: list[Candidate], session: str, co
             targets[scope] = (chosen, _active_of_types(chosen, {c.type for c in candidates}))
         return targets[scope]
 
+    vectors = _Vectors.open(store)
+    cosine_duplicate = float(store.config().get("capture.dedup_cosine"))
     for candidate in candidates:
         guarded = _redact(candidate, report)
         if guarded is None:
@@ -522,15 +559,26 @@ def write_candidates(store: Store, candidates: list[Candidate], session: str, co
                 report.updated.append(current.id)
             continue
         words = _words(guarded.title + " " + guarded.body)
+        digest = hashlib.sha1(" ".join(sorted(words)).encode()).hexdigest()
         duplicate = False
+        vector = None
         for other in existing:
             if other.type != guarded.type:
                 continue
             other_words = _words(other.title + " " + other.body)
+            if hashlib.sha1(" ".join(sorted(other_words)).encode()).hexdigest() == digest:
+                duplicate = True  # the same words: a copy
+                break
             union = words | other_words
-            if union and len(words & other_words) / len(union) >= 0.7:
+            if union and len(words & other_words) / len(union) >= JACCARD_DUPLICATE:
                 duplicate = True
                 break
+            if vectors is not None:
+                if vector is None:
+                    vector = vectors.embed(guarded.title + "\n" + guarded.body)
+                if vectors.similarity(vector, other) >= cosine_duplicate:
+                    duplicate = True
+                    break
         if duplicate:
             report.duplicates += 1
             _refresh(destination, other)

@@ -35,6 +35,7 @@ DEFAULTS: dict[str, Any] = {
         "layers": ["structural", "keyword", "self_report"],
         "llm": "off",
         "llm_command": "claude -p",
+        "dedup_cosine": 0.9,
     },
     "git": {
         "on_stop": "stage",
@@ -70,6 +71,7 @@ capture:
   layers: [structural, keyword, self_report]   # from Claude Code transcripts
   llm: off                  # off | auto | on: LLM extraction, run detached
   llm_command: claude -p
+  dedup_cosine: 0.9         # a candidate this close (cosine) to a memory of its type is a duplicate
 
 git:
   on_stop: stage            # stage | commit | off: what the Stop hook does with new memories
@@ -135,7 +137,7 @@ def load_config(path: Path, cache_dir: Path | None = None) -> Config:
     return config
 
 
-SCHEMA = 1  # bump when DEFAULTS change shape, so cached configs are re-read
+SCHEMA = 2  # bump when DEFAULTS change shape, so cached configs are re-read
 
 
 def _cache_file(cache_dir: Path) -> Path:

@@ -349,3 +349,18 @@ def test_real_stop_and_pre_compact_payloads(project, tmp_path):
             assert json.loads(result.stdout)["hookSpecificOutput"]["additionalContext"].startswith("<!-- cortex:injected -->")
         else:
             assert result.stdout == "", (event, result.stdout)
+
+
+@pytest.mark.parametrize("threshold, written", [(0.8, False), (0.95, True)])
+def test_cosine_dedup_uses_the_index_vectors(project, tmp_path, threshold, written):
+    config = project / ".cortex" / "config.yaml"
+    config.write_text(config.read_text(encoding="utf-8").replace("dedup_cosine: 0.9", f"dedup_cosine: {threshold}"),
+                      encoding="utf-8")
+    cortex("remember", "The CI image ships SQLite 3.31 which lacks DROP COLUMN", "--type", "gotcha", cwd=project)
+    cortex("recall", "sqlite", cwd=project)  # builds the index and its vectors
+    transcript = tmp_path / "t.jsonl"
+    _write(transcript, [_line("assistant", "a1", [{"type": "text", "text": "[MEMORY: gotcha: SQLite 3.31 in the CI image "
+                                                                           "has no DROP COLUMN support]"}])])
+    _stop(project, transcript)
+    titles = [r["title"] for r in cortex_json("list", "--type", "gotcha", cwd=project)]
+    assert ("SQLite 3.31 in the CI image has no DROP COLUMN support" in titles) is written
