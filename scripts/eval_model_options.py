@@ -3,13 +3,13 @@
 
 Build-time tool; runs in the model venv made by scripts/build_model.py's usage notes.
 
-    HF_HUB_OFFLINE=1 /work/venv-model/bin/python scripts/eval_model_options.py options \
+    HF_HUB_OFFLINE=1 .venv-model/bin/python scripts/eval_model_options.py options \
         --locomo ../shared/data/locomo/locomo10.json --json /tmp/options.json
-    HF_HUB_OFFLINE=1 /work/venv-model/bin/python scripts/eval_model_options.py model cortex/models/minilm-l6-static \
+    HF_HUB_OFFLINE=1 .venv-model/bin/python scripts/eval_model_options.py model cortex/models/minilm-l6-static \
         --locomo ../shared/data/locomo/locomo10.json
-    HF_HUB_OFFLINE=1 /work/venv-model/bin/python scripts/eval_model_options.py reference \
+    HF_HUB_OFFLINE=1 .venv-model/bin/python scripts/eval_model_options.py reference \
         --locomo ../shared/data/locomo/locomo10.json
-    HF_HUB_OFFLINE=1 /work/venv-model/bin/python scripts/eval_model_options.py bench cortex/models/minilm-l6-static
+    HF_HUB_OFFLINE=1 .venv-model/bin/python scripts/eval_model_options.py bench cortex/models/minilm-l6-static
 
 `options`: two model2vec distillations of the teacher with no PCA, no SIF and
 float64 output (the raw per-token vectors; one without and one with
