@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import sys
 
-CLAUDE_EVENTS = {"stop": "claude_stop", "pre-compact": "claude_stop", "session-start": "claude_session_start"}
+CLAUDE_EVENTS = {"stop": "claude_stop", "pre-compact": "claude_stop", "session-start": "claude_session_start",
+                 "prompt": "claude_prompt"}
 
 
 def run() -> None:

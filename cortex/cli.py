@@ -534,7 +534,7 @@ def uninstall(git_hooks: bool, claude_code: bool) -> None:
         _fail(str(exc))
 
 
-HOOK_EVENTS = ("stop", "pre-compact", "session-start", "git-pre-push", "git-post-merge", "git-post-checkout")
+HOOK_EVENTS = ("stop", "pre-compact", "session-start", "prompt", "git-pre-push", "git-post-merge", "git-post-checkout")
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
@@ -548,6 +548,8 @@ def hook(event: str, args: tuple[str, ...]) -> None:
         sys.exit(hooks.claude_stop(sys.stdin.read() if not sys.stdin.isatty() else ""))
     if event == "session-start":
         sys.exit(hooks.claude_session_start(sys.stdin.read() if not sys.stdin.isatty() else ""))
+    if event == "prompt":
+        sys.exit(hooks.claude_prompt(sys.stdin.read() if not sys.stdin.isatty() else ""))
     if event == "git-pre-push":
         code = hooks.git_pre_push(list(args), sys.stdin.read() if not sys.stdin.isatty() else "")
     else:

@@ -31,6 +31,12 @@ DEFAULTS: dict[str, Any] = {
             "same_branch": 0.1,
         },
     },
+    "prompt": {
+        "max_memories": 5,
+        "budget_tokens": 300,
+        "min_cosine": 0.48,
+        "min_cosine_with_words": 0.3,
+    },
     "capture": {
         "layers": ["structural", "keyword", "self_report"],
         "llm": "off",
@@ -66,6 +72,12 @@ recall:
     centrality: 0.15
     access: 0.15
     same_branch: 0.1
+
+prompt:                     # UserPromptSubmit: memories relevant to the prompt
+  max_memories: 5
+  budget_tokens: 300
+  min_cosine: 0.48          # this close in meaning to count without a word in common
+  min_cosine_with_words: 0.3   # a shared word counts only this close in meaning (not another sense of it)
 
 capture:
   layers: [structural, keyword, self_report]   # from Claude Code transcripts
@@ -137,7 +149,7 @@ def load_config(path: Path, cache_dir: Path | None = None) -> Config:
     return config
 
 
-SCHEMA = 2  # bump when DEFAULTS change shape, so cached configs are re-read
+SCHEMA = 4  # bump when DEFAULTS change shape, so cached configs are re-read
 
 
 def _cache_file(cache_dir: Path) -> Path:

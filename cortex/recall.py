@@ -52,6 +52,7 @@ class Hit:
     snippet: str = ""
     via: str | None = None
     ranks: dict[str, int] = field(default_factory=dict)
+    raw: dict[str, float] = field(default_factory=dict)  # each list's own score (BM25, cosine)
 
     def to_dict(self) -> dict[str, Any]:
         m = self.memory
@@ -116,14 +117,16 @@ def _snippet(memory: Memory, words: list[str], width: int = 160) -> str:
     return ("…" if start else "") + text + ("…" if start + width < len(body) else "")
 
 
-def fuse(ranked: dict[str, list[tuple[str, float]]], rrf_k: float,
-         weights: dict[str, float] | None = None) -> tuple[dict[str, float], dict[str, dict[str, int]]]:
-    """Relevance in 0..1 for every path in any list, and each path's rank in each list."""
+def fuse(ranked: dict[str, list[tuple[str, float]]], rrf_k: float, weights: dict[str, float] | None = None
+         ) -> tuple[dict[str, float], dict[str, dict[str, int]], dict[str, dict[str, float]]]:
+    """Relevance in 0..1 for every path in any list; each path's rank and raw score in each list."""
     weights = weights or LIST_WEIGHTS
     ranks: dict[str, dict[str, int]] = {}
+    raw: dict[str, dict[str, float]] = {}
     for name, hits in ranked.items():
-        for position, (rel, _score) in enumerate(hits, start=1):
+        for position, (rel, score) in enumerate(hits, start=1):
             ranks.setdefault(rel, {})[name] = position
+            raw.setdefault(rel, {})[name] = score
     fused: dict[str, float] = {}
     if FUSION == "convex":
         total = sum(weights[name] for name in ranked) or 1.0
@@ -133,12 +136,12 @@ def fuse(ranked: dict[str, list[tuple[str, float]]], rrf_k: float,
                 continue
             for rel, score in hits:
                 fused[rel] = fused.get(rel, 0.0) + weights[name] * max(score, 0.0) / top / total
-        return fused, ranks
+        return fused, ranks, raw
     best_possible = sum(weights[name] for name in ranked) / (rrf_k + 1) or 1.0
     for name, hits in ranked.items():
         for position, (rel, _score) in enumerate(hits, start=1):
             fused[rel] = fused.get(rel, 0.0) + weights[name] / (rrf_k + position) / best_possible
-    return fused, ranks
+    return fused, ranks, raw
 
 
 def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[str] = (), branch: str | None = None,
@@ -192,7 +195,7 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
         ranked["bm25"] = [(rel, score) for rel, score in ranked["bm25"] if score >= floor]
     if "dense" not in ranked and not keyword_only and "dense" in methods:
         notes.append(f"semantic search off ({index.encoder_problem or 'no vectors'}): full-text only")
-    fused, ranks = fuse(ranked, rrf_k, list_weights)
+    fused, ranks, raw = fuse(ranked, rrf_k, list_weights)
     if not fused:
         return RecallResult([], notes)
     access = store.access_counts()
@@ -211,7 +214,7 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
             + weights["access"] * math.log(access.get(m.id, 0) + 1) / max_log
             + weights["same_branch"] * (1.0 if current is not None and m.branch == current else 0.0)
         ) / weight_sum
-        scored.append(Hit(m, value + prior_weight * prior, store.label, ranks=ranks[rel]))
+        scored.append(Hit(m, value + prior_weight * prior, store.label, ranks=ranks[rel], raw=raw.get(rel, {})))
     scored.sort(key=lambda h: (-h.score, h.memory.id))
     hits = scored[:limit]
     # One hop along source_of and strong relates_to links. Hops ignore the type and

@@ -80,3 +80,42 @@ def test_hook_quiet_outside_a_store_and_when_nested(tmp_path, project):
     assert nested.returncode == 0 and nested.stdout == ""
     garbage = cortex("hook", "session-start", cwd=project, input="[[[")
     assert garbage.returncode == 0 and garbage.stdout == ""
+
+
+def _prompt(project: Path, text: str) -> str:
+    payload = {"session_id": "s", "transcript_path": "/dev/null", "cwd": str(project),
+               "hook_event_name": "UserPromptSubmit", "prompt": text}
+    result = cortex("hook", "prompt", cwd=project, input=json.dumps(payload))
+    assert result.returncode == 0
+    return result.stdout
+
+
+def test_prompt_hook_adds_relevant_memories_and_nothing_otherwise(project):
+    gotcha = _remember(project, "sqlite3.OperationalError: database is locked during the nightly reconcile; "
+                                "the reconcile held one long write transaction", "--type", "gotcha")
+    _remember(project, "Write transactions are short and start with BEGIN IMMEDIATE", "--type", "pattern")
+    out = json.loads(_prompt(project, "the nightly reconcile fails with database is locked, why?"))
+    context = out["hookSpecificOutput"]["additionalContext"]
+    assert out["hookSpecificOutput"]["hookEventName"] == "UserPromptSubmit"
+    assert context.startswith(MARK) and f"`{gotcha}`" in context and estimate_tokens(context) <= 300
+    assert _prompt(project, "write a haiku about autumn leaves") == ""  # "write" in another sense
+    assert _prompt(project, "/compact") == ""
+
+
+def test_prompt_hook_skips_what_the_briefing_already_showed(project):
+    pinned = _remember(project, "The database is locked error means a long write transaction", "--type", "gotcha", "--pin")
+    _session_start(project)  # the briefing (with the pinned memory) is what this session saw
+    out = _prompt(project, "why is the database locked?")
+    assert pinned not in out
+
+
+def test_prompt_hook_with_real_payloads_is_quiet_or_valid_json(project):
+    payloads_dir = Path(__file__).resolve().parents[2] / "shared" / "data" / "hook-payloads"
+    payloads = [p for f in sorted(payloads_dir.rglob("user_prompt_submit.json"))
+                for p in json.loads(f.read_text(encoding="utf-8"))] if payloads_dir.is_dir() else []
+    payloads = payloads or [{"hook_event_name": "UserPromptSubmit", "session_id": "s", "prompt": "fix the failing test"}]
+    _remember(project, "The failing test suite needs the database fixture", "--type", "gotcha")
+    for payload in payloads:
+        result = cortex("hook", "prompt", cwd=project, input=json.dumps(dict(payload, cwd=str(project))))
+        assert result.returncode == 0
+        assert result.stdout == "" or json.loads(result.stdout)["hookSpecificOutput"]["hookEventName"] == "UserPromptSubmit"
