@@ -5,7 +5,8 @@
 Generated stores inside real git repositories. Uncached = the briefing cache
 deleted before each run (the manifest is warm); cached = nothing changed since
 the last SessionStart. Prints medians, the ratio to a bare Python start in the
-same run, and the briefing's token count (characters / 4).
+same run, the briefing's token count (characters / 4), and the UserPromptSubmit
+hook with recall in its own fresh process (no resident server yet).
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ def main() -> None:
     warm_bytecode()
     env = bench_env()
     bare = print_machine(env, args.runs)
-    print("| memories | SessionStart uncached | SessionStart cached | cached / bare Python | briefing tokens |")
-    print("|---|---|---|---|---|")
+    print("| memories | SessionStart uncached | SessionStart cached | cached / bare Python | briefing tokens | prompt hook (in-process recall) |")
+    print("|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for size in [int(s) for s in args.sizes.split(",")]:
             root = Path(tmp) / f"s{size}"
@@ -67,8 +68,17 @@ def main() -> None:
             for _ in range(args.runs + 1):
                 cached.append(session_start(root, env)[0])
             cached_ms = statistics.median(cached[1:])
+            prompt_ms = []
+            for n in range(args.runs + 1):
+                payload = json.dumps({"session_id": "bench", "cwd": str(root), "hook_event_name": "UserPromptSubmit",
+                                      "prompt": ["why did we pick sqlite for the cache?", "flaky test in ci again",
+                                                 "redis timeout on deploy"][n % 3]})
+                start = time.perf_counter()
+                subprocess.run([*CORTEX, "hook", "prompt"], cwd=root, env=env, input=payload.encode(),
+                               capture_output=True, check=True)
+                prompt_ms.append((time.perf_counter() - start) * 1000)
             print(f"| {size:,} | {statistics.median(uncached):.0f} ms | {cached_ms:.0f} ms | {cached_ms / bare:.1f} "
-                  f"| {len(text) // 4 + (len(text) % 4 > 0)} |")
+                  f"| {len(text) // 4 + (len(text) % 4 > 0)} | {statistics.median(prompt_ms[1:]):.0f} ms |")
 
 
 if __name__ == "__main__":
