@@ -17,11 +17,12 @@ def run() -> None:
     args = sys.argv[1:]
     if len(args) >= 2 and args[0] == "hook" and args[1] in CLAUDE_EVENTS:
         raw = sys.stdin.read() if not sys.stdin.isatty() else ""
-        if args[1] == "session-start":
+        if args[1] in ("session-start", "prompt"):
             from cortex import hotpath
 
             try:
-                if hotpath.session_start(raw):  # the cached briefing: no store, no click
+                fast = hotpath.session_start if args[1] == "session-start" else hotpath.prompt
+                if fast(raw):  # the cached briefing, or the resident server's answer: no store, no click
                     sys.exit(0)
             except Exception:
                 pass  # the full hook below logs whatever is wrong

@@ -685,3 +685,15 @@ def briefing_command(store: Any, budget: int | None, fresh: bool, as_json: bool)
         _print_json({"text": result.text, "tokens": result.tokens, "ids": result.ids})
     else:
         click.echo(result.text, nl=False)
+
+
+
+@main.command(name="serve")
+@click.option("--idle", type=float, default=900.0, show_default=True, help="Exit after this many seconds without a request.")
+@store_options
+def serve_command(store: Any, idle: float) -> None:
+    """Resident query process for prompt-time recall (unix socket in .cortex/state/; started by SessionStart)."""
+    from cortex.serve import serve
+
+    reason = serve(store, idle=idle)
+    click.echo(f"cortex serve stopped ({reason})", err=True)

@@ -204,6 +204,9 @@ def claude_session_start(raw: str) -> int:
             from cortex import worker
 
             worker.spawn(store)
+        from cortex import serve
+
+        serve.spawn(store)  # prompt-time recall from a warm process
     except Exception as exc:
         if store is not None:
             store.log(f"session-start: {exc!r}")
@@ -212,14 +215,58 @@ def claude_session_start(raw: str) -> int:
     return 0
 
 
-def claude_prompt(raw: str) -> int:
-    """UserPromptSubmit: the few memories relevant to the prompt, not already in the briefing, as additionalContext.
+def prompt_context(store: Store, prompt: str, index: object = None) -> str | None:
+    """The additionalContext for a prompt: relevant memories not already in the briefing, or None.
 
     Relevant means close in meaning (cosine ≥ `prompt.min_cosine`, 0.48), or a full-text match
     that is not a word used in another sense (cosine ≥ `prompt.min_cosine_with_words`, 0.3;
     "write a haiku" matches "Write transactions…" at cosine 0.04). At most
-    `prompt.max_memories`, within `prompt.budget_tokens`. Prints nothing when nothing is relevant.
+    `prompt.max_memories`, within `prompt.budget_tokens`. `index` is a warm Index (from
+    `cortex serve`) to search without syncing.
     """
+    import json
+
+    from cortex.briefing import MARK, estimate_tokens
+    from cortex.recall import recall, recall_store
+    from cortex.store import iter_stores
+
+    config = store.config()
+    limit = int(config.get("prompt.max_memories"))
+    budget = int(config.get("prompt.budget_tokens"))
+    min_cosine = float(config.get("prompt.min_cosine"))
+    word_cosine = float(config.get("prompt.min_cosine_with_words"))
+    try:
+        shown = set(json.loads((store.state_dir / "briefing.json").read_text(encoding="utf-8")).get("ids", []))
+    except (OSError, ValueError):
+        shown = set()
+    if index is not None:
+        hits = recall_store(store, prompt, limit=limit + len(shown), index=index, sync=False).hits
+    else:
+        hits = recall(list(iter_stores(store)), prompt, limit=limit + len(shown)).hits
+    lines: list[str] = []
+    header = MARK + "\nMemories that may bear on this request (cortex):\n"
+    used = estimate_tokens(header)
+    for hit in hits:
+        if hit.via is not None or hit.memory.id in shown or len(lines) >= limit:
+            continue
+        cosine = hit.raw.get("dense")
+        if cosine is not None and cosine < (word_cosine if "bm25" in hit.raw else min_cosine):
+            continue  # a shared word in another sense, or not close enough in meaning
+        if cosine is None and "bm25" not in hit.raw:
+            continue
+        snippet = f": {hit.snippet}" if hit.snippet else ""
+        line = f"- [{hit.memory.type}] {hit.memory.title} `{hit.memory.id}`{snippet}"
+        if used + estimate_tokens(line + "\n") > budget:
+            line = f"- [{hit.memory.type}] {hit.memory.title} `{hit.memory.id}`"
+            if used + estimate_tokens(line + "\n") > budget:
+                break
+        lines.append(line)
+        used += estimate_tokens(line + "\n")
+    return header + "\n".join(lines) + "\n" if lines else None
+
+
+def claude_prompt(raw: str) -> int:
+    """UserPromptSubmit: ask the resident `cortex serve` when it runs, else recall in this process."""
     import json
 
     from cortex.capture import nested
@@ -235,40 +282,8 @@ def claude_prompt(raw: str) -> int:
         store = _store_at(Path(str(payload.get("cwd") or Path.cwd())))
         if store is None or not prompt or prompt.startswith("/"):
             return 0
-        from cortex.briefing import MARK, estimate_tokens
-        from cortex.recall import recall
-        from cortex.store import iter_stores
-
-        config = store.config()
-        limit = int(config.get("prompt.max_memories"))
-        budget = int(config.get("prompt.budget_tokens"))
-        min_cosine = float(config.get("prompt.min_cosine"))
-        word_cosine = float(config.get("prompt.min_cosine_with_words"))
-        try:
-            shown = set(json.loads((store.state_dir / "briefing.json").read_text(encoding="utf-8")).get("ids", []))
-        except (OSError, ValueError):
-            shown = set()
-        result = recall(list(iter_stores(store)), prompt, limit=limit + len(shown))
-        lines: list[str] = []
-        used = estimate_tokens(MARK + "\nMemories that may bear on this request (cortex):\n")
-        for hit in result.hits:
-            if hit.via is not None or hit.memory.id in shown or len(lines) >= limit:
-                continue
-            cosine = hit.raw.get("dense")
-            if cosine is not None and cosine < (word_cosine if "bm25" in hit.raw else min_cosine):
-                continue  # a shared word in another sense ("write a haiku"), or not close enough in meaning
-            if cosine is None and "bm25" not in hit.raw:
-                continue
-            snippet = f": {hit.snippet}" if hit.snippet else ""
-            line = f"- [{hit.memory.type}] {hit.memory.title} `{hit.memory.id}`{snippet}"
-            if used + estimate_tokens(line + "\n") > budget:
-                line = f"- [{hit.memory.type}] {hit.memory.title} `{hit.memory.id}`"
-                if used + estimate_tokens(line + "\n") > budget:
-                    break
-            lines.append(line)
-            used += estimate_tokens(line + "\n")
-        if lines:
-            text = MARK + "\nMemories that may bear on this request (cortex):\n" + "\n".join(lines) + "\n"
+        text = prompt_context(store, prompt)
+        if text:
             sys.stdout.write(json.dumps({"hookSpecificOutput": {"hookEventName": "UserPromptSubmit",
                                                                 "additionalContext": text}}))
             sys.stdout.flush()

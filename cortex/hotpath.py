@@ -139,10 +139,80 @@ def session_start(raw: str) -> bool:
         return False
     if not isinstance(cached, dict) or cached.get("key") != briefing_key(store_root, __version__):
         return False
+    _ensure_server(store_root)
     queue = os.path.join(store_root, "state", "queue")
     if os.path.isdir(queue) and any(name.endswith(".json") for name in os.listdir(queue)):
         return False  # queued capture jobs: the full hook starts the worker
     sys.stdout.write(json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart",
                                                         "additionalContext": cached.get("text", "")}}))
     sys.stdout.flush()
+    return True
+
+
+def socket_path(store_root: str) -> str:
+    """`state/serve.sock`, or a short path in the temp folder when that one is too long for AF_UNIX."""
+    path = os.path.join(store_root, "state", "serve.sock")
+    if len(path.encode()) < 100:
+        return path
+    import hashlib
+    import tempfile
+
+    digest = hashlib.sha1(os.path.realpath(store_root).encode()).hexdigest()[:16]
+    return os.path.join(tempfile.gettempdir(), f"cortex-{digest}.sock")
+
+
+def server_running(store_root: str) -> bool:
+    """Whether a `cortex serve` holds the store's serve.lock (it may still be loading its index)."""
+    import fcntl
+
+    path = os.path.join(store_root, "state", "serve.lock")
+    if not os.path.exists(path):
+        return False
+    try:
+        with open(path, "a+") as handle:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+            return False
+    except OSError:
+        return False
+
+
+def _ensure_server(store_root: str) -> None:
+    """Start the resident query process when none runs (it exits by itself when idle)."""
+    if os.path.exists(socket_path(store_root)) or server_running(store_root):
+        return
+    try:
+        from cortex import serve
+
+        serve.start_detached(store_root)
+    except OSError:
+        pass
+
+
+def prompt(raw: str) -> bool:
+    """UserPromptSubmit through a running `cortex serve`; False when the in-process path must run."""
+    from cortex import serve
+
+    if os.environ.get("CORTEX_NESTED") == "1":
+        return True
+    try:
+        payload = json.loads(raw) if raw.strip() else {}
+    except ValueError:
+        return False
+    if not isinstance(payload, dict):
+        return False
+    text = str(payload.get("prompt") or "").strip()
+    store_root = find_store(str(payload.get("cwd") or os.getcwd()))
+    if store_root is None or not text or text.startswith("/"):
+        return True
+    answer = serve.ask(store_root, {"op": "prompt", "prompt": text})
+    if answer is None or "context" not in answer:
+        return False
+    if answer["context"]:
+        sys.stdout.write(json.dumps({"hookSpecificOutput": {"hookEventName": "UserPromptSubmit",
+                                                            "additionalContext": answer["context"]}}))
+        sys.stdout.flush()
     return True

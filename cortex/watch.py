@@ -63,7 +63,9 @@ def watch(store: Store, debounce: float = 0.3, echo: Callable[[str], None] = pri
 
     class Handler(FileSystemEventHandler):
         def on_any_event(self, event: object) -> None:
-            changed.set()
+            # Reads raise inotify events too (opened, closed_no_write): only changes count.
+            if getattr(event, "event_type", "") in ("created", "deleted", "modified", "moved", "closed"):
+                changed.set()
 
     observer = Observer()
     observer.daemon = True  # never keeps the process alive after Ctrl-C

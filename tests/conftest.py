@@ -18,6 +18,7 @@ def isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
     monkeypatch.delenv("CORTEX_DIR", raising=False)
     monkeypatch.delenv("VISUAL", raising=False)
     monkeypatch.delenv("EDITOR", raising=False)
+    monkeypatch.setenv("CORTEX_SERVE_IDLE", "4")  # a `cortex serve` a hook starts exits soon after the test
     for role in ("AUTHOR", "COMMITTER"):
         monkeypatch.setenv(f"GIT_{role}_NAME", "Cortex Test")
         monkeypatch.setenv(f"GIT_{role}_EMAIL", "test@example.com")

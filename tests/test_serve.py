@@ -1,0 +1,64 @@
+"""`cortex serve`: the prompt hook answered by a warm resident process, with a fallback when there is none."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+from cortex import serve
+from tests.helpers import cortex, cortex_command
+
+
+def _wait(predicate, seconds: float = 60.0) -> bool:
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _prompt(project: Path, text: str) -> str:
+    payload = json.dumps({"session_id": "s", "cwd": str(project), "hook_event_name": "UserPromptSubmit", "prompt": text})
+    result = cortex("hook", "prompt", cwd=project, input=payload)
+    assert result.returncode == 0
+    return result.stdout
+
+
+def test_served_answers_equal_the_in_process_ones_and_follow_edits(project):
+    memory_id = cortex("remember", "Redis OOM on staging: rate-limit keys were created without a TTL", "--type", "gotcha",
+                       cwd=project).stdout.strip()
+    in_process = _prompt(project, "redis out of memory on staging")
+    assert memory_id in in_process
+    proc = subprocess.Popen([*cortex_command(), "serve", "--idle", "30"], cwd=project, stderr=subprocess.PIPE, text=True)
+    try:
+        root = str(project / ".cortex")
+        assert _wait(lambda: serve.ask(root, {"op": "ping"}) is not None)
+        answer = serve.ask(root, {"op": "prompt", "prompt": "redis out of memory on staging"}, timeout=10)
+        assert answer is not None and memory_id in str(answer["context"])
+        assert _prompt(project, "redis out of memory on staging") == in_process
+        second = cortex("serve", "--idle", "1", cwd=project, check=False)
+        assert second.returncode == 1 and "already runs" in second.stderr
+        fresh = cortex("remember", "Kafka consumer lag alerts page the on-call after ten minutes", "--type", "context",
+                       cwd=project).stdout.strip()
+        assert _wait(lambda: fresh in str((serve.ask(root, {"op": "prompt", "prompt": "kafka consumer lag alerts"},
+                                                     timeout=10) or {}).get("context")), 30)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert not Path(serve.socket_path(str(project / ".cortex"))).exists()
+    assert memory_id in _prompt(project, "redis out of memory on staging")  # no server: the in-process path
+
+
+def test_serve_exits_when_idle_and_session_start_starts_it(project):
+    cortex("remember", "Pinned rule: never log card numbers", "--pin", cwd=project)
+    started = time.time()
+    result = cortex("serve", "--idle", "1", cwd=project)
+    assert "stopped (idle)" in result.stderr and time.time() - started < 30
+    payload = json.dumps({"session_id": "s", "cwd": str(project), "hook_event_name": "SessionStart", "source": "startup"})
+    cortex("hook", "session-start", cwd=project, input=payload)
+    root = str(project / ".cortex")
+    assert _wait(lambda: serve.ask(root, {"op": "ping"}) is not None, 60)
+    assert _wait(lambda: not Path(serve.socket_path(root)).exists(), 60)  # CORTEX_SERVE_IDLE=4: it leaves by itself
