@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 
 CLAUDE_EVENTS = {"stop": "claude_stop", "pre-compact": "claude_stop", "session-start": "claude_session_start",
-                 "prompt": "claude_prompt"}
+                 "prompt": "claude_prompt", "session-end": "claude_session_end"}
 
 
 def run() -> None:

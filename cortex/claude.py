@@ -17,7 +17,8 @@ from typing import Any
 
 from cortex.files import atomic_write
 
-HOOK_EVENTS = {"SessionStart": "session-start", "UserPromptSubmit": "prompt", "Stop": "stop", "PreCompact": "pre-compact"}
+HOOK_EVENTS = {"SessionStart": "session-start", "UserPromptSubmit": "prompt", "Stop": "stop", "PreCompact": "pre-compact",
+               "SessionEnd": "session-end"}
 RULES = """# cortex: project memory
 
 This repository keeps its memory in `.cortex/` (markdown files, committed with

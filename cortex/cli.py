@@ -534,7 +534,8 @@ def uninstall(git_hooks: bool, claude_code: bool) -> None:
         _fail(str(exc))
 
 
-HOOK_EVENTS = ("stop", "pre-compact", "session-start", "prompt", "git-pre-push", "git-post-merge", "git-post-checkout")
+HOOK_EVENTS = ("stop", "pre-compact", "session-start", "prompt", "session-end", "git-pre-push", "git-post-merge",
+               "git-post-checkout")
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
@@ -550,6 +551,8 @@ def hook(event: str, args: tuple[str, ...]) -> None:
         sys.exit(hooks.claude_session_start(sys.stdin.read() if not sys.stdin.isatty() else ""))
     if event == "prompt":
         sys.exit(hooks.claude_prompt(sys.stdin.read() if not sys.stdin.isatty() else ""))
+    if event == "session-end":
+        sys.exit(hooks.claude_session_end(sys.stdin.read() if not sys.stdin.isatty() else ""))
     if event == "git-pre-push":
         code = hooks.git_pre_push(list(args), sys.stdin.read() if not sys.stdin.isatty() else "")
     else:

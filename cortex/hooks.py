@@ -293,3 +293,34 @@ def claude_prompt(raw: str) -> int:
         else:
             _log_anywhere(f"prompt: {exc!r}")
     return 0
+
+
+def claude_session_end(raw: str) -> int:
+    """SessionEnd (1.5 s budget): hand the last capture of the transcript to a detached process and return."""
+    import json
+    import subprocess
+
+    from cortex.capture import nested
+
+    if nested():
+        return 0
+    store = None
+    try:
+        payload = json.loads(raw) if raw.strip() else {}
+        if not isinstance(payload, dict):
+            raise ValueError("hook input is not a JSON object")
+        store = _store_at(Path(str(payload.get("cwd") or Path.cwd())))
+        transcript = payload.get("transcript_path")
+        if store is None or not transcript or not Path(str(transcript)).is_file():
+            return 0
+        store.state_dir.mkdir(parents=True, exist_ok=True)
+        with open(store.state_dir / "worker.log", "a", encoding="utf-8") as log:
+            subprocess.Popen([sys.executable, "-m", "cortex", "hook", "stop"], cwd=str(store.root.parent),
+                             stdin=subprocess.PIPE, stdout=log, stderr=log, start_new_session=True,
+                             close_fds=True).communicate(json.dumps(payload).encode(), timeout=0.5)
+    except subprocess.TimeoutExpired:
+        pass  # it carries on in its own session; the hook's budget is spent on nothing else
+    except Exception as exc:
+        if store is not None:
+            store.log(f"session-end: {exc!r}")
+    return 0

@@ -364,3 +364,20 @@ def test_cosine_dedup_uses_the_index_vectors(project, tmp_path, threshold, writt
     _stop(project, transcript)
     titles = [r["title"] for r in cortex_json("list", "--type", "gotcha", cwd=project)]
     assert ("SQLite 3.31 in the CI image has no DROP COLUMN support" in titles) is written
+
+
+def test_session_end_returns_at_once_and_captures_in_the_background(project, tmp_path):
+    import time
+
+    transcript = tmp_path / "t.jsonl"
+    _write(transcript, [_line("assistant", "a1", [{"type": "text", "text": "[MEMORY: context: Session-end captures "
+                                                                           "the last turn too]"}])])
+    payload = json.dumps({"session_id": "s-end", "transcript_path": str(transcript), "cwd": str(project),
+                          "hook_event_name": "SessionEnd", "reason": "prompt_input_exit"})
+    started = time.time()
+    result = cortex("hook", "session-end", cwd=project, input=payload)
+    assert result.returncode == 0 and result.stdout == "" and time.time() - started < 5
+    deadline = time.time() + 60
+    while time.time() < deadline and not _memories(project):
+        time.sleep(0.2)
+    assert [r["title"] for r in cortex_json("list", cwd=project)] == ["Session-end captures the last turn too"]
