@@ -53,9 +53,12 @@ class Briefing:
     ids: list[str] = field(default_factory=list)
 
 
-def _git_facts(store: Store) -> dict[str, Any]:
-    """Branch, HEAD, last 3 commits and changed files (working tree + this branch vs the default branch)."""
-    facts: dict[str, Any] = {"branch": store.current_branch(), "head": None, "commits": [], "changed": []}
+def _git_facts(store: Store, rev: str | None = None) -> dict[str, Any]:
+    """Branch, HEAD, last 3 commits and changed files (working tree + this branch vs the default branch).
+
+    With `rev`: the commit the store was read at (`--at`), its last 3 commits, nothing "changed".
+    """
+    facts: dict[str, Any] = {"branch": rev or store.current_branch(), "head": None, "commits": [], "changed": []}
     root = store.worktree
     if root is None:
         return facts
@@ -65,7 +68,14 @@ def _git_facts(store: Store) -> dict[str, Any]:
         repo = pygit2.Repository(str(root))
         if repo.head_is_unborn:
             return facts
-        head = repo.head.peel(pygit2.Commit)
+        head = repo.revparse_single(rev).peel(pygit2.Commit) if rev else repo.head.peel(pygit2.Commit)
+        if rev:
+            facts["head"] = str(head.id)
+            for n, commit in enumerate(repo.walk(head.id, pygit2.enums.SortMode.TIME)):
+                if n >= 3:
+                    break
+                facts["commits"].append(f"{str(commit.id)[:7]} {commit.message.strip().splitlines()[0][:80] if commit.message.strip() else ''}")
+            return facts
         facts["head"] = str(head.id)
         walker = repo.walk(head.id, pygit2.enums.SortMode.TIME)
         for n, commit in enumerate(walker):
@@ -105,8 +115,8 @@ def cached(store: Store) -> Briefing | None:
     return Briefing(data["text"], int(data["tokens"]), list(data.get("ids", [])))
 
 
-def build(store: Store, budget_tokens: int | None = None, now: float | None = None) -> Briefing:
-    """Assemble the briefing (see the module docstring)."""
+def build(store: Store, budget_tokens: int | None = None, now: float | None = None, rev: str | None = None) -> Briefing:
+    """Assemble the briefing (see the module docstring); `rev` labels a store read at a git revision."""
     from cortex.index import Index
     from cortex.recall import decayed_confidence
 
@@ -114,7 +124,7 @@ def build(store: Store, budget_tokens: int | None = None, now: float | None = No
     budget = int(budget_tokens or store.config().get("briefing.budget_tokens"))
     index = Index(store)
     index.sync(full=False, progress=False)
-    facts = _git_facts(store)
+    facts = _git_facts(store, rev)
     branch, changed = facts["branch"], set(facts["changed"])
     root = store.worktree
     weights = store.config().get("recall.weights")

@@ -678,12 +678,16 @@ def worker(store: Any) -> None:
 @click.option("--budget", type=click.IntRange(50, 2500), help="Token budget (default: briefing.budget_tokens, 500).")
 @click.option("--fresh", is_flag=True, help="Build it again instead of using the cached one.")
 @click.option("--json", "as_json", is_flag=True, help="Print text, token count and memory ids as JSON.")
+@click.option("--at", "at", metavar="REV", help="The briefing as it would have been at a git revision (read from git objects).")
 @store_options
-def briefing_command(store: Any, budget: int | None, fresh: bool, as_json: bool) -> None:
+def briefing_command(store: Any, budget: int | None, fresh: bool, as_json: bool, at: str | None) -> None:
     """The session-start briefing for this branch (what the SessionStart hook injects)."""
     from cortex import briefing
 
-    result = briefing.build(store, budget) if (fresh or budget) else briefing.get(store)
+    if at:
+        result = briefing.build(_at(store, at), budget, rev=at)
+    else:
+        result = briefing.build(store, budget) if (fresh or budget) else briefing.get(store)
     if as_json:
         _print_json({"text": result.text, "tokens": result.tokens, "ids": result.ids})
     else:

@@ -266,3 +266,16 @@ def test_scan_command_and_pre_commit_hooks_file(tmp_path):
     hooks = yaml.safe_load((REPO_ROOT / ".pre-commit-hooks.yaml").read_text(encoding="utf-8"))
     assert {h["id"]: h["entry"] for h in hooks} == {"cortex-projections": "cortex project --check",
                                                   "cortex-secrets": "cortex scan"}
+
+
+def test_briefing_at_an_older_revision(project):
+    old = _decision(project, "Deploy with Ansible playbooks")
+    commit_all(project, "v1")
+    base = git(project, "rev-parse", "HEAD").stdout.strip()
+    cortex("forget", old, cwd=project)
+    new = _decision(project, "Deploy with Kubernetes manifests")
+    commit_all(project, "v2")
+    then = cortex("briefing", "--at", base, cwd=project).stdout
+    now = cortex("briefing", "--fresh", cwd=project).stdout
+    assert old in then and new not in then and f"@ {base[:7]}" in then and "v1" in then
+    assert new in now and old not in now
