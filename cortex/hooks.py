@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any, Callable
 
 from cortex.store import STORE_DIRNAME, Store
 
@@ -116,11 +117,12 @@ def git_refresh(event: str, args: list[str]) -> int:
 # ---------------------------------------------------------------- Claude Code hooks
 
 
-def claude_stop(raw: str) -> int:
-    """Stop (and PreCompact): capture what is new in the transcript. Never blocks; prints nothing; exit 0."""
+def _claude_hook(name: str, raw: str, body: Callable[[Store, dict[str, Any]], None]) -> int:
+    """What every Claude Code hook shares: nothing under CORTEX_NESTED=1, the stdin payload, the store
+    at its `cwd`, and exit 0 whatever happens, with a log line for an internal error."""
     import json
 
-    from cortex.capture import capture, nested
+    from cortex.capture import nested
 
     if nested():
         return 0
@@ -129,19 +131,37 @@ def claude_stop(raw: str) -> int:
         payload = json.loads(raw) if raw.strip() else {}
         if not isinstance(payload, dict):
             raise ValueError("hook input is not a JSON object")
-        cwd = Path(str(payload.get("cwd") or Path.cwd()))
-        store = _store_at(cwd)
-        if store is None:
-            return 0
+        store = _store_at(Path(str(payload.get("cwd") or Path.cwd())))
+        if store is not None:
+            body(store, payload)
+    except Exception as exc:  # the person's session must never break because of cortex
+        if store is not None:
+            store.log(f"{name}: {exc!r}")
+        else:
+            _log_anywhere(f"{name}: {exc!r}")
+    return 0
+
+
+def _emit(event: str, text: str) -> None:
+    import json
+
+    sys.stdout.write(json.dumps({"hookSpecificOutput": {"hookEventName": event, "additionalContext": text}}))
+    sys.stdout.flush()
+
+
+def claude_stop(raw: str) -> int:
+    """Stop (and PreCompact): capture what is new in the transcript. Never blocks; prints nothing; exit 0."""
+
+    def body(store: Store, payload: dict[str, Any]) -> None:
+        from cortex.capture import capture
+        from cortex.gitops import head_commit
+
         transcript = payload.get("transcript_path")
         if not transcript or not Path(str(transcript)).is_file():
             store.log(f"stop: no transcript at {transcript!r}")
-            return 0
-        from cortex.gitops import head_commit
-
+            return
         report = capture(store, Path(str(transcript)), session=payload.get("session_id"),
-                         last_message=payload.get("last_assistant_message"),
-                         commit=head_commit(store.worktree))
+                         last_message=payload.get("last_assistant_message"), commit=head_commit(store.worktree))
         if report.written or report.updated:
             from cortex import projections
             from cortex.gitops import record_cortex_changes
@@ -151,12 +171,8 @@ def claude_stop(raw: str) -> int:
                 record_cortex_changes(store.root, str(store.config().get("git.on_stop")))
         store.log(f"stop: {report.records} records, wrote {len(report.written)}, updated {len(report.updated)}, "
                   f"duplicates {report.duplicates}, redacted {report.redacted}")
-    except Exception as exc:  # the person's session must never break because of cortex
-        if store is not None:
-            store.log(f"stop: {exc!r}")
-        else:
-            _log_anywhere(f"stop: {exc!r}")
-    return 0
+
+    return _claude_hook("stop", raw, body)
 
 
 def _store_at(cwd: Path) -> Store | None:
@@ -181,38 +197,19 @@ def _log_anywhere(message: str) -> None:
 
 def claude_session_start(raw: str) -> int:
     """SessionStart (startup, resume, clear, compact): print the briefing as additionalContext; retry queued jobs."""
-    import json
 
-    from cortex.capture import nested
+    def body(store: Store, payload: dict[str, Any]) -> None:
+        from cortex import briefing, serve
 
-    if nested():
-        return 0
-    store = None
-    try:
-        payload = json.loads(raw) if raw.strip() else {}
-        cwd = Path(str(payload.get("cwd") or Path.cwd())) if isinstance(payload, dict) else Path.cwd()
-        store = _store_at(cwd)
-        if store is None:
-            return 0
-        from cortex import briefing
-
-        text = briefing.get(store).text
-        sys.stdout.write(json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": text}}))
-        sys.stdout.flush()
+        _emit("SessionStart", briefing.get(store).text)
         queue = store.state_dir / "queue"
         if queue.is_dir() and any(queue.glob("*.json")):
             from cortex import worker
 
             worker.spawn(store)
-        from cortex import serve
-
         serve.spawn(store)  # prompt-time recall from a warm process
-    except Exception as exc:
-        if store is not None:
-            store.log(f"session-start: {exc!r}")
-        else:
-            _log_anywhere(f"session-start: {exc!r}")
-    return 0
+
+    return _claude_hook("session-start", raw, body)
 
 
 def prompt_context(store: Store, prompt: str, index: object = None) -> str | None:
@@ -267,60 +264,35 @@ def prompt_context(store: Store, prompt: str, index: object = None) -> str | Non
 
 def claude_prompt(raw: str) -> int:
     """UserPromptSubmit: ask the resident `cortex serve` when it runs, else recall in this process."""
-    import json
 
-    from cortex.capture import nested
-
-    if nested():
-        return 0
-    store = None
-    try:
-        payload = json.loads(raw) if raw.strip() else {}
-        if not isinstance(payload, dict):
-            raise ValueError("hook input is not a JSON object")
+    def body(store: Store, payload: dict[str, Any]) -> None:
         prompt = str(payload.get("prompt") or "").strip()
-        store = _store_at(Path(str(payload.get("cwd") or Path.cwd())))
-        if store is None or not prompt or prompt.startswith("/"):
-            return 0
-        text = prompt_context(store, prompt)
-        if text:
-            sys.stdout.write(json.dumps({"hookSpecificOutput": {"hookEventName": "UserPromptSubmit",
-                                                                "additionalContext": text}}))
-            sys.stdout.flush()
-    except Exception as exc:
-        if store is not None:
-            store.log(f"prompt: {exc!r}")
-        else:
-            _log_anywhere(f"prompt: {exc!r}")
-    return 0
+        if prompt and not prompt.startswith("/"):
+            text = prompt_context(store, prompt)
+            if text:
+                _emit("UserPromptSubmit", text)
+
+    return _claude_hook("prompt", raw, body)
 
 
 def claude_session_end(raw: str) -> int:
     """SessionEnd (1.5 s budget): hand the last capture of the transcript to a detached process and return."""
-    import json
-    import subprocess
 
-    from cortex.capture import nested
+    def body(store: Store, payload: dict[str, Any]) -> None:
+        import json
+        import subprocess
 
-    if nested():
-        return 0
-    store = None
-    try:
-        payload = json.loads(raw) if raw.strip() else {}
-        if not isinstance(payload, dict):
-            raise ValueError("hook input is not a JSON object")
-        store = _store_at(Path(str(payload.get("cwd") or Path.cwd())))
         transcript = payload.get("transcript_path")
-        if store is None or not transcript or not Path(str(transcript)).is_file():
-            return 0
+        if not transcript or not Path(str(transcript)).is_file():
+            return
         store.state_dir.mkdir(parents=True, exist_ok=True)
         with open(store.state_dir / "worker.log", "a", encoding="utf-8") as log:
-            subprocess.Popen([sys.executable, "-m", "cortex", "hook", "stop"], cwd=str(store.root.parent),
-                             stdin=subprocess.PIPE, stdout=log, stderr=log, start_new_session=True,
-                             close_fds=True).communicate(json.dumps(payload).encode(), timeout=0.5)
-    except subprocess.TimeoutExpired:
-        pass  # it carries on in its own session; the hook's budget is spent on nothing else
-    except Exception as exc:
-        if store is not None:
-            store.log(f"session-end: {exc!r}")
-    return 0
+            child = subprocess.Popen([sys.executable, "-m", "cortex", "hook", "stop"], cwd=str(store.root.parent),
+                                     stdin=subprocess.PIPE, stdout=log, stderr=log, start_new_session=True,
+                                     close_fds=True)
+            try:
+                child.communicate(json.dumps(payload).encode(), timeout=0.5)
+            except subprocess.TimeoutExpired:
+                pass  # it carries on in its own session; the hook's budget is spent on nothing else
+
+    return _claude_hook("session-end", raw, body)

@@ -161,11 +161,10 @@ def socket_path(store_root: str) -> str:
     return os.path.join(tempfile.gettempdir(), f"cortex-{digest}.sock")
 
 
-def server_running(store_root: str) -> bool:
-    """Whether a `cortex serve` holds the store's serve.lock (it may still be loading its index)."""
+def lock_held(path: str) -> bool:
+    """Whether another process holds an flock on `path` (a server or watcher that is alive)."""
     import fcntl
 
-    path = os.path.join(store_root, "state", "serve.lock")
     if not os.path.exists(path):
         return False
     try:
@@ -178,6 +177,11 @@ def server_running(store_root: str) -> bool:
             return False
     except OSError:
         return False
+
+
+def server_running(store_root: str) -> bool:
+    """Whether a `cortex serve` holds the store's serve.lock (it may still be loading its index)."""
+    return lock_held(os.path.join(store_root, "state", "serve.lock"))
 
 
 def _ensure_server(store_root: str) -> None:

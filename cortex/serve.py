@@ -31,6 +31,17 @@ from cortex.hotpath import server_running as running  # noqa: E402  (os-level, s
 from cortex.hotpath import socket_path  # noqa: E402
 
 
+def _read_line(connection: socket.socket) -> bytes:
+    """One newline-terminated message (the whole protocol is one JSON line each way)."""
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = connection.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
 def ask(store_root: str, request: dict[str, object], timeout: float = 0.5) -> dict[str, object] | None:
     """Send one request to a running server; None when there is none or it is too slow."""
     path = socket_path(store_root)
@@ -41,12 +52,7 @@ def ask(store_root: str, request: dict[str, object], timeout: float = 0.5) -> di
             client.settimeout(timeout)
             client.connect(path)
             client.sendall(json.dumps(request).encode() + b"\n")
-            data = b""
-            while not data.endswith(b"\n"):
-                chunk = client.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
+            data = _read_line(client)
         answer = json.loads(data)
         return answer if isinstance(answer, dict) else None
     except (OSError, ValueError):
@@ -76,12 +82,10 @@ def serve(store: "Store", idle: float = 900.0, debounce: float = 0.3) -> str:
     """Serve until idle; returns why it stopped. Raises AlreadyServing when another server holds the store."""
     import fcntl
 
-    from watchdog.events import FileSystemEventHandler
-    from watchdog.observers import Observer
-
     from cortex.errors import CortexError
     from cortex.hooks import prompt_context
     from cortex.index import Index
+    from cortex.watch import change_observer, stop_on_sigterm
 
     store.state_dir.mkdir(parents=True, exist_ok=True)
     lock = open(store.state_dir / "serve.lock", "a+")
@@ -94,27 +98,11 @@ def serve(store: "Store", idle: float = 900.0, debounce: float = 0.3) -> str:
     if os.path.exists(path):
         os.unlink(path)  # a stale socket from a server that died; the lock says none runs
     changed = threading.Event()
-
-    class Handler(FileSystemEventHandler):
-        def on_any_event(self, event: object) -> None:
-            # Reads raise inotify events too (opened, closed_no_write): only changes count.
-            if getattr(event, "event_type", "") in ("created", "deleted", "modified", "moved", "closed"):
-                changed.set()
-
-    import signal
-
-    def _terminate(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt  # `kill` stops it as cleanly as Ctrl-C: the socket is removed
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _terminate)
+    stop_on_sigterm()
     index = Index(store)
     index.sync(full=True, progress=False)
-    observer = Observer()
-    observer.daemon = True
     store.memories_dir.mkdir(parents=True, exist_ok=True)
-    observer.schedule(Handler(), str(store.memories_dir), recursive=True)
-    observer.start()
+    observer = change_observer(store.memories_dir, changed)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)
     server.listen(8)
@@ -135,13 +123,7 @@ def serve(store: "Store", idle: float = 900.0, debounce: float = 0.3) -> str:
             with connection:
                 connection.settimeout(2.0)
                 try:
-                    data = b""
-                    while not data.endswith(b"\n"):
-                        chunk = connection.recv(65536)
-                        if not chunk:
-                            break
-                        data += chunk
-                    request = json.loads(data or b"{}")
+                    request = json.loads(_read_line(connection) or b"{}")
                     answer: dict[str, object]
                     if request.get("op") == "prompt":
                         answer = {"context": prompt_context(store, str(request.get("prompt", "")), index=index)}

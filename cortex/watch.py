@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from cortex.errors import CortexError
 from cortex.store import Store
@@ -25,29 +25,43 @@ def watcher_active(store: Store) -> bool:
     The watcher takes that lock only after its first full sync, so a reader never
     trusts a watcher that is still catching up.
     """
-    import fcntl
+    from cortex.hotpath import lock_held
 
-    path = store.state_dir / "watch.ready"
-    if not path.exists():
-        return False
-    try:
-        with open(path, "a+") as handle:
-            try:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return True
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-            return False
-    except OSError:
-        return False
+    return lock_held(str(store.state_dir / "watch.ready"))
+
+
+def stop_on_sigterm() -> None:
+    """`kill` stops a long-running command as cleanly as Ctrl-C (its `finally` blocks run)."""
+    import signal
+
+    def _terminate(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)
+
+
+def change_observer(folder: Any, changed: threading.Event) -> Any:
+    """A started watchdog observer on `folder` that sets `changed` when a file there changes (not when read)."""
+    from watchdog.events import FileSystemEventHandler
+    from watchdog.observers import Observer
+
+    class Handler(FileSystemEventHandler):
+        def on_any_event(self, event: object) -> None:
+            # Reads raise inotify events too (opened, closed_no_write): only changes count.
+            if getattr(event, "event_type", "") in ("created", "deleted", "modified", "moved", "closed"):
+                changed.set()
+
+    observer = Observer()
+    observer.daemon = True  # never keeps the process alive after Ctrl-C
+    observer.schedule(Handler(), str(folder), recursive=True)
+    observer.start()
+    return observer
 
 
 def watch(store: Store, debounce: float = 0.3, echo: Callable[[str], None] = print,
           stop: threading.Event | None = None) -> None:
     import fcntl
-
-    from watchdog.events import FileSystemEventHandler
-    from watchdog.observers import Observer
 
     from cortex.index import Index
 
@@ -60,27 +74,12 @@ def watch(store: Store, debounce: float = 0.3, echo: Callable[[str], None] = pri
         raise AlreadyWatching(f"another `cortex watch` is already running for {store.root}") from None
     stop = stop or threading.Event()
     changed = threading.Event()
-
-    class Handler(FileSystemEventHandler):
-        def on_any_event(self, event: object) -> None:
-            # Reads raise inotify events too (opened, closed_no_write): only changes count.
-            if getattr(event, "event_type", "") in ("created", "deleted", "modified", "moved", "closed"):
-                changed.set()
-
-    observer = Observer()
-    observer.daemon = True  # never keeps the process alive after Ctrl-C
+    observer = None
     ready = None
-    import signal
-
-    def _terminate(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt  # `kill` stops it as cleanly as Ctrl-C
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _terminate)
+    stop_on_sigterm()
     try:
         store.memories_dir.mkdir(parents=True, exist_ok=True)
-        observer.schedule(Handler(), str(store.memories_dir), recursive=True)
-        observer.start()  # before the first sync, so nothing changed during it is missed
+        observer = change_observer(store.memories_dir, changed)  # before the first sync: nothing is missed
         index = Index(store)
         index.trust_watcher = False
         index.sync(full=True)
@@ -108,9 +107,10 @@ def watch(store: Store, debounce: float = 0.3, echo: Callable[[str], None] = pri
     except KeyboardInterrupt:
         pass
     finally:
-        observer.stop()
-        if observer.is_alive():
-            observer.join(timeout=5)
+        if observer is not None:
+            observer.stop()
+            if observer.is_alive():
+                observer.join(timeout=5)
         if ready is not None:
             ready.close()
         lock.close()
