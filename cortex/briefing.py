@@ -115,8 +115,14 @@ def cached(store: Store) -> Briefing | None:
     return Briefing(data["text"], int(data["tokens"]), list(data.get("ids", [])))
 
 
-def build(store: Store, budget_tokens: int | None = None, now: float | None = None, rev: str | None = None) -> Briefing:
-    """Assemble the briefing (see the module docstring); `rev` labels a store read at a git revision."""
+def build(store: Store, budget_tokens: int | None = None, now: float | None = None, rev: str | None = None,
+          stable: bool = False) -> Briefing:
+    """Assemble the briefing (see the module docstring); `rev` labels a store read at a git revision.
+
+    `stable` leaves out what changes with every commit or edit (HEAD, recent
+    commits, changed files, stale marks from file times): the form kept in a
+    committed file (AGENTS.md), which should change only when memory does.
+    """
     from cortex.index import Index
     from cortex.recall import decayed_confidence
 
@@ -125,6 +131,8 @@ def build(store: Store, budget_tokens: int | None = None, now: float | None = No
     index = Index(store)
     index.sync(full=False, progress=False)
     facts = _git_facts(store, rev)
+    if stable:
+        facts.update(head=None, commits=[], changed=[])
     branch, changed = facts["branch"], set(facts["changed"])
     root = store.worktree
     weights = store.config().get("recall.weights")
@@ -144,7 +152,7 @@ def build(store: Store, budget_tokens: int | None = None, now: float | None = No
                 if not item.pinned:
                     continue  # everything it is about is gone
                 stale = "files gone"  # pinned memories are always shown, flagged
-            else:
+            elif not stable:
                 updated = _epoch(item.updated)
                 stale = any(p.stat().st_mtime > updated + 1 for p in present)
         prior = (weights["confidence"] * decayed_confidence(item, now, access.get(item.id, 0), central.get(item.id, 0.0))
@@ -158,7 +166,8 @@ def build(store: Store, budget_tokens: int | None = None, now: float | None = No
         mark = f" (may be stale: {stale})" if isinstance(stale, str) else " (may be stale: file changed)" if stale else ""
         return f"- [{item.type}] {item.title} `{item.id}`{mark}"
 
-    header = [MARK, f"# cortex briefing — branch `{branch or 'none'}`" + (f" @ {facts['head'][:7]}" if facts["head"] else "")]
+    header = [] if stable else [MARK]
+    header += [f"# cortex briefing — branch `{branch or 'none'}`" + (f" @ {facts['head'][:7]}" if facts["head"] else "")]
     if facts["commits"]:
         header.append("Recent commits: " + "; ".join(facts["commits"]))
     if changed:

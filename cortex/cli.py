@@ -87,7 +87,8 @@ def _at(store: Any, rev: str | None) -> Any:
 @click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), help="Create the store in this folder.")
 @click.option("--git-hooks", is_flag=True, help="Also install the pre-push, post-merge and post-checkout hooks and the projection merge driver.")
 @click.option("--claude", "claude_code", is_flag=True, help="Also add cortex's hooks to .claude/settings.json and write .claude/rules/cortex-memory.md.")
-def init(use_global: bool, directory: Path | None, git_hooks: bool, claude_code: bool) -> None:
+@click.option("--agents", is_flag=True, help="Also keep a marked section of AGENTS.md holding the briefing (updated by the Stop hook).")
+def init(use_global: bool, directory: Path | None, git_hooks: bool, claude_code: bool, agents: bool) -> None:
     """Create a .cortex/ store in this repository (or the global one)."""
     from cortex.gitops import find_worktree_root
     from cortex.store import STORE_DIRNAME, Store, global_home
@@ -118,6 +119,14 @@ def init(use_global: bool, directory: Path | None, git_hooks: bool, claude_code:
                 click.echo(line)
         except CortexError as exc:
             _fail(str(exc))
+    if agents:
+        from cortex import agents as agents_file
+
+        try:
+            done = agents_file.update(store, create=True)
+        except CortexError as exc:
+            _fail(str(exc))
+        click.echo(done or f"{agents_file.path_for(store)} is already up to date")
     if git_hooks:
         from cortex.errors import NotARepository
         from cortex.gitops import install_git_hooks
@@ -514,14 +523,20 @@ def project(store: Any, check: bool) -> None:
 @main.command()
 @click.option("--git-hooks", is_flag=True, help="Remove cortex's git hooks (restoring any hook they chained) and merge driver.")
 @click.option("--claude", "claude_code", is_flag=True, help="Remove cortex's entries from .claude/settings.json and its rules file.")
-def uninstall(git_hooks: bool, claude_code: bool) -> None:
+@click.option("--agents", is_flag=True, help="Remove cortex's section from AGENTS.md.")
+def uninstall(git_hooks: bool, claude_code: bool, agents: bool) -> None:
     """Remove what `cortex init` installed outside .cortex/ (memories are never touched)."""
     from cortex.errors import NotARepository
     from cortex.gitops import find_worktree_root, uninstall_git_hooks
 
-    if not git_hooks and not claude_code:
-        _fail("say what to remove: --git-hooks and/or --claude")
+    if not git_hooks and not claude_code and not agents:
+        _fail("say what to remove: --git-hooks, --claude and/or --agents")
     try:
+        if agents:
+            from cortex import agents as agents_file
+
+            click.echo(agents_file.remove(find_worktree_root(Path.cwd()) or Path.cwd())
+                       or "AGENTS.md has no cortex section")
         if claude_code:
             from cortex import claude
 

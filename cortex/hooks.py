@@ -169,10 +169,36 @@ def claude_stop(raw: str) -> int:
             projections.write(store, projections.build(store))
             if store.worktree is not None:
                 record_cortex_changes(store.root, str(store.config().get("git.on_stop")))
+        _refresh_agents(store)
         store.log(f"stop: {report.records} records, wrote {len(report.written)}, updated {len(report.updated)}, "
                   f"duplicates {report.duplicates}, redacted {report.redacted}")
 
     return _claude_hook("stop", raw, body)
+
+
+def _refresh_agents(store: Store) -> None:
+    """Keep AGENTS.md's cortex section current (only when `cortex init --agents` put one there).
+
+    Skipped cheaply when neither the branch nor the store changed since the last refresh.
+    """
+    from cortex import agents
+    from cortex.hotpath import signature
+
+    if not agents.installed(store):
+        return
+    key = f"{store.current_branch()}|{signature(str(store.root))}"
+    stamp = store.state_dir / "agents.key"
+    try:
+        if stamp.read_text(encoding="utf-8") == key:
+            return
+    except OSError:
+        pass
+    done = agents.update(store)
+    if done:
+        store.log(f"stop: {done}")
+    from cortex.files import atomic_write
+
+    atomic_write(stamp, f"{store.current_branch()}|{signature(str(store.root))}", durable=False)
 
 
 def _store_at(cwd: Path) -> Store | None:

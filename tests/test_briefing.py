@@ -119,3 +119,40 @@ def test_prompt_hook_with_real_payloads_is_quiet_or_valid_json(project):
         result = cortex("hook", "prompt", cwd=project, input=json.dumps(dict(payload, cwd=str(project))))
         assert result.returncode == 0
         assert result.stdout == "" or json.loads(result.stdout)["hookSpecificOutput"]["hookEventName"] == "UserPromptSubmit"
+
+
+def test_init_agents_keeps_a_marked_section_current_and_the_rest_untouched(project, tmp_path):
+    from cortex.agents import BEGIN, END
+
+    decision = _remember(project, "Payments retry with exponential backoff, never more than 5 times", "--type", "decision")
+    (project / "AGENTS.md").write_text("# Agents\n\nRun `make test` before pushing.\n", encoding="utf-8")
+    out = cortex("init", "--agents", cwd=project)
+    assert out.returncode == 0 and "AGENTS.md" in out.stdout
+    text = (project / "AGENTS.md").read_text(encoding="utf-8")
+    assert text.startswith("# Agents\n\nRun `make test` before pushing.\n\n" + BEGIN)
+    assert f"`{decision}`" in text and text.rstrip().endswith(END)
+    assert "Recent commits" not in text  # the committed form does not churn with every commit
+    assert cortex("init", "--agents", cwd=project).stdout.strip().endswith("already up to date")
+    # a person adds text after the section; the Stop hook refreshes only the section
+    (project / "AGENTS.md").write_text(text + "\n## Release\nTag from main.\n", encoding="utf-8")
+    later = _remember(project, "Webhooks are verified with the provider's signing secret name, never logged", "--type", "gotcha")
+    transcript = tmp_path / "t.jsonl"
+    transcript.write_text("", encoding="utf-8")
+    payload = {"session_id": "s", "transcript_path": str(transcript), "cwd": str(project), "hook_event_name": "Stop",
+               "stop_hook_active": False}
+    assert cortex("hook", "stop", cwd=project, input=json.dumps(payload)).returncode == 0
+    refreshed = (project / "AGENTS.md").read_text(encoding="utf-8")
+    assert f"`{later}`" in refreshed and f"`{decision}`" in refreshed
+    assert refreshed.startswith("# Agents\n") and refreshed.endswith("## Release\nTag from main.\n")
+    assert refreshed.count(BEGIN) == 1
+    assert cortex("uninstall", "--agents", cwd=project).returncode == 0
+    assert (project / "AGENTS.md").read_text(encoding="utf-8") == "# Agents\n\nRun `make test` before pushing.\n\n## Release\nTag from main.\n"
+
+
+def test_agents_section_without_end_marker_is_a_clear_error(project):
+    from cortex.agents import BEGIN
+
+    (project / "AGENTS.md").write_text(f"# Agents\n{BEGIN}\nhalf a section\n", encoding="utf-8")
+    out = cortex("init", "--agents", cwd=project, check=False)
+    assert out.returncode == 1 and "AGENTS.md" in out.stderr and "cortex:end" in out.stderr
+    assert (project / "AGENTS.md").read_text(encoding="utf-8") == f"# Agents\n{BEGIN}\nhalf a section\n"
