@@ -245,13 +245,17 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
 
 
 def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[str] = (), branch: str | None = None,
-           include_all: bool = False, keyword_only: bool = False, now: float | None = None) -> RecallResult:
-    """Recall across stores (project first); archived hits found with `include_all` are restored to active."""
+           include_all: bool = False, keyword_only: bool = False, now: float | None = None,
+           indexes: dict[str, Any] | None = None, restore: bool = True) -> RecallResult:
+    """Recall across stores (project first); archived hits found with `include_all` are restored to active
+    (unless `restore` is False: a read-only caller). `indexes` maps a store's label to a warm Index that a
+    resident process keeps in step with the files: those stores are searched without a sync."""
     hits: list[Hit] = []
     notes: list[str] = []
     for store in stores:
+        warm = (indexes or {}).get(store.label)
         result = recall_store(store, query, limit=limit, types=types, branch=branch, include_all=include_all,
-                              keyword_only=keyword_only, now=now)
+                              keyword_only=keyword_only, now=now, index=warm, sync=warm is None)
         hits.extend(result.hits)
         for note in result.notes:
             if note not in notes:
@@ -269,7 +273,7 @@ def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[
     by_label = {store.label: store for store in stores}
     for hit in final:
         store = by_label[hit.store]
-        if hit.memory.status == "archived" and include_all:
+        if hit.memory.status == "archived" and include_all and restore:
             hit.memory = store.restore(hit.memory.id)
     for store in stores:
         store.record_access(h.memory.id for h in final if h.store == store.label)
