@@ -2,9 +2,11 @@
 
 `cortex init --claude` merges cortex's hook entries into the project's
 `.claude/settings.json` without touching any other key or hook, idempotently,
-and writes `.claude/rules/cortex-memory.md` (Claude Code loads `.claude/rules/`
-at startup), which teaches the assistant the `[MEMORY: …]` tags and the
-`cortex` commands. `cortex uninstall --claude` removes only what cortex added.
+declares the `cortex mcp` server in the project's `.mcp.json` (other servers
+kept), and writes `.claude/rules/cortex-memory.md` (Claude Code loads
+`.claude/rules/` at startup), which teaches the assistant the `[MEMORY: …]`
+tags and the `cortex` commands. `cortex uninstall --claude` removes only what
+cortex added.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from cortex.files import atomic_write
 
 HOOK_EVENTS = {"SessionStart": "session-start", "UserPromptSubmit": "prompt", "Stop": "stop", "PreCompact": "pre-compact",
                "SessionEnd": "session-end"}
+MCP_NAME = "cortex"
 RULES = """# cortex: project memory
 
 This repository keeps its memory in `.cortex/` (markdown files, committed with
@@ -35,7 +38,8 @@ ends. Help it:
   Say why; name rejected alternatives. Never put secrets in a tag.
 - Before deciding something that may already be decided, look:
   `cortex recall "your question"` (add `--json` for details),
-  `cortex show <id>` for one memory, `.cortex/decisions.md` for all decisions.
+  `cortex show <id>` for one memory, `.cortex/decisions.md` for all decisions
+  (or the MCP tools `cortex_search`, `cortex_search_decisions`, `cortex_get_memory`).
 - To correct memory: `cortex forget <id>` (archive) or
   `cortex forget <old> --replaced-by <new>`.
 """
@@ -45,6 +49,57 @@ def _command(event: str) -> str:
     found = shutil.which("cortex")
     prefix = "cortex" if found else f'"{sys.executable}" -m cortex'
     return f"{prefix} hook {event}"
+
+
+def _mcp_server() -> dict[str, Any]:
+    """The `.mcp.json` entry: `cortex mcp`, or this Python's `-m cortex mcp` when `cortex` is not on PATH.
+
+    No `${CLAUDE_PROJECT_DIR}` in it: Claude Code does not expand it in a project's `.mcp.json`, but
+    passes it to the server's environment, where `cortex mcp` looks for it.
+    """
+    if shutil.which("cortex"):
+        return {"type": "stdio", "command": "cortex", "args": ["mcp"]}
+    return {"type": "stdio", "command": sys.executable, "args": ["-m", "cortex", "mcp"]}
+
+
+def _is_our_server(entry: Any) -> bool:
+    if not isinstance(entry, dict) or not isinstance(entry.get("args"), list):
+        return False
+    command, args = str(entry.get("command", "")), [str(a) for a in entry["args"]]
+    return args[-1:] == ["mcp"] and ("cortex" in command.rsplit("/", 1)[-1] or args[-3:-1] == ["-m", "cortex"])
+
+
+def _install_mcp(project_root: Path) -> list[str]:
+    path = project_root / ".mcp.json"
+    data = _load(path)
+    servers = data.setdefault("mcpServers", {})
+    if not isinstance(servers, dict):
+        from cortex.errors import CortexError
+
+        raise CortexError(f"{path}: mcpServers is not a JSON object; fix it and run again")
+    if MCP_NAME in servers:
+        if _is_our_server(servers[MCP_NAME]):
+            return []
+        return [f"left the other {MCP_NAME!r} server in {path} as it is (cortex's MCP server not added)"]
+    servers[MCP_NAME] = _mcp_server()
+    atomic_write(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    return [f"added the {MCP_NAME} MCP server to {path}"]
+
+
+def _uninstall_mcp(project_root: Path) -> list[str]:
+    path = project_root / ".mcp.json"
+    data = _load(path)
+    servers = data.get("mcpServers")
+    if not isinstance(servers, dict) or not _is_our_server(servers.get(MCP_NAME)):
+        return []
+    del servers[MCP_NAME]
+    if not servers:
+        del data["mcpServers"]
+    if data:
+        atomic_write(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+        return [f"removed the {MCP_NAME} MCP server from {path}"]
+    path.unlink()
+    return [f"removed {path}"]
 
 
 def _is_ours(handler: Any) -> bool:
@@ -69,6 +124,7 @@ def install(project_root: Path) -> list[str]:
     """Merge cortex's hooks into .claude/settings.json and write the rules file; returns what changed."""
     settings_path = project_root / ".claude" / "settings.json"
     settings = _load(settings_path)
+    _load(project_root / ".mcp.json")  # a broken one stops the install before anything is written
     hooks = settings.setdefault("hooks", {})
     done = []
     for event, name in HOOK_EVENTS.items():
@@ -80,6 +136,7 @@ def install(project_root: Path) -> list[str]:
             done.append(f"added the {event} hook")
     if done:
         atomic_write(settings_path, json.dumps(settings, indent=2, ensure_ascii=False) + "\n")
+    done += _install_mcp(project_root)
     rules = project_root / ".claude" / "rules" / "cortex-memory.md"
     if not rules.exists() or rules.read_text(encoding="utf-8") != RULES:
         atomic_write(rules, RULES)
@@ -115,6 +172,7 @@ def uninstall(project_root: Path) -> list[str]:
             del settings["hooks"]
     if done:
         atomic_write(settings_path, json.dumps(settings, indent=2, ensure_ascii=False) + "\n")
+    done += _uninstall_mcp(project_root)
     rules = project_root / ".claude" / "rules" / "cortex-memory.md"
     if rules.exists():
         rules.unlink()

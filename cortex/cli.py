@@ -719,3 +719,14 @@ def serve_command(store: Any, idle: float) -> None:
 
     reason = serve(store, idle=idle)
     click.echo(f"cortex serve stopped ({reason})", err=True)
+
+
+@main.command(name="mcp")
+@click.option("--global", "use_global", is_flag=True, help="Serve the global store ($CORTEX_HOME) instead.")
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
+              help="Serve this store folder (default: $CORTEX_DIR, else .cortex/ in $CLAUDE_PROJECT_DIR or here).")
+def mcp_command(use_global: bool, directory: Path | None) -> None:
+    """MCP server on stdio: search, read and write memory from Claude Code or any MCP client."""
+    from cortex.mcp_server import run
+
+    run(directory=directory, use_global=use_global)

@@ -65,3 +65,42 @@ def test_broken_settings_json_is_a_clear_error(project):
     result = cortex("init", "--claude", cwd=project, check=False)
     assert result.returncode == 1 and "settings.json: not valid JSON" in result.stderr
     assert settings.read_text(encoding="utf-8") == "{ nope"
+
+
+MCP_EXISTING = {"mcpServers": {"db": {"type": "stdio", "command": "db-mcp", "args": ["--readonly"]}}, "note": "kept"}
+
+
+def test_init_claude_declares_the_mcp_server_keeping_other_servers_and_uninstall_restores(project):
+    config = project / ".mcp.json"
+    config.write_text(json.dumps(MCP_EXISTING), encoding="utf-8")
+    out = cortex("init", "--claude", cwd=project).stdout
+    assert "added the cortex MCP server" in out
+    data = json.loads(config.read_text(encoding="utf-8"))
+    assert data["note"] == "kept" and data["mcpServers"]["db"] == MCP_EXISTING["mcpServers"]["db"]
+    server = data["mcpServers"]["cortex"]
+    assert server["type"] == "stdio" and server["args"][-1] == "mcp"
+    assert server["command"] == "cortex" or server["args"] == ["-m", "cortex", "mcp"]
+    before = config.read_bytes()
+    assert "already installed" in cortex("init", "--claude", cwd=project).stdout
+    assert config.read_bytes() == before
+    assert "removed the cortex MCP server" in cortex("uninstall", "--claude", cwd=project).stdout
+    assert json.loads(config.read_text(encoding="utf-8")) == MCP_EXISTING
+
+
+def test_mcp_json_made_by_init_is_removed_by_uninstall_and_a_foreign_cortex_server_is_left(project):
+    cortex("init", "--claude", cwd=project)
+    assert (project / ".mcp.json").exists()
+    cortex("uninstall", "--claude", cwd=project)
+    assert not (project / ".mcp.json").exists()
+    foreign = {"mcpServers": {"cortex": {"type": "http", "url": "https://example.com/cortex"}}}
+    (project / ".mcp.json").write_text(json.dumps(foreign), encoding="utf-8")
+    assert "left the other 'cortex' server" in cortex("init", "--claude", cwd=project).stdout
+    cortex("uninstall", "--claude", cwd=project)
+    assert json.loads((project / ".mcp.json").read_text(encoding="utf-8")) == foreign
+
+
+def test_broken_mcp_json_is_a_clear_error(project):
+    (project / ".mcp.json").write_text("{ nope", encoding="utf-8")
+    result = cortex("init", "--claude", cwd=project, check=False)
+    assert result.returncode == 1 and ".mcp.json: not valid JSON" in result.stderr
+    assert not (project / ".claude" / "settings.json").exists()

@@ -53,3 +53,22 @@ def test_slash_commands_only_call_commands_that_exist():
         assert text.startswith("---\n") and "description:" in text.split("---", 2)[1]
         for name in re.findall(r"Bash\(cortex ([a-z-]+)", text) + re.findall(r"`cortex ([a-z-]+)", text):
             assert name in main.commands, f"{path.name} calls cortex {name}, which does not exist"
+
+
+def test_the_plugin_declares_the_mcp_server_through_a_script_that_runs_cortex_mcp(tmp_path):
+    servers = json.loads((PLUGIN / ".mcp.json").read_text(encoding="utf-8"))["mcpServers"]
+    server = servers["cortex"]
+    assert server["type"] == "stdio" and server["command"] == "sh"
+    assert server["args"] == ["${CLAUDE_PLUGIN_ROOT}/scripts/cortex-mcp"]
+    script = PLUGIN / "scripts" / "cortex-mcp"
+    assert os.access(script, os.X_OK)
+    missing = subprocess.run(["sh", str(script)], input="", capture_output=True, text=True,
+                             env={"PATH": "/usr/bin:/bin"}, timeout=30)
+    assert missing.returncode == 1 and missing.stdout == "" and "cortex command is not on PATH" in missing.stderr
+    # With cortex on PATH it is the MCP server: it answers an initialize request on stdout.
+    env = dict(os.environ, PATH=f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}", CLAUDE_PROJECT_DIR=str(tmp_path))
+    request = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}})
+    ran = subprocess.run(["sh", str(script)], input=request + "\n", capture_output=True, text=True, env=env, timeout=60)
+    answer = json.loads(ran.stdout.splitlines()[0])
+    assert answer["id"] == 1 and answer["result"]["serverInfo"]["name"] == "cortex"
