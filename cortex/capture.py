@@ -139,7 +139,12 @@ def read_new_records(store: Store, transcript: Path, from_start: bool = False) -
             records.append(record)
     new_offset = offset + len(complete)
     last = next((r.get("uuid") for r in reversed(records) if r.get("uuid")), cursor.get("uuid"))
-    return records, skipped, {"inode": stat.st_ino, "size": new_offset, "offset": new_offset, "uuid": last}
+    return records, skipped, {"inode": stat.st_ino, "size": new_offset, "offset": new_offset, "uuid": last,
+                              "pending": cursor.get("pending")}
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha1(" ".join(text.split()).encode()).hexdigest()[:16]
 
 
 def save_cursor(store: Store, transcript: Path, cursor: dict[str, Any]) -> None:
@@ -180,6 +185,8 @@ def events(records: list[dict[str, Any]]) -> list[Event]:
         branch = record.get("gitBranch") or None
         sidechain = bool(record.get("isSidechain"))
         if kind == "assistant":
+            if record.get("isApiErrorMessage") or message.get("model") == "<synthetic>":
+                continue  # Claude Code's own "API Error: …" line, not the model's words
             content = message.get("content")
             blocks = content if isinstance(content, list) else [{"type": "text", "text": content or ""}]
             for block in blocks:
@@ -621,8 +628,14 @@ def capture(store: Store, transcript: Path, session: str | None = None, last_mes
     records, report.skipped_lines, cursor = read_new_records(store, transcript, from_start)
     report.records = len(records)
     items = events(records)
+    pending = cursor.pop("pending", None)
+    if pending:  # the reply the last run took from the hook payload has reached the file since: already captured
+        items = [e for e in items if not (e.kind == "text" and _digest(e.text) == pending)]
     if last_message and not any(e.kind == "text" and last_message.strip() in e.text for e in items):
-        items.append(Event("text", last_message))  # the transcript can lag the Stop hook
+        # The transcript on disk can lag the Stop hook: take the reply from the payload, and remember it so the
+        # next run, which reads it from the file, does not capture it twice.
+        items.append(Event("text", last_message))
+        cursor["pending"] = _digest(last_message)
     session = session or next((str(r.get("sessionId")) for r in records if r.get("sessionId")), transcript.stem)
     root = find_worktree_root(store.root.parent)
     candidates = [*self_report(items), *structural(items, session, root), *keyword(items)]

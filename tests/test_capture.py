@@ -86,6 +86,24 @@ def test_the_last_assistant_message_is_used_when_the_transcript_lags(project, tm
                                                                            "validates input with pydantic]"}])], mode="a")
     _stop(project, transcript)
     assert len(cortex_json("list", cwd=project)) == 1  # the same memory, not twice
+    log = (project / ".cortex" / "state" / "cortex.log").read_text(encoding="utf-8").splitlines()
+    assert "wrote 0, updated 0, duplicates 0" in log[-1]  # the reply that caught up is known: not even a duplicate
+
+
+def test_claude_codes_api_error_lines_are_not_the_models_words(project, tmp_path):
+    transcript = tmp_path / "t.jsonl"
+    _write(transcript, [
+        _line("user", "u1", "add the limits"),
+        _line("assistant", "a1", [{"type": "text", "text": "API Error: 500 fake failure. We decided to retry later."}],
+              isApiErrorMessage=True, error="server_error"),
+        _line("assistant", "a2", [{"type": "text", "text": "API Error: Connection refused (ECONNREFUSED)"}]),
+    ])
+    lines = transcript.read_text(encoding="utf-8").splitlines()
+    synthetic = json.loads(lines[2])
+    synthetic["message"]["model"] = "<synthetic>"  # as Claude Code 2.1.330 writes it
+    _write(transcript, [*lines[:2], json.dumps(synthetic)])
+    _stop(project, transcript)
+    assert _memories(project) == []
 
 
 def test_todo_plan_is_one_memory_updated_as_the_plan_moves(project, tmp_path):
