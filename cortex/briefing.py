@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,7 +125,9 @@ def build(store: Store, budget_tokens: int | None = None, now: float | None = No
     from cortex.index import Index
     from cortex.recall import decayed_confidence
 
-    now = time.time() if now is None else now
+    from cortex.memory import now_epoch
+
+    now = now_epoch() if now is None else now
     budget = int(budget_tokens or store.config().get("briefing.budget_tokens"))
     index = Index(store)
     index.sync(full=False, progress=False)

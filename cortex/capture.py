@@ -78,6 +78,7 @@ class Candidate:
     key: str | None = None  # a stable identity to update in place (the session's plan)
     scope: str = "project"  # "global": the LLM layer's confident, project-independent knowledge
     update_only: bool = False  # with `key`: refresh the memory if it exists, never create it
+    links: list[Any] = field(default_factory=list)  # Link objects proposed by the LLM layer (never `supersedes`)
 
 
 @dataclass
@@ -595,12 +596,21 @@ def write_candidates(store: Store, candidates: list[Candidate], session: str, co
             source["commit"] = commit
         if guarded.key:
             source["key"] = guarded.key
+        from cortex.graph import automatic_links
+
         made = destination.create(Memory(id="", type=guarded.type, title=guarded.title, body=guarded.body,
                                          confidence=guarded.confidence, priority=guarded.priority, tags=guarded.tags,
-                                         files=guarded.files, branch=guarded.branch, source=source))
+                                         files=guarded.files, branch=guarded.branch, source=source,
+                                         links=automatic_links(guarded.links)))
         existing.append(made)
         report.written.append(made.id)
         report.by_layer[guarded.layer] = report.by_layer.get(guarded.layer, 0) + 1
+    if report.written:
+        from cortex.graph import connect_quietly
+
+        for chosen, _existing in targets.values():
+            written_here = [m.id for m in _existing if m.id in set(report.written)]
+            connect_quietly(chosen, written_here)
     return list(report.written)
 
 

@@ -174,6 +174,10 @@ def remember(store: Any, text: str, memory_type: str, title: str | None, priorit
         source={"kind": "manual"},
     )
     created = store.create(item)
+    from cortex.graph import connect_quietly
+
+    if connect_quietly(store, [created.id]):
+        created = store.get(created.id)  # with the links just made
     if as_json:
         _print_json(created.to_dict() | {"store": store.label})
     else:
@@ -515,6 +519,92 @@ def project(store: Any, check: bool) -> None:
         click.echo(f"wrote {path}")
     if not changed:
         click.echo("projections are up to date")
+
+
+# ---------------------------------------------------------------- lifecycle
+
+
+@main.command()
+@click.option("--dry-run", is_flag=True, help="Print what would change; change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the actions as JSON.")
+@store_options
+def gc(store: Any, dry_run: bool, as_json: bool) -> None:
+    """Archive faded memories and merged branches' progress; remove long-archived files (git keeps them)."""
+    from cortex import lifecycle
+
+    actions = lifecycle.gc(store, dry_run=dry_run)
+    if as_json:
+        _print_json([a.to_dict() for a in actions])
+        return
+    verb = {"archive": "would archive" if dry_run else "archived", "remove": "would remove" if dry_run else "removed",
+            "keep": "keeping"}
+    for action in actions:
+        click.echo(f"{verb[action.kind]} {action.id} {action.title} ({action.reason})")
+    if not actions:
+        click.echo("nothing to do")
+
+
+@main.command()
+@click.option("--dry-run", is_flag=True, help="Print the proposed groups; change nothing.")
+@click.option("--yes", "-y", is_flag=True, help="Merge every group without asking.")
+@click.option("--threshold", type=click.FloatRange(0, 1), help="Similarity a group needs (default: consolidate.manual_threshold, 0.5).")
+@click.option("--auto", "auto", is_flag=True, help="What runs after capture: only pairs flagged when written, at consolidate.auto_threshold (0.7).")
+@click.option("--json", "as_json", is_flag=True, help="Print the groups (and what was merged) as JSON.")
+@store_options
+def consolidate(store: Any, dry_run: bool, yes: bool, threshold: float | None, auto: bool, as_json: bool) -> None:
+    """Merge near-duplicate memories of the same type into one (the originals are archived, linked derived_from)."""
+    from cortex import consolidate as merging
+
+    if merging.recover(store):
+        click.echo("rolled back an unfinished consolidation", err=True)
+    if auto and threshold is None:
+        threshold = float(store.config().get("consolidate.auto_threshold"))
+    groups = merging.find_groups(store, threshold, only_flagged=auto)
+    if not as_json:
+        for n, group in enumerate(groups, start=1):
+            click.echo(f"group {n} ({group.type}, similarity {group.similarity:.2f}):")
+            for member in group.members:
+                click.echo(f"  {member.id} {member.title}")
+        if not groups:
+            click.echo("no near-duplicates found")
+    if dry_run or not groups:
+        if as_json:
+            _print_json({"groups": [g.to_dict() for g in groups], "merged": []})
+        return
+    chosen = groups
+    if not yes:
+        if not sys.stdin.isatty():
+            _fail("not a terminal: pass --yes to merge every group, or --dry-run to see them")
+        chosen = [g for n, g in enumerate(groups, start=1) if click.confirm(f"merge group {n}?", default=True)]
+    try:
+        result = merging.apply(store, chosen)
+    except CortexError as exc:
+        _fail(str(exc))
+    if as_json:
+        _print_json({"groups": [g.to_dict() for g in groups],
+                     "merged": [{"id": new, "from": old} for new, old in result.merged]})
+        return
+    for new, old in result.merged:
+        click.echo(f"merged {', '.join(old)} into {new}")
+
+
+@main.command(name="index-code")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option("--force", is_flag=True, help="Index again even when a file has not changed.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@store_options
+def index_code_command(store: Any, paths: tuple[Path, ...], force: bool, as_json: bool) -> None:
+    """Describe source files as memories: a code_description (outline or LLM summary) and the code, linked source_of."""
+    from cortex import codeindex
+
+    report = codeindex.index_code(store, list(paths), force=force)
+    if as_json:
+        _print_json(codeindex.as_dict(report))
+        return
+    for line in codeindex.describe(report):
+        click.echo(line)
+    if not (report.indexed or report.unchanged or report.skipped):
+        click.echo("no files found")
 
 
 # ---------------------------------------------------------------- hooks

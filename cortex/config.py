@@ -43,6 +43,22 @@ DEFAULTS: dict[str, Any] = {
         "llm_command": "claude -p",
         "dedup_cosine": 0.9,
     },
+    "graph": {
+        "link_min": 0.1,
+        "link_max": 0.5,
+        "max_links": 5,
+    },
+    "consolidate": {
+        "auto_threshold": 0.7,
+        "manual_threshold": 0.5,
+        "every_captures": 10,
+        "max_active": 80,
+    },
+    "gc": {
+        "archive_below": 0.3,
+        "archive_after_days": 14,
+        "remove_after_days": 30,
+    },
     "git": {
         "on_stop": "stage",
         "pre_push": "commit",
@@ -84,6 +100,22 @@ capture:
   llm: off                  # off | auto | on: LLM extraction, run detached
   llm_command: claude -p
   dedup_cosine: 0.9         # a candidate this close (cosine) to a memory of its type is a duplicate
+
+graph:                      # links made when a memory is written
+  link_min: 0.1             # similarity (cosine, or word overlap without vectors) from which memories are related
+  link_max: 0.5             # ... up to which (above: near-duplicates, flagged for consolidation instead)
+  max_links: 5              # at most this many relates_to links per new memory (the strongest)
+
+consolidate:                # merging near-duplicate memories of the same type
+  auto_threshold: 0.7       # automatic (after capture): pairs more similar than this
+  manual_threshold: 0.5     # `cortex consolidate`: groups more similar than this
+  every_captures: 10        # automatic run after this many captured memories ...
+  max_active: 80            # ... or whenever more than this many memories are active
+
+gc:                         # lifecycle (`cortex gc`, also after capture)
+  archive_below: 0.3        # archive when the decayed confidence has stayed under this ...
+  archive_after_days: 14    # ... for this many days
+  remove_after_days: 30     # archived and untouched this long: the file leaves the working tree (git keeps it)
 
 git:
   on_stop: stage            # stage | commit | off: what the Stop hook does with new memories
@@ -149,7 +181,7 @@ def load_config(path: Path, cache_dir: Path | None = None) -> Config:
     return config
 
 
-SCHEMA = 4  # bump when DEFAULTS change shape, so cached configs are re-read
+SCHEMA = 5  # bump when DEFAULTS change shape, so cached configs are re-read
 
 
 def _cache_file(cache_dir: Path) -> Path:

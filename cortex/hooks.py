@@ -162,7 +162,8 @@ def claude_stop(raw: str) -> int:
             return
         report = capture(store, Path(str(transcript)), session=payload.get("session_id"),
                          last_message=payload.get("last_assistant_message"), commit=head_commit(store.worktree))
-        if report.written or report.updated:
+        maintained = _after_capture(store, report)
+        if report.written or report.updated or maintained:
             from cortex import projections
             from cortex.gitops import record_cortex_changes
 
@@ -174,6 +175,26 @@ def claude_stop(raw: str) -> int:
                   f"duplicates {report.duplicates}, redacted {report.redacted}")
 
     return _claude_hook("stop", raw, body)
+
+
+def _after_capture(store: Store, report: Any) -> bool:
+    """Lifecycle once a day, and automatic consolidation when it is due (each logged, never fatal).
+
+    Returns True when either changed a memory.
+    """
+    from cortex import consolidate, lifecycle
+
+    changed = False
+    try:
+        actions = lifecycle.daily(store)
+        changed = any(a.kind != "keep" for a in actions or [])
+    except Exception as exc:
+        store.log(f"stop: gc failed: {exc!r}")
+    try:
+        changed = bool(consolidate.after_capture(store, len(report.written))) or changed
+    except Exception as exc:
+        store.log(f"stop: consolidation failed: {exc!r}")
+    return changed
 
 
 def _refresh_agents(store: Store) -> None:

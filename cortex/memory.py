@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 import re
 import unicodedata
 from dataclasses import asdict, dataclass, field
@@ -137,7 +138,28 @@ def new_id() -> str:
             return candidate
 
 
+def now_epoch() -> float:
+    """Now in epoch seconds; `$CORTEX_NOW` fixes it (decay, lifecycle and new timestamps all follow it)."""
+    fixed = os.environ.get("CORTEX_NOW", "").strip()
+    if not fixed:
+        import time
+
+        return time.time()
+    try:
+        return float(fixed)
+    except ValueError:
+        return _dt.datetime.strptime(iso_timestamp(fixed), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=_dt.timezone.utc).timestamp()
+
+
 def now_iso() -> str:
+    """Now, as written in files; `$CORTEX_NOW` (epoch seconds or an ISO timestamp) fixes the clock."""
+    fixed = os.environ.get("CORTEX_NOW", "").strip()
+    if fixed:
+        try:
+            moment = _dt.datetime.fromtimestamp(float(fixed), _dt.timezone.utc)
+        except ValueError:
+            return iso_timestamp(fixed)
+        return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 

@@ -28,11 +28,10 @@ told once.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from cortex.memory import Memory
+from cortex.memory import Memory, now_epoch
 from cortex.store import Store
 
 POOL = 50
@@ -155,7 +154,7 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
     from cortex.index import Index, fulltext
     from cortex.index.manifest import memory_from_meta
 
-    now = time.time() if now is None else now
+    now = now_epoch() if now is None else now
     notes: list[str] = []
     config = store.config()
     rrf_k = float(config.get("recall.rrf_k"))

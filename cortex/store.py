@@ -305,10 +305,10 @@ class Store:
 
     def archive(self, id_or_prefix: str) -> Memory:
         """Status archived; the file stays (git history and `--all` still find it)."""
-        return self.update(id_or_prefix, {"status": "archived"})
+        return self.update(id_or_prefix, {"status": "archived", "archived": fmt.now_iso()})
 
     def restore(self, id_or_prefix: str) -> Memory:
-        return self.update(id_or_prefix, {"status": "active"})
+        return self.update(id_or_prefix, {"status": "active", "archived": None})
 
     def supersede(self, old: str, new: str) -> tuple[Memory, Memory]:
         """`new` replaces `old`: old → superseded, new gains a `supersedes` link to old."""

@@ -34,12 +34,16 @@ PROMPT = """You extract durable project memory from a coding-assistant session.
 Return ONLY a JSON array (no prose). Each element:
 {"type": one of architecture|decision|pattern|gotcha|context|progress|plan,
  "title": "<= 80 chars", "content": "the memory, with its reason", "confidence": 0..1,
- "priority": 1..10, "scope": "project" or "global", "tags": ["..."]}
+ "priority": 1..10, "scope": "project" or "global", "tags": ["..."],
+ "contradicts": ["<id of a memory below that this one contradicts>"] (optional)}
 Keep only what a teammate would want next week: decisions and why, rejected alternatives,
 gotchas with their fix, conventions. Nothing that git history already shows. Return [] if nothing.
 
 Git context:
 {context}
+
+Known memories (id: title), to name in "contradicts":
+{known}
 
 Session (newest last):
 {slice}
@@ -120,6 +124,30 @@ def _parse_answer(text: str) -> list[dict[str, Any]]:
     return [item for item in items if isinstance(item, dict)]
 
 
+def _known(store: Store, limit: int = 60) -> str:
+    """The decisions, patterns and gotchas the LLM may say a new memory contradicts (newest first)."""
+    items = [m for m in store.list() if m.type in ("decision", "pattern", "gotcha", "architecture")]
+    items.sort(key=lambda m: m.updated, reverse=True)
+    return "\n".join(f"{m.id}: {m.title}" for m in items[:limit]) or "(none)"
+
+
+def _proposed_links(item: dict[str, Any], known_ids: set[str]) -> list[Any]:
+    """`contradicts` (and a `supersedes`, which automation may not make: it becomes `contradicts`) to known ids."""
+    from cortex.graph import automatic_links
+    from cortex.memory import Link
+
+    links = []
+    for rel in ("contradicts", "supersedes"):
+        targets = item.get(rel) or []
+        for target in [targets] if isinstance(targets, str) else targets:
+            if isinstance(target, str) and target in known_ids:
+                links.append(Link(rel, target))
+    unique: dict[str, Any] = {}
+    for link in automatic_links(links):
+        unique.setdefault(link.to, link)
+    return list(unique.values())
+
+
 def process_queue(store: Store, timeout: float = 600.0) -> dict[str, int]:
     """Run every queued job once; successes are removed, failures stay for the next try."""
     from cortex.capture import Candidate, write_candidates
@@ -138,7 +166,8 @@ def process_queue(store: Store, timeout: float = 600.0) -> dict[str, int]:
                 job_path.unlink(missing_ok=True)
                 continue
             command = _command(store)
-            prompt = PROMPT.replace("{context}", str(job.get("context", ""))).replace("{slice}", str(job.get("slice", "")))
+            prompt = (PROMPT.replace("{context}", str(job.get("context", ""))).replace("{known}", _known(store))
+                      .replace("{slice}", str(job.get("slice", ""))))
             try:
                 if not command or shutil.which(command[0]) is None:
                     raise FileNotFoundError(f"{command[0] if command else 'capture.llm_command'} is not on PATH")
@@ -155,6 +184,7 @@ def process_queue(store: Store, timeout: float = 600.0) -> dict[str, int]:
                 counts["failed"] += 1
                 continue
             candidates = []
+            known_ids = {m.id for m in store.list()}
             for item in items:
                 kind = str(item.get("type", ""))
                 content = str(item.get("content") or "").strip()
@@ -169,6 +199,7 @@ def process_queue(store: Store, timeout: float = 600.0) -> dict[str, int]:
                 title = str(item.get("title") or "").strip() or title_from_text(content)
                 candidate = Candidate(kind, title_from_text(title, 100), content + "\n", "llm", confidence, priority, tags)
                 candidate.scope = "global" if item.get("scope") == "global" and confidence > 0.8 else "project"
+                candidate.links = _proposed_links(item, known_ids)
                 candidates.append(candidate)
             written = write_candidates(store, candidates, str(job.get("session", "")))
             counts["written"] += len(written)

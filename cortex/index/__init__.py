@@ -152,19 +152,20 @@ class Index:
 
     # ------------------------------------------------------------ sync
 
-    def sync(self, full: bool = True, progress: bool = True) -> SyncReport:
-        report = self._sync(full, progress)
+    def sync(self, full: bool = True, progress: bool = True, vectors: bool = False) -> SyncReport:
+        report = self._sync(full, progress, vectors or full)
         if report.changed or report.removed or report.rebuilt or report.embedded or report.locked_out or self._scan is None:
             self._scan = self._vectors = self._records = self._central = self._rel_of_id = None
             self._allowed = {}
             self._close_searcher()
         return report
 
-    def _sync(self, full: bool, progress: bool) -> SyncReport:
+    def _sync(self, full: bool, progress: bool, with_vectors: bool) -> SyncReport:
         """Bring the cache in step with the files.
 
         `full=False` refreshes only the manifest (enough for list/show/status);
-        `full=True` also updates Whoosh and the vectors (recall, verify).
+        `full=True` also updates Whoosh and the vectors (recall, verify);
+        `vectors=True` the manifest and the vectors (comparing memories: the graph, consolidation).
         """
         started = time.monotonic()
         report = SyncReport()
@@ -172,7 +173,7 @@ class Index:
         manifest = Manifest.load(self.manifest_path)
         if manifest is None:
             manifest, report.rebuilt = Manifest(), True
-        elif self.trust_watcher and self._watched(manifest, full):
+        elif self.trust_watcher and self._watched(manifest, with_vectors):
             # A live `cortex watch` keeps the cache in step: skip the stat of every file.
             report.notes.append("cache kept by cortex watch")
             self.manifest = manifest
@@ -180,7 +181,7 @@ class Index:
             return report
         # Wait for a writer only when the committed cache cannot answer: nothing committed, or (for a
         # full sync) files not yet in the full-text index or no vectors at all.
-        wait = report.rebuilt or (full and _incomplete(manifest))
+        wait = report.rebuilt or (with_vectors and _incomplete(manifest))
         with _try_lock(self.lock_path, wait=wait) as locked:
             if not locked:
                 # Someone else is writing: use the committed manifest, re-parsing changes in memory only.
@@ -204,6 +205,7 @@ class Index:
             dirty = bool(rehashed or removed or report.rebuilt)
             if full:
                 dirty = self._sync_fulltext(manifest, report, progress) or dirty
+            if with_vectors:
                 dirty = self._sync_vectors(manifest, report, progress) or dirty
             if dirty:
                 atomic_write(self.manifest_path, manifest.dumps(), durable=False)
@@ -445,9 +447,11 @@ class Index:
         """In-degree weighted by link strength, normalised to 0..1 (computed once per sync)."""
         if self._central is None:
             degree: dict[str, float] = {}
+            known = {entry["id"] for entry in self.records().values()}
             for entry in self.records().values():
                 for _rel, to, strength in entry.get("links", ()):
-                    degree[to] = degree.get(to, 0.0) + (1.0 if strength is None else strength)
+                    if to in known:  # a link to a missing memory is a problem for `status`, not a hub
+                        degree[to] = degree.get(to, 0.0) + (1.0 if strength is None else strength)
             top = max(degree.values(), default=0.0)
             self._central = {k: v / top for k, v in degree.items()} if top > 0 else {}
         return self._central

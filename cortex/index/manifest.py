@@ -33,7 +33,7 @@ from cortex import memory as fmt
 from cortex.errors import MalformedMemory
 from cortex.memory import Link, Memory
 
-SCHEMA = 2
+SCHEMA = 3
 MAGIC = b"CXM" + bytes([SCHEMA]) + importlib.util.MAGIC_NUMBER
 RACY_NS = 2_000_000_000  # files modified within 2 s of the last sync are re-hashed next time
 
@@ -188,7 +188,7 @@ def read_entry(path: Path, stat: os.stat_result | None = None) -> dict[str, Any]
         branch=item.branch,
         links=[(link.rel, link.to, link.strength) for link in item.links],
         meta=json.dumps(meta, ensure_ascii=False, separators=(",", ":")),
-        vhash=text_hash(embed_text(item)),
+        vhash=None if item.type == "code" else text_hash(embed_text(item)),  # source code is never embedded
         ft=False,  # not yet in the full-text index
     )
     return entry

@@ -1,0 +1,245 @@
+"""Code indexing (`cortex index-code PATH… [--force]`): a prose description and the source of each file.
+
+For each file, two memories linked `source_of` from prose to code:
+
+- `code`: the file's source in a fenced block (never embedded: recall finds
+  code through its description, and full text);
+- `code_description`: prose about the file — with `capture.llm` on and its
+  command present, the LLM's summary; otherwise a deterministic outline:
+  for Python (via `ast`) the module docstring, classes and functions with
+  the first line of their docstrings; for markdown its headings; for other
+  languages the lines that declare things (functions, classes, exports).
+
+Recall of the description returns the code right after it (one hop along
+`source_of`); the briefing lists descriptions of the files in play.
+
+Re-indexing an unchanged file does nothing (the source's git blob hash is in
+`source.sha`); a changed file, or `--force`, writes a new pair and marks the
+old pair superseded by it. Directories recurse, honouring `.gitignore`;
+binary files, files over 200 kB and files holding something that looks like a
+secret are skipped and reported.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from cortex.errors import CortexError, SecretDetected
+from cortex.memory import Link, Memory
+from cortex.store import Store
+
+MAX_BYTES = 200_000
+LANGUAGES = {".py": "python", ".js": "javascript", ".jsx": "javascript", ".ts": "typescript", ".tsx": "typescript",
+             ".go": "go", ".rs": "rust", ".java": "java", ".kt": "kotlin", ".rb": "ruby", ".php": "php", ".c": "c",
+             ".h": "c", ".cc": "cpp", ".cpp": "cpp", ".hpp": "cpp", ".cs": "csharp", ".swift": "swift", ".sh": "bash",
+             ".md": "markdown", ".toml": "toml", ".yaml": "yaml", ".yml": "yaml", ".json": "json", ".sql": "sql"}
+DECLARATION = re.compile(
+    r"^\s*(export\s+(default\s+)?(async\s+)?(function|class|const|let|interface|type|enum)\b"
+    r"|(pub\s+)?(async\s+)?fn\s+\w|func\s+(\(\w+\s+\*?\w+\)\s*)?\w+\s*\(|(public|private|protected)?\s*(static\s+)?"
+    r"(class|interface|enum|record)\s+\w|def\s+\w|class\s+\w|module\s+\w|(async\s+)?function\s+\w|CREATE\s+(TABLE|VIEW|INDEX)\b)",
+    re.IGNORECASE,
+)
+
+
+@dataclass
+class IndexReport:
+    indexed: list[tuple[str, str, str]] = field(default_factory=list)  # (path, description id, code id)
+    unchanged: list[str] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, why)
+    superseded: list[str] = field(default_factory=list)
+
+
+def blob_sha(data: bytes) -> str:
+    """The git blob id of these bytes (what `git hash-object` prints)."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def _files(paths: list[Path], root: Path) -> Iterator[Path]:
+    """Files under `paths`, recursing into directories and skipping what git ignores (and .git, .cortex)."""
+    repo = None
+    try:
+        import pygit2
+
+        repo = pygit2.Repository(str(root))
+    except Exception:
+        pass
+
+    def ignored(path: Path) -> bool:
+        if path.name in (".git", ".cortex"):
+            return True
+        if repo is None:
+            return False
+        try:
+            rel = path.resolve().relative_to(root.resolve()).as_posix()
+        except ValueError:
+            return False
+        return bool(repo.path_is_ignored(rel + ("/" if path.is_dir() else "")))
+
+    for path in paths:
+        if path.is_file():
+            if not ignored(path):
+                yield path
+            continue
+        for folder, dirs, names in os.walk(path):
+            here = Path(folder)
+            dirs[:] = sorted(d for d in dirs if not ignored(here / d))
+            for name in sorted(names):
+                if not ignored(here / name):
+                    yield here / name
+
+
+def outline(path: Path, text: str) -> str:
+    """A deterministic description of a source file (see the module docstring)."""
+    language = LANGUAGES.get(path.suffix.lower(), "text")
+    lines: list[str] = []
+    if language == "python":
+        try:
+            tree = ast.parse(text)
+        except SyntaxError as exc:
+            tree = None
+            lines.append(f"(Python that does not parse: line {exc.lineno}: {exc.msg})")
+        if tree is not None:
+            doc = ast.get_docstring(tree)
+            if doc:
+                lines.append(doc.strip().split("\n\n")[0].replace("\n", " "))
+            for node in tree.body:
+                lines.extend(_python_entry(node, ""))
+    elif language == "markdown":
+        lines.extend(line.strip() for line in text.splitlines() if line.startswith("#"))
+    else:
+        for line in text.splitlines():
+            if DECLARATION.match(line):
+                lines.append("- `" + line.strip().rstrip("{").strip()[:120] + "`")
+    count = text.count("\n") + (0 if text.endswith("\n") else 1)
+    head = f"{path.name}: {language}, {count} lines."
+    return head + ("\n\n" + "\n".join(lines[:80]) if lines else "")
+
+
+def _python_entry(node: ast.AST, indent: str) -> list[str]:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        args = ", ".join(a.arg for a in node.args.args if a.arg not in ("self", "cls"))
+        doc = ast.get_docstring(node)
+        first = f": {doc.strip().splitlines()[0]}" if doc else ""
+        return [f"{indent}- `{node.name}({args})`{first}"]
+    if isinstance(node, ast.ClassDef):
+        doc = ast.get_docstring(node)
+        out = [f"{indent}- class `{node.name}`" + (f": {doc.strip().splitlines()[0]}" if doc else "")]
+        for child in node.body:
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) and not child.name.startswith("_"):
+                out.extend(_python_entry(child, indent + "  "))
+        return out
+    return []
+
+
+def _llm_summary(store: Store, rel: str, text: str) -> str | None:
+    config = store.config()
+    if str(config.get("capture.llm")).lower() == "off":
+        return None
+    command = shlex.split(str(config.get("capture.llm_command")))
+    if not command or shutil.which(command[0]) is None:
+        return None
+    prompt = (f"Describe the source file {rel} for a developer who has not read it: what it is for, its main "
+              f"parts, and anything surprising. Plain prose, at most 150 words.\n\n{text[:60_000]}")
+    try:
+        result = subprocess.run(command, input=prompt, capture_output=True, text=True, timeout=120,
+                                env=dict(os.environ, CORTEX_NESTED="1"))
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        store.log(f"index-code: LLM command failed: {exc!r}")
+        return None
+    if result.returncode != 0 or not result.stdout.strip():
+        return None
+    return result.stdout.strip()
+
+
+def index_code(store: Store, paths: list[Path], force: bool = False) -> IndexReport:
+    """Index each file (see the module docstring)."""
+    root = store.worktree or store.root.parent
+    report = IndexReport()
+    existing: dict[str, list[Memory]] = {}
+    for item in store.list(types=("code",)):
+        if item.files:
+            existing.setdefault(item.files[0], []).append(item)
+    descriptions = {link.to: item for item in store.list(types=("code_description",))
+                    for link in item.links if link.rel == "source_of"}
+    for path in _files(paths, root):
+        try:
+            rel = path.resolve().relative_to(root.resolve()).as_posix()
+        except ValueError:
+            rel = str(path)
+        data = path.read_bytes()
+        if len(data) > MAX_BYTES:
+            report.skipped.append((rel, f"over {MAX_BYTES // 1000} kB"))
+            continue
+        if b"\0" in data[:8192]:
+            report.skipped.append((rel, "binary"))
+            continue
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            report.skipped.append((rel, "not UTF-8 text"))
+            continue
+        sha = blob_sha(data)
+        old = existing.get(rel, [])
+        if old and not force and any(item.source.get("sha") == sha for item in old):
+            report.unchanged.append(rel)
+            continue
+        language = LANGUAGES.get(path.suffix.lower(), "")
+        fence = "````" if "```" in text else "```"
+        try:
+            code = store.create(Memory(id="", type="code", title=f"{rel} (source)", body=f"{fence}{language}\n{text}"
+                                       f"{'' if text.endswith(chr(10)) else chr(10)}{fence}\n", files=[rel],
+                                       confidence=1.0, source={"kind": "code-index", "sha": sha}))
+        except SecretDetected as exc:
+            report.skipped.append((rel, f"looks like it holds a secret ({exc.rule}, line {exc.line})"))
+            continue
+        prose = _llm_summary(store, rel, text) or outline(path, text)
+        try:
+            description = store.create(Memory(id="", type="code_description", title=f"{rel}: {_summary_line(prose, rel)}",
+                                              body=prose + "\n", files=[rel], confidence=0.9,
+                                              source={"kind": "code-index", "sha": sha},
+                                              links=[Link("source_of", code.id)]))
+        except (SecretDetected, CortexError) as exc:
+            assert code.path is not None
+            code.path.unlink(missing_ok=True)
+            report.skipped.append((rel, str(exc)))
+            continue
+        for item in old:
+            if item.status == "active":
+                store.supersede(item.id, code.id)
+                report.superseded.append(item.id)
+            old_description = descriptions.get(item.id)
+            if old_description is not None and old_description.status == "active":
+                store.supersede(old_description.id, description.id)
+                report.superseded.append(old_description.id)
+        report.indexed.append((rel, description.id, code.id))
+    return report
+
+
+def _summary_line(prose: str, rel: str) -> str:
+    for line in prose.splitlines():
+        line = line.strip().lstrip("-# ").strip("`")
+        if line and not line.startswith(Path(rel).name + ":"):
+            return line[:100]
+    return "source file"
+
+
+def describe(report: IndexReport) -> list[str]:
+    out = [f"indexed {rel} (description {d}, code {c})" for rel, d, c in report.indexed]
+    out += [f"unchanged {rel}" for rel in report.unchanged]
+    out += [f"skipped {rel}: {why}" for rel, why in report.skipped]
+    return out
+
+
+def as_dict(report: IndexReport) -> dict[str, Any]:
+    return {"indexed": [{"path": p, "description": d, "code": c} for p, d, c in report.indexed],
+            "unchanged": report.unchanged, "skipped": [{"path": p, "reason": r} for p, r in report.skipped],
+            "superseded": report.superseded}

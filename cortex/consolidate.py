@@ -1,0 +1,366 @@
+"""Consolidation (`cortex consolidate`): merge near-duplicate memories into one, all or nothing.
+
+Groups are memories of the same type, active and not pinned (code is never
+consolidated), each pair in a group at least the threshold apart in
+similarity (`cortex.graph.Similarity`): `consolidate.manual_threshold` (0.5)
+for `cortex consolidate`, `consolidate.auto_threshold` (0.7) for the
+automatic run, which takes only the pairs flagged when memories were written
+and runs after capture once `consolidate.every_captures` (10) memories were
+captured since the last run, or whenever more than `consolidate.max_active`
+(80) memories are active.
+
+A group becomes one new memory: the best-written member's text (highest
+priority, then confidence, then the longest) plus the sentences only the
+others hold — or, with `capture.llm` on and its command present, the LLM's
+merged text; the union of tags, files and links; the highest priority and
+confidence; `derived_from` links to every original. The originals are
+archived.
+
+All or nothing: the originals' bytes go to a checkpoint under
+`state/consolidate-checkpoint/` first; every new and changed file is written
+to a temporary file beside its target; then all are renamed. Any failure
+restores the originals from the checkpoint and removes the new files, so
+the store is never half-merged — and a run killed half-way is rolled back by
+the next one (or by `cortex consolidate` itself).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from cortex import memory as fmt
+from cortex.errors import CortexError
+from cortex.files import atomic_write, file_lock
+from cortex.graph import NO_LINK_TYPES, Similarity, clear_flags, flagged, words
+from cortex.memory import Link, Memory
+from cortex.store import Store
+
+MAX_GROUP = 6
+CHECKPOINT = "consolidate-checkpoint"
+
+
+@dataclass
+class Group:
+    type: str
+    members: list[Memory]
+    similarity: float  # the lowest similarity between two members
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, "similarity": round(self.similarity, 3),
+                "members": [{"id": m.id, "title": m.title} for m in self.members]}
+
+
+@dataclass
+class Result:
+    groups: list[Group] = field(default_factory=list)
+    merged: list[tuple[str, list[str]]] = field(default_factory=list)  # (new id, original ids)
+
+
+# ---------------------------------------------------------------- finding groups
+
+
+def _eligible(records: dict[str, dict[str, Any]]) -> dict[str, list[str]]:
+    by_type: dict[str, list[str]] = {}
+    for rel, entry in records.items():
+        if entry["status"] != "active" or entry["type"] in NO_LINK_TYPES:
+            continue
+        if json.loads(entry["meta"]).get("pinned", False):
+            continue
+        by_type.setdefault(entry["type"], []).append(rel)
+    return by_type
+
+
+def _pairs(similarity: Similarity, rels: list[str], threshold: float) -> list[tuple[float, str, str]]:
+    """Every pair of `rels` at least `threshold` similar, best first."""
+    out = []
+    if similarity.method == "cosine":
+        import numpy as np
+
+        matrix = similarity.matrix_for(rels)
+        if matrix is None:
+            return []
+        step = 1024
+        for start in range(0, len(rels), step):
+            block = matrix[start:start + step] @ matrix.T
+            for i, j in zip(*np.nonzero(block >= threshold)):
+                a = start + int(i)
+                if a < int(j):
+                    out.append((float(block[i, j]), rels[a], rels[int(j)]))
+    else:
+        for a in range(len(rels)):
+            scores = similarity.against(rels[a], rels[a + 1:])
+            out.extend((s, rels[a], rels[a + 1 + k]) for k, s in enumerate(scores) if s >= threshold)
+    out.sort(key=lambda p: (-p[0], p[1], p[2]))
+    return out
+
+
+def _grow(pairs: list[tuple[float, str, str]], similar: Callable[[str, str], float], threshold: float
+          ) -> list[tuple[list[str], float]]:
+    """Greedy complete linkage: a memory joins a group only if it is similar enough to every member."""
+    group_of: dict[str, int] = {}
+    groups: list[list[str]] = []
+    lowest: list[float] = []
+    for score, a, b in pairs:
+        ga, gb = group_of.get(a), group_of.get(b)
+        if ga is None and gb is None:
+            group_of[a] = group_of[b] = len(groups)
+            groups.append([a, b])
+            lowest.append(score)
+            continue
+        if ga is not None and gb is not None:
+            continue  # both placed: groups are not merged with each other
+        g, newcomer = (ga, b) if ga is not None else (gb, a)
+        assert g is not None
+        if len(groups[g]) >= MAX_GROUP:
+            continue
+        scores = [similar(newcomer, member) for member in groups[g]]
+        if min(scores) >= threshold:
+            groups[g].append(newcomer)
+            group_of[newcomer] = g
+            lowest[g] = min(lowest[g], *scores)
+    return list(zip(groups, lowest))
+
+
+def find_groups(store: Store, threshold: float | None = None, only_flagged: bool = False) -> list[Group]:
+    """Groups of near-duplicates, most similar first (`only_flagged`: from the pairs flagged at write time)."""
+    from cortex.index import load_memory
+
+    if threshold is None:
+        threshold = float(store.config().get("consolidate.manual_threshold"))
+    similarity = Similarity(store)
+    records = similarity.records()
+    by_type = _eligible(records)
+    rel_of = {entry["id"]: rel for rel, entry in records.items()}
+
+    def similar(a: str, b: str) -> float:
+        return similarity.against(a, [b])[0]
+
+    found: list[tuple[list[str], float]] = []
+    if only_flagged:
+        eligible = {rel for rels in by_type.values() for rel in rels}
+        pairs = []
+        for a_id, b_id, _score in flagged(store):
+            a, b = rel_of.get(a_id), rel_of.get(b_id)
+            if a in eligible and b in eligible and records[a]["type"] == records[b]["type"]:
+                score = similar(a, b)
+                if score >= threshold:
+                    pairs.append((score, a, b))
+        pairs.sort(key=lambda p: (-p[0], p[1], p[2]))
+        found = _grow(pairs, similar, threshold)
+    else:
+        for rels in by_type.values():
+            found.extend(_grow(_pairs(similarity, sorted(rels), threshold), similar, threshold))
+    root = store.memories_dir
+    groups = []
+    for rels, low in found:
+        members = [load_memory(Memory(id="", type="", title="", path=root / rel)) for rel in sorted(rels)]
+        groups.append(Group(members[0].type, members, low))
+    groups.sort(key=lambda g: (-g.similarity, g.members[0].id))
+    return groups
+
+
+# ---------------------------------------------------------------- merging
+
+
+def _sentences(text: str) -> list[str]:
+    return [s.strip() for s in re.split(r"(?<=[.!?])\s+|\n+", text) if s.strip()]
+
+
+def merged_memory(group: Group, llm_text: str | None = None) -> Memory:
+    """The memory that replaces a group (see the module docstring)."""
+    members = group.members
+    best = max(members, key=lambda m: (m.priority, m.confidence, len(m.body.strip()), m.id))
+    if llm_text:
+        lines = llm_text.strip().splitlines()
+        title = lines[0].removeprefix("Title:").strip() if lines and lines[0].lower().startswith("title:") else best.title
+        body = "\n".join(lines[1:]).strip() if title != best.title or (lines and lines[0].lower().startswith("title:")) \
+            else llm_text.strip()
+        body = body or best.body.strip()
+    else:
+        title, body = best.title, best.body.strip()
+        covered = words(title + " " + body)
+        extra = []
+        for other in members:
+            if other is best:
+                continue
+            for sentence in _sentences(other.body):
+                new_words = words(sentence) - covered
+                if len(new_words) >= max(2, len(words(sentence)) // 2):
+                    extra.append(sentence)
+                    covered |= new_words
+        if extra:
+            body += "\n\n" + " ".join(extra)
+    ids = {m.id for m in members}
+    links: dict[tuple[str, str], Link] = {}
+    for member in members:
+        for link in member.links:
+            if link.to in ids or link.rel == "supersedes":
+                continue  # links inside the group disappear; a person's supersedes stays with the original
+            key = (link.rel, link.to)
+            if key not in links or (link.strength or 0) > (links[key].strength or 0):
+                links[key] = Link(link.rel, link.to, link.strength)
+    derived = [Link("derived_from", m.id) for m in members]
+    return Memory(
+        id="",
+        type=group.type,
+        title=fmt.title_from_text(title, fmt.TITLE_MAX),
+        body=body + "\n",
+        confidence=max(m.confidence for m in members),
+        priority=max(m.priority for m in members),
+        tags=list(dict.fromkeys(t for m in members for t in m.tags)),
+        files=list(dict.fromkeys(f for m in members for f in m.files)),
+        branch=best.branch,
+        source={"kind": "consolidation", "from": sorted(ids)},
+        links=derived + list(links.values()),
+    )
+
+
+def _llm_merge(store: Store, group: Group) -> str | None:
+    """The LLM's merged text when `capture.llm` is on and its command is installed; None otherwise."""
+    import shlex
+
+    config = store.config()
+    if str(config.get("capture.llm")).lower() == "off":
+        return None
+    command = shlex.split(str(config.get("capture.llm_command")))
+    if not command or shutil.which(command[0]) is None:
+        return None
+    prompt = ("Merge these project memories, which say the same thing, into one. Keep every distinct fact, reason "
+              "and rejected alternative; no new facts. Answer as 'Title: <one line>' then a blank line then the "
+              "text.\n\n" + "\n\n".join(f"- {m.title}\n{m.body.strip()}" for m in group.members))
+    try:
+        result = subprocess.run(command, input=prompt, capture_output=True, text=True, timeout=120,
+                                env=dict(os.environ, CORTEX_NESTED="1"))
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        store.log(f"consolidate: LLM command failed: {exc!r}")
+        return None
+    if result.returncode != 0 or not result.stdout.strip():
+        store.log(f"consolidate: LLM command exit {result.returncode}: {result.stderr.strip()[:200]}")
+        return None
+    return result.stdout
+
+
+def _checkpoint_dir(store: Store) -> Path:
+    return store.state_dir / CHECKPOINT
+
+
+def recover(store: Store) -> bool:
+    """Roll back a consolidation that was cut off half-way (a checkpoint is still there). True if it did."""
+    folder = _checkpoint_dir(store)
+    plan_path = folder / "plan.json"
+    if not plan_path.is_file():
+        shutil.rmtree(folder, ignore_errors=True)
+        return False
+    data = json.loads(plan_path.read_text(encoding="utf-8"))
+    for original, saved in data["originals"].items():
+        atomic_write(Path(original), (folder / saved).read_bytes())
+    for new in data["new"]:
+        Path(new).unlink(missing_ok=True)
+    for temp in data.get("temps", []):
+        Path(temp).unlink(missing_ok=True)
+    shutil.rmtree(folder, ignore_errors=True)
+    store.mark_changed()
+    store.log("consolidate: rolled back an unfinished consolidation from its checkpoint")
+    return True
+
+
+def _rename(source: Path, target: Path) -> None:
+    os.replace(source, target)
+
+
+def apply(store: Store, groups: list[Group], use_llm: bool = True) -> Result:
+    """Merge every group in one all-or-nothing step (see the module docstring)."""
+    from cortex.store import _guard
+
+    result = Result(groups=list(groups))
+    if not groups:
+        return result
+    with store._lock(), file_lock(store.state_dir / "consolidate.lock"):
+        recover(store)
+        existing = {p.name.rsplit("-", 1)[-1][:-3] for p in store.memory_paths()}
+        stamp = fmt.now_iso()
+        writes: list[tuple[Path, str]] = []  # (target, text)
+        new_paths: list[Path] = []
+        originals: dict[Path, bytes] = {}
+        for group in groups:
+            merged = merged_memory(group, _llm_merge(store, group) if use_llm else None)
+            merged.id = fmt.new_id()
+            while merged.id in existing:
+                merged.id = fmt.new_id()
+            existing.add(merged.id)
+            merged.created = merged.updated = stamp
+            path = store.memories_dir / merged.type / fmt.file_name(merged)
+            text = fmt.render_new(merged)
+            fmt.parse(text, path)
+            _guard(text, path)
+            writes.append((path, text))
+            new_paths.append(path)
+            for member in group.members:
+                assert member.path is not None
+                before = member.path.read_bytes()
+                originals[member.path] = before
+                changed = fmt.edit_text(before.decode("utf-8"), {"status": "archived", "archived": stamp}, None,
+                                        member.path)
+                fmt.parse(changed, member.path)
+                writes.append((member.path, changed))
+            result.merged.append((merged.id, [m.id for m in group.members]))
+        folder = _checkpoint_dir(store)
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        saved = {}
+        for n, (path, data) in enumerate(originals.items()):
+            (folder / f"{n}.md").write_bytes(data)
+            saved[str(path)] = f"{n}.md"
+        temps = [target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.tmp") for target, _ in writes]
+        atomic_write(folder / "plan.json", json.dumps({"originals": saved, "new": [str(p) for p in new_paths],
+                                                       "temps": [str(t) for t in temps]}))
+        try:
+            for (target, text), temp in zip(writes, temps):
+                temp.parent.mkdir(parents=True, exist_ok=True)
+                with open(temp, "w", encoding="utf-8") as handle:
+                    handle.write(text)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+            for (target, _text), temp in zip(writes, temps):
+                _rename(temp, target)
+        except BaseException as exc:
+            recover(store)
+            raise CortexError(f"consolidation failed and was rolled back, nothing changed: {exc}") from exc
+        shutil.rmtree(folder, ignore_errors=True)
+        store.mark_changed()
+    clear_flags(store, [m.id for g in groups for m in g.members])
+    store.log(f"consolidate: merged {sum(len(g.members) for g in groups)} memories into {len(groups)}")
+    return result
+
+
+def after_capture(store: Store, written: int) -> int:
+    """The automatic run (Stop hook): merge flagged pairs when due; returns how many groups were merged."""
+    if written <= 0:
+        return 0
+    config = store.config()
+    state = store.state_dir / "consolidate.json"
+    with file_lock(store.state_dir / "consolidate-count.lock"):
+        try:
+            since = int(json.loads(state.read_text(encoding="utf-8")).get("since", 0))
+        except (OSError, ValueError, AttributeError):
+            since = 0
+        since += written
+        from cortex.index import Index
+
+        index = Index(store)
+        index.sync(full=False, progress=False)
+        active = sum(1 for entry in index.records().values() if entry["status"] == "active")
+        due = since >= int(config.get("consolidate.every_captures")) or active > int(config.get("consolidate.max_active"))
+        atomic_write(state, json.dumps({"since": 0 if due else since}), durable=False)
+    if not due or not flagged(store):
+        return 0
+    groups = find_groups(store, float(config.get("consolidate.auto_threshold")), only_flagged=True)
+    return len(apply(store, groups).merged)

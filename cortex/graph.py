@@ -1,0 +1,268 @@
+"""The memory graph: links made when a memory is written, and who may make which link.
+
+When a memory is written (`cortex remember`, capture, the MCP server) it is
+compared with the store's other active memories:
+
+- similarity in `graph.link_min`..`graph.link_max` (0.1–0.5): a `relates_to`
+  link with `strength` = the similarity, on both memories; only the
+  `graph.max_links` (5) strongest are kept, so a large store does not link
+  everything to everything;
+- similarity above `consolidate.auto_threshold` (0.7) with a memory of the
+  same type: not linked, but flagged for consolidation
+  (`state/flagged.json`, read by `cortex consolidate --auto`).
+
+Similarity is the cosine of the bundled model's vectors from the cache when
+they are there; otherwise the Jaccard overlap of the two texts' words.
+Links live in the files' front matter, so they are reviewed and merged like
+everything else. Centrality (in-degree weighted by strength) is computed in
+the cache (`Index.centralities`) and feeds the ranking prior and decay.
+
+`supersedes` is a person's statement ("this replaces that"): automation
+(capture, consolidation, the LLM layer) that proposes one gets `contradicts`
+instead (`automatic_links`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from cortex.files import atomic_write, file_lock
+from cortex.memory import Link
+from cortex.store import Store
+
+NO_LINK_TYPES = ("code",)  # source code is never compared or embedded
+# A store's mean vector is unreliable while it holds few memories: it is blended with the mean of these
+# (generic developer memories, written for cortex) as if they were REFERENCE_WEIGHT memories of the store.
+REFERENCE_WEIGHT = 20
+REFERENCE_TEXTS = (
+    "We use SQLite, not Postgres, for the local cache: no server to run.",
+    "Tests run with pytest; use the tmp_path fixture instead of writing to /tmp.",
+    "The API server is deployed to Kubernetes with a Helm chart.",
+    "Secrets come from the secret manager at startup; never commit the .env file.",
+    "The frontend is bundled with Vite; webpack was removed.",
+    "Retries use exponential backoff capped at 30 seconds for all HTTP calls.",
+    "Logging goes through structlog with JSON output; do not use print.",
+    "The CI pipeline must finish in under ten minutes.",
+    "Dates are stored as UTC ISO-8601 strings and converted to local time only in the UI.",
+    "Background jobs run on a queue worker with Redis as the broker.",
+    "Database migrations are written with Alembic and run on deploy.",
+    "Feature flags live in a config file and are read at startup.",
+    "Passwords are hashed with argon2.",
+    "The mobile app talks to the backend over GraphQL, not REST.",
+    "The Windows runner needs long paths enabled or checkout fails.",
+    "Rate limiting is 100 requests per minute per API key.",
+    "We pinned the library below 2.0 because the compiled extension breaks.",
+    "Releases are tagged and published by a workflow on tag push.",
+    "The parser now streams files line by line instead of loading them whole.",
+    "Plan: split the billing module into its own service next quarter.",
+)
+
+
+@dataclass
+class LinkReport:
+    linked: list[tuple[str, str, float]] = field(default_factory=list)  # (new id, other id, strength)
+    flagged: list[tuple[str, str, float]] = field(default_factory=list)
+    method: str = "cosine"
+
+
+def automatic_links(links: Iterable[Link]) -> list[Link]:
+    """Links proposed by automation: a `supersedes` becomes `contradicts` (only a person may supersede)."""
+    out = []
+    for link in links:
+        out.append(Link("contradicts", link.to, link.strength) if link.rel == "supersedes" else link)
+    return out
+
+
+_WORD = re.compile(r"[a-z0-9]+")
+_STOP = frozenset(
+    "a an and are as at be but by did do does for from had has have how i if in is it its of on or our so that the "
+    "their them then there these they this to was we were what when where which who why will with you your not no "
+    "use used".split()
+)
+
+
+def words(text: str) -> set[str]:
+    return {w for w in _WORD.findall(text.lower()) if w not in _STOP and len(w) > 1}
+
+
+def jaccard(a: set[str], b: set[str]) -> float:
+    union = a | b
+    return len(a & b) / len(union) if union else 0.0
+
+
+class Similarity:
+    """Similarity between the store's memories: centred cosine on the cache's vectors, or Jaccard without them.
+
+    Static embeddings of any two memories of one project point much the same
+    way (raw cosine between unrelated memories of the example store: median
+    0.63), so the raw cosine says little. The store's mean vector is taken
+    out first (blended with a fixed reference mean while the store is small)
+    and the cosine of what is left is the similarity: unrelated memories sit
+    near 0, paraphrases high. See docs/graph.md for the measurements.
+    """
+
+    def __init__(self, store: Store, index: Any = None) -> None:
+        from cortex.index import Index
+
+        self.store = store
+        self.index = index or Index(store)
+        self.index.sync(full=False, progress=False, vectors=True)
+        self.vectors = self.index.vector_matrix()
+        self.method = "cosine" if self.vectors is not None else "jaccard"
+        self._words: dict[str, set[str]] = {}
+        self._centred: Any = None
+
+    def records(self) -> dict[str, dict[str, Any]]:
+        return self.index.records()
+
+    def _matrix(self) -> Any:
+        """Every cached vector, centred on the store's mean and normalised again (computed once)."""
+        if self._centred is None:
+            import numpy as np
+
+            assert self.vectors is not None
+            matrix, row_of = self.vectors
+            rows = [row_of[e["vhash"]] for e in self.records().values()
+                    if e["status"] == "active" and e.get("vhash") in row_of]
+            total = matrix[rows].sum(axis=0) if rows else np.zeros(matrix.shape[1], dtype=np.float32)
+            reference = self._reference()
+            mean = (total + REFERENCE_WEIGHT * reference) / (len(rows) + REFERENCE_WEIGHT)
+            centred = matrix - mean.astype(np.float32)
+            norms = np.linalg.norm(centred, axis=1, keepdims=True)
+            self._centred = centred / np.maximum(norms, 1e-9)
+        return self._centred
+
+    def _reference(self) -> Any:
+        import numpy as np
+
+        encoder = self.index.query_encoder()
+        if encoder is None:
+            return np.zeros(self.vectors[0].shape[1], dtype=np.float32) if self.vectors else 0.0
+        return np.mean([np.asarray(encoder.encode_one(text), dtype=np.float32) for text in REFERENCE_TEXTS], axis=0)
+
+    def vector(self, rel: str) -> Any:
+        if self.vectors is None:
+            return None
+        _matrix, row_of = self.vectors
+        row = row_of.get(self.records()[rel].get("vhash") or "")
+        return None if row is None else self._matrix()[row]
+
+    def matrix_for(self, rels: list[str]) -> Any:
+        """The centred vectors of `rels` (a zero row where one is missing), or None without vectors."""
+        if self.vectors is None:
+            return None
+        import numpy as np
+
+        _matrix, row_of = self.vectors
+        centred = self._matrix()
+        rows = [row_of.get(self.records()[rel].get("vhash") or "", -1) for rel in rels]
+        out = centred[np.asarray([r if r >= 0 else 0 for r in rows], dtype=np.int64)]
+        out[np.asarray([r < 0 for r in rows], dtype=bool)] = 0.0
+        return out
+
+    def word_set(self, rel: str) -> set[str]:
+        if rel not in self._words:
+            from cortex.index import _read_body
+
+            entry = self.records()[rel]
+            title = json.loads(entry["meta"]).get("title", "")
+            self._words[rel] = words(title + " " + _read_body(self.store.memories_dir / rel))
+        return self._words[rel]
+
+    def against(self, rel: str, others: list[str]) -> list[float]:
+        """Similarity of memory `rel` with each of `others` (0 when a vector is missing)."""
+        if self.method == "cosine":
+            import numpy as np
+
+            mine = self.vector(rel)
+            if mine is None or not others:
+                return [0.0] * len(others)
+            scores = self.matrix_for(others) @ mine
+            return [float(s) for s in np.asarray(scores)]
+        mine_words = self.word_set(rel)
+        return [jaccard(mine_words, self.word_set(o)) for o in others]
+
+
+def connect(store: Store, ids: Iterable[str], index: Any = None) -> LinkReport:
+    """Link newly written memories to the store's active memories (see the module docstring)."""
+    ids = [i for i in ids if i]
+    report = LinkReport()
+    if not ids:
+        return report
+    config = store.config()
+    low, high = float(config.get("graph.link_min")), float(config.get("graph.link_max"))
+    most = int(config.get("graph.max_links"))
+    flag_at = float(config.get("consolidate.auto_threshold"))
+    similarity = Similarity(store, index)
+    report.method = similarity.method
+    records = similarity.records()
+    rel_of = {entry["id"]: rel for rel, entry in records.items()}
+    active = [rel for rel, entry in records.items() if entry["status"] == "active" and entry["type"] not in NO_LINK_TYPES]
+    new_links: dict[str, list[Link]] = {}
+    for memory_id in ids:
+        rel = rel_of.get(memory_id)
+        if rel is None or records[rel]["type"] in NO_LINK_TYPES:
+            continue
+        mine = records[rel]
+        already = {to for _r, to, _s in mine.get("links", ())}
+        others = [o for o in active if o != rel and records[o]["id"] not in already]
+        scores = similarity.against(rel, others)
+        band = sorted(((s, o) for s, o in zip(scores, others) if low <= s <= high), key=lambda p: (-p[0], p[1]))[:most]
+        for score, other in band:
+            strength = round(score, 2)
+            other_id = records[other]["id"]
+            new_links.setdefault(memory_id, []).append(Link("relates_to", other_id, strength))
+            new_links.setdefault(other_id, []).append(Link("relates_to", memory_id, strength))
+            report.linked.append((memory_id, other_id, strength))
+        pinned = json.loads(mine["meta"]).get("pinned", False)
+        for score, other in zip(scores, others):
+            if score > flag_at and records[other]["type"] == mine["type"] and not pinned \
+                    and not json.loads(records[other]["meta"]).get("pinned", False):
+                report.flagged.append((memory_id, records[other]["id"], round(score, 3)))
+    for memory_id, links in sorted(new_links.items()):
+        current = store.get(memory_id)
+        have = {(link.rel, link.to) for link in current.links}
+        added = [link for link in links if (link.rel, link.to) not in have]
+        if added:
+            store.update(memory_id, {"links": current.links + added}, touch=False)
+    if report.flagged:
+        flag(store, report.flagged)
+    return report
+
+
+def flagged(store: Store) -> list[tuple[str, str, float]]:
+    try:
+        data = json.loads((store.state_dir / "flagged.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return [(str(a), str(b), float(s)) for a, b, s in data if isinstance(a, str)]
+
+
+def flag(store: Store, pairs: list[tuple[str, str, float]]) -> None:
+    """Remember near-duplicate pairs for the next consolidation (state/, never committed)."""
+    with file_lock(store.state_dir / "flagged.lock"):
+        known = {tuple(sorted((a, b))): s for a, b, s in flagged(store)}
+        for a, b, s in pairs:
+            known[tuple(sorted((a, b)))] = s
+        atomic_write(store.state_dir / "flagged.json",
+                     json.dumps([[a, b, s] for (a, b), s in sorted(known.items())]), durable=False)
+
+
+def clear_flags(store: Store, ids: Iterable[str]) -> None:
+    gone = set(ids)
+    with file_lock(store.state_dir / "flagged.lock"):
+        kept = [[a, b, s] for a, b, s in flagged(store) if a not in gone and b not in gone]
+        atomic_write(store.state_dir / "flagged.json", json.dumps(kept), durable=False)
+
+
+def connect_quietly(store: Store, ids: Iterable[str], index: Any = None) -> LinkReport | None:
+    """`connect` for hooks and writers that must not fail because linking did: logs instead."""
+    ids = list(ids)
+    try:
+        return connect(store, ids, index)
+    except Exception as exc:  # linking is a bonus; the memory is already written
+        store.log(f"graph: linking {list(ids)} failed: {exc!r}")
+        return None

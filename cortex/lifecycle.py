@@ -1,0 +1,242 @@
+"""Lifecycle (`cortex gc`): archive what has faded, remove what stayed archived, close merged branches' progress.
+
+Rules, in order, each with its config key:
+
+1. **Faded → archived.** Confidence decays at read time
+   (`cortex.recall.decayed_confidence`: `confidence × 0.5^(days / half_life)`,
+   half-lives progress 7 d, context 30 d, gotcha 45 d, pattern 60 d, doubled
+   when a memory was read more than 10 times or its centrality is over 0.5;
+   architecture, decision, plan, code_description and code never decay;
+   pinned memories never do). The decay curve is known, so the day the
+   decayed confidence went under `gc.archive_below` (0.3) is computed, not
+   tracked: once it has stayed under for `gc.archive_after_days` (14), the
+   memory is archived (`status: archived`, `archived: <when>`).
+2. **Merged branch → progress archived.** A `progress` memory made on a
+   branch that has been merged into the default branch (main, master or
+   trunk: the branch's tip — or, the branch deleted, the commit it was
+   captured at — is in the default branch and was committed after the
+   memory was written) is archived.
+3. **Archived and untouched → removed from the working tree** after
+   `gc.remove_after_days` (30) more days without an update or a read. Only a
+   file whose exact bytes are in HEAD is removed: git history keeps it
+   (`cortex log`, `--at` still find it). An archived memory never committed
+   is kept, and said so.
+
+`cortex recall --all` finds archived memories and restores one it returns.
+`cortex gc --dry-run` prints what would change. The Stop hook runs gc once a
+day after capture. Times come from the clock, or `$CORTEX_NOW` (an epoch or
+an ISO timestamp) so behaviour over weeks can be shown without waiting.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cortex.store import Store
+
+DAY = 86400.0
+
+
+@dataclass
+class Action:
+    kind: str  # archive | remove | keep
+    id: str
+    title: str
+    path: Path
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"action": self.kind, "id": self.id, "title": self.title, "path": str(self.path), "reason": self.reason}
+
+
+def now() -> float:
+    """The current time, or `$CORTEX_NOW` when set (epoch seconds or 2026-11-21T20:50:00Z)."""
+    from cortex.memory import now_epoch
+
+    return now_epoch()
+
+
+def epoch(stamp: str) -> float:
+    import datetime as dt
+
+    if not stamp:
+        return 0.0
+    return dt.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc).timestamp()
+
+
+def iso(moment: float) -> str:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(moment, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def half_life(memory: Any, access: int, centrality: float) -> float | None:
+    """Days to halve this memory's confidence, or None when it does not decay."""
+    from cortex.recall import HALF_LIVES
+
+    base = HALF_LIVES.get(memory.type)
+    if base is None or memory.pinned:
+        return None
+    return base * 2 if access > 10 or centrality > 0.5 else base
+
+
+def below_since(memory: Any, threshold: float, access: int, centrality: float) -> float | None:
+    """The moment the decayed confidence went (or will go) under `threshold`; None if it never does."""
+    life = half_life(memory, access, centrality)
+    if life is None:
+        return None
+    start = epoch(memory.updated or memory.created)
+    if memory.confidence < threshold:
+        return start
+    return start + life * math.log2(memory.confidence / threshold) * DAY
+
+
+def _merged_branches(store: Store) -> tuple[Any, Any, str | None]:
+    """(repo, default branch tip, default branch name), or Nones outside git."""
+    if store.worktree is None:
+        return None, None, None
+    try:
+        import pygit2
+
+        repo = pygit2.Repository(str(store.worktree))
+        for name in ("main", "master", "trunk"):
+            branch = repo.branches.local.get(name)
+            if branch is not None:
+                return repo, branch.peel(pygit2.Commit).id, name
+    except Exception:
+        pass
+    return None, None, None
+
+
+def _is_merged(repo: Any, default_tip: Any, branch: str, commit: str | None, created: float, path: Path) -> bool:
+    """The branch's tip is in the default branch, and holds the memory's file (or came after it was written).
+
+    The second half matters: a branch with no commits of its own yet has the
+    default branch's tip, and its progress is not merged work.
+    """
+    import pygit2
+
+    try:
+        ref = repo.branches.local.get(branch)
+        if ref is not None:
+            tip = ref.peel(pygit2.Commit)
+        elif commit:
+            tip = repo.revparse_single(commit).peel(pygit2.Commit)
+        else:
+            return False
+        if not (tip.id == default_tip or repo.descendant_of(default_tip, tip.id)):
+            return False
+        try:
+            tip.tree[path.resolve().relative_to(Path(repo.workdir).resolve()).as_posix()]
+            return True
+        except (KeyError, ValueError):
+            return bool(tip.commit_time > created)
+    except Exception:
+        return False
+
+
+def _committed_as_is(repo: Any, path: Path) -> bool:
+    """True when HEAD holds exactly this file's bytes (so removing it loses nothing)."""
+    try:
+        rel = path.resolve().relative_to(Path(repo.workdir).resolve()).as_posix()
+        blob = repo.revparse_single("HEAD").peel(1).tree[rel]
+        return bool(blob.data == path.read_bytes())
+    except Exception:
+        return False
+
+
+def plan(store: Store, at: float | None = None) -> list[Action]:
+    """What gc would do now (see the module docstring)."""
+    from cortex.index import Index
+
+    at = now() if at is None else at
+    config = store.config()
+    below = float(config.get("gc.archive_below"))
+    archive_after = float(config.get("gc.archive_after_days")) * DAY
+    remove_after = float(config.get("gc.remove_after_days")) * DAY
+    index = Index(store)
+    index.sync(full=False, progress=False)
+    central = index.centralities()
+    access = _access(store)
+    repo, default_tip, default = _merged_branches(store)
+    actions = []
+    for item in sorted(index.scan().memories, key=lambda m: m.id):
+        assert item.path is not None
+        count, last_read = access.get(item.id, (0, 0.0))
+        if item.status == "active":
+            if item.pinned:
+                continue
+            crossed = below_since(item, below, count, central.get(item.id, 0.0))
+            if crossed is not None and at - crossed >= archive_after:
+                days = (at - crossed) / DAY
+                actions.append(Action("archive", item.id, item.title, item.path,
+                                      f"confidence under {below:g} for {days:.0f} days"))
+                continue
+            if item.type == "progress" and repo is not None and item.branch and item.branch != default \
+                    and _is_merged(repo, default_tip, item.branch, str(item.source.get("commit") or "") or None,
+                                   epoch(item.created), item.path):
+                actions.append(Action("archive", item.id, item.title, item.path,
+                                      f"branch {item.branch} is merged into {default}"))
+        elif item.status == "archived":
+            touched = max(epoch(str(item.extra.get("archived") or "")), epoch(item.updated), last_read)
+            if at - touched < remove_after:
+                continue
+            days = (at - touched) / DAY
+            if repo is not None and _committed_as_is(repo, item.path):
+                actions.append(Action("remove", item.id, item.title, item.path,
+                                      f"archived and untouched for {days:.0f} days (git history keeps it)"))
+            else:
+                actions.append(Action("keep", item.id, item.title, item.path,
+                                      f"archived and untouched for {days:.0f} days, but not committed as is: kept"))
+    return actions
+
+
+def _access(store: Store) -> dict[str, tuple[int, float]]:
+    import json
+
+    try:
+        data = json.loads((store.state_dir / "access.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    out = {}
+    for memory_id, entry in data.items():
+        if isinstance(entry, dict):
+            out[memory_id] = (int(entry.get("count", 0)), epoch(str(entry.get("last") or "")) if entry.get("last") else 0.0)
+    return out
+
+
+def gc(store: Store, at: float | None = None, dry_run: bool = False) -> list[Action]:
+    """Apply the plan (unless `dry_run`); returns the actions."""
+    at = now() if at is None else at
+    actions = plan(store, at)
+    if dry_run:
+        return actions
+    for action in actions:
+        if action.kind == "archive":
+            store.update(action.id, {"status": "archived", "archived": iso(at)}, touch=False)
+        elif action.kind == "remove":
+            action.path.unlink(missing_ok=True)
+            store.mark_changed()
+    done = [a for a in actions if a.kind != "keep"]
+    if done:
+        store.log(f"gc: archived {sum(a.kind == 'archive' for a in done)}, removed {sum(a.kind == 'remove' for a in done)}")
+    return actions
+
+
+def daily(store: Store) -> list[Action] | None:
+    """gc at most once a day (what the Stop hook runs after capture); None when it ran recently."""
+    from cortex.files import atomic_write
+
+    stamp = store.state_dir / "gc.stamp"
+    at = now()
+    try:
+        if at - float(stamp.read_text(encoding="utf-8")) < DAY:
+            return None
+    except (OSError, ValueError):
+        pass
+    actions = gc(store, at)
+    atomic_write(stamp, str(at), durable=False)
+    return actions

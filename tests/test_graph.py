@@ -1,0 +1,130 @@
+"""The memory graph: links on write (thresholds, both sides, flags), centrality, who may supersede."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from cortex.index import Index
+from cortex.store import Store
+from tests.helpers import cortex, cortex_json
+
+TOPICS = [
+    ("We store money as integer cents, never floats, to avoid rounding errors in invoices", "decision"),
+    ("The nightly backup job copies the ledger database to object storage at 02:00 UTC", "context"),
+    ("Frontend builds use Vite; the old webpack config was deleted", "decision"),
+    ("Flaky test: the websocket reconnect test depends on timer resolution on CI", "gotcha"),
+    ("API errors are returned as RFC 7807 problem documents with a stable type URI", "pattern"),
+    ("Kubernetes deploys go through a Helm chart in deploy/helm with one values file per environment", "architecture"),
+    ("Invoice PDFs are rendered by a separate worker so web requests stay fast", "architecture"),
+    ("The PDF invoice template lives in templates/invoice.html and is rendered with WeasyPrint", "context"),
+    ("Invoice numbers are sequential per tenant and are never reused", "context"),
+]
+UNRELATED = (1, 2, 3, 5)  # backups, Vite, the flaky websocket test, Kubernetes
+
+
+def _remember(project: Path, text: str, kind: str = "context", *extra: str) -> dict:
+    return cortex_json("remember", text, "--type", kind, *extra, cwd=project)
+
+
+def test_a_new_memory_is_linked_both_ways_within_the_band_and_near_duplicates_are_flagged(project):
+    made = [_remember(project, text, kind) for text, kind in TOPICS]
+    new = _remember(project, "Invoice totals are summed in integer cents and only formatted as decimals in the PDF",
+                    "decision")
+    links = new["links"]
+    assert 1 <= len(links) <= 5
+    assert all(link["rel"] == "relates_to" and 0.1 <= link["strength"] <= 0.5 for link in links)
+    by_id = {m["id"]: m for m in made}
+    for link in links:  # the other side links back, with the same strength
+        other = cortex_json("show", link["to"], cwd=project)
+        assert {"rel": "relates_to", "to": new["id"], "strength": link["strength"]} in other["links"]
+        assert other["updated"] == by_id[link["to"]]["updated"]  # a link is not an edit: decay is not reset
+    linked = {link["to"] for link in links}
+    assert linked & {made[6]["id"], made[7]["id"], made[8]["id"]}  # invoice memories are related ...
+    assert not linked & {made[n]["id"] for n in UNRELATED}  # ... backups, Vite, CI flakes, Kubernetes are not
+    # a paraphrase of an existing memory is flagged for consolidation, not linked
+    twin = _remember(project, "Money is kept as integer cents and never as floating point, so invoices do not "
+                     "suffer rounding errors", "decision")
+    assert made[0]["id"] not in {link["to"] for link in twin["links"]}
+    flagged = json.loads((project / ".cortex" / "state" / "flagged.json").read_text(encoding="utf-8"))
+    assert [sorted(pair[:2]) for pair in flagged] == [sorted([twin["id"], made[0]["id"]])]
+    assert flagged[0][2] > 0.7
+
+
+def test_thresholds_are_config(project):
+    for text, kind in TOPICS:
+        _remember(project, text, kind)
+    config = project / ".cortex" / "config.yaml"
+    config.write_text(config.read_text(encoding="utf-8").replace("max_links: 5", "max_links: 1"), encoding="utf-8")
+    new = _remember(project, "Invoice totals are summed in integer cents and only formatted as decimals in the PDF",
+                    "decision")
+    assert len(new["links"]) == 1
+    config.write_text(config.read_text(encoding="utf-8").replace("link_min: 0.1", "link_min: 0.95"), encoding="utf-8")
+    lonely = _remember(project, "Backups of the ledger are tested by a monthly restore drill", "context")
+    assert lonely["links"] == []
+
+
+def test_centrality_is_in_degree_weighted_by_strength_and_a_dangling_link_is_reported(project):
+    from cortex.memory import Memory
+
+    store = Store.locate(project)  # written directly: no automatic links, only the ones set here
+    hub, a, b = (store.create(Memory(id="", type="decision", title=title)).id for title in
+                 ("The ledger service owns every balance change", "Refunds go through the ledger service",
+                  "Chargebacks are booked by the ledger service"))
+    for source, strength in ((a, 0.5), (b, 0.3)):
+        store.update(source, {"links": [{"rel": "relates_to", "to": hub, "strength": strength}]}, touch=False)
+    store.update(b, {"links": [{"rel": "relates_to", "to": hub, "strength": 0.3},
+                               {"rel": "refines", "to": a, "strength": 0.2},
+                               {"rel": "relates_to", "to": "0123456789ab"}]}, touch=False)
+    index = Index(store)
+    index.sync(full=False)
+    central = index.centralities()
+    assert central[hub] == 1.0 and abs(central[a] - 0.2 / 0.8) < 1e-9 and b not in central
+    status = cortex_json("status", cwd=project)
+    assert any("0123456789ab" in problem for problem in status["problems"])  # reported ...
+    assert cortex("recall", "ledger", cwd=project).returncode == 0  # ... not fatal
+
+
+FAKE_CLAUDE = """#!{python}
+import json, re, sys
+prompt = sys.stdin.read()
+known = re.findall(r"^([0-9a-f]{{12}}): ", prompt, re.M)
+print(json.dumps([{{"type": "decision", "title": "Cache product pages in the CDN for five minutes",
+                    "content": "Five minutes is short enough for price changes.", "confidence": 0.8,
+                    "supersedes": known[:1], "contradicts": known[1:2]}}]))
+"""
+
+
+def test_automation_cannot_supersede_it_gets_contradicts(project, tmp_path):
+    old = _remember(project, "Product pages are never cached: prices change too often", "decision")["id"]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "claude").write_text(FAKE_CLAUDE.format(python=sys.executable), encoding="utf-8")
+    (bin_dir / "claude").chmod(0o755)
+    config = project / ".cortex" / "config.yaml"
+    config.write_text(config.read_text(encoding="utf-8").replace("llm: off", "llm: on"), encoding="utf-8")
+    import os
+
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    transcript = tmp_path / "t.jsonl"
+    line = {"type": "assistant", "uuid": "a1", "sessionId": "s",
+            "message": {"role": "assistant", "content": [{"type": "text", "text": "Let's cache product pages for 5 minutes."}]}}
+    transcript.write_text(json.dumps(line) + "\n", encoding="utf-8")
+    payload = json.dumps({"session_id": "s", "transcript_path": str(transcript), "cwd": str(project)})
+    assert cortex("hook", "stop", cwd=project, input=payload, env=env).returncode == 0
+    deadline = time.time() + 60
+    new = None
+    while time.time() < deadline and new is None:
+        new = next((m for m in cortex_json("list", cwd=project) if m["title"].startswith("Cache product pages")), None)
+        time.sleep(0.2)
+    assert new is not None
+    shown = cortex_json("show", new["id"], cwd=project)
+    assert {"rel": "contradicts", "to": old} in shown["links"]
+    assert not any(link["rel"] == "supersedes" for link in shown["links"])
+    assert cortex_json("show", old, cwd=project)["status"] == "active"  # automation replaced nothing
+    # a person can: forget --replaced-by
+    cortex("forget", old, "--replaced-by", new["id"], cwd=project)
+    assert cortex_json("show", old, cwd=project)["status"] == "superseded"
+    assert {"rel": "supersedes", "to": old} in cortex_json("show", new["id"], cwd=project)["links"]

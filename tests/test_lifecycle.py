@@ -1,0 +1,114 @@
+"""Lifecycle: decay math, archive after 14 days under 0.3, removal after 30 more, merged branches' progress.
+
+Time is moved with `$CORTEX_NOW` (a fake clock), never with sleeps.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pygit2
+import pytest
+
+from cortex.lifecycle import DAY, epoch, half_life, iso
+from cortex.memory import Memory
+from cortex.recall import decayed_confidence
+from cortex.store import Store
+from tests.helpers import checkout_new_branch, commit_all, cortex, cortex_json
+
+T0 = epoch("2026-01-01T00:00:00Z")
+
+
+def _memory(kind: str, confidence: float = 0.8, pinned: bool = False) -> Memory:
+    return Memory(id="abcdefabcdef", type=kind, title="t", confidence=confidence, pinned=pinned,
+                  created="2026-01-01T00:00:00Z", updated="2026-01-01T00:00:00Z")
+
+
+@pytest.mark.parametrize("kind, days", [("progress", 7), ("context", 30), ("gotcha", 45), ("pattern", 60)])
+def test_confidence_halves_at_each_half_life_and_doubles_it_when_read_or_central(kind, days):
+    item = _memory(kind)
+    assert decayed_confidence(item, T0 + days * DAY) == pytest.approx(0.4)
+    assert decayed_confidence(item, T0 + 2 * days * DAY) == pytest.approx(0.2)
+    assert decayed_confidence(item, T0 + 2 * days * DAY, access=11) == pytest.approx(0.4)  # read > 10 times
+    assert decayed_confidence(item, T0 + 2 * days * DAY, access=10) == pytest.approx(0.2)
+    assert decayed_confidence(item, T0 + 2 * days * DAY, centrality=0.6) == pytest.approx(0.4)
+    assert decayed_confidence(item, T0 + 2 * days * DAY, centrality=0.5) == pytest.approx(0.2)
+    assert half_life(item, 0, 0.0) == days
+
+
+@pytest.mark.parametrize("kind", ["architecture", "decision", "code_description", "code", "plan"])
+def test_some_types_and_pinned_memories_never_decay(kind):
+    assert decayed_confidence(_memory(kind), T0 + 3650 * DAY) == 0.8
+    assert decayed_confidence(_memory("progress", pinned=True), T0 + 3650 * DAY) == 0.8
+
+
+def _write(project: Path, kind: str, title: str, confidence: float, updated: str, branch: str | None = None,
+           **extra: object) -> Memory:
+    store = Store.locate(project)
+    item = Memory(id="", type=kind, title=title, body=title + "\n", confidence=confidence, created=updated,
+                  updated=updated, branch=branch, **extra)  # type: ignore[arg-type]
+    return store.create(item)
+
+
+def _gc(project: Path, when: float, *args: str) -> list[dict]:
+    return cortex_json("gc", *args, cwd=project, env={"CORTEX_NOW": iso(when)})
+
+
+def test_archived_after_14_days_under_the_threshold_then_removed_30_days_later(project):
+    # progress, confidence 0.6, half-life 7 days: under 0.3 from day 7; archived from day 21.
+    faded = _write(project, "progress", "Parser rewrite half done", 0.6, "2026-01-01T00:00:00Z", branch="main")
+    kept = _write(project, "decision", "Parse with a streaming reader", 0.6, "2026-01-01T00:00:00Z")
+    assert _gc(project, T0 + 20.9 * DAY) == []
+    dry = _gc(project, T0 + 21.1 * DAY, "--dry-run")
+    assert [(a["action"], a["id"]) for a in dry] == [("archive", faded.id)]
+    clock = {"CORTEX_NOW": iso(T0 + 21.1 * DAY)}
+    assert cortex_json("show", faded.id, cwd=project, env=clock)["status"] == "active"  # a dry run changes nothing
+    done = _gc(project, T0 + 21.1 * DAY)
+    assert [(a["action"], a["id"]) for a in done] == [("archive", faded.id)]
+    shown = cortex_json("show", faded.id, cwd=project, env=clock)  # a read: the 30 days count from here
+    assert shown["status"] == "archived" and shown["extra"]["archived"] == iso(T0 + 21.1 * DAY)
+    assert cortex_json("show", kept.id, cwd=project, env=clock)["status"] == "active"  # decisions never decay
+    commit_all(project, "memories")
+    archived_at = T0 + 21.1 * DAY
+    assert _gc(project, archived_at + 29 * DAY) == []
+    removed = _gc(project, archived_at + 31 * DAY)
+    assert [(a["action"], a["id"]) for a in removed] == [("remove", faded.id)]
+    assert not Path(shown["path"]).exists()
+    # git history keeps it
+    assert cortex_json("log", faded.id, cwd=project)
+    assert faded.id in {m["id"] for m in cortex_json("list", "--all", "--at", "HEAD", cwd=project)}
+
+
+def test_an_uncommitted_archived_memory_is_kept(project):
+    gone = _write(project, "context", "Staging runs on a single node", 0.9, "2026-01-01T00:00:00Z")
+    Store.locate(project).update(gone.id, {"status": "archived", "archived": "2026-01-02T00:00:00Z"}, touch=False)
+    actions = _gc(project, T0 + 90 * DAY)
+    assert [(a["action"], a["id"]) for a in actions] == [("keep", gone.id)]
+    assert Path(str(gone.path)).exists()
+
+
+def test_recall_all_restores_an_archived_memory(project):
+    item = _write(project, "gotcha", "The staging database rejects connections without TLS", 0.9,
+                  "2026-01-01T00:00:00Z")
+    Store.locate(project).archive(item.id)
+    assert item.id not in {h["id"] for h in cortex_json("recall", "staging database TLS", cwd=project)}
+    hits = cortex_json("recall", "staging database TLS", "--all", cwd=project)
+    assert hits[0]["id"] == item.id
+    restored = cortex_json("show", item.id, cwd=project)
+    assert restored["status"] == "active" and "archived" not in restored.get("extra", {})
+
+
+def test_progress_of_a_merged_branch_is_archived(project):
+    checkout_new_branch(project, "feature/export")
+    done = cortex("remember", "CSV export endpoint done, tests green", "--type", "progress", cwd=project).stdout.strip()
+    (project / "export.py").write_text("pass\n", encoding="utf-8")
+    commit_all(project, "export")
+    checkout_new_branch(project, "feature/search")
+    open_work = cortex("remember", "Search ranking half done", "--type", "progress", cwd=project).stdout.strip()
+    repo = pygit2.Repository(str(project))
+    feature_tip = repo.branches.local["feature/export"].target
+    repo.branches.local["main"].set_target(feature_tip)  # a fast-forward merge into main
+    actions = cortex_json("gc", cwd=project)
+    assert [(a["action"], a["id"]) for a in actions] == [("archive", done)]
+    assert "merged into main" in actions[0]["reason"]
+    assert cortex_json("show", open_work, cwd=project)["status"] == "active"
