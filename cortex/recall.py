@@ -19,7 +19,8 @@ For each store (project first, then global):
    the prior settles near-ties and lifts a trusted memory a few places.
 5. One hop: a hit's `source_of` targets (code behind a description) and its
    strong `relates_to` links (strength ≥ 0.4) come back right after it,
-   marked `via`.
+   marked `via`. Code memories are not searched directly (unless `types`
+   names `code`): they come back this way, behind their description.
 
 With no model (or `keyword_only`) step 1 is BM25 alone and the caller is
 told once.
@@ -171,8 +172,11 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
     types = list(types)
     records = index.records()  # rel -> manifest entry of every valid memory
     allowed_key = (statuses, tuple(types), branch)
+    # Source code is found through its description (and comes back right after it, one hop along source_of);
+    # it is searched directly only when asked for by type.
     allowed = index.allowed(allowed_key, lambda entry: entry["status"] in statuses
-                            and (not types or entry["type"] in types) and (branch is None or entry["branch"] == branch))
+                            and (entry["type"] in types if types else entry["type"] != "code")
+                            and (branch is None or entry["branch"] == branch))
     ranked: dict[str, list[tuple[str, float]]] = {}
     ix = index.fulltext_index() if "bm25" in methods else None
     if ix is not None:

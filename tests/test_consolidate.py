@@ -1,0 +1,232 @@
+"""Consolidation (planted near-duplicates, all-or-nothing with rollback) and code indexing (source_of pairs)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cortex import consolidate
+from cortex.errors import CortexError
+from cortex.memory import Memory
+from cortex.store import Store
+from tests.helpers import commit_all, cortex, cortex_json
+
+DISTINCT = [
+    ("decision", "Frontend builds use Vite; the old webpack config was deleted in March"),
+    ("gotcha", "The websocket reconnect test is flaky on CI because it depends on timer resolution"),
+    ("architecture", "Kubernetes deploys go through a Helm chart in deploy/helm, one values file per environment"),
+    ("decision", "Passwords are hashed with argon2id; bcrypt hashes are upgraded at the next login"),
+    ("pattern", "API errors are returned as RFC 7807 problem documents with a stable type URI"),
+]
+TWINS = [
+    ("decision", "We store money as integer cents, never floats, to avoid rounding errors in invoices",
+     "Amounts are kept in integer cents rather than floating point, so invoices have no rounding errors"),
+    ("gotcha", "Alembic autogenerate misses changes to server defaults; write those migrations by hand",
+     "Server default changes are not detected by Alembic's autogenerate, so hand-write those migrations"),
+]
+
+
+def _store(project: Path) -> tuple[Store, dict[str, str], list[tuple[str, str]]]:
+    store = Store.locate(project)
+    ids = {}
+    for kind, text in DISTINCT:
+        ids[text] = store.create(Memory(id="", type=kind, title=text, body=text + "\n", tags=["x"])).id
+    pairs = []
+    for n, (kind, a, b) in enumerate(TWINS):
+        first = store.create(Memory(id="", type=kind, title=a, body=a + "\n", tags=["money"] if n == 0 else ["db"],
+                                    files=["billing.py"], priority=4))
+        second = store.create(Memory(id="", type=kind, title=b, body=b + "\nRejected: decimals as strings.\n",
+                                     tags=["invoices"], priority=7, confidence=0.7))
+        pairs.append((first.id, second.id))
+    return store, ids, pairs
+
+
+def test_planted_near_duplicates_are_merged_and_nothing_else(project):
+    store, ids, pairs = _store(project)
+    pinned_text = "Integer cents for every amount: floats are never used for money in invoices"
+    pinned = store.create(Memory(id="", type="decision", title=pinned_text, body=pinned_text + "\n", pinned=True)).id
+    dry = cortex_json("consolidate", "--dry-run", cwd=project)
+    groups = [sorted(m["id"] for m in g["members"]) for g in dry["groups"]]
+    assert sorted(groups) == sorted(sorted(p) for p in pairs)  # every planted pair, no distinct memory, no pinned
+    assert all(pinned not in g for g in groups)
+    assert dry["merged"] == [] and all(m["status"] == "active" for m in cortex_json("list", cwd=project) if m["id"] in ids.values())
+    out = cortex_json("consolidate", "--yes", cwd=project)
+    assert len(out["merged"]) == 2
+    for merged in out["merged"]:
+        new = cortex_json("show", merged["id"], cwd=project)
+        originals = merged["from"]
+        assert {link["to"] for link in new["links"] if link["rel"] == "derived_from"} == set(originals)
+        assert new["priority"] == 7 and new["confidence"] == 0.8 and new["files"] == ["billing.py"]
+        assert {"invoices"} < set(new["tags"]) and new["source"]["kind"] == "consolidation"
+        assert "Rejected: decimals as strings." in new["body"]  # the best-written member's text
+        for old in originals:
+            shown = cortex_json("show", old, cwd=project)
+            assert shown["status"] == "archived" and shown["extra"]["archived"]
+    active = {m["id"] for m in cortex_json("list", cwd=project)}
+    assert set(ids.values()) | {pinned} <= active
+    assert not (project / ".cortex" / "state" / "consolidate-checkpoint").exists()
+    assert cortex_json("consolidate", "--dry-run", cwd=project)["groups"] == []
+
+
+def test_interactive_consolidation_needs_a_terminal_or_yes(project):
+    _store(project)
+    out = cortex("consolidate", cwd=project, check=False, input="y\n")
+    assert out.returncode == 1 and "--yes" in out.stderr
+    assert all(m["status"] == "active" for m in cortex_json("list", "--all", cwd=project))
+
+
+def _snapshot(store: Store) -> dict[str, bytes]:
+    return {str(p.relative_to(store.root)): p.read_bytes() for p in sorted(store.memories_dir.rglob("*.md"))}
+
+
+def test_a_failed_write_half_way_rolls_everything_back(project, monkeypatch):
+    store, _ids, _pairs = _store(project)
+    before = _snapshot(store)
+    groups = consolidate.find_groups(store)
+    assert len(groups) == 2
+    calls = {"n": 0}
+    real = consolidate._rename
+
+    def failing(source: Path, target: Path) -> None:
+        calls["n"] += 1
+        if calls["n"] == 4:  # after the first group's new file and both its originals were renamed
+            raise OSError(28, "No space left on device")
+        real(source, target)
+
+    monkeypatch.setattr(consolidate, "_rename", failing)
+    with pytest.raises(CortexError, match="rolled back"):
+        consolidate.apply(store, groups)
+    assert calls["n"] == 4
+    assert _snapshot(store) == before  # byte for byte: no new file, no archived original
+    assert not list(store.memories_dir.rglob(".*.tmp"))
+    assert not (store.state_dir / "consolidate-checkpoint").exists()
+
+
+def test_a_run_killed_half_way_is_rolled_back_by_the_next(project, monkeypatch):
+    store, _ids, _pairs = _store(project)
+    before = _snapshot(store)
+    groups = consolidate.find_groups(store)
+
+    class Killed(Exception):
+        pass
+
+    calls = {"n": 0}
+    real = consolidate._rename
+
+    def dying(source: Path, target: Path) -> None:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise Killed()
+        real(source, target)
+
+    monkeypatch.setattr(consolidate, "recover", lambda store: False)  # the process dies: no rollback runs
+    monkeypatch.setattr(consolidate, "_rename", dying)
+    with pytest.raises(CortexError):
+        consolidate.apply(store, groups)
+    monkeypatch.undo()
+    assert _snapshot(store) != before  # half-merged on disk ...
+    assert (store.state_dir / "consolidate-checkpoint" / "plan.json").is_file()
+    out = cortex("consolidate", "--dry-run", cwd=project)
+    assert "rolled back an unfinished consolidation" in out.stderr
+    assert _snapshot(store) == before  # ... and whole again
+
+
+def test_automatic_consolidation_after_captures_merges_flagged_pairs(project, tmp_path):
+    config = project / ".cortex" / "config.yaml"
+    config.write_text(config.read_text(encoding="utf-8").replace("every_captures: 10", "every_captures: 2"),
+                      encoding="utf-8")
+    for kind, text in DISTINCT:
+        cortex("remember", text, "--type", kind, cwd=project)
+    kind, a, b = TWINS[0]
+    first = cortex("remember", a, "--type", kind, cwd=project).stdout.strip()
+    transcript = tmp_path / "t.jsonl"
+    lines = [{"type": "assistant", "uuid": f"a{n}", "sessionId": "s", "message": {"role": "assistant", "content": [
+        {"type": "text", "text": text}]}} for n, text in enumerate([
+            f"Done.\n[MEMORY: decision: {b}]", "[MEMORY: gotcha: The staging VPN drops idle SSH sessions after 10 minutes]"])]
+    transcript.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    payload = json.dumps({"session_id": "s", "transcript_path": str(transcript), "cwd": str(project),
+                          "hook_event_name": "Stop", "stop_hook_active": False})
+    assert cortex("hook", "stop", cwd=project, input=payload).returncode == 0
+    memories = [cortex_json("show", m["id"], cwd=project) for m in cortex_json("list", "--all", cwd=project)]
+    assert cortex_json("show", first, cwd=project)["status"] == "archived"
+    merged = [m for m in memories if m["source"].get("kind") == "consolidation"]
+    assert len(merged) == 1 and merged[0]["status"] == "active"
+    assert "consolidate: merged 2 memories into 1" in (project / ".cortex" / "state" / "cortex.log").read_text(encoding="utf-8")
+    assert "decisions.md" in {p.name for p in (project / ".cortex").iterdir()}
+    assert merged[0]["id"] in (project / ".cortex" / "decisions.md").read_text(encoding="utf-8")
+
+
+# ---------------------------------------------------------------- code indexing
+
+MODULE = '''"""Billing: invoice totals in integer cents."""
+
+
+class Invoice:
+    """One customer invoice."""
+
+    def total(self):
+        """Sum of the lines, in cents."""
+        return sum(self.lines)
+
+
+def refund(invoice, amount):
+    """Refund part of an invoice through the provider."""
+    return amount
+'''
+
+
+def test_index_code_writes_a_source_of_pair_that_recall_returns_together(project):
+    (project / "src").mkdir()
+    (project / "src" / "billing.py").write_text(MODULE, encoding="utf-8")
+    (project / "src" / "app.ts").write_text("export function startServer(port: number) {\n  return port\n}\n",
+                                            encoding="utf-8")
+    (project / "build").mkdir()
+    (project / "build" / "out.py").write_text("x = 1\n", encoding="utf-8")
+    (project / ".gitignore").write_text("build/\n", encoding="utf-8")
+    (project / "src" / "logo.png").write_bytes(b"\x89PNG\r\n\x1a\n\0\0\0")
+    report = cortex_json("index-code", ".", cwd=project)
+    paths = {item["path"]: item for item in report["indexed"]}
+    assert set(paths) >= {"src/billing.py", "src/app.ts"} and "build/out.py" not in paths
+    assert {"path": "src/logo.png", "reason": "binary"} in report["skipped"]
+    item = paths["src/billing.py"]
+    description = cortex_json("show", item["description"], cwd=project)
+    code = cortex_json("show", item["code"], cwd=project)
+    assert description["type"] == "code_description" and code["type"] == "code"
+    assert {"rel": "source_of", "to": code["id"]} in description["links"]
+    assert "Billing: invoice totals in integer cents." in description["body"]
+    assert "class `Invoice`: One customer invoice." in description["body"]
+    assert "`refund(invoice, amount)`: Refund part of an invoice through the provider." in description["body"]
+    assert MODULE in code["body"]
+    ts = cortex_json("show", paths["src/app.ts"]["description"], cwd=project)
+    assert "export function startServer(port: number)" in ts["body"]
+    hits = cortex_json("recall", "how are invoice refunds done", cwd=project)
+    ids = [h["id"] for h in hits]
+    assert description["id"] in ids and ids[ids.index(description["id"]) + 1] == code["id"]
+    assert hits[ids.index(code["id"])]["via"] == f"source_of of {description['id']}"
+    # code is never embedded
+    from cortex.index import Index
+
+    index = Index(Store.locate(project))
+    index.sync(full=False)
+    assert all(entry.get("vhash") is None for entry in index.records().values() if entry["type"] == "code")
+    # unchanged: nothing; changed: a new pair supersedes the old one
+    again = cortex_json("index-code", "src", cwd=project)
+    assert again["indexed"] == [] and set(again["unchanged"]) == {"src/billing.py", "src/app.ts"}
+    (project / "src" / "billing.py").write_text(MODULE + "\n\ndef void(invoice):\n    return None\n", encoding="utf-8")
+    changed = cortex_json("index-code", "src/billing.py", cwd=project)
+    assert [i["path"] for i in changed["indexed"]] == ["src/billing.py"]
+    assert set(changed["superseded"]) == {item["description"], item["code"]}
+    assert cortex_json("show", item["code"], cwd=project)["status"] == "superseded"
+    forced = cortex_json("index-code", "src/app.ts", "--force", cwd=project)
+    assert [i["path"] for i in forced["indexed"]] == ["src/app.ts"]
+
+
+def test_index_code_skips_a_file_holding_a_secret(project):
+    (project / "settings.py").write_text('AWS_SECRET_ACCESS_KEY = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEYZ"\n',
+                                         encoding="utf-8")
+    commit_all(project, "settings")
+    report = cortex_json("index-code", "settings.py", cwd=project)
+    assert report["indexed"] == [] and "secret" in report["skipped"][0]["reason"]
+    assert not list((project / ".cortex" / "memories").rglob("*.md"))
