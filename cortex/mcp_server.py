@@ -205,14 +205,23 @@ def _public(memory: Memory, store: Store) -> dict[str, Any]:
 
 
 def _find(backend: Backend, memory_id: str) -> tuple[Store, Memory]:
-    """A memory by id or unique prefix: the project store first, then the global one."""
-    first: CortexError | None = None
-    for store in backend.stores():
-        try:
-            return store, store.get(memory_id)
-        except MemoryNotFound as exc:
-            first = first or exc
-    raise first or MemoryNotFound(f"no memory with id {memory_id!r}")
+    """A memory by id or unique prefix, looked up in the warm indexes: the project store first, then the global one."""
+    import re
+
+    from cortex.errors import AmbiguousId
+
+    key = memory_id.strip().lower()
+    if not re.fullmatch(r"[0-9a-f]{4,12}", key):
+        raise MemoryNotFound(f"{memory_id!r} is not a memory id (4 to 12 hex characters)")
+    stores = backend.stores()
+    for store in stores:
+        rel_of_id = backend.index(store).rel_of_id()
+        matches = [found for found in rel_of_id if found.startswith(key)]
+        if len(matches) > 1:
+            raise AmbiguousId(key, matches)
+        if matches:
+            return store, store.read(store.memories_dir / rel_of_id[matches[0]])
+    raise MemoryNotFound(f"no memory with id {memory_id!r} in {stores[0].root}")
 
 
 def _plan_memories(store: Store, index: Any, branch: str | None) -> list[Memory]:
