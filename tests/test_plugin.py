@@ -47,7 +47,7 @@ def test_the_hook_script_fails_open_without_cortex_and_runs_it_with(tmp_path):
 
 def test_slash_commands_only_call_commands_that_exist():
     files = sorted((PLUGIN / "commands").glob("*.md"))
-    assert {f.stem for f in files} == {"remember", "recall", "forget", "inspect"}
+    assert {f.stem for f in files} == {"remember", "recall", "forget", "inspect", "index-code", "consolidate"}
     for path in files:
         text = path.read_text(encoding="utf-8")
         assert text.startswith("---\n") and "description:" in text.split("---", 2)[1]
