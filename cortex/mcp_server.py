@@ -491,6 +491,9 @@ def build_server(backend: Backend) -> CortexMCPServer:
                       tags=list(dict.fromkeys(tags or ())), files=list(dict.fromkeys(files or ())),
                       source={"kind": "mcp"})
         created = store.create(item)
+        from cortex.graph import connect_quietly
+
+        connect_quietly(store, [created.id])  # relates_to links, near-duplicate flags (as `cortex remember`)
         backend.changed(store)
         return _result({"id": created.id, "type": created.type, "title": created.title, "branch": created.branch,
                         "store": store.label, "path": str(created.path)})
