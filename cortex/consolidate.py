@@ -1,8 +1,9 @@
 """Consolidation (`cortex consolidate`): merge near-duplicate memories into one, all or nothing.
 
 Groups are memories of the same type, active and not pinned (code is never
-consolidated), each pair in a group at least the threshold apart in
-similarity (`cortex.graph.Similarity`): `consolidate.manual_threshold` (0.5)
+consolidated), started by two memories that are each other's nearest
+neighbour, every pair in a group at least the threshold similar
+(`cortex.graph.Similarity`, the centred cosine): `consolidate.manual_threshold` (0.5)
 for `cortex consolidate`, `consolidate.auto_threshold` (0.7) for the
 automatic run, which takes only the pairs flagged when memories were written
 and runs after capture once `consolidate.every_captures` (10) memories were
@@ -78,48 +79,75 @@ def _eligible(records: dict[str, dict[str, Any]]) -> dict[str, list[str]]:
     return by_type
 
 
-def _pairs(similarity: Similarity, rels: list[str], threshold: float) -> list[tuple[float, str, str]]:
-    """Every pair of `rels` at least `threshold` similar, best first."""
-    out = []
+def _neighbours(similarity: Similarity, rels: list[str], threshold: float, among: list[str] | None = None
+                ) -> tuple[list[tuple[float, str, str]], dict[str, str]]:
+    """Pairs of `rels` (with `among`, each of `rels` against `among`) at least `threshold` similar, best first,
+    and each memory's nearest neighbour."""
+    others = among if among is not None else rels
+    pairs: dict[tuple[str, str], float] = {}
+    nearest: dict[str, str] = {}
     if similarity.method == "cosine":
         import numpy as np
 
-        matrix = similarity.matrix_for(rels)
-        if matrix is None:
-            return []
+        mine, theirs = similarity.matrix_for(rels), similarity.matrix_for(others)
+        if mine is None or theirs is None or not rels or not others:
+            return [], {}
+        position = {rel: k for k, rel in enumerate(others)}
         step = 1024
         for start in range(0, len(rels), step):
-            block = matrix[start:start + step] @ matrix.T
+            block = mine[start:start + step] @ theirs.T
+            for i in range(block.shape[0]):
+                a = rels[start + i]
+                if a in position:
+                    block[i, position[a]] = -2.0  # not its own neighbour
+            best = block.argmax(axis=1)
+            for i, j in enumerate(best):
+                if block[i, j] > -2.0:
+                    nearest[rels[start + i]] = others[int(j)]
             for i, j in zip(*np.nonzero(block >= threshold)):
-                a = start + int(i)
-                if a < int(j):
-                    out.append((float(block[i, j]), rels[a], rels[int(j)]))
+                a, b = rels[start + int(i)], others[int(j)]
+                pairs[(min(a, b), max(a, b))] = float(block[i, j])
     else:
-        for a in range(len(rels)):
-            scores = similarity.against(rels[a], rels[a + 1:])
-            out.extend((s, rels[a], rels[a + 1 + k]) for k, s in enumerate(scores) if s >= threshold)
-    out.sort(key=lambda p: (-p[0], p[1], p[2]))
-    return out
+        for a in rels:
+            candidates = [o for o in others if o != a]
+            scores = similarity.against(a, candidates)
+            if scores:
+                nearest[a] = candidates[max(range(len(scores)), key=lambda k: scores[k])]
+            for b, score in zip(candidates, scores):
+                if score >= threshold:
+                    pairs[(min(a, b), max(a, b))] = score
+    ordered = sorted(((score, a, b) for (a, b), score in pairs.items()), key=lambda p: (-p[0], p[1], p[2]))
+    return ordered, nearest
 
 
-def _grow(pairs: list[tuple[float, str, str]], similar: Callable[[str, str], float], threshold: float
-          ) -> list[tuple[list[str], float]]:
-    """Greedy complete linkage: a memory joins a group only if it is similar enough to every member."""
+def _grow(pairs: list[tuple[float, str, str]], nearest: dict[str, str], similar: Callable[[str, str], float],
+          threshold: float) -> list[tuple[list[str], float]]:
+    """Groups from similar pairs, strictest first.
+
+    A group starts from two memories that are each other's nearest neighbour
+    (mutual nearest neighbours: a memory that merely shares a topic with
+    several others is nobody's twin); another joins only if a member has it
+    as nearest neighbour (so only after that member's own twin was placed
+    elsewhere, in practice rarely) and it is similar enough to every member
+    (complete linkage). A cluster of three copies therefore merges over two
+    runs. Measured in bench/consolidate.py.
+    """
     group_of: dict[str, int] = {}
     groups: list[list[str]] = []
     lowest: list[float] = []
     for score, a, b in pairs:
         ga, gb = group_of.get(a), group_of.get(b)
         if ga is None and gb is None:
-            group_of[a] = group_of[b] = len(groups)
-            groups.append([a, b])
-            lowest.append(score)
+            if nearest.get(a) == b and nearest.get(b) == a:
+                group_of[a] = group_of[b] = len(groups)
+                groups.append([a, b])
+                lowest.append(score)
             continue
         if ga is not None and gb is not None:
             continue  # both placed: groups are not merged with each other
         g, newcomer = (ga, b) if ga is not None else (gb, a)
         assert g is not None
-        if len(groups[g]) >= MAX_GROUP:
+        if len(groups[g]) >= MAX_GROUP or not any(nearest.get(member) == newcomer for member in groups[g]):
             continue
         scores = [similar(newcomer, member) for member in groups[g]]
         if min(scores) >= threshold:
@@ -129,13 +157,14 @@ def _grow(pairs: list[tuple[float, str, str]], similar: Callable[[str, str], flo
     return list(zip(groups, lowest))
 
 
-def find_groups(store: Store, threshold: float | None = None, only_flagged: bool = False) -> list[Group]:
+def find_groups(store: Store, threshold: float | None = None, only_flagged: bool = False,
+                similarity: Similarity | None = None) -> list[Group]:
     """Groups of near-duplicates, most similar first (`only_flagged`: from the pairs flagged at write time)."""
     from cortex.index import load_memory
 
     if threshold is None:
         threshold = float(store.config().get("consolidate.manual_threshold"))
-    similarity = Similarity(store)
+    similarity = similarity or Similarity(store)
     records = similarity.records()
     by_type = _eligible(records)
     rel_of = {entry["id"]: rel for rel, entry in records.items()}
@@ -144,20 +173,18 @@ def find_groups(store: Store, threshold: float | None = None, only_flagged: bool
         return similarity.against(a, [b])[0]
 
     found: list[tuple[list[str], float]] = []
-    if only_flagged:
-        eligible = {rel for rels in by_type.values() for rel in rels}
-        pairs = []
-        for a_id, b_id, _score in flagged(store):
-            a, b = rel_of.get(a_id), rel_of.get(b_id)
-            if a in eligible and b in eligible and records[a]["type"] == records[b]["type"]:
-                score = similar(a, b)
-                if score >= threshold:
-                    pairs.append((score, a, b))
-        pairs.sort(key=lambda p: (-p[0], p[1], p[2]))
-        found = _grow(pairs, similar, threshold)
-    else:
-        for rels in by_type.values():
-            found.extend(_grow(_pairs(similarity, sorted(rels), threshold), similar, threshold))
+    for kind, rels in sorted(by_type.items()):
+        rels = sorted(rels)
+        if only_flagged:
+            eligible = set(rels)
+            marked = sorted({rel for a_id, b_id, _score in flagged(store)
+                             for rel in (rel_of.get(a_id), rel_of.get(b_id)) if rel in eligible})
+            pairs, nearest = _neighbours(similarity, marked, threshold, among=rels)
+            flagged_pairs = {tuple(sorted((rel_of.get(a) or "", rel_of.get(b) or ""))) for a, b, _ in flagged(store)}
+            pairs = [p for p in pairs if (p[1], p[2]) in flagged_pairs]
+        else:
+            pairs, nearest = _neighbours(similarity, rels, threshold)
+        found.extend(_grow(pairs, nearest, similar, threshold))
     root = store.memories_dir
     groups = []
     for rels, low in found:

@@ -104,14 +104,15 @@ class Similarity:
     near 0, paraphrases high. See docs/graph.md for the measurements.
     """
 
-    def __init__(self, store: Store, index: Any = None) -> None:
+    def __init__(self, store: Store, index: Any = None, centred: bool = True, method: str | None = None) -> None:
         from cortex.index import Index
 
         self.store = store
+        self.centred = centred  # False: the raw cosine (compared in bench/consolidate.py)
         self.index = index or Index(store)
         self.index.sync(full=False, progress=False, vectors=True)
         self.vectors = self.index.vector_matrix()
-        self.method = "cosine" if self.vectors is not None else "jaccard"
+        self.method = method or ("cosine" if self.vectors is not None else "jaccard")
         self._words: dict[str, set[str]] = {}
         self._centred: Any = None
 
@@ -128,9 +129,12 @@ class Similarity:
             rows = [row_of[e["vhash"]] for e in self.records().values()
                     if e["status"] == "active" and e.get("vhash") in row_of]
             total = matrix[rows].sum(axis=0) if rows else np.zeros(matrix.shape[1], dtype=np.float32)
-            reference = self._reference()
-            mean = (total + REFERENCE_WEIGHT * reference) / (len(rows) + REFERENCE_WEIGHT)
-            centred = matrix - mean.astype(np.float32)
+            if self.centred:
+                reference = self._reference()
+                mean = (total + REFERENCE_WEIGHT * reference) / (len(rows) + REFERENCE_WEIGHT)
+                centred = matrix - mean.astype(np.float32)
+            else:
+                centred = matrix
             norms = np.linalg.norm(centred, axis=1, keepdims=True)
             self._centred = centred / np.maximum(norms, 1e-9)
         return self._centred

@@ -1,0 +1,125 @@
+"""Consolidation quality and time: 1,000 memories holding 100 planted near-duplicate pairs (paraphrases).
+
+    python bench/consolidate.py [--data bench/data/consolidate.json]
+
+The data (written for cortex, bench/data/consolidate.json) is 100 pairs of
+memories that say the same thing in different words and 800 distinct
+memories on the same topics, many of them near misses (the same tool, a
+different decision). For each similarity (the centred cosine cortex uses, the
+raw cosine, word overlap) and threshold it prints how many planted pairs
+consolidation groups together (found), how many groups join memories that
+are not a planted pair (false merges), and the time of `find_groups`. Then it
+times the all-or-nothing merge of every group found at the default manual
+threshold, and a whole `cortex consolidate --dry-run` process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.store import bench_env, print_machine, warm_bytecode  # noqa: E402
+from cortex import consolidate  # noqa: E402
+from cortex import memory as fmt  # noqa: E402
+from cortex.graph import Similarity  # noqa: E402
+from cortex.index import Index  # noqa: E402
+from cortex.memory import Memory  # noqa: E402
+from cortex.store import Store  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+
+
+def build(dest: Path, data: dict) -> tuple[Store, dict[str, str]]:
+    """A store of every pair member and background memory; returns it and each pair member's partner."""
+    store = Store.init(dest)
+    partner: dict[str, str] = {}
+    n = 0
+
+    def write(kind: str, text: str) -> str:
+        nonlocal n
+        n += 1
+        item = Memory(id=f"{n:011x}a", type=kind, title=fmt.title_from_text(text), body=text + "\n",
+                      created="2026-11-01T12:00:00Z", updated="2026-11-01T12:00:00Z")
+        path = store.memories_dir / kind / fmt.file_name(item)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(fmt.render_new(item), encoding="utf-8")
+        return item.id
+
+    for pair in data["pairs"]:
+        a, b = write(pair["type"], pair["a"]), write(pair["type"], pair["b"])
+        partner[a], partner[b] = b, a
+    for item in data["background"]:
+        write(item["type"], item["text"])
+    return store, partner
+
+
+def score(groups: list[consolidate.Group], partner: dict[str, str]) -> tuple[int, int]:
+    """(planted pairs found together, groups that join memories which are not one planted pair)."""
+    found = 0
+    false = 0
+    for group in groups:
+        ids = [m.id for m in group.members]
+        pairs_inside = {tuple(sorted((i, partner[i]))) for i in ids if i in partner and partner[i] in ids}
+        found += len(pairs_inside)
+        if len(ids) != 2 * len(pairs_inside):
+            false += 1
+    return found, false
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=HERE / "data" / "consolidate.json")
+    args = parser.parse_args()
+    data = json.loads(args.data.read_text(encoding="utf-8"))
+    warm_bytecode()
+    print_machine(bench_env(), 3)
+    total = 2 * len(data["pairs"]) + len(data["background"])
+    print(f"\n{total} memories, {len(data['pairs'])} planted pairs\n")
+    with tempfile.TemporaryDirectory() as tmp:
+        store, partner = build(Path(tmp) / "project" / ".cortex", data)
+        Index(store).sync(full=True, progress=False)
+        print(f"{'similarity':<16} {'threshold':>9} {'found':>7} {'false merges':>13} {'find_groups':>12}")
+        for label, kwargs in (("centred cosine", {}), ("raw cosine", {"centred": False}),
+                              ("word overlap", {"method": "jaccard"})):
+            thresholds = (0.3, 0.4, 0.5, 0.6, 0.7) if label != "raw cosine" else (0.7, 0.8, 0.85, 0.9)
+            if label == "word overlap":
+                thresholds = (0.3, 0.4, 0.5)
+            for threshold in thresholds:
+                times = []
+                for _ in range(3 if label != "word overlap" else 1):
+                    started = time.perf_counter()
+                    groups = consolidate.find_groups(store, threshold, similarity=Similarity(store, **kwargs))
+                    times.append(time.perf_counter() - started)
+                found, false = score(groups, partner)
+                print(f"{label:<16} {threshold:>9.2f} {found:>4}/{len(partner) // 2:<3} {false:>13} "
+                      f"{statistics.median(times) * 1000:>9.0f} ms")
+        manual = float(store.config().get("consolidate.manual_threshold"))
+        groups = consolidate.find_groups(store, manual)
+        copy = Path(tmp) / "copy" / ".cortex"
+        shutil.copytree(store.root, copy)
+        started = time.perf_counter()
+        result = consolidate.apply(Store(copy), [g for g in consolidate.find_groups(Store(copy), manual)], use_llm=False)
+        merge_ms = (time.perf_counter() - started) * 1000
+        print(f"\nmerge of the {len(result.merged)} groups found at {manual} (all or nothing, find included): "
+              f"{merge_ms:.0f} ms")
+        cortex = Path(sys.executable).parent / "cortex"
+        runs = []
+        for _ in range(5):
+            started = time.perf_counter()
+            subprocess.run([str(cortex), "consolidate", "--dry-run", "--dir", str(store.root)], check=True,
+                           capture_output=True, env=bench_env())
+            runs.append(time.perf_counter() - started)
+        print(f"`cortex consolidate --dry-run`, whole process, median of 5: {statistics.median(runs) * 1000:.0f} ms")
+
+
+
+if __name__ == "__main__":
+    main()
