@@ -33,7 +33,7 @@ DEFAULT_REPLY = "fake-reply: done"
 class FakeAPI:
     """`with FakeAPI(script) as api:` then point ANTHROPIC_BASE_URL at `api.url`; `api.requests` is the log."""
 
-    def __init__(self, script: list[dict[str, Any]] | None = None, log: Path | None = None,
+    def __init__(self, script: list[Any] | None = None, log: Path | None = None,
                  max_requests: int = 40, idle: float = 30.0) -> None:
         self.script = list(script or [])
         self.log = log

@@ -147,9 +147,15 @@ def _converse(command: list[str], cwd: Path, env: dict[str, str], turns: list[st
     assert child.stdin is not None and child.stdout is not None and child.stderr is not None
     lines: queue.Queue[str | None] = queue.Queue()
     err: list[str] = []
-    threading.Thread(target=lambda: [lines.put(raw) for raw in child.stdout] + [lines.put(None)],  # type: ignore[union-attr]
-                     daemon=True).start()
-    threading.Thread(target=lambda: err.append(child.stderr.read()), daemon=True).start()  # type: ignore[union-attr]
+    stdout, stderr = child.stdout, child.stderr
+
+    def pump() -> None:
+        for raw in stdout:
+            lines.put(raw)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    threading.Thread(target=lambda: err.append(stderr.read()), daemon=True).start()
     deadline = time.monotonic() + timeout
     out: list[str] = []
     try:
@@ -184,6 +190,7 @@ class Sandbox:
     project: Path = field(init=False)
     home: Path = field(init=False)
     runs: int = 0
+    extra_env: dict[str, str] = field(default_factory=dict)  # e.g. CORTEX_SERVE_IDLE for a benchmark
 
     def __post_init__(self) -> None:
         self.home = self.root / "home"
@@ -204,6 +211,7 @@ class Sandbox:
             "GIT_AUTHOR_NAME": "Cortex Test", "GIT_AUTHOR_EMAIL": "test@example.com",
             "GIT_COMMITTER_NAME": "Cortex Test", "GIT_COMMITTER_EMAIL": "test@example.com",
         })
+        env.update(self.extra_env)
         return env
 
     def cortex(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -213,7 +221,7 @@ class Sandbox:
             raise AssertionError(f"cortex {' '.join(args)} exited {result.returncode}\n{result.stdout}\n{result.stderr}")
         return result
 
-    def claude(self, prompt: str | None = None, *, script: list[dict[str, Any]] | None = None,
+    def claude(self, prompt: str | None = None, *, script: list[Any] | None = None,
                plugin: bool = False, args: tuple[str, ...] = (), stdin_turns: list[str] | None = None,
                base_url: str | None = None, timeout: float = RUN_TIMEOUT,
                env: dict[str, str] | None = None) -> Run:

@@ -91,7 +91,7 @@ def story(request: pytest.FixtureRequest, sandbox: Callable[[str], Sandbox]) -> 
     box = sandbox(f"story-{install}")
     box.cortex("init", "--claude") if install == "settings" else box.cortex("init")
     commit_all(box.project, "cortex installed")
-    script = [
+    script: list[dict[str, Any]] = [
         {"tool_use": {"name": "Write", "input": {"file_path": str(box.project / "cache.py"),
                                                  "content": "import sqlite3\n\nDB = 'rates.sqlite'\n"}}},
         {"text": REPLY},
@@ -198,6 +198,9 @@ def test_prompt_context_is_not_captured_back(second_session: Story) -> None:
     titles = memories_by_title(second_session.sandbox)
     assert not any(title.startswith(("cortex briefing", "Memories that may bear")) for title in titles)
     assert not any(MARK in m.body for m in titles.values())
+    # Claude Code 2.1.330 copies whole requests into the transcript (`api-request-blob`), the rules file's example
+    # tags included: they must not become memories.
+    assert not any("The CI image has SQLite 3.31" in title or "We keep the cache in SQLite" in title for title in titles)
 
 
 @pytest.fixture(scope="module")
