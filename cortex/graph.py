@@ -227,11 +227,17 @@ def connect(store: Store, ids: Iterable[str], index: Any = None) -> LinkReport:
                     and not json.loads(records[other]["meta"]).get("pinned", False):
                 report.flagged.append((memory_id, records[other]["id"], round(score, 3)))
     for memory_id, links in sorted(new_links.items()):
-        current = store.get(memory_id)
+        path = store.memories_dir / rel_of[memory_id]
+        try:
+            current = store.read(path)
+        except Exception:
+            current = store.get(memory_id)  # moved or renamed since the cache saw it
+        if current.id != memory_id:
+            current = store.get(memory_id)
         have = {(link.rel, link.to) for link in current.links}
         added = [link for link in links if (link.rel, link.to) not in have]
         if added:
-            store.update(memory_id, {"links": current.links + added}, touch=False)
+            store.update(memory_id, {"links": current.links + added}, touch=False, path=current.path)
     if report.flagged:
         flag(store, report.flagged)
     return report

@@ -1,7 +1,7 @@
 """The memory record and its file format.
 
 A memory is one markdown file: YAML front matter between `---` lines, then
-a markdown body (DESIGN.md §2, docs/file-format.md).
+a markdown body (DESIGN.md §2, README "A memory file").
 
 Three ways through the format:
 

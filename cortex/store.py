@@ -155,8 +155,18 @@ class Store:
             dirnames[:] = [d for d in dirnames if not d.startswith(".")]
             for name in filenames:
                 if name.endswith(".md") and not name.startswith("."):
-                    found.append(Path(dirpath) / name)
-        return sorted(found)
+                    found.append((dirpath, name))
+        found.sort()  # as strings: sorting 10,000 Path objects costs ~0.2 s
+        return [Path(dirpath, name) for dirpath, name in found]
+
+    def _paths_named(self, key: str) -> list[Path]:
+        """Files whose name ends in -<id starting with key>.md (cortex's naming), without listing into Paths."""
+        pattern = re.compile(rf"-{key}[0-9a-f]*\.md$")
+        out = []
+        for dirpath, dirnames, filenames in os.walk(self.memories_dir):
+            dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+            out.extend(Path(dirpath, name) for name in filenames if not name.startswith(".") and pattern.search(name))
+        return sorted(out)
 
     def read(self, path: Path) -> Memory:
         """Parse one file; raises `MalformedMemory`."""
@@ -219,7 +229,7 @@ class Store:
         if not re.fullmatch(r"[0-9a-f]{%d,12}" % MIN_PREFIX, key):
             raise MemoryNotFound(f"{id_or_prefix!r} is not a memory id (4 to 12 hex characters)")
         # File names end in -<id>.md, so a glob usually finds it without parsing the store.
-        by_name = [p for p in self.memory_paths() if re.search(rf"-{key}[0-9a-f]*\.md$", p.name)]
+        by_name = self._paths_named(key)
         matches: dict[str, Memory] = {}
         for path in by_name:
             try:
@@ -284,10 +294,16 @@ class Store:
             self.mark_changed()
         return self.read(path)
 
-    def update(self, id_or_prefix: str, changes: dict[str, Any], body: str | None = None, touch: bool = True) -> Memory:
-        """Change fields of a memory in place; only those lines of the file change."""
+    def update(self, id_or_prefix: str, changes: dict[str, Any], body: str | None = None, touch: bool = True,
+               path: Path | None = None) -> Memory:
+        """Change fields of a memory in place; only those lines of the file change.
+
+        `path`, when the caller knows the file (from the cache), skips the lookup by id.
+        """
         with self._lock():
-            current = self.get(id_or_prefix)
+            current = self.read(path) if path is not None and path.is_file() else None
+            if current is None or current.id != id_or_prefix:
+                current = self.get(id_or_prefix)
             assert current.path is not None
             text = current.path.read_text(encoding="utf-8")
             changes = dict(changes)
