@@ -229,3 +229,15 @@ def test_the_server_init_claude_declares_finds_the_store_from_claude_project_dir
         with connect(portal, server["command"], server["args"], elsewhere, env) as session:
             result = portal.call(session.call_tool, "cortex_search", {"query": "how are invoices numbered?"})
             assert "Invoices are numbered per shop" in result.content[0].text
+
+
+def test_a_server_started_before_cortex_init_says_so_and_works_once_the_store_exists(repo, isolated_env):
+    command = cortex_command()
+    with start_blocking_portal() as portal:
+        with connect(portal, command[0], [*command[1:], "mcp"], repo, server_env(isolated_env)) as session:
+            before = portal.call(session.call_tool, "cortex_get_status", {})
+            assert before.is_error and "run `cortex init` first" in before.content[0].text
+            cortex("init", cwd=repo)
+            cortex("remember", "Deploys go out on Tuesdays only", cwd=repo)
+            after = portal.call(session.call_tool, "cortex_search", {"query": "when do we deploy?"})
+            assert not after.is_error and "Deploys go out on Tuesdays only" in after.content[0].text
