@@ -606,11 +606,10 @@ def write_candidates(store: Store, candidates: list[Candidate], session: str, co
         report.written.append(made.id)
         report.by_layer[guarded.layer] = report.by_layer.get(guarded.layer, 0) + 1
     if report.written:
-        from cortex.graph import connect_quietly
+        from cortex import maintain
 
-        for chosen, _existing in targets.values():
-            written_here = [m.id for m in _existing if m.id in set(report.written)]
-            connect_quietly(chosen, written_here)
+        for chosen, _existing in targets.values():  # links are made by `cortex maintain`, off the hook's clock
+            maintain.queue(chosen, [m.id for m in _existing if m.id in set(report.written)])
     return list(report.written)
 
 

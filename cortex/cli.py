@@ -755,6 +755,9 @@ def capture_command(store: Any, transcript: Path, from_start: bool, as_json: boo
     from cortex.capture import capture
 
     report = capture(store, transcript, from_start=from_start)
+    from cortex import maintain
+
+    maintain.run(store, record_git=False)  # links for what was written; gc and consolidation when due
     if as_json:
         _print_json({"records": report.records, "written": report.written, "updated": report.updated,
                      "duplicates": report.duplicates, "redacted": report.redacted, "by_layer": report.by_layer,
@@ -766,6 +769,16 @@ def capture_command(store: Any, transcript: Path, from_start: bool, as_json: boo
         item = store.get(memory_id)
         click.echo(f"  {item.id}  {item.type:<10} {item.title}")
 
+
+
+@main.command()
+@store_options
+def maintain(store: Any) -> None:
+    """Upkeep after capture (started detached by the Stop hook): link new memories, daily gc, automatic consolidation."""
+    from cortex import maintain as upkeep
+
+    counts = upkeep.run(store)
+    click.echo(", ".join(f"{name} {count}" for name, count in counts.items()))
 
 
 @main.command()

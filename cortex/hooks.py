@@ -162,8 +162,7 @@ def claude_stop(raw: str) -> int:
             return
         report = capture(store, Path(str(transcript)), session=payload.get("session_id"),
                          last_message=payload.get("last_assistant_message"), commit=head_commit(store.worktree))
-        maintained = _after_capture(store, report)
-        if report.written or report.updated or maintained:
+        if report.written or report.updated:
             from cortex import projections
             from cortex.gitops import record_cortex_changes
 
@@ -171,30 +170,14 @@ def claude_stop(raw: str) -> int:
             if store.worktree is not None:
                 record_cortex_changes(store.root, str(store.config().get("git.on_stop")))
         _refresh_agents(store)
+        from cortex import maintain
+
+        if maintain.due(store):
+            maintain.spawn(store)  # links, daily gc, automatic consolidation: detached
         store.log(f"stop: {report.records} records, wrote {len(report.written)}, updated {len(report.updated)}, "
                   f"duplicates {report.duplicates}, redacted {report.redacted}")
 
     return _claude_hook("stop", raw, body)
-
-
-def _after_capture(store: Store, report: Any) -> bool:
-    """Lifecycle once a day, and automatic consolidation when it is due (each logged, never fatal).
-
-    Returns True when either changed a memory.
-    """
-    from cortex import consolidate, lifecycle
-
-    changed = False
-    try:
-        actions = lifecycle.daily(store)
-        changed = any(a.kind != "keep" for a in actions or [])
-    except Exception as exc:
-        store.log(f"stop: gc failed: {exc!r}")
-    try:
-        changed = bool(consolidate.after_capture(store, len(report.written))) or changed
-    except Exception as exc:
-        store.log(f"stop: consolidation failed: {exc!r}")
-    return changed
 
 
 def _refresh_agents(store: Store) -> None:

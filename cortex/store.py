@@ -162,7 +162,7 @@ class Store:
     def _paths_named(self, key: str) -> list[Path]:
         """Files whose name ends in -<id starting with key>.md (cortex's naming), without listing into Paths."""
         pattern = re.compile(rf"-{key}[0-9a-f]*\.md$")
-        out = []
+        out: list[Path] = []
         for dirpath, dirnames, filenames in os.walk(self.memories_dir):
             dirnames[:] = [d for d in dirnames if not d.startswith(".")]
             out.extend(Path(dirpath, name) for name in filenames if not name.startswith(".") and pattern.search(name))

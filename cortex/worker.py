@@ -206,4 +206,8 @@ def process_queue(store: Store, timeout: float = 600.0) -> dict[str, int]:
             job_path.unlink(missing_ok=True)
             counts["done"] += 1
             store.log(f"worker: {job_path.name}: {len(items)} proposed, {len(written)} written")
+    if counts["written"]:
+        from cortex import maintain
+
+        maintain.run(store)  # already detached: link what was written, gc, consolidation
     return counts

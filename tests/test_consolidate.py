@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -149,6 +150,10 @@ def test_automatic_consolidation_after_captures_merges_flagged_pairs(project, tm
     payload = json.dumps({"session_id": "s", "transcript_path": str(transcript), "cwd": str(project),
                           "hook_event_name": "Stop", "stop_hook_active": False})
     assert cortex("hook", "stop", cwd=project, input=payload).returncode == 0
+    log = project / ".cortex" / "state" / "cortex.log"
+    deadline = time.time() + 60  # the upkeep runs detached after the hook returns
+    while time.time() < deadline and "maintain:" not in log.read_text(encoding="utf-8"):
+        time.sleep(0.2)
     memories = [cortex_json("show", m["id"], cwd=project) for m in cortex_json("list", "--all", cwd=project)]
     assert cortex_json("show", first, cwd=project)["status"] == "archived"
     merged = [m for m in memories if m["source"].get("kind") == "consolidation"]
