@@ -757,7 +757,10 @@ def capture_command(store: Any, transcript: Path, from_start: bool, as_json: boo
     report = capture(store, transcript, from_start=from_start)
     from cortex import maintain
 
-    maintain.run(store, record_git=False)  # links for what was written; gc and consolidation when due
+    from cortex.store import iter_stores
+
+    for each in iter_stores(store):  # links for what was written (global-scope memories too); gc, consolidation
+        maintain.run(each, record_git=False)
     if as_json:
         _print_json({"records": report.records, "written": report.written, "updated": report.updated,
                      "duplicates": report.duplicates, "redacted": report.redacted, "by_layer": report.by_layer,

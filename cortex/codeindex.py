@@ -170,11 +170,15 @@ def index_code(store: Store, paths: list[Path], force: bool = False) -> IndexRep
             existing.setdefault(item.files[0], []).append(item)
     descriptions = {link.to: item for item in store.list(types=("code_description",))
                     for link in item.links if link.rel == "source_of"}
+    seen: set[str] = set()
     for path in _files(paths, root):
         try:
             rel = path.resolve().relative_to(root.resolve()).as_posix()
         except ValueError:
             rel = str(path)
+        if rel in seen:
+            continue  # named twice (a folder and a file in it): indexed once
+        seen.add(rel)
         data = path.read_bytes()
         if len(data) > MAX_BYTES:
             report.skipped.append((rel, f"over {MAX_BYTES // 1000} kB"))
@@ -221,6 +225,8 @@ def index_code(store: Store, paths: list[Path], force: bool = False) -> IndexRep
                 store.supersede(old_description.id, description.id)
                 report.superseded.append(old_description.id)
         report.indexed.append((rel, description.id, code.id))
+        existing[rel] = [code]
+        descriptions[code.id] = description
     return report
 
 

@@ -68,12 +68,16 @@ class Result:
 # ---------------------------------------------------------------- finding groups
 
 
-def _eligible(records: dict[str, dict[str, Any]]) -> dict[str, list[str]]:
+def _eligible(records: dict[str, dict[str, Any]], automatic: bool = False) -> dict[str, list[str]]:
+    """Active, unpinned, non-code memories by type; the automatic run also leaves out memories capture keeps
+    updating in place (a session's plan or progress, `source.key`): merged away, the next Stop would write them
+    again."""
     by_type: dict[str, list[str]] = {}
     for rel, entry in records.items():
         if entry["status"] != "active" or entry["type"] in NO_LINK_TYPES:
             continue
-        if json.loads(entry["meta"]).get("pinned", False):
+        meta = json.loads(entry["meta"])
+        if meta.get("pinned", False) or (automatic and (meta.get("source") or {}).get("key")):
             continue
         by_type.setdefault(entry["type"], []).append(rel)
     return by_type
@@ -166,7 +170,7 @@ def find_groups(store: Store, threshold: float | None = None, only_flagged: bool
         threshold = float(store.config().get("consolidate.manual_threshold"))
     similarity = similarity or Similarity(store)
     records = similarity.records()
-    by_type = _eligible(records)
+    by_type = _eligible(records, automatic=only_flagged)
     rel_of = {entry["id"]: rel for rel, entry in records.items()}
 
     def similar(a: str, b: str) -> float:
@@ -280,19 +284,29 @@ def _checkpoint_dir(store: Store) -> Path:
 
 
 def recover(store: Store) -> bool:
-    """Roll back a consolidation that was cut off half-way (a checkpoint is still there). True if it did."""
+    """Roll back a consolidation that was cut off half-way (its checkpoint is still there). True if it did."""
+    with store._lock(), file_lock(store.state_dir / "consolidate.lock"):
+        return _recover_locked(store)
+
+
+def _recover_locked(store: Store) -> bool:
     folder = _checkpoint_dir(store)
     plan_path = folder / "plan.json"
-    if not plan_path.is_file():
+    if not plan_path.is_file():  # no plan: nothing was renamed yet, or the run finished (the plan goes first)
         shutil.rmtree(folder, ignore_errors=True)
         return False
     data = json.loads(plan_path.read_text(encoding="utf-8"))
+    missing = [saved for saved in data["originals"].values() if not (folder / saved).is_file()]
+    if missing:
+        raise CortexError(f"{folder}: the checkpoint misses {', '.join(missing)}; restore the originals from git "
+                          f"(git checkout -- .cortex/memories) and delete the folder")
     for original, saved in data["originals"].items():
         atomic_write(Path(original), (folder / saved).read_bytes())
     for new in data["new"]:
         Path(new).unlink(missing_ok=True)
     for temp in data.get("temps", []):
         Path(temp).unlink(missing_ok=True)
+    plan_path.unlink()
     shutil.rmtree(folder, ignore_errors=True)
     store.mark_changed()
     store.log("consolidate: rolled back an unfinished consolidation from its checkpoint")
@@ -303,22 +317,59 @@ def _rename(source: Path, target: Path) -> None:
     os.replace(source, target)
 
 
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def apply(store: Store, groups: list[Group], use_llm: bool = True) -> Result:
-    """Merge every group in one all-or-nothing step (see the module docstring)."""
+    """Merge every group in one all-or-nothing step (see the module docstring).
+
+    The merged texts (the LLM's included) are made before any lock is taken, so a slow LLM never holds up
+    another writer; under the lock each member is read again, and a group whose member changed, moved or
+    stopped being active since it was found (another run merged it, a person archived or edited it) is skipped.
+    """
     from cortex.store import _guard
 
-    result = Result(groups=list(groups))
+    result = Result(groups=[])
     if not groups:
         return result
+    prepared = []
+    for group in groups:
+        snapshot = {}
+        for member in group.members:
+            assert member.path is not None
+            try:
+                snapshot[member.path] = member.path.read_bytes()
+            except OSError:
+                snapshot = {}
+                break
+        if snapshot:
+            prepared.append((group, snapshot, merged_memory(group, _llm_merge(store, group) if use_llm else None)))
     with store._lock(), file_lock(store.state_dir / "consolidate.lock"):
-        recover(store)
+        _recover_locked(store)
         existing = {p.name.rsplit("-", 1)[-1][:-3] for p in store.memory_paths()}
         stamp = fmt.now_iso()
         writes: list[tuple[Path, str]] = []  # (target, text)
         new_paths: list[Path] = []
         originals: dict[Path, bytes] = {}
-        for group in groups:
-            merged = merged_memory(group, _llm_merge(store, group) if use_llm else None)
+        for group, snapshot, merged in prepared:
+            current = {}
+            for path in snapshot:
+                try:
+                    current[path] = path.read_bytes()
+                except OSError:
+                    break
+            if current != snapshot or any(fmt.parse(data.decode("utf-8"), path).status != "active"
+                                          for path, data in current.items()):
+                store.log(f"consolidate: skipped a group ({', '.join(m.id for m in group.members)}): changed since found")
+                continue
             merged.id = fmt.new_id()
             while merged.id in existing:
                 merged.id = fmt.new_id()
@@ -330,22 +381,23 @@ def apply(store: Store, groups: list[Group], use_llm: bool = True) -> Result:
             _guard(text, path)
             writes.append((path, text))
             new_paths.append(path)
-            for member in group.members:
-                assert member.path is not None
-                before = member.path.read_bytes()
-                originals[member.path] = before
+            for member_path, before in current.items():
+                originals[member_path] = before
                 changed = fmt.edit_text(before.decode("utf-8"), {"status": "archived", "archived": stamp}, None,
-                                        member.path)
-                fmt.parse(changed, member.path)
-                writes.append((member.path, changed))
+                                        member_path)
+                fmt.parse(changed, member_path)
+                writes.append((member_path, changed))
+            result.groups.append(group)
             result.merged.append((merged.id, [m.id for m in group.members]))
+        if not writes:
+            return result
         folder = _checkpoint_dir(store)
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
         saved = {}
-        for n, (path, data) in enumerate(originals.items()):
-            (folder / f"{n}.md").write_bytes(data)
-            saved[str(path)] = f"{n}.md"
+        for n, (original_path, data) in enumerate(originals.items()):
+            atomic_write(folder / f"{n}.md", data)
+            saved[str(original_path)] = f"{n}.md"
         temps = [target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.tmp") for target, _ in writes]
         atomic_write(folder / "plan.json", json.dumps({"originals": saved, "new": [str(p) for p in new_paths],
                                                        "temps": [str(t) for t in temps]}))
@@ -359,12 +411,16 @@ def apply(store: Store, groups: list[Group], use_llm: bool = True) -> Result:
             for (target, _text), temp in zip(writes, temps):
                 _rename(temp, target)
         except BaseException as exc:
-            recover(store)
+            _recover_locked(store)
             raise CortexError(f"consolidation failed and was rolled back, nothing changed: {exc}") from exc
+        for folder_of_write in {target.parent for target, _ in writes}:
+            _fsync_dir(folder_of_write)
+        (folder / "plan.json").unlink()  # the commit point: from here the merge stands
+        _fsync_dir(folder)
         shutil.rmtree(folder, ignore_errors=True)
         store.mark_changed()
-    clear_flags(store, [m.id for g in groups for m in g.members])
-    store.log(f"consolidate: merged {sum(len(g.members) for g in groups)} memories into {len(groups)}")
+    clear_flags(store, [m.id for g in result.groups for m in g.members])
+    store.log(f"consolidate: merged {sum(len(g.members) for g in result.groups)} memories into {len(result.groups)}")
     return result
 
 

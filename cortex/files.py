@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import threading
 from pathlib import Path
 from typing import Iterator
 
@@ -40,14 +41,24 @@ def _umask() -> int:
     return mask
 
 
+_held = threading.local()  # lock files this thread holds: a nested `file_lock` on one of them is a no-op
+
+
 @contextlib.contextmanager
 def file_lock(path: Path) -> Iterator[None]:
-    """An exclusive advisory lock (flock) held for the `with` block.
+    """An exclusive advisory lock (flock) held for the `with` block; re-entrant within a thread.
 
     Used by every writer of a store, so two hooks writing at once queue up
     instead of interleaving. Readers never take it.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
+    key = os.path.realpath(path)
+    held = getattr(_held, "paths", None)
+    if held is None:
+        held = _held.paths = set()
+    if key in held:
+        yield
+        return
     handle = open(path, "a+b")
     try:
         try:
@@ -56,9 +67,11 @@ def file_lock(path: Path) -> Iterator[None]:
             yield
             return
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        held.add(key)
         try:
             yield
         finally:
+            held.discard(key)
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
     finally:
         handle.close()

@@ -9,7 +9,7 @@ pygit2 inside the function that needs it.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 
 def find_worktree_root(start: Path) -> Path | None:
@@ -209,8 +209,8 @@ def uninstall_git_hooks(start: Path) -> list[str]:
     return done or ["no cortex git hooks were installed"]
 
 
-def commit_paths(repo: object, paths: dict[str, bytes], message: str) -> str:
-    """Commit exactly these worktree-relative paths (contents given) on top of HEAD; nothing else.
+def commit_paths(repo: object, paths: Mapping[str, bytes | None], message: str) -> str:
+    """Commit exactly these worktree-relative paths (contents given; None: deleted) on top of HEAD; nothing else.
 
     The commit is built from HEAD's tree, not from the index, so whatever the
     person has staged stays staged and out of it. The index entries of these
@@ -225,6 +225,13 @@ def commit_paths(repo: object, paths: dict[str, bytes], message: str) -> str:
     scratch = pygit2.Index()
     scratch.read_tree(head.tree)
     for rel, data in sorted(paths.items()):
+        if data is None:
+            for index in (scratch, r.index):
+                try:
+                    index.remove(rel)
+                except (KeyError, OSError):
+                    pass  # not tracked: nothing to delete
+            continue
         blob = r.create_blob(data)
         scratch.add(pygit2.IndexEntry(rel, blob, pygit2.enums.FileMode.BLOB))
         r.index.add(pygit2.IndexEntry(rel, blob, pygit2.enums.FileMode.BLOB))
@@ -494,7 +501,8 @@ def record_cortex_changes(store_root: Path, policy: str = "stage", message: str 
     if not paths:
         return []
     if policy == "commit":
-        contents = {p: (workdir / p).read_bytes() for p in paths if (workdir / p).is_file()}
+        contents: dict[str, bytes | None] = {p: (workdir / p).read_bytes() if (workdir / p).is_file() else None
+                                             for p in paths}
         if contents and not repo.head_is_unborn and not repo.head_is_detached:
             commit_paths(repo, contents, message)
         return sorted(contents)

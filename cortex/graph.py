@@ -206,13 +206,15 @@ def connect(store: Store, ids: Iterable[str], index: Any = None) -> LinkReport:
     rel_of = {entry["id"]: rel for rel, entry in records.items()}
     active = [rel for rel, entry in records.items() if entry["status"] == "active" and entry["type"] not in NO_LINK_TYPES]
     new_links: dict[str, list[Link]] = {}
-    for memory_id in ids:
+    done: set[str] = set()  # a batch's memories are compared with each other once, not twice
+    for memory_id in dict.fromkeys(ids):
         rel = rel_of.get(memory_id)
         if rel is None or records[rel]["type"] in NO_LINK_TYPES:
             continue
+        done.add(rel)
         mine = records[rel]
         already = {to for _r, to, _s in mine.get("links", ())}
-        others = [o for o in active if o != rel and records[o]["id"] not in already]
+        others = [o for o in active if o not in done and records[o]["id"] not in already]
         scores = similarity.against(rel, others)
         band = sorted(((s, o) for s, o in zip(scores, others) if low <= s <= high), key=lambda p: (-p[0], p[1]))[:most]
         for score, other in band:
@@ -227,17 +229,7 @@ def connect(store: Store, ids: Iterable[str], index: Any = None) -> LinkReport:
                     and not json.loads(records[other]["meta"]).get("pinned", False):
                 report.flagged.append((memory_id, records[other]["id"], round(score, 3)))
     for memory_id, links in sorted(new_links.items()):
-        path = store.memories_dir / rel_of[memory_id]
-        try:
-            current = store.read(path)
-        except Exception:
-            current = store.get(memory_id)  # moved or renamed since the cache saw it
-        if current.id != memory_id:
-            current = store.get(memory_id)
-        have = {(link.rel, link.to) for link in current.links}
-        added = [link for link in links if (link.rel, link.to) not in have]
-        if added:
-            store.update(memory_id, {"links": current.links + added}, touch=False, path=current.path)
+        store.add_links(memory_id, links, path=store.memories_dir / rel_of[memory_id])
     if report.flagged:
         flag(store, report.flagged)
     return report

@@ -172,8 +172,7 @@ def claude_stop(raw: str) -> int:
         _refresh_agents(store)
         from cortex import maintain
 
-        if maintain.due(store):
-            maintain.spawn(store)  # links, daily gc, automatic consolidation: detached
+        maintain.spawn_due(store)  # links, daily gc, automatic consolidation: detached (project and global)
         store.log(f"stop: {report.records} records, wrote {len(report.written)}, updated {len(report.updated)}, "
                   f"duplicates {report.duplicates}, redacted {report.redacted}")
 

@@ -86,7 +86,7 @@ def half_life(memory: Any, access: int, centrality: float) -> float | None:
 def below_since(memory: Any, threshold: float, access: int, centrality: float) -> float | None:
     """The moment the decayed confidence went (or will go) under `threshold`; None if it never does."""
     life = half_life(memory, access, centrality)
-    if life is None:
+    if life is None or threshold <= 0:
         return None
     start = epoch(memory.updated or memory.created)
     if memory.confidence < threshold:
@@ -131,9 +131,11 @@ def _is_merged(repo: Any, default_tip: Any, branch: str, commit: str | None, cre
             return False
         try:
             tip.tree[path.resolve().relative_to(Path(repo.workdir).resolve()).as_posix()]
-            return True
+            return True  # the work and its memory were committed on the branch, and that is in main
         except (KeyError, ValueError):
-            return bool(tip.commit_time > created)
+            # Not committed with it: only a tip of the branch's own (not main's, as after fast-forwarding the
+            # branch to main) made after the memory counts as its work having landed.
+            return bool(tip.id != default_tip and tip.commit_time > created)
     except Exception:
         return False
 
@@ -214,16 +216,27 @@ def gc(store: Store, at: float | None = None, dry_run: bool = False) -> list[Act
     actions = plan(store, at)
     if dry_run:
         return actions
-    for action in actions:
-        if action.kind == "archive":
-            store.update(action.id, {"status": "archived", "archived": iso(at)}, touch=False)
-        elif action.kind == "remove":
-            action.path.unlink(missing_ok=True)
-            store.mark_changed()
-    done = [a for a in actions if a.kind != "keep"]
+    repo = _merged_branches(store)[0] if any(a.kind == "remove" for a in actions) else None
+    done = []
+    with store._lock():  # the plan was made unlocked: each action is checked against the file again
+        for action in actions:
+            try:
+                current = store.read(action.path)
+            except Exception:
+                continue  # gone or broken since the plan: leave it
+            if current.id != action.id:
+                continue
+            if action.kind == "archive" and current.status == "active":
+                store.update(action.id, {"status": "archived", "archived": iso(at)}, touch=False, path=action.path)
+                done.append(action)
+            elif action.kind == "remove" and current.status == "archived" and repo is not None \
+                    and _committed_as_is(repo, action.path):
+                action.path.unlink(missing_ok=True)
+                store.mark_changed()
+                done.append(action)
     if done:
         store.log(f"gc: archived {sum(a.kind == 'archive' for a in done)}, removed {sum(a.kind == 'remove' for a in done)}")
-    return actions
+    return [a for a in actions if a.kind == "keep" or a in done]
 
 
 def daily(store: Store) -> list[Action] | None:

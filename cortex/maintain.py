@@ -56,6 +56,15 @@ def due(store: Store) -> bool:
         return True
 
 
+def spawn_due(store: Store) -> None:
+    """Start `cortex maintain` for the project store and the global one, each only when it has work."""
+    from cortex.store import iter_stores
+
+    for each in iter_stores(store):
+        if due(each):
+            spawn(each)
+
+
 def spawn(store: Store) -> None:
     """Start `cortex maintain` fully detached (own session, output to state/worker.log); return at once."""
     log = open(store.state_dir / "worker.log", "a", encoding="utf-8")
@@ -76,12 +85,13 @@ def run(store: Store, record_git: bool = True) -> dict[str, int]:
 
     counts = {"linked": 0, "archived": 0, "removed": 0, "merged": 0}
     with file_lock(store.state_dir / "maintain-run.lock"):
-        with file_lock(store.state_dir / "maintain.lock"):
-            ids = _read(store)
-            atomic_write(_queue_path(store), "[]", durable=False)
+        ids = _read(store)
         if ids:
             report = connect_quietly(store, ids)
             counts["linked"] = len(report.linked) if report else 0
+            with file_lock(store.state_dir / "maintain.lock"):  # only now: a run killed before keeps its queue
+                left = [i for i in _read(store) if i not in set(ids)]
+                atomic_write(_queue_path(store), json.dumps(left), durable=False)
         try:
             actions = lifecycle.daily(store) or []
             counts["archived"] = sum(a.kind == "archive" for a in actions)

@@ -319,6 +319,22 @@ class Store:
             self.mark_changed()
         return self.read(current.path)
 
+    def add_links(self, memory_id: str, links: builtins.list[Link], path: Path | None = None) -> Memory:
+        """Add links a memory does not have yet, read and written under the lock (two writers lose none)."""
+        with self._lock():
+            current = self.read(path) if path is not None and path.is_file() else None
+            if current is None or current.id != memory_id:
+                current = self.get(memory_id)
+            have = {(link.rel, link.to) for link in current.links}
+            added = []
+            for link in links:
+                if (link.rel, link.to) not in have:
+                    have.add((link.rel, link.to))
+                    added.append(link)
+            if not added:
+                return current
+            return self.update(current.id, {"links": current.links + added}, touch=False, path=current.path)
+
     def archive(self, id_or_prefix: str) -> Memory:
         """Status archived; the file stays (git history and `--all` still find it)."""
         return self.update(id_or_prefix, {"status": "archived", "archived": fmt.now_iso()})

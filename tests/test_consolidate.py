@@ -122,7 +122,7 @@ def test_a_run_killed_half_way_is_rolled_back_by_the_next(project, monkeypatch):
             raise Killed()
         real(source, target)
 
-    monkeypatch.setattr(consolidate, "recover", lambda store: False)  # the process dies: no rollback runs
+    monkeypatch.setattr(consolidate, "_recover_locked", lambda store: False)  # the process dies: no rollback runs
     monkeypatch.setattr(consolidate, "_rename", dying)
     with pytest.raises(CortexError):
         consolidate.apply(store, groups)
@@ -235,3 +235,45 @@ def test_index_code_skips_a_file_holding_a_secret(project):
     report = cortex_json("index-code", "settings.py", cwd=project)
     assert report["indexed"] == [] and "secret" in report["skipped"][0]["reason"]
     assert not list((project / ".cortex" / "memories").rglob("*.md"))
+
+
+def test_a_group_merged_meanwhile_is_not_merged_again(project):
+    store, _ids, pairs = _store(project)
+    groups = consolidate.find_groups(store)  # found once ...
+    first = consolidate.apply(store, groups)  # ... merged by one run (the detached automatic one, say) ...
+    assert len(first.merged) == 2
+    second = consolidate.apply(store, groups)  # ... and a person accepts the same groups afterwards
+    assert second.merged == []
+    merged = [m for m in store.list() if m.source.get("kind") == "consolidation"]
+    assert len(merged) == 2
+    assert all(store.get(i).status == "archived" for pair in pairs for i in pair)
+
+
+def test_a_run_cut_off_after_its_commit_point_is_not_rolled_back(project, monkeypatch):
+    store, _ids, _pairs = _store(project)
+    groups = consolidate.find_groups(store)
+    real_rmtree = consolidate.shutil.rmtree
+
+    def dying_rmtree(path, *args, **kwargs):
+        folder = Path(path)
+        if folder.name == consolidate.CHECKPOINT and (folder / "0.md").exists() and not (folder / "plan.json").exists():
+            raise KeyboardInterrupt  # killed while cleaning up, after the plan (the commit point) went
+        return real_rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(consolidate.shutil, "rmtree", dying_rmtree)
+    with pytest.raises(KeyboardInterrupt):
+        consolidate.apply(store, groups)
+    monkeypatch.undo()
+    after = _snapshot(store)
+    assert (store.state_dir / consolidate.CHECKPOINT).is_dir()  # leftovers of the checkpoint ...
+    assert consolidate.recover(store) is False  # ... are not a reason to undo a finished merge
+    assert _snapshot(store) == after
+    assert len([m for m in store.list() if m.source.get("kind") == "consolidation"]) == 2
+
+
+def test_index_code_of_a_folder_and_a_file_in_it_indexes_the_file_once(project):
+    (project / "app.py").write_text('"""The app."""\n', encoding="utf-8")
+    report = cortex_json("index-code", ".", "app.py", cwd=project)
+    assert [i["path"] for i in report["indexed"]].count("app.py") == 1
+    codes = [m for m in cortex_json("list", "--type", "code", cwd=project) if m["title"].startswith("app.py")]
+    assert len(codes) == 1

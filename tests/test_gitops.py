@@ -250,6 +250,18 @@ def test_on_stop_stages_or_commits_only_cortex_paths(project):
     assert {d.new_file.path for d in repo.diff(commit.parents[0], commit).deltas} == set(committed)
     assert "app.py" in git(project, "status", "--porcelain").stdout  # still the person's, unstaged
     assert record_cortex_changes(project / ".cortex", "off") == []
+    # a memory file gc removed from the working tree: the commit deletes it, and only it
+    gone = next((project / ".cortex" / "memories").rglob("*.md"))
+    gone.unlink()
+    removed = record_cortex_changes(project / ".cortex", "commit")
+    assert removed == [gone.relative_to(project).as_posix()]
+    tree = pygit2.Repository(str(project)).head.peel(pygit2.Commit).tree
+    try:
+        tree[removed[0]]
+        present = True
+    except KeyError:
+        present = False
+    assert not present and removed[0] not in git(project, "status", "--porcelain").stdout
 
 
 def test_scan_command_and_pre_commit_hooks_file(tmp_path):

@@ -128,3 +128,21 @@ def test_automation_cannot_supersede_it_gets_contradicts(project, tmp_path):
     cortex("forget", old, "--replaced-by", new["id"], cwd=project)
     assert cortex_json("show", old, cwd=project)["status"] == "superseded"
     assert {"rel": "supersedes", "to": old} in cortex_json("show", new["id"], cwd=project)["links"]
+
+
+def test_memories_linked_in_one_batch_get_each_link_once(project):
+    from cortex.graph import connect
+    from cortex.memory import Memory
+
+    store = Store.locate(project)
+    for text, kind in TOPICS:
+        store.create(Memory(id="", type=kind, title=text, body=text + "\n"))
+    batch = [store.create(Memory(id="", type="context", title=t, body=t + "\n")).id for t in (
+        "Invoice emails are sent by the PDF worker once rendering succeeds",
+        "Invoice PDFs are stored in object storage for seven years",
+        "Invoice numbering restarts never; credit notes get their own sequence")]
+    connect(store, batch)
+    for item in store.list():
+        pairs = [(link.rel, link.to) for link in item.links]
+        assert len(pairs) == len(set(pairs)), f"{item.title}: duplicate links {pairs}"
+        assert sum(1 for rel, _ in pairs if rel == "relates_to") <= 5 + len(batch)

@@ -5,6 +5,7 @@ Time is moved with `$CORTEX_NOW` (a fake clock), never with sleeps.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pygit2
@@ -112,3 +113,28 @@ def test_progress_of_a_merged_branch_is_archived(project):
     assert [(a["action"], a["id"]) for a in actions] == [("archive", done)]
     assert "merged into main" in actions[0]["reason"]
     assert cortex_json("show", open_work, cwd=project)["status"] == "active"
+
+
+def test_a_branch_fast_forwarded_to_main_has_not_merged_its_progress(project):
+    checkout_new_branch(project, "feature/wip")
+    wip = cortex("remember", "Importer half done: parsing works, saving does not", "--type", "progress",
+                 cwd=project).stdout.strip()
+    repo = pygit2.Repository(str(project))
+    repo.checkout("refs/heads/main")
+    (project / "other.py").write_text("pass\n", encoding="utf-8")
+    repo.index.add("other.py")  # someone else's work on main, after the memory (which is not committed)
+    repo.index.write()
+    signature = pygit2.Signature("Cortex Test", "test@example.com", int(time.time()) + 5)
+    repo.create_commit("HEAD", signature, signature, "other work", repo.index.write_tree(), [repo.head.target])
+    repo.branches.local["feature/wip"].set_target(repo.branches.local["main"].target)  # `git merge main` (ff)
+    repo.checkout("refs/heads/feature/wip")
+    assert cortex_json("gc", "--dry-run", cwd=project) == []
+    assert cortex_json("show", wip, cwd=project)["status"] == "active"
+
+
+def test_a_zero_threshold_is_harmless(project):
+    config = project / ".cortex" / "config.yaml"
+    config.write_text(config.read_text(encoding="utf-8").replace("archive_below: 0.3", "archive_below: 0"),
+                      encoding="utf-8")
+    _write(project, "progress", "Old progress", 0.6, "2026-01-01T00:00:00Z", branch="main")
+    assert _gc(project, T0 + 400 * DAY) == []
