@@ -303,8 +303,15 @@ def edit(store: Any, memory_id: str) -> None:
             _fail(f"{item.path} unchanged; your draft is kept at {draft}")
         break
     with store._lock():
+        try:
+            now_on_disk = item.path.read_text(encoding="utf-8")
+        except OSError:
+            now_on_disk = None
+        if now_on_disk != original:  # changed while the editor was open (a hook, consolidation, gc, a pull)
+            _fail(f"{item.path} changed while you were editing; it was not overwritten. Your draft is kept at "
+                  f"{draft}: run `cortex edit {item.id}` again and copy your change in")
         atomic_write(item.path, text)
-    store.update(item.id, {})  # stamp `updated` through the round-trip writer
+        store.update(item.id, {})  # stamp `updated` through the round-trip writer
     draft.unlink()
     click.echo(f"saved {item.path}")
 

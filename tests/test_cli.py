@@ -100,6 +100,22 @@ def test_edit_refuses_an_invalid_file_and_keeps_the_original(project, tmp_path):
     assert path.read_bytes() == before
 
 
+def test_edit_does_not_overwrite_a_change_made_while_the_editor_was_open(project, tmp_path):
+    memory_id = _remember(project, "Edited twice at once")
+    path = Path(cortex_json("show", memory_id, cwd=project)["path"])
+    # the "editor" edits its draft while something else (a hook, consolidation) archives the real file
+    editor = _editor(tmp_path, f"""
+real = pathlib.Path({str(path)!r})
+real.write_text(real.read_text().replace('status: active', 'status: archived'))
+p.write_text(p.read_text().replace('priority: 5', 'priority: 9'))
+""")
+    result = cortex("edit", memory_id, cwd=project, env={"EDITOR": editor}, check=False)
+    assert result.returncode == 1 and "changed while you were editing" in result.stderr
+    shown = cortex_json("show", memory_id, cwd=project)
+    assert shown["status"] == "archived" and shown["priority"] == 5  # the other change survives
+    assert "priority: 9" in (project / ".cortex" / "state" / f"edit-{memory_id}.md").read_text(encoding="utf-8")
+
+
 def test_forget_by_id_archives_and_keeps_the_file(project):
     memory_id = _remember(project, "Forget me")
     out = cortex("forget", memory_id, cwd=project).stdout
