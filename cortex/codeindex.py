@@ -26,9 +26,6 @@ import ast
 import hashlib
 import os
 import re
-import shlex
-import shutil
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -141,23 +138,12 @@ def _python_entry(node: ast.AST, indent: str) -> list[str]:
 
 
 def _llm_summary(store: Store, rel: str, text: str) -> str | None:
-    config = store.config()
-    if str(config.get("capture.llm")).lower() == "off":
-        return None
-    command = shlex.split(str(config.get("capture.llm_command")))
-    if not command or shutil.which(command[0]) is None:
-        return None
+    """The LLM's description of the file when `capture.llm` allows it (see `cortex.worker.ask`)."""
+    from cortex.worker import ask
+
     prompt = (f"Describe the source file {rel} for a developer who has not read it: what it is for, its main "
               f"parts, and anything surprising. Plain prose, at most 150 words.\n\n{text[:60_000]}")
-    try:
-        result = subprocess.run(command, input=prompt, capture_output=True, text=True, timeout=120,
-                                env=dict(os.environ, CORTEX_NESTED="1"))
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        store.log(f"index-code: LLM command failed: {exc!r}")
-        return None
-    if result.returncode != 0 or not result.stdout.strip():
-        return None
-    return result.stdout.strip()
+    return ask(store, prompt, "index-code")
 
 
 def index_code(store: Store, paths: list[Path], force: bool = False) -> IndexReport:

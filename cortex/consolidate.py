@@ -31,7 +31,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -255,28 +254,13 @@ def merged_memory(group: Group, llm_text: str | None = None) -> Memory:
 
 
 def _llm_merge(store: Store, group: Group) -> str | None:
-    """The LLM's merged text when `capture.llm` is on and its command is installed; None otherwise."""
-    import shlex
+    """The LLM's merged text when `capture.llm` allows it; None otherwise (see `cortex.worker.ask`)."""
+    from cortex.worker import ask
 
-    config = store.config()
-    if str(config.get("capture.llm")).lower() == "off":
-        return None
-    command = shlex.split(str(config.get("capture.llm_command")))
-    if not command or shutil.which(command[0]) is None:
-        return None
     prompt = ("Merge these project memories, which say the same thing, into one. Keep every distinct fact, reason "
               "and rejected alternative; no new facts. Answer as 'Title: <one line>' then a blank line then the "
               "text.\n\n" + "\n\n".join(f"- {m.title}\n{m.body.strip()}" for m in group.members))
-    try:
-        result = subprocess.run(command, input=prompt, capture_output=True, text=True, timeout=120,
-                                env=dict(os.environ, CORTEX_NESTED="1"))
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        store.log(f"consolidate: LLM command failed: {exc!r}")
-        return None
-    if result.returncode != 0 or not result.stdout.strip():
-        store.log(f"consolidate: LLM command exit {result.returncode}: {result.stderr.strip()[:200]}")
-        return None
-    return result.stdout
+    return ask(store, prompt, "consolidate")
 
 
 def _checkpoint_dir(store: Store) -> Path:

@@ -13,9 +13,6 @@ does and refreshes AGENTS.md's section. `cortex capture` and the LLM worker
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from typing import Any, Iterable
 
 from cortex.files import atomic_write, file_lock
@@ -66,16 +63,10 @@ def spawn_due(store: Store) -> None:
 
 
 def spawn(store: Store) -> None:
-    """Start `cortex maintain` fully detached (own session, output to state/worker.log); return at once."""
-    log = open(store.state_dir / "worker.log", "a", encoding="utf-8")
-    try:
-        subprocess.Popen(
-            [sys.executable, "-m", "cortex", "maintain", "--dir", str(store.root)],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True,
-            env=dict(os.environ, CORTEX_NESTED="0"),
-        )
-    finally:
-        log.close()
+    """Start `cortex maintain` fully detached; return at once."""
+    from cortex.worker import spawn as spawn_detached
+
+    spawn_detached(store, "maintain")
 
 
 def run(store: Store, record_git: bool = True) -> dict[str, int]:

@@ -93,17 +93,35 @@ def enqueue(store: Store, session: str, slice_text: str, context: str) -> Path |
     return path
 
 
-def spawn(store: Store) -> None:
-    """Start `cortex worker` fully detached (own session, stdio to the log); return at once."""
+def spawn(store: Store, command: str = "worker") -> None:
+    """Start `cortex <command> --dir <store>` fully detached (own session, stdio to state/worker.log); return at once."""
     log = open(store.state_dir / "worker.log", "a", encoding="utf-8")
     try:
         subprocess.Popen(
-            [sys.executable, "-m", "cortex", "worker", "--dir", str(store.root)],
+            [sys.executable, "-m", "cortex", command, "--dir", str(store.root)],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True,
             env=dict(os.environ, CORTEX_NESTED="0"),
         )
     finally:
         log.close()
+
+
+def ask(store: Store, prompt: str, purpose: str, timeout: float = 120.0) -> str | None:
+    """The LLM command's answer to `prompt` when `capture.llm` allows it (its hooks off, CORTEX_NESTED=1);
+    None when it is off, not installed, fails or answers nothing (logged with `purpose`)."""
+    if not enabled(store):
+        return None
+    command = _command(store)
+    try:
+        result = subprocess.run(command, input=prompt, capture_output=True, text=True, timeout=timeout,
+                                env=dict(os.environ, CORTEX_NESTED="1"))
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        store.log(f"{purpose}: LLM command failed: {exc!r}")
+        return None
+    if result.returncode != 0 or not result.stdout.strip():
+        store.log(f"{purpose}: LLM command exit {result.returncode}: {result.stderr.strip()[:200]}")
+        return None
+    return result.stdout.strip()
 
 
 def _command(store: Store) -> list[str]:

@@ -277,3 +277,40 @@ def test_index_code_of_a_folder_and_a_file_in_it_indexes_the_file_once(project):
     assert [i["path"] for i in report["indexed"]].count("app.py") == 1
     codes = [m for m in cortex_json("list", "--type", "code", cwd=project) if m["title"].startswith("app.py")]
     assert len(codes) == 1
+
+
+FAKE_LLM = """#!{python}
+import json, os, sys
+prompt = sys.stdin.read()
+with open({log!r}, "a") as handle:
+    handle.write(json.dumps({{"argv": sys.argv[1:], "nested": os.environ.get("CORTEX_NESTED")}}) + "\\n")
+if prompt.startswith("Merge these project memories"):
+    print("Title: Money is integer cents everywhere\\n\\nAmounts are integer cents, never floats: no rounding errors.")
+else:
+    print("The billing module: invoice totals in cents and partial refunds.")
+"""
+
+
+def test_with_the_llm_configured_it_writes_the_merged_text_and_the_code_summary(project, tmp_path, monkeypatch):
+    import sys
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "llm.jsonl"
+    (bin_dir / "claude").write_text(FAKE_LLM.format(python=sys.executable, log=str(log)), encoding="utf-8")
+    (bin_dir / "claude").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    config = project / ".cortex" / "config.yaml"
+    config.write_text(config.read_text(encoding="utf-8").replace("llm: off", "llm: auto"), encoding="utf-8")
+    store, _ids, pairs = _store(project)
+    result = consolidate.apply(store, [g for g in consolidate.find_groups(store) if pairs[0][0] in
+                                       {m.id for m in g.members}])
+    merged = store.get(result.merged[0][0])
+    assert merged.title == "Money is integer cents everywhere"
+    assert merged.body == "Amounts are integer cents, never floats: no rounding errors.\n"
+    (project / "billing.py").write_text(MODULE, encoding="utf-8")
+    report = cortex_json("index-code", "billing.py", cwd=project)
+    description = cortex_json("show", report["indexed"][0]["description"], cwd=project)
+    assert description["body"] == "The billing module: invoice totals in cents and partial refunds.\n"
+    calls = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
+    assert len(calls) == 2 and all(c["nested"] == "1" and "--settings" in c["argv"] for c in calls)  # its hooks off
