@@ -430,7 +430,8 @@ def _sentences(text: str) -> Iterator[str]:
 
 
 def keyword(items: list[Event]) -> Iterator[Candidate]:
-    """Explicit decisions and gotchas in the assistant's words; the person's corrections. Confidence by cue strength."""
+    """Explicit decisions and gotchas in the assistant's words (in messages without a [MEMORY: …] tag); the person's
+    corrections. Confidence by cue strength."""
     acted = False
     for event in items:
         if event.kind == "tool":
@@ -445,6 +446,8 @@ def keyword(items: list[Event]) -> Iterator[Candidate]:
             continue
         if event.kind != "text" or event.sidechain:
             continue
+        if TAG.search(_clean(event.text)):
+            continue  # the message tagged what it wants remembered: mining its sentences too would say it twice
         for sentence in _sentences(_clean(event.text)):
             if DECISION.search(sentence):
                 yield Candidate("decision", title_from_text(sentence, 100), sentence + "\n", "keyword", 0.6, 5,

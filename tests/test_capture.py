@@ -77,6 +77,23 @@ def test_self_report_tags_become_memories_and_the_cursor_reads_only_new_turns(pr
     assert len(cortex_json("list", cwd=project)) == 3
 
 
+def test_a_tagged_message_is_not_mined_by_the_keyword_layer_too(project, tmp_path):
+    transcript = tmp_path / "t.jsonl"
+    _write(transcript, [
+        _line("user", "u1", "Which store for the rate cache?"),
+        _line("assistant", "a1", [{"type": "text", "text": "We'll use SQLite instead of Postgres for the rate cache, "
+                                                            "since it needs no server.\n\n[MEMORY: decision: The rate "
+                                                            "cache lives in SQLite, not Postgres: no server to run]"}]),
+        _line("assistant", "a2", [{"type": "text", "text": "We decided to keep the retry budget at three attempts "
+                                                            "for every webhook call."}]),
+    ])
+    _stop(project, transcript)
+    titles = sorted(r["title"] for r in cortex_json("list", cwd=project))
+    assert "The rate cache lives in SQLite, not Postgres: no server to run" in titles
+    assert not any(t.startswith("We'll use SQLite") for t in titles)  # said once, by the tag
+    assert any(t.startswith("We decided to keep the retry budget") for t in titles)  # untagged: still mined
+
+
 def test_the_last_assistant_message_is_used_when_the_transcript_lags(project, tmp_path):
     transcript = tmp_path / "t.jsonl"
     _write(transcript, [_line("user", "u1", "go")])
