@@ -122,6 +122,7 @@ def test_capture_in_a_real_session(story: Story) -> None:
     assert decision.type == "decision"
     assert decision.source.get("session") == run.session_id
     assert decision.source.get("layer") == "self-report"
+    assert not any(title.startswith("We'll use SQLite") for title in snap["memories"])  # said once, by the tag
     progress = [m for m in snap["memories"].values() if m.type == "progress"]
     assert len(progress) == 1 and progress[0].files == ["cache.py"]
     assert not progress[0].title.startswith("API Error")
