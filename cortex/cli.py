@@ -375,6 +375,12 @@ def status(store: Any, as_json: bool, strict: bool) -> None:
                           "problem": index.encoder_problem}
     report["cache"] = {"memories": len(index.manifest.files) if index.manifest else 0,
                        "vectors": len(index.manifest.vector_keys) if index.manifest else 0}
+    from cortex.graph import flagged
+
+    report["flagged_pairs"] = len(flagged(store))  # near-duplicates noticed when written
+    if (store.state_dir / "consolidate-checkpoint" / "plan.json").is_file():
+        report["problems"].append(f"{store.state_dir / 'consolidate-checkpoint'}: an unfinished consolidation; "
+                                  f"`cortex consolidate --dry-run` rolls it back")
     if as_json:
         _print_json(report)
     else:
@@ -393,6 +399,8 @@ def status(store: Any, as_json: bool, strict: bool) -> None:
         click.echo("by type:")
         for name, count in report["by_type"].items():
             click.echo(f"  {name:<18} {count}")
+        if report["flagged_pairs"]:
+            click.echo(f"near-duplicates flagged: {report['flagged_pairs']} pairs (`cortex consolidate --auto --dry-run`)")
         for warning in report["warnings"]:
             click.echo(f"warning: {warning}")
         if report["problems"]:

@@ -96,7 +96,7 @@ def _neighbours(similarity: Similarity, rels: list[str], threshold: float, among
         if mine is None or theirs is None or not rels or not others:
             return [], {}
         position = {rel: k for k, rel in enumerate(others)}
-        step = 1024
+        step = max(8, min(1024, 4_000_000 // max(1, len(others))))  # a block of ≤ 16 MB of scores
         for start in range(0, len(rels), step):
             block = mine[start:start + step] @ theirs.T
             for i in range(block.shape[0]):

@@ -51,6 +51,9 @@ def test_a_new_memory_is_linked_both_ways_within_the_band_and_near_duplicates_ar
     flagged = json.loads((project / ".cortex" / "state" / "flagged.json").read_text(encoding="utf-8"))
     assert [sorted(pair[:2]) for pair in flagged] == [sorted([twin["id"], made[0]["id"]])]
     assert flagged[0][2] > 0.7
+    assert cortex_json("status", cwd=project)["flagged_pairs"] == 1
+    auto = cortex_json("consolidate", "--auto", "--dry-run", cwd=project)["groups"]
+    assert [sorted(m["id"] for m in g["members"]) for g in auto] == [sorted([twin["id"], made[0]["id"]])]
 
 
 def test_thresholds_are_config(project):
