@@ -63,10 +63,12 @@ def _mcp_server() -> dict[str, Any]:
 
 
 def _is_our_server(entry: Any) -> bool:
+    """Exactly what `_mcp_server` writes: `cortex mcp`, or `<a python> -m cortex mcp`."""
     if not isinstance(entry, dict) or not isinstance(entry.get("args"), list):
         return False
     command, args = str(entry.get("command", "")), [str(a) for a in entry["args"]]
-    return args[-1:] == ["mcp"] and ("cortex" in command.rsplit("/", 1)[-1] or args[-3:-1] == ["-m", "cortex"])
+    name = command.rsplit("/", 1)[-1]
+    return (name == "cortex" and args == ["mcp"]) or (name.startswith("python") and args == ["-m", "cortex", "mcp"])
 
 
 def _install_mcp(project_root: Path) -> list[str]:
@@ -120,11 +122,25 @@ def _load(path: Path) -> dict[str, Any]:
     return data
 
 
+def _check_shapes(project_root: Path) -> None:
+    """Refuse before anything is written when a file cortex merges into has a shape it cannot merge into."""
+    from cortex.errors import CortexError
+
+    settings_path = project_root / ".claude" / "settings.json"
+    hooks = _load(settings_path).get("hooks", {})
+    if not isinstance(hooks, dict):
+        raise CortexError(f"{settings_path}: hooks is not a JSON object; fix it and run again")
+    mcp_path = project_root / ".mcp.json"
+    servers = _load(mcp_path).get("mcpServers", {})
+    if not isinstance(servers, dict):
+        raise CortexError(f"{mcp_path}: mcpServers is not a JSON object; fix it and run again")
+
+
 def install(project_root: Path) -> list[str]:
     """Merge cortex's hooks into .claude/settings.json and write the rules file; returns what changed."""
     settings_path = project_root / ".claude" / "settings.json"
+    _check_shapes(project_root)  # a broken file stops the install before anything is written
     settings = _load(settings_path)
-    _load(project_root / ".mcp.json")  # a broken one stops the install before anything is written
     hooks = settings.setdefault("hooks", {})
     done = []
     for event, name in HOOK_EVENTS.items():
@@ -146,6 +162,7 @@ def install(project_root: Path) -> list[str]:
 
 def uninstall(project_root: Path) -> list[str]:
     settings_path = project_root / ".claude" / "settings.json"
+    _check_shapes(project_root)  # nothing removed from one file when the other cannot be read
     settings = _load(settings_path)
     done = []
     hooks = settings.get("hooks")

@@ -73,7 +73,9 @@ class Backend:
         self._project: Store | None = None
         self._indexes: dict[Path, Any] = {}
         self._dirty: dict[Path, threading.Event] = {}
-        self._observers: list[Any] = []
+        self._folders: dict[Path, tuple[int, int] | None] = {}  # identity of each memories/ folder watched
+        self._configs: dict[Path, tuple[int, int] | None] = {}
+        self._observers: dict[threading.Event, Any] = {}
 
     # ------------------------------------------------------------ stores
 
@@ -99,27 +101,69 @@ class Backend:
     # ------------------------------------------------------------ warm indexes
 
     def index(self, store: Store) -> Any:
-        """The store's warm Index, synced if anything changed since the last call."""
+        """The store's warm Index, synced if anything changed since the last call.
+
+        A watchdog observer on `memories/` marks it changed. The folder itself can be replaced (a `git
+        checkout` of a branch without it and back): its identity is checked on every call and a new observer
+        is started when it differs. A sync locked out by another cortex process leaves the index marked, so
+        the next call tries again. A config file that changed is read again.
+        """
         from cortex.index import Index
-        from cortex.watch import change_observer
 
         key = store.root.resolve()
+        folder = _identity(store.memories_dir)
         index = self._indexes.get(key)
-        if index is None:
-            dirty = threading.Event()
+        if index is None or self._folders.get(key) != folder:
+            if index is not None:
+                self._stop_observer(key)
             store.memories_dir.mkdir(parents=True, exist_ok=True)
+            dirty = self._watch(store)  # before the sync: no change between the two is missed
             try:
-                self._observers.append(change_observer(store.memories_dir, dirty))  # before the sync: nothing missed
-            except Exception as exc:  # no inotify (e.g. too many watches): sync on every call instead
-                store.log(f"mcp: cannot watch {store.memories_dir} ({exc!r}); syncing on every call")
-                dirty = _AlwaysSet()
-            index = Index(store)
-            index.sync(full=True, progress=False)
-            self._indexes[key], self._dirty[key] = index, dirty
-        elif self._dirty[key].is_set():
-            self._dirty[key].clear()
-            index.sync(full=True, progress=False)
+                index = Index(store)
+                report = index.sync(full=True, progress=False)
+            except BaseException:
+                self._stop_observer_of(dirty)
+                raise
+            self._indexes[key], self._dirty[key], self._folders[key] = index, dirty, _identity(store.memories_dir)
+            if report.locked_out:
+                dirty.set()
+        else:
+            config = _identity(store.config_path)
+            if self._configs.setdefault(key, config) != config:
+                self._configs[key] = config
+                store._config = None
+                index.store._config = None
+                self._dirty[key].set()
+            if self._dirty[key].is_set():
+                self._dirty[key].clear()
+                if index.sync(full=True, progress=False).locked_out:
+                    self._dirty[key].set()  # another process holds the cache: try again next call
         return index
+
+    def _watch(self, store: Store) -> threading.Event:
+        from cortex.watch import change_observer
+
+        dirty: threading.Event = threading.Event()
+        try:
+            self._observers[dirty] = change_observer(store.memories_dir, dirty)
+        except Exception as exc:  # no inotify (e.g. too many watches): sync on every call instead
+            store.log(f"mcp: cannot watch {store.memories_dir} ({exc!r}); syncing on every call")
+            dirty = _AlwaysSet()
+        return dirty
+
+    def _stop_observer_of(self, dirty: threading.Event) -> None:
+        observer = self._observers.pop(dirty, None)
+        if observer is not None:
+            try:
+                observer.stop()
+            except Exception:
+                pass
+
+    def _stop_observer(self, key: Path) -> None:
+        dirty = self._dirty.pop(key, None)
+        self._indexes.pop(key, None)
+        if dirty is not None:
+            self._stop_observer_of(dirty)
 
     def indexes(self, stores: list[Store]) -> dict[str, Any]:
         return {store.label: self.index(store) for store in stores}
@@ -147,8 +191,18 @@ class Backend:
                 pass
 
     def close(self) -> None:
-        for observer in self._observers:
+        for observer in list(self._observers.values()):
             observer.stop()
+        self._observers.clear()
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """(inode, mtime) of a file or folder: a folder deleted and made again has another inode."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return (stat.st_ino, stat.st_dev) if path.is_dir() else (stat.st_ino, stat.st_mtime_ns)
 
 
 class _AlwaysSet(threading.Event):
@@ -281,6 +335,12 @@ def _guarded(backend: Backend, fn: Callable[..., Any]) -> Callable[..., Any]:
                 return fn(*args, **kwargs)
         except CortexError as exc:
             raise ToolError(str(exc)) from exc
+        except Exception as exc:  # a bug or the machine (disk full, ...): say what, and log it
+            try:
+                backend.store().log(f"mcp: {fn.__name__} failed: {exc!r}")
+            except Exception:
+                pass
+            raise ToolError(f"{fn.__name__} failed: {exc.__class__.__name__}: {exc}") from exc
 
     return wrapper
 

@@ -104,3 +104,14 @@ def test_broken_mcp_json_is_a_clear_error(project):
     result = cortex("init", "--claude", cwd=project, check=False)
     assert result.returncode == 1 and ".mcp.json: not valid JSON" in result.stderr
     assert not (project / ".claude" / "settings.json").exists()
+    # valid JSON of a shape cortex cannot merge into: refused before anything is written too
+    (project / ".mcp.json").write_text('{"mcpServers": null}', encoding="utf-8")
+    result = cortex("init", "--claude", cwd=project, check=False)
+    assert result.returncode == 1 and ".mcp.json: mcpServers is not a JSON object" in result.stderr
+    assert not (project / ".claude" / "settings.json").exists()
+    # a user's own server named cortex, run by a cortex-something command, is not ours to remove
+    own = {"mcpServers": {"cortex": {"type": "stdio", "command": "cortex-notes", "args": ["serve", "mcp"]}}}
+    (project / ".mcp.json").write_text(json.dumps(own), encoding="utf-8")
+    cortex("init", "--claude", cwd=project)
+    cortex("uninstall", "--claude", cwd=project)
+    assert json.loads((project / ".mcp.json").read_text(encoding="utf-8")) == own

@@ -141,7 +141,8 @@ def test_plan_recent_status_and_briefing(mcp):
     assert len(recent) == 3 and recent[0]["updated"] >= recent[1]["updated"] >= recent[2]["updated"]
     assert all(row["type"] == "gotcha" for row in mcp.call("cortex_get_recent", types=["gotcha"])["memories"])
     status = mcp.call("cortex_get_status")
-    assert status["by_status"]["superseded"] == 1 and status["branch"] == "feature/rate-limits"
+    cli_status = json.loads(cortex("status", "--json", cwd=mcp.project, env=mcp.env).stdout)
+    assert status["by_status"] == cli_status["by_status"] and status["branch"] == "feature/rate-limits"
     assert status["semantic"]["on"] is True
     briefing = mcp.raw("cortex_get_briefing", budget_tokens=300)
     assert "aa6befda6083" in briefing.content[0].text  # the pinned memory, in the text the model reads
@@ -241,3 +242,29 @@ def test_a_server_started_before_cortex_init_says_so_and_works_once_the_store_ex
             cortex("remember", "Deploys go out on Tuesdays only", cwd=repo)
             after = portal.call(session.call_tool, "cortex_search", {"query": "when do we deploy?"})
             assert not after.is_error and "Deploys go out on Tuesdays only" in after.content[0].text
+
+
+def _search_until(mcp: Client, query: str, wanted: str | None, seconds: float = 10.0) -> list[str]:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while True:
+        ids = [row["id"] for row in mcp.call("cortex_search", query=query)["results"]]
+        if (wanted in ids if wanted else not ids) or time.monotonic() > deadline:
+            return ids
+        time.sleep(0.1)
+
+
+def test_a_memories_folder_replaced_under_the_server_is_watched_again(mcp):
+    # `git checkout` of a branch without .cortex/ and back deletes the folder and makes a new one
+    memories = mcp.project / ".cortex" / "memories"
+    kept = mcp.project / "memories-elsewhere"
+    shutil.copytree(memories, kept)
+    shutil.rmtree(memories)
+    assert _search_until(mcp, "webhooks idempotent raw event", None) == []
+    kept.rename(memories)  # a new folder (another inode) with the memories back
+    assert "711a50b8e669" in _search_until(mcp, "webhooks idempotent raw event", "711a50b8e669")
+    made = cortex("remember", "Webhook secrets rotate every 90 days; the old one stays valid for a day.",
+                  "--type", "gotcha", cwd=mcp.project, env=mcp.env).stdout.strip()
+    assert made in _search_until(mcp, "webhook secrets rotate", made)  # the new folder is watched
+

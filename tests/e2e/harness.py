@@ -177,6 +177,7 @@ def _converse(command: list[str], cwd: Path, env: dict[str, str], turns: list[st
         rc = child.wait(timeout=max(0.1, deadline - time.monotonic()))
     except Exception as exc:
         child.kill()
+        child.wait(timeout=10)
         raise AssertionError(f"claude did not finish {len(turns)} turns in {timeout} s: {exc!r}\n{''.join(out)[-3000:]}")
     time.sleep(0.05)
     return rc, "".join(out), "".join(err)
@@ -201,7 +202,9 @@ class Sandbox:
         """The process environment for cortex and claude: nothing inherited from a surrounding Claude Code or
         cortex session, this venv's bin first on PATH so hooks run the cortex under test."""
         env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("CLAUDE", "ANTHROPIC", "CORTEX_", "GIT_", "MCP_")) and k not in ("HOME",)}
+               if not k.startswith(("CLAUDE", "ANTHROPIC", "CORTEX_", "GIT_", "MCP_")) and k not in ("HOME",)
+               and k.lower() not in ("http_proxy", "https_proxy", "all_proxy")}  # the fake API is on loopback
+        env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
         bin_dir = str(Path(sys.executable).parent)
         env.update({
             "HOME": str(self.home),
