@@ -409,7 +409,7 @@ def apply(store: Store, groups: list[Group], use_llm: bool = True) -> Result:
 
 
 def after_capture(store: Store, written: int) -> int:
-    """The automatic run (Stop hook): merge flagged pairs when due; returns how many groups were merged."""
+    """The automatic run (`cortex maintain`, after capture): merge flagged pairs when due; returns the groups merged."""
     if written <= 0:
         return 0
     config = store.config()

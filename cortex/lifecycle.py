@@ -23,8 +23,8 @@ Rules, in order, each with its config key:
    is kept, and said so.
 
 `cortex recall --all` finds archived memories and restores one it returns.
-`cortex gc --dry-run` prints what would change. The Stop hook runs gc once a
-day after capture. Times come from the clock, or `$CORTEX_NOW` (an epoch or
+`cortex gc --dry-run` prints what would change. After capture, the detached
+`cortex maintain` the Stop hook starts runs gc once a day. Times come from the clock, or `$CORTEX_NOW` (an epoch or
 an ISO timestamp) so behaviour over weeks can be shown without waiting.
 """
 
@@ -240,7 +240,7 @@ def gc(store: Store, at: float | None = None, dry_run: bool = False) -> list[Act
 
 
 def daily(store: Store) -> list[Action] | None:
-    """gc at most once a day (what the Stop hook runs after capture); None when it ran recently."""
+    """gc at most once a day (what `cortex maintain` runs after capture); None when it ran recently."""
     from cortex.files import atomic_write
 
     stamp = store.state_dir / "gc.stamp"
