@@ -13,7 +13,8 @@ captured since the last run, or whenever more than `consolidate.max_active`
 A group becomes one new memory: the best-written member's text (highest
 priority, then confidence, then the longest) plus the sentences only the
 others hold — or, with `capture.llm` on and its command present, the LLM's
-merged text; the union of tags, files and links; the highest priority and
+merged text (the LLM may also answer that they differ: the group is then not
+merged); the union of tags, files and links; the highest priority and
 confidence; `derived_from` links to every original. The originals are
 archived.
 
@@ -259,7 +260,8 @@ def _llm_merge(store: Store, group: Group) -> str | None:
 
     prompt = ("Merge these project memories, which say the same thing, into one. Keep every distinct fact, reason "
               "and rejected alternative; no new facts. Answer as 'Title: <one line>' then a blank line then the "
-              "text.\n\n" + "\n\n".join(f"- {m.title}\n{m.body.strip()}" for m in group.members))
+              "text. If they do not say the same thing, answer only the word DIFFERENT.\n\n"
+              + "\n\n".join(f"- {m.title}\n{m.body.strip()}" for m in group.members))
     return ask(store, prompt, "consolidate")
 
 
@@ -335,7 +337,11 @@ def apply(store: Store, groups: list[Group], use_llm: bool = True) -> Result:
                 snapshot = {}
                 break
         if snapshot:
-            prepared.append((group, snapshot, merged_memory(group, _llm_merge(store, group) if use_llm else None)))
+            llm_text = _llm_merge(store, group) if use_llm else None
+            if llm_text is not None and llm_text.strip().upper().startswith("DIFFERENT"):
+                store.log(f"consolidate: the LLM says {', '.join(m.id for m in group.members)} differ: not merged")
+                continue  # a second opinion that vetoes a false merge
+            prepared.append((group, snapshot, merged_memory(group, llm_text)))
     with store._lock(), file_lock(store.state_dir / "consolidate.lock"):
         _recover_locked(store)
         existing = {p.name.rsplit("-", 1)[-1][:-3] for p in store.memory_paths()}

@@ -284,7 +284,9 @@ import json, os, sys
 prompt = sys.stdin.read()
 with open({log!r}, "a") as handle:
     handle.write(json.dumps({{"argv": sys.argv[1:], "nested": os.environ.get("CORTEX_NESTED")}}) + "\\n")
-if prompt.startswith("Merge these project memories"):
+if prompt.startswith("Merge these project memories") and "Alembic" in prompt:
+    print("DIFFERENT")
+elif prompt.startswith("Merge these project memories"):
     print("Title: Money is integer cents everywhere\\n\\nAmounts are integer cents, never floats: no rounding errors.")
 else:
     print("The billing module: invoice totals in cents and partial refunds.")
@@ -303,8 +305,9 @@ def test_with_the_llm_configured_it_writes_the_merged_text_and_the_code_summary(
     config = project / ".cortex" / "config.yaml"
     config.write_text(config.read_text(encoding="utf-8").replace("llm: off", "llm: auto"), encoding="utf-8")
     store, _ids, pairs = _store(project)
-    result = consolidate.apply(store, [g for g in consolidate.find_groups(store) if pairs[0][0] in
-                                       {m.id for m in g.members}])
+    result = consolidate.apply(store, consolidate.find_groups(store))
+    assert [sorted(old) for _new, old in result.merged] == [sorted(pairs[0])]  # the Alembic pair: vetoed
+    assert all(store.get(i).status == "active" for i in pairs[1])
     merged = store.get(result.merged[0][0])
     assert merged.title == "Money is integer cents everywhere"
     assert merged.body == "Amounts are integer cents, never floats: no rounding errors.\n"
@@ -313,4 +316,4 @@ def test_with_the_llm_configured_it_writes_the_merged_text_and_the_code_summary(
     description = cortex_json("show", report["indexed"][0]["description"], cwd=project)
     assert description["body"] == "The billing module: invoice totals in cents and partial refunds.\n"
     calls = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
-    assert len(calls) == 2 and all(c["nested"] == "1" and "--settings" in c["argv"] for c in calls)  # its hooks off
+    assert len(calls) == 3 and all(c["nested"] == "1" and "--settings" in c["argv"] for c in calls)  # its hooks off
