@@ -33,13 +33,18 @@ from cortex import memory as fmt
 from cortex.errors import MalformedMemory
 from cortex.memory import Link, Memory
 
-SCHEMA = 3
+SCHEMA = 4
 MAGIC = b"CXM" + bytes([SCHEMA]) + importlib.util.MAGIC_NUMBER
 RACY_NS = 2_000_000_000  # files modified within 2 s of the last sync are re-hashed next time
 
 
 def embed_text(item: Memory) -> str:
-    """The text a memory's vector is computed from."""
+    """The text a memory's vector is computed from: title and body, or the body alone when the title is just
+    its opening words (as `remember` and capture make it), so the first sentence does not count twice."""
+    title = item.title.rstrip("…").strip()
+    body = " ".join(item.body.split())
+    if title and " ".join(title.split()) and body.replace("**", "").replace("__", "").startswith(" ".join(title.split())):
+        return item.body.strip()
     return f"{item.title}\n{item.body}".strip()
 
 
