@@ -113,7 +113,7 @@ class Backend:
         key = store.root.resolve()
         folder = _identity(store.memories_dir)
         index = self._indexes.get(key)
-        if index is None or self._folders.get(key) != folder:
+        if index is None or self._folders.get(key) != folder or not self._watching(key):
             if index is not None:
                 self._stop_observer(key)
             store.memories_dir.mkdir(parents=True, exist_ok=True)
@@ -139,6 +139,16 @@ class Backend:
                 if index.sync(full=True, progress=False).locked_out:
                     self._dirty[key].set()  # another process holds the cache: try again next call
         return index
+
+    def _watching(self, key: Path) -> bool:
+        """The observer of this store is still alive (its watch dies with a deleted folder, and a folder made
+        again may get the same inode back)."""
+        dirty = self._dirty.get(key)
+        observer = self._observers.get(dirty) if dirty is not None else None
+        if observer is None:
+            return True  # no observer: an _AlwaysSet store syncs on every call anyway
+        emitters = list(getattr(observer, "emitters", ()))
+        return observer.is_alive() and all(emitter.is_alive() for emitter in emitters)
 
     def _watch(self, store: Store) -> threading.Event:
         from cortex.watch import change_observer

@@ -267,4 +267,15 @@ def test_a_memories_folder_replaced_under_the_server_is_watched_again(mcp):
     made = cortex("remember", "Webhook secrets rotate every 90 days; the old one stays valid for a day.",
                   "--type", "gotcha", cwd=mcp.project, env=mcp.env).stdout.strip()
     assert made in _search_until(mcp, "webhook secrets rotate", made)  # the new folder is watched
+    # deleted and made again at once, as git does: the file system may hand back the same inode
+    shutil.copytree(memories, kept)
+    shutil.rmtree(memories)
+    memories.mkdir()
+    assert _search_until(mcp, "webhooks idempotent raw event", None) == []
+    for folder in kept.iterdir():
+        shutil.copytree(folder, memories / folder.name)
+    shutil.rmtree(kept)
+    later = cortex("remember", "Refund webhooks arrive before the refund API call returns; handle both orders.",
+                   "--type", "gotcha", cwd=mcp.project, env=mcp.env).stdout.strip()
+    assert later in _search_until(mcp, "refund webhooks arrive before", later)
 
