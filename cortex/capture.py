@@ -586,7 +586,10 @@ def write_candidates(store: Store, candidates: list[Candidate], session: str, co
                 break
             if vectors is not None:
                 if vector is None:
-                    vector = vectors.embed(guarded.title + "\n" + guarded.body)
+                    from cortex.index.manifest import embed_text  # as the index embeds memories
+
+                    vector = vectors.embed(embed_text(Memory(id="", type=guarded.type, title=guarded.title,
+                                                             body=guarded.body)))
                 if vectors.similarity(vector, other) >= cosine_duplicate:
                     duplicate = True
                     break

@@ -53,6 +53,13 @@ class Group:
     type: str
     members: list[Memory]
     similarity: float  # the lowest similarity between two members
+    found: dict[Path, bytes] = field(default_factory=dict)  # each member's bytes when it was read
+
+    @classmethod
+    def read(cls, kind: str, paths: list[Path], similarity: float) -> Group:
+        raw = {path: path.read_bytes() for path in paths}
+        members = [fmt.parse(data.decode("utf-8"), path) for path, data in raw.items()]
+        return cls(kind, members, similarity, raw)
 
     def to_dict(self) -> dict[str, Any]:
         return {"type": self.type, "similarity": round(self.similarity, 3),
@@ -164,8 +171,6 @@ def _grow(pairs: list[tuple[float, str, str]], nearest: dict[str, str], similar:
 def find_groups(store: Store, threshold: float | None = None, only_flagged: bool = False,
                 similarity: Similarity | None = None) -> list[Group]:
     """Groups of near-duplicates, most similar first (`only_flagged`: from the pairs flagged at write time)."""
-    from cortex.index import load_memory
-
     if threshold is None:
         threshold = float(store.config().get("consolidate.manual_threshold"))
     similarity = similarity or Similarity(store)
@@ -192,8 +197,12 @@ def find_groups(store: Store, threshold: float | None = None, only_flagged: bool
     root = store.memories_dir
     groups = []
     for rels, low in found:
-        members = [load_memory(Memory(id="", type="", title="", path=root / rel)) for rel in sorted(rels)]
-        groups.append(Group(members[0].type, members, low))
+        try:
+            group = Group.read("", [root / rel for rel in sorted(rels)], low)
+        except (OSError, UnicodeDecodeError, CortexError):
+            continue  # changed under us since the cache saw it: the next run looks again
+        group.type = group.members[0].type
+        groups.append(group)
     groups.sort(key=lambda g: (-g.similarity, g.members[0].id))
     return groups
 
@@ -265,6 +274,12 @@ def _llm_merge(store: Store, group: Group) -> str | None:
     return ask(store, prompt, "consolidate")
 
 
+def _says_different(answer: str) -> bool:
+    """The LLM vetoed the merge: DIFFERENT, however dressed (**DIFFERENT**, "They are DIFFERENT.")."""
+    first = re.sub(r"[^A-Za-z ]", " ", answer.strip().splitlines()[0] if answer.strip() else "").split()
+    return "DIFFERENT" in first or (not answer.lstrip().lower().startswith("title:") and "DIFFERENT" in answer)
+
+
 def _checkpoint_dir(store: Store) -> Path:
     return store.state_dir / CHECKPOINT
 
@@ -286,6 +301,21 @@ def _recover_locked(store: Store) -> bool:
     if missing:
         raise CortexError(f"{folder}: the checkpoint misses {', '.join(missing)}; restore the originals from git "
                           f"(git checkout -- .cortex/memories) and delete the folder")
+    # Undo only what the cut-off run left: a file changed since (a person edited the merged memory, say)
+    # is never overwritten or deleted. Then the rollback stops and says which files to look at.
+    written = data.get("written", {})
+    changed = []
+    for original, saved in data["originals"].items():
+        now = _digest_of(Path(original))
+        if now not in (written.get(original), _digest_of(folder / saved)):
+            changed.append(original)
+    for new in data["new"]:
+        now = _digest_of(Path(new))
+        if now is not None and now != written.get(new):
+            changed.append(new)
+    if changed:
+        raise CortexError(f"{folder}: an interrupted consolidation, but {', '.join(changed)} changed since; "
+                          f"nothing was rolled back. Check those files (git diff), then delete {folder}")
     for original, saved in data["originals"].items():
         atomic_write(Path(original), (folder / saved).read_bytes())
     for new in data["new"]:
@@ -297,6 +327,15 @@ def _recover_locked(store: Store) -> bool:
     store.mark_changed()
     store.log("consolidate: rolled back an unfinished consolidation from its checkpoint")
     return True
+
+
+def _digest_of(path: Path) -> str | None:
+    import hashlib
+
+    try:
+        return hashlib.sha1(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 def _rename(source: Path, target: Path) -> None:
@@ -328,20 +367,20 @@ def apply(store: Store, groups: list[Group], use_llm: bool = True) -> Result:
         return result
     prepared = []
     for group in groups:
-        snapshot = {}
-        for member in group.members:
-            assert member.path is not None
+        snapshot = dict(group.found)  # the bytes the group was built from: any change since skips it
+        if not snapshot:
             try:
-                snapshot[member.path] = member.path.read_bytes()
+                snapshot = {m.path: m.path.read_bytes() for m in group.members if m.path is not None}
             except OSError:
-                snapshot = {}
-                break
-        if snapshot:
-            llm_text = _llm_merge(store, group) if use_llm else None
-            if llm_text is not None and llm_text.strip().upper().startswith("DIFFERENT"):
-                store.log(f"consolidate: the LLM says {', '.join(m.id for m in group.members)} differ: not merged")
-                continue  # a second opinion that vetoes a false merge
-            prepared.append((group, snapshot, merged_memory(group, llm_text)))
+                continue
+        llm_text = _llm_merge(store, group) if use_llm else None
+        if llm_text is not None and _says_different(llm_text):
+            store.log(f"consolidate: the LLM says {', '.join(m.id for m in group.members)} differ: not merged")
+            continue  # a second opinion that vetoes a false merge
+        if llm_text is not None and not llm_text.lstrip().lower().startswith("title:"):
+            store.log("consolidate: the LLM's answer is not 'Title: …' then the text: merged without it")
+            llm_text = None
+        prepared.append((group, snapshot, merged_memory(group, llm_text)))
     with store._lock(), file_lock(store.state_dir / "consolidate.lock"):
         _recover_locked(store)
         existing = {p.name.rsplit("-", 1)[-1][:-3] for p in store.memory_paths()}
@@ -389,8 +428,11 @@ def apply(store: Store, groups: list[Group], use_llm: bool = True) -> Result:
             atomic_write(folder / f"{n}.md", data)
             saved[str(original_path)] = f"{n}.md"
         temps = [target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.tmp") for target, _ in writes]
+        import hashlib
+
+        digests = {str(target): hashlib.sha1(text.encode("utf-8")).hexdigest() for target, text in writes}
         atomic_write(folder / "plan.json", json.dumps({"originals": saved, "new": [str(p) for p in new_paths],
-                                                       "temps": [str(t) for t in temps]}))
+                                                       "temps": [str(t) for t in temps], "written": digests}))
         try:
             for (target, text), temp in zip(writes, temps):
                 temp.parent.mkdir(parents=True, exist_ok=True)

@@ -12,8 +12,9 @@ does and refreshes AGENTS.md's section. `cortex capture` and the LLM worker
 
 from __future__ import annotations
 
+import contextlib
 import json
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from cortex.files import atomic_write, file_lock
 from cortex.store import Store
@@ -48,7 +49,7 @@ def due(store: Store) -> bool:
     if _read(store):
         return True
     try:
-        return now() - float((store.state_dir / "gc.stamp").read_text(encoding="utf-8")) >= DAY
+        return not 0 <= now() - float((store.state_dir / "gc.stamp").read_text(encoding="utf-8")) < DAY
     except (OSError, ValueError):
         return True
 
@@ -69,20 +70,45 @@ def spawn(store: Store) -> None:
     spawn_detached(store, "maintain")
 
 
+@contextlib.contextmanager
+def _run_lock(store: Store) -> Iterator[bool]:
+    """One `cortex maintain` per store at a time: True when this process got the lock, False when another has it."""
+    import fcntl
+
+    path = store.state_dir / "maintain-run.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+b") as handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
 def run(store: Store, record_git: bool = True) -> dict[str, int]:
     """Do the queued upkeep (see the module docstring); returns counts of what changed."""
     from cortex import consolidate, lifecycle
     from cortex.graph import connect_quietly
 
     counts = {"linked": 0, "archived": 0, "removed": 0, "merged": 0}
-    with file_lock(store.state_dir / "maintain-run.lock"):
-        ids = _read(store)
-        if ids:
-            report = connect_quietly(store, ids)
-            counts["linked"] = len(report.linked) if report else 0
+    with _run_lock(store) as running:
+        if not running:
+            return counts  # another `cortex maintain` is at it, and reads the queue again before it stops
+        ids: list[str] = []
+        while True:
+            batch = [i for i in _read(store) if i not in ids]
+            if not batch:
+                break
+            report = connect_quietly(store, batch)
+            counts["linked"] += len(report.linked) if report else 0
             with file_lock(store.state_dir / "maintain.lock"):  # only now: a run killed before keeps its queue
-                left = [i for i in _read(store) if i not in set(ids)]
+                left = [i for i in _read(store) if i not in set(batch)]
                 atomic_write(_queue_path(store), json.dumps(left), durable=False)
+            ids += batch
         try:
             actions = lifecycle.daily(store) or []
             counts["archived"] = sum(a.kind == "archive" for a in actions)

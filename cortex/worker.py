@@ -226,6 +226,8 @@ def process_queue(store: Store, timeout: float = 600.0) -> dict[str, int]:
             store.log(f"worker: {job_path.name}: {len(items)} proposed, {len(written)} written")
     if counts["written"]:
         from cortex import maintain
+        from cortex.store import iter_stores
 
-        maintain.run(store)  # already detached: link what was written, gc, consolidation
+        for each in iter_stores(store):  # already detached: link what was written (global too), gc, consolidation
+            maintain.run(each)
     return counts

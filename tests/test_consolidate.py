@@ -317,3 +317,44 @@ def test_with_the_llm_configured_it_writes_the_merged_text_and_the_code_summary(
     assert description["body"] == "The billing module: invoice totals in cents and partial refunds.\n"
     calls = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
     assert len(calls) == 3 and all(c["nested"] == "1" and "--settings" in c["argv"] for c in calls)  # its hooks off
+
+
+def test_an_interrupted_run_is_not_rolled_back_over_later_work(project, monkeypatch):
+    store, _ids, _pairs = _store(project)
+    groups = consolidate.find_groups(store)
+    real = consolidate._rename
+    calls = {"n": 0}
+
+    def dying(source: Path, target: Path) -> None:
+        calls["n"] += 1
+        real(source, target)
+        if calls["n"] == 6:  # every file renamed, the commit point not reached: killed
+            raise SystemExit(9)
+
+    monkeypatch.setattr(consolidate, "_recover_locked", lambda store: False)
+    monkeypatch.setattr(consolidate, "_rename", dying)
+    with pytest.raises(CortexError):
+        consolidate.apply(store, groups)
+    monkeypatch.undo()
+    merged = [m for m in store.list() if m.source.get("kind") == "consolidation"]
+    assert len(merged) == 2
+    store.update(merged[0].id, {}, body=merged[0].body + "\nA person added this later.\n")  # work done since
+    with pytest.raises(CortexError, match="changed since; nothing was rolled back"):
+        consolidate.recover(store)
+    assert "A person added this later." in store.get(merged[0].id).body
+
+
+def test_a_member_edited_after_the_groups_were_found_is_not_merged_from_its_old_text(project):
+    store, _ids, pairs = _store(project)
+    groups = consolidate.find_groups(store)
+    store.update(pairs[0][0], {}, body="Money is integer cents; the tax engine rounds once per invoice.\n")
+    result = consolidate.apply(store, groups)
+    assert all(pairs[0][0] not in old for _new, old in result.merged)  # that group is skipped, not merged stale
+    assert store.get(pairs[0][0]).status == "active"
+
+
+@pytest.mark.parametrize("answer, veto", [("DIFFERENT", True), ("**DIFFERENT**", True),
+                                          ("The memories are DIFFERENT.", True),
+                                          ("Title: One\n\nThe text.", False)])
+def test_the_llm_veto_is_read_however_it_is_dressed(answer, veto):
+    assert consolidate._says_different(answer) is veto

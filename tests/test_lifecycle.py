@@ -138,3 +138,24 @@ def test_a_zero_threshold_is_harmless(project):
                       encoding="utf-8")
     _write(project, "progress", "Old progress", 0.6, "2026-01-01T00:00:00Z", branch="main")
     assert _gc(project, T0 + 400 * DAY) == []
+
+
+def test_one_maintain_at_a_time_and_a_stamp_from_the_future_is_stale(project):
+    import fcntl
+    import json
+
+    from cortex import maintain
+
+    store = Store.locate(project)
+    maintain.queue(store, ["0123456789ab"])
+    lock = store.state_dir / "maintain-run.lock"
+    with open(lock, "a+b") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)  # another `cortex maintain` is running
+        out = cortex("maintain", cwd=project).stdout
+        assert out.strip() == "linked 0, archived 0, removed 0, merged 0"  # it returned at once
+        assert json.loads((store.state_dir / "maintain.json").read_text(encoding="utf-8")) == ["0123456789ab"]
+    cortex("maintain", cwd=project)  # now it runs: the queue is drained (an unknown id links nothing)
+    assert json.loads((store.state_dir / "maintain.json").read_text(encoding="utf-8")) == []
+    assert not maintain.due(store)  # gc ran today
+    (store.state_dir / "gc.stamp").write_text(str(time.time() + 90 * DAY), encoding="utf-8")  # a fixed clock ahead
+    assert maintain.due(store)
