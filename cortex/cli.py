@@ -365,22 +365,11 @@ def forget(store: Any, target: str, replaced_by: str | None, yes: bool, as_json:
 @store_options
 def status(store: Any, as_json: bool, strict: bool) -> None:
     """Counts by type and status, store paths, search state, and problems found."""
-    from cortex.index import Index
+    from cortex.index import Index, status_report
 
     index = Index(store)
     index.sync(full=False)
-    report = store.status(index.scan())
-    encoder = index.encoder()
-    report["semantic"] = {"on": encoder is not None, "model": getattr(encoder, "identity", None),
-                          "problem": index.encoder_problem}
-    report["cache"] = {"memories": len(index.manifest.files) if index.manifest else 0,
-                       "vectors": len(index.manifest.vector_keys) if index.manifest else 0}
-    from cortex.graph import flagged
-
-    report["flagged_pairs"] = len(flagged(store))  # near-duplicates noticed when written
-    if (store.state_dir / "consolidate-checkpoint" / "plan.json").is_file():
-        report["problems"].append(f"{store.state_dir / 'consolidate-checkpoint'}: an unfinished consolidation; "
-                                  f"`cortex consolidate --dry-run` rolls it back")
+    report = status_report(store, index)
     if as_json:
         _print_json(report)
     else:

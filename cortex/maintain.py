@@ -12,9 +12,8 @@ does and refreshes AGENTS.md's section. `cortex capture` and the LLM worker
 
 from __future__ import annotations
 
-import contextlib
 import json
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable
 
 from cortex.files import atomic_write, file_lock
 from cortex.store import Store
@@ -70,23 +69,11 @@ def spawn(store: Store) -> None:
     spawn_detached(store, "maintain")
 
 
-@contextlib.contextmanager
-def _run_lock(store: Store) -> Iterator[bool]:
-    """One `cortex maintain` per store at a time: True when this process got the lock, False when another has it."""
-    import fcntl
+def _run_lock(store: Store) -> Any:
+    """One `cortex maintain` per store at a time: yields True when this process got the lock, False otherwise."""
+    from cortex.files import try_lock
 
-    path = store.state_dir / "maintain-run.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+b") as handle:
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
-        try:
-            yield True
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+    return try_lock(store.state_dir / "maintain-run.lock")
 
 
 def run(store: Store, record_git: bool = True) -> dict[str, int]:

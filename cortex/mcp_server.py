@@ -503,15 +503,10 @@ def build_server(backend: Backend) -> CortexMCPServer:
         return _result({"memories": rows[:limit], "total": len(rows)})
 
     def status_report() -> dict[str, Any]:
+        from cortex.index import status_report
+
         store = backend.store()
-        index = backend.index(store)
-        report = store.status(index.scan())
-        encoder = index.encoder()
-        report["semantic"] = {"on": encoder is not None, "model": getattr(encoder, "identity", None),
-                              "problem": index.encoder_problem}
-        report["cache"] = {"memories": len(index.manifest.files) if index.manifest else 0,
-                           "vectors": len(index.manifest.vector_keys) if index.manifest else 0}
-        return report
+        return status_report(store, backend.index(store))
 
     @tool("cortex_get_status", READ_ONLY, "Memory store status")
     def get_status() -> CallToolResult:

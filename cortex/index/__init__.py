@@ -62,28 +62,11 @@ class Progress:
             sys.stderr.write("\n")
 
 
-@contextlib.contextmanager
-def _try_lock(path: Path, wait: bool = False) -> Iterator[bool]:
-    """Yield True holding an exclusive lock, or False at once if another process has it.
+def _try_lock(path: Path, wait: bool = False) -> Any:
+    """See `cortex.files.try_lock` (no committed cache to fall back on: `wait`)."""
+    from cortex.files import try_lock
 
-    With `wait` (there is no committed cache to fall back on) it waits for the lock instead.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle = open(path, "a+b")
-    try:
-        import fcntl
-
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            yield False
-            return
-        try:
-            yield True
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-    finally:
-        handle.close()
+    return try_lock(path, wait)
 
 
 @contextlib.contextmanager
@@ -568,3 +551,22 @@ def load_memory(item: Memory) -> Memory:
     from cortex import memory as fmt
 
     return fmt.parse(store_path.read_text(encoding="utf-8"), store_path)
+
+
+def status_report(store: Store, index: Index) -> dict[str, Any]:
+    """What `cortex status` and the MCP server report: the store's counts and problems, search state, cache
+    size, near-duplicates flagged at write time, and an unfinished consolidation."""
+    from cortex.graph import flagged
+
+    report = store.status(index.scan())
+    encoder = index.encoder()
+    report["semantic"] = {"on": encoder is not None, "model": getattr(encoder, "identity", None),
+                          "problem": index.encoder_problem}
+    report["cache"] = {"memories": len(index.manifest.files) if index.manifest else 0,
+                       "vectors": len(index.manifest.vector_keys) if index.manifest else 0}
+    report["flagged_pairs"] = len(flagged(store))
+    if (store.state_dir / "consolidate-checkpoint" / "plan.json").is_file():
+        report["problems"].append(f"{store.state_dir / 'consolidate-checkpoint'}: an unfinished consolidation; "
+                                  f"`cortex consolidate --dry-run` rolls it back")
+    return report
+
