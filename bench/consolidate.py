@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.store import bench_env, print_machine, warm_bytecode  # noqa: E402
 from cortex import consolidate  # noqa: E402
 from cortex import memory as fmt  # noqa: E402
-from cortex.graph import Similarity  # noqa: E402
+from cortex.graph import Similarity, connect, flagged  # noqa: E402
 from cortex.index import Index  # noqa: E402
 from cortex.memory import Memory  # noqa: E402
 from cortex.store import Store  # noqa: E402
@@ -76,34 +76,62 @@ def score(groups: list[consolidate.Group], partner: dict[str, str]) -> tuple[int
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=HERE / "data" / "consolidate.json")
+    parser.add_argument("--data", type=Path, nargs="+",
+                        default=[HERE / "data" / "consolidate.json", HERE / "data" / "consolidate-heldout.json"])
     args = parser.parse_args()
-    data = json.loads(args.data.read_text(encoding="utf-8"))
     warm_bytecode()
     print_machine(bench_env(), 3)
+    for path in args.data:
+        print(f"\n== {path.name}")
+        run(json.loads(path.read_text(encoding="utf-8")), full=path == args.data[0])
+
+
+def run(data: dict, full: bool) -> None:
     total = 2 * len(data["pairs"]) + len(data["background"])
     print(f"\n{total} memories, {len(data['pairs'])} planted pairs\n")
     with tempfile.TemporaryDirectory() as tmp:
         store, partner = build(Path(tmp) / "project" / ".cortex", data)
         Index(store).sync(full=True, progress=False)
-        print(f"{'similarity':<16} {'threshold':>9} {'found':>7} {'false merges':>13} {'find_groups':>12}")
-        for label, kwargs in (("centred cosine", {}), ("raw cosine", {"centred": False}),
-                              ("word overlap", {"method": "jaccard"})):
-            thresholds = (0.3, 0.4, 0.5, 0.6, 0.7) if label != "raw cosine" else (0.7, 0.8, 0.85, 0.9)
-            if label == "word overlap":
-                thresholds = (0.3, 0.4, 0.5)
+        print(f"{'score':<16} {'threshold':>9} {'found':>7} {'false merges':>13} {'find_groups':>12}")
+        rels = sorted(rel for rel, e in Index(store).records().items() if e["status"] == "active")
+        started = time.perf_counter()
+        judge = consolidate.Judge(store, rels)
+        setup = time.perf_counter() - started
+        for label, kwargs, referee in (("duplicate score", {}, judge), ("centred cosine", {}, False),
+                                       ("raw cosine", {"centred": False}, False),
+                                       ("word overlap", {"method": "jaccard"}, False)):
+            thresholds = {"duplicate score": (0.5, 0.55, 0.6, 0.62, 0.64, 0.66, 0.68, 0.7, 0.75),
+                          "centred cosine": (0.5, 0.6, 0.7), "raw cosine": (0.7, 0.8, 0.9),
+                          "word overlap": (0.3, 0.4, 0.5)}[label]
             for threshold in thresholds:
-                times = []
-                for _ in range(3 if label != "word overlap" else 1):
-                    started = time.perf_counter()
-                    groups = consolidate.find_groups(store, threshold, similarity=Similarity(store, **kwargs))
-                    times.append(time.perf_counter() - started)
+                started = time.perf_counter()
+                groups = consolidate.find_groups(store, threshold, similarity=Similarity(store, **kwargs),
+                                                 judge=referee)
+                took = time.perf_counter() - started
                 found, false = score(groups, partner)
                 print(f"{label:<16} {threshold:>9.2f} {found:>4}/{len(partner) // 2:<3} {false:>13} "
-                      f"{statistics.median(times) * 1000:>9.0f} ms")
-        manual = float(store.config().get("consolidate.manual_threshold"))
-        groups = consolidate.find_groups(store, manual)
+                      f"{took * 1000:>9.0f} ms")
+        print(f"\n(the duplicate score's first call includes encoding the candidates: "
+              f"{len(judge._encoded)} memories; the judge's set-up, idf over {len(rels)} memories: {setup * 1000:.0f} ms)")
+        config = store.config()
+        manual = float(config.get("consolidate.manual_threshold"))
+        auto = float(config.get("consolidate.auto_threshold"))
         copy = Path(tmp) / "copy" / ".cortex"
+        shutil.copytree(store.root, copy)
+        flagged_store = Store(copy)
+        started = time.perf_counter()
+        connect(flagged_store, [e["id"] for e in Index(flagged_store).records().values()])
+        flag_ms = (time.perf_counter() - started) * 1000
+        started = time.perf_counter()
+        groups = consolidate.find_groups(flagged_store, auto, only_flagged=True)
+        auto_ms = (time.perf_counter() - started) * 1000
+        found, false = score(groups, partner)
+        print(f"automatic run (pairs flagged by graph.connect as each memory is written, at {auto}): "
+              f"{found}/{len(partner) // 2} found, {false} false merges; {len(flagged(flagged_store))} pairs flagged "
+              f"(linking and flagging all {len(rels)}: {flag_ms:.0f} ms), judged in {auto_ms:.0f} ms")
+        if not full:
+            return
+        shutil.rmtree(copy.parent)
         shutil.copytree(store.root, copy)
         started = time.perf_counter()
         result = consolidate.apply(Store(copy), [g for g in consolidate.find_groups(Store(copy), manual)], use_llm=False)
@@ -118,7 +146,6 @@ def main() -> None:
                            capture_output=True, env=bench_env())
             runs.append(time.perf_counter() - started)
         print(f"`cortex consolidate --dry-run`, whole process, median of 5: {statistics.median(runs) * 1000:.0f} ms")
-
 
 
 if __name__ == "__main__":

@@ -389,7 +389,8 @@ def status(store: Any, as_json: bool, strict: bool) -> None:
         for name, count in report["by_type"].items():
             click.echo(f"  {name:<18} {count}")
         if report["flagged_pairs"]:
-            click.echo(f"near-duplicates flagged: {report['flagged_pairs']} pairs (`cortex consolidate --auto --dry-run`)")
+            click.echo(f"possible duplicates flagged: {report['flagged_pairs']} pairs, judged by the next automatic "
+                       f"consolidation (`cortex consolidate --auto --dry-run`)")
         for warning in report["warnings"]:
             click.echo(f"warning: {warning}")
         if report["problems"]:
@@ -551,8 +552,8 @@ def gc(store: Any, dry_run: bool, as_json: bool) -> None:
 @main.command()
 @click.option("--dry-run", is_flag=True, help="Print the proposed groups; change nothing.")
 @click.option("--yes", "-y", is_flag=True, help="Merge every group without asking.")
-@click.option("--threshold", type=click.FloatRange(0, 1), help="Similarity a group needs (default: consolidate.manual_threshold, 0.5).")
-@click.option("--auto", "auto", is_flag=True, help="What runs after capture: only pairs flagged when written, at consolidate.auto_threshold (0.7).")
+@click.option("--threshold", type=click.FloatRange(0, 1), help="Duplicate score a group needs (default: consolidate.manual_threshold, 0.55).")
+@click.option("--auto", "auto", is_flag=True, help="What runs after capture: only pairs flagged when written, at consolidate.auto_threshold (0.64).")
 @click.option("--json", "as_json", is_flag=True, help="Print the groups (and what was merged) as JSON.")
 @store_options
 def consolidate(store: Any, dry_run: bool, yes: bool, threshold: float | None, auto: bool, as_json: bool) -> None:
@@ -566,7 +567,7 @@ def consolidate(store: Any, dry_run: bool, yes: bool, threshold: float | None, a
     groups = merging.find_groups(store, threshold, only_flagged=auto)
     if not as_json:
         for n, group in enumerate(groups, start=1):
-            click.echo(f"group {n} ({group.type}, similarity {group.similarity:.2f}):")
+            click.echo(f"group {n} ({group.type}, duplicate score {group.similarity:.2f}):")
             for member in group.members:
                 click.echo(f"  {member.id} {member.title}")
         if not groups:

@@ -49,8 +49,9 @@ DEFAULTS: dict[str, Any] = {
         "max_links": 5,
     },
     "consolidate": {
-        "auto_threshold": 0.7,
-        "manual_threshold": 0.5,
+        "auto_threshold": 0.64,
+        "manual_threshold": 0.55,
+        "candidate_threshold": 0.5,
         "every_captures": 10,
         "max_active": 80,
     },
@@ -107,8 +108,9 @@ graph:                      # links made when a memory is written
   max_links: 5              # at most this many relates_to links per new memory (the strongest)
 
 consolidate:                # merging near-duplicate memories of the same type
-  auto_threshold: 0.7       # automatic (after capture): pairs more similar than this
-  manual_threshold: 0.5     # `cortex consolidate`: groups more similar than this
+  candidate_threshold: 0.5  # same-type memories this similar (as links measure) are possible duplicates ...
+  auto_threshold: 0.64      # ... merged after capture when their duplicate score is at least this
+  manual_threshold: 0.55    # ... proposed by `cortex consolidate` from this duplicate score (it asks per group)
   every_captures: 10        # automatic run after this many captured memories ...
   max_active: 80            # ... or whenever more than this many memories are active
 
@@ -181,7 +183,7 @@ def load_config(path: Path, cache_dir: Path | None = None) -> Config:
     return config
 
 
-SCHEMA = 5  # bump when DEFAULTS change shape, so cached configs are re-read
+SCHEMA = 6  # bump when DEFAULTS change shape, so cached configs are re-read
 
 
 def _cache_file(cache_dir: Path) -> Path:

@@ -1,14 +1,20 @@
 """Consolidation (`cortex consolidate`): merge near-duplicate memories into one, all or nothing.
 
+Finding duplicates is two steps. The static model (`cortex.graph.Similarity`,
+the centred cosine links use) names candidates: each memory's 5 nearest of
+its type at least `consolidate.candidate_threshold` (0.5) similar — the
+same pairs graph.connect flags when a memory is written. Then the duplicate
+score (`Judge`: BERTScore on the bundled contextual model, `cortex.contextual`)
+decides whether a candidate pair says one thing or only shares a subject.
 Groups are memories of the same type, active and not pinned (code is never
-consolidated), started by two memories that are each other's nearest
-neighbour, every pair in a group at least the threshold similar
-(`cortex.graph.Similarity`, the centred cosine): `consolidate.manual_threshold` (0.5)
-for `cortex consolidate`, `consolidate.auto_threshold` (0.7) for the
-automatic run, which takes only the pairs flagged when memories were written
-and runs after capture once `consolidate.every_captures` (10) memories were
-captured since the last run, or whenever more than `consolidate.max_active`
-(80) memories are active.
+consolidated), started by two memories that are each other's best candidate,
+every pair in a group at least the threshold: `consolidate.manual_threshold`
+(0.55) for `cortex consolidate`, which asks per group, and
+`consolidate.auto_threshold` (0.64) for the automatic run, which takes only
+the pairs flagged when memories were written and runs after capture once
+`consolidate.every_captures` (10) memories were captured since the last run,
+or whenever more than `consolidate.max_active` (80) memories are active.
+Measured in bench/consolidate.py; docs/graph.md has the table.
 
 A group becomes one new memory: the best-written member's text (highest
 priority, then confidence, then the longest) plus the sentences only the
@@ -40,11 +46,12 @@ from typing import Any, Callable
 from cortex import memory as fmt
 from cortex.errors import CortexError
 from cortex.files import atomic_write, file_lock
-from cortex.graph import NO_LINK_TYPES, Similarity, clear_flags, flagged, words
+from cortex.graph import NO_LINK_TYPES, Similarity, clear_flagged_pairs, clear_flags, flagged, words
 from cortex.memory import Link, Memory
 from cortex.store import Store
 
 MAX_GROUP = 6
+CANDIDATES = 5  # a memory's duplicate is looked for among its 5 nearest of its type (static model)
 CHECKPOINT = "consolidate-checkpoint"
 
 
@@ -52,7 +59,7 @@ CHECKPOINT = "consolidate-checkpoint"
 class Group:
     type: str
     members: list[Memory]
-    similarity: float  # the lowest similarity between two members
+    similarity: float  # the lowest duplicate score between two members (Judge; the static similarity without it)
     found: dict[Path, bytes] = field(default_factory=dict)  # each member's bytes when it was read
 
     @classmethod
@@ -88,47 +95,6 @@ def _eligible(records: dict[str, dict[str, Any]], automatic: bool = False) -> di
             continue
         by_type.setdefault(entry["type"], []).append(rel)
     return by_type
-
-
-def _neighbours(similarity: Similarity, rels: list[str], threshold: float, among: list[str] | None = None
-                ) -> tuple[list[tuple[float, str, str]], dict[str, str]]:
-    """Pairs of `rels` (with `among`, each of `rels` against `among`) at least `threshold` similar, best first,
-    and each memory's nearest neighbour."""
-    others = among if among is not None else rels
-    pairs: dict[tuple[str, str], float] = {}
-    nearest: dict[str, str] = {}
-    if similarity.method == "cosine":
-        import numpy as np
-
-        mine, theirs = similarity.matrix_for(rels), similarity.matrix_for(others)
-        if mine is None or theirs is None or not rels or not others:
-            return [], {}
-        position = {rel: k for k, rel in enumerate(others)}
-        step = max(8, min(1024, 4_000_000 // max(1, len(others))))  # a block of ≤ 16 MB of scores
-        for start in range(0, len(rels), step):
-            block = mine[start:start + step] @ theirs.T
-            for i in range(block.shape[0]):
-                a = rels[start + i]
-                if a in position:
-                    block[i, position[a]] = -2.0  # not its own neighbour
-            best = block.argmax(axis=1)
-            for i, j in enumerate(best):
-                if block[i, j] > -2.0:
-                    nearest[rels[start + i]] = others[int(j)]
-            for i, j in zip(*np.nonzero(block >= threshold)):
-                a, b = rels[start + int(i)], others[int(j)]
-                pairs[(min(a, b), max(a, b))] = float(block[i, j])
-    else:
-        for a in rels:
-            candidates = [o for o in others if o != a]
-            scores = similarity.against(a, candidates)
-            if scores:
-                nearest[a] = candidates[max(range(len(scores)), key=lambda k: scores[k])]
-            for b, score in zip(candidates, scores):
-                if score >= threshold:
-                    pairs[(min(a, b), max(a, b))] = score
-    ordered = sorted(((score, a, b) for (a, b), score in pairs.items()), key=lambda p: (-p[0], p[1], p[2]))
-    return ordered, nearest
 
 
 def _grow(pairs: list[tuple[float, str, str]], nearest: dict[str, str], similar: Callable[[str, str], float],
@@ -168,31 +134,171 @@ def _grow(pairs: list[tuple[float, str, str]], nearest: dict[str, str], similar:
     return list(zip(groups, lowest))
 
 
+class Judge:
+    """The duplicate score of two memories: do they say one thing?
+
+    BERTScore (Zhang et al., 2020) on the bundled contextual model
+    (`cortex.contextual`): every token of one memory is matched with its most
+    similar token of the other (cosine of their contextual states), weighted
+    by the token's rarity in the store (idf), averaged both ways; the score is
+    the harmonic mean (F1) of the two directions. Rare words carry the claim
+    ("SKIP LOCKED", "4 KB", "banker's rounding"); a memory that only shares
+    the subject's common words with another scores low, one that says the same
+    thing in other words scores high, because contextual states match "iPhones"
+    with "iOS" and "half a minute" with "30 seconds". The texts are those the
+    index embeds (`embed_text`). Encodings are kept for the run.
+    """
+
+    def __init__(self, store: Store, rels: list[str]) -> None:
+        import math
+        from collections import Counter
+
+        from cortex import contextual
+        from cortex.index.manifest import embed_text
+
+        self.encoder = contextual.Encoder()
+        root = store.memories_dir
+        self.texts: dict[str, str] = {}
+        for rel in rels:
+            try:
+                self.texts[rel] = embed_text(fmt.parse((root / rel).read_text(encoding="utf-8"), root / rel))
+            except (OSError, UnicodeDecodeError, CortexError):
+                self.texts[rel] = ""
+        tokenizer = self.encoder.tokenizer
+        encoded = tokenizer.encode_batch(list(self.texts.values()), add_special_tokens=False) if self.texts else []
+        frequency: Counter[int] = Counter(t for e in encoded for t in set(e.ids))
+        total = len(self.texts)
+        self._idf = {token: math.log((total + 1) / (count + 1)) for token, count in frequency.items()}
+        self._unseen = math.log(total + 1)
+        self._encoded: dict[str, Any] = {}
+        self._scores: dict[tuple[str, str], float] = {}
+
+    def prepare(self, rels: set[str] | list[str]) -> None:
+        """Encode the memories not yet encoded (in batches: much faster than one by one)."""
+        missing = sorted(rel for rel in set(rels) if rel not in self._encoded)
+        for rel, item in zip(missing, self.encoder.encode([self.texts.get(rel, "") for rel in missing])):
+            self._encoded[rel] = item
+
+    def score(self, a: str, b: str) -> float:
+        key = (a, b) if a < b else (b, a)
+        if key not in self._scores:
+            import numpy as np
+
+            self.prepare([a, b])
+            first, second = self._encoded[a], self._encoded[b]
+            if not first.ids or not second.ids:
+                self._scores[key] = 0.0
+                return 0.0
+            sim = first.states @ second.states.T
+            weights_a = np.asarray([self._idf.get(t, self._unseen) for t in first.ids], dtype=np.float32)
+            weights_b = np.asarray([self._idf.get(t, self._unseen) for t in second.ids], dtype=np.float32)
+            recall = float((sim.max(axis=1) * weights_a).sum() / max(float(weights_a.sum()), 1e-9))
+            precision = float((sim.max(axis=0) * weights_b).sum() / max(float(weights_b.sum()), 1e-9))
+            both = recall + precision
+            self._scores[key] = 2 * recall * precision / both if both > 0 else 0.0
+        return self._scores[key]
+
+
+def _judge(store: Store, by_type: dict[str, list[str]]) -> Judge | None:
+    from cortex.embedding import EncoderUnavailable
+
+    try:
+        return Judge(store, sorted(rel for rels in by_type.values() for rel in rels))
+    except EncoderUnavailable as exc:
+        store.log(f"consolidate: {exc}; judging duplicates by the static similarity instead")
+        return None
+
+
+def _candidates(similarity: Similarity, seeds: list[str], rels: list[str], floor: float, most: int
+                ) -> dict[str, list[str]]:
+    """Each seed's `most` nearest memories among `rels` by the static similarity, those at least `floor`."""
+    out: dict[str, list[str]] = {}
+    if not seeds or len(rels) < 2:
+        return out
+    if similarity.method == "cosine":
+        import numpy as np
+
+        mine, theirs = similarity.matrix_for(seeds), similarity.matrix_for(rels)
+        position = {rel: k for k, rel in enumerate(rels)}
+        step = max(8, min(1024, 4_000_000 // max(1, len(rels))))  # a block of <= 16 MB of scores
+        for start in range(0, len(seeds), step):
+            block = mine[start:start + step] @ theirs.T
+            for i in range(block.shape[0]):
+                a = seeds[start + i]
+                if a in position:
+                    block[i, position[a]] = -2.0  # not its own neighbour
+            keep = min(most, len(rels) - 1)
+            top = np.argpartition(-block, keep - 1, axis=1)[:, :keep] if keep > 0 else np.zeros((len(block), 0), int)
+            for i in range(block.shape[0]):
+                ranked = sorted(top[i], key=lambda j: (-block[i, j], j))
+                out[seeds[start + i]] = [rels[int(j)] for j in ranked if block[i, j] >= floor]
+    else:
+        for a in seeds:
+            others = [o for o in rels if o != a]
+            scores = similarity.against(a, others)
+            ranked = sorted(zip(scores, others), key=lambda p: (-p[0], p[1]))[:most]
+            out[a] = [o for s, o in ranked if s >= floor]
+    return out
+
+
 def find_groups(store: Store, threshold: float | None = None, only_flagged: bool = False,
-                similarity: Similarity | None = None) -> list[Group]:
-    """Groups of near-duplicates, most similar first (`only_flagged`: from the pairs flagged at write time)."""
+                similarity: Similarity | None = None, judge: bool | Judge = True) -> list[Group]:
+    """Groups of near-duplicates, most similar first (`only_flagged`: from the pairs flagged at write time).
+
+    The static similarity names each memory's candidates (its `CANDIDATES` nearest of the same type, at least
+    `consolidate.candidate_threshold`); the duplicate score (`Judge`) decides. Without the contextual model, or
+    with `judge=False` (the benchmark's comparison), the static similarity is the score; a `Judge` passed in
+    keeps its encodings across calls.
+    """
+    config = store.config()
     if threshold is None:
-        threshold = float(store.config().get("consolidate.manual_threshold"))
+        threshold = float(config.get("consolidate.manual_threshold"))
     similarity = similarity or Similarity(store)
     records = similarity.records()
     by_type = _eligible(records, automatic=only_flagged)
     rel_of = {entry["id"]: rel for rel, entry in records.items()}
+    referee = judge if isinstance(judge, Judge) else _judge(store, by_type) if judge and by_type else None
+    floor = float(config.get("consolidate.candidate_threshold")) if referee is not None else threshold
+    static: dict[tuple[str, str], float] = {}
 
     def similar(a: str, b: str) -> float:
-        return similarity.against(a, [b])[0]
+        if referee is not None:
+            return referee.score(a, b)
+        key = (a, b) if a < b else (b, a)
+        if key not in static:
+            static[key] = similarity.against(a, [b])[0]
+        return static[key]
 
+    flagged_pairs = {tuple(sorted((rel_of.get(a) or "", rel_of.get(b) or ""))) for a, b, _ in flagged(store)} \
+        if only_flagged else set()
+    marked = {rel for pair in flagged_pairs for rel in pair}  # the automatic run starts only from these
     found: list[tuple[list[str], float]] = []
     for kind, rels in sorted(by_type.items()):
         rels = sorted(rels)
+        eligible = set(rels)
         if only_flagged:
-            eligible = set(rels)
-            marked = sorted({rel for a_id, b_id, _score in flagged(store)
-                             for rel in (rel_of.get(a_id), rel_of.get(b_id)) if rel in eligible})
-            pairs, nearest = _neighbours(similarity, marked, threshold, among=rels)
-            flagged_pairs = {tuple(sorted((rel_of.get(a) or "", rel_of.get(b) or ""))) for a, b, _ in flagged(store)}
-            pairs = [p for p in pairs if (p[1], p[2]) in flagged_pairs]
+            seeds = sorted(marked & eligible)
+            near = _candidates(similarity, seeds, rels, floor, CANDIDATES)
+            # a seed's candidates need their own candidates too: "mutual nearest" looks from both sides
+            second = sorted({o for others in near.values() for o in others} - set(near))
+            near.update(_candidates(similarity, second, rels, floor, CANDIDATES))
         else:
-            pairs, nearest = _neighbours(similarity, rels, threshold)
+            near = _candidates(similarity, rels, rels, floor, CANDIDATES)
+        if referee is not None:
+            referee.prepare({rel for a, others in near.items() if others for rel in (a, *others)})
+        scored: dict[tuple[str, str], float] = {}
+        for a, others in near.items():
+            for b in others:
+                scored[(a, b) if a < b else (b, a)] = similar(a, b)
+        nearest: dict[str, str] = {}
+        best: dict[str, float] = {}
+        for (a, b), score in scored.items():
+            for one, other in ((a, b), (b, a)):
+                if score > best.get(one, -2.0) or (score == best[one] and other < nearest[one]):
+                    best[one], nearest[one] = score, other
+        pairs = sorted(((s, a, b) for (a, b), s in scored.items()
+                        if s >= threshold and (not only_flagged or a in marked or b in marked)),
+                       key=lambda p: (-p[0], p[1], p[2]))
         found.extend(_grow(pairs, nearest, similar, threshold))
     root = store.memories_dir
     groups = []
@@ -475,7 +581,10 @@ def after_capture(store: Store, written: int) -> int:
         active = sum(1 for entry in index.records().values() if entry["status"] == "active")
         due = since >= int(config.get("consolidate.every_captures")) or active > int(config.get("consolidate.max_active"))
         atomic_write(state, json.dumps({"since": 0 if due else since}), durable=False)
-    if not due or not flagged(store):
+    judged = flagged(store)
+    if not due or not judged:
         return 0
     groups = find_groups(store, float(config.get("consolidate.auto_threshold")), only_flagged=True)
-    return len(apply(store, groups).merged)
+    merged = len(apply(store, groups).merged)
+    clear_flagged_pairs(store, [(a, b) for a, b, _score in judged])  # judged: not asked again unless flagged again
+    return merged

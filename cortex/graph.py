@@ -7,9 +7,11 @@ compared with the store's other active memories:
   link with `strength` = the similarity, on both memories; only the
   `graph.max_links` (5) strongest are kept, so a large store does not link
   everything to everything;
-- similarity above `consolidate.auto_threshold` (0.7) with a memory of the
-  same type: not linked, but flagged for consolidation
-  (`state/flagged.json`, read by `cortex consolidate --auto`).
+- similarity above `consolidate.candidate_threshold` (0.5) with a memory of
+  the same type (its 5 closest): not linked, but flagged as a possible
+  duplicate (`state/flagged.json`); the automatic consolidation judges the
+  flagged pairs with its duplicate score (`cortex.consolidate.Judge`) and
+  merges those above `consolidate.auto_threshold`.
 
 Similarity is the cosine of the bundled model's vectors from the cache when
 they are there; otherwise the Jaccard overlap of the two texts' words.
@@ -34,6 +36,7 @@ from cortex.memory import Link
 from cortex.store import Store
 
 NO_LINK_TYPES = ("code",)  # source code is never compared or embedded
+FLAG_MOST = 5  # a new memory's possible duplicates: at most its 5 closest of its type (as consolidation looks)
 # A store's mean vector is unreliable while it holds few memories: it is blended with the mean of these
 # (generic developer memories, written for cortex) as if they were REFERENCE_WEIGHT memories of the store.
 REFERENCE_WEIGHT = 20
@@ -199,7 +202,7 @@ def connect(store: Store, ids: Iterable[str], index: Any = None) -> LinkReport:
     config = store.config()
     low, high = float(config.get("graph.link_min")), float(config.get("graph.link_max"))
     most = int(config.get("graph.max_links"))
-    flag_at = float(config.get("consolidate.auto_threshold"))
+    flag_at = float(config.get("consolidate.candidate_threshold"))
     similarity = Similarity(store, index)
     report.method = similarity.method
     records = similarity.records()
@@ -224,9 +227,10 @@ def connect(store: Store, ids: Iterable[str], index: Any = None) -> LinkReport:
             new_links.setdefault(other_id, []).append(Link("relates_to", memory_id, strength))
             report.linked.append((memory_id, other_id, strength))
         pinned = json.loads(mine["meta"]).get("pinned", False)
-        for score, other in zip(scores, others):
-            if score > flag_at and records[other]["type"] == mine["type"] and not pinned \
-                    and not json.loads(records[other]["meta"]).get("pinned", False):
+        close = sorted(((s, o) for s, o in zip(scores, others) if s >= flag_at and records[o]["type"] == mine["type"]),
+                       key=lambda p: (-p[0], p[1]))
+        for score, other in close[:FLAG_MOST]:
+            if not pinned and not json.loads(records[other]["meta"]).get("pinned", False):
                 report.flagged.append((memory_id, records[other]["id"], round(score, 3)))
     for memory_id, links in sorted(new_links.items()):
         store.add_links(memory_id, links, path=store.memories_dir / rel_of[memory_id])
@@ -257,6 +261,14 @@ def clear_flags(store: Store, ids: Iterable[str]) -> None:
     gone = set(ids)
     with file_lock(store.state_dir / "flagged.lock"):
         kept = [[a, b, s] for a, b, s in flagged(store) if a not in gone and b not in gone]
+        atomic_write(store.state_dir / "flagged.json", json.dumps(kept), durable=False)
+
+
+def clear_flagged_pairs(store: Store, pairs: Iterable[tuple[str, str]]) -> None:
+    """Forget these flagged pairs (judged by a consolidation run); pairs flagged since stay."""
+    judged = {tuple(sorted(pair)) for pair in pairs}
+    with file_lock(store.state_dir / "flagged.lock"):
+        kept = [[a, b, s] for a, b, s in flagged(store) if tuple(sorted((a, b))) not in judged]
         atomic_write(store.state_dir / "flagged.json", json.dumps(kept), durable=False)
 
 

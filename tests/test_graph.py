@@ -49,9 +49,12 @@ def test_a_new_memory_is_linked_both_ways_within_the_band_and_near_duplicates_ar
                      "suffer rounding errors", "decision")
     assert made[0]["id"] not in {link["to"] for link in twin["links"]}
     flagged = json.loads((project / ".cortex" / "state" / "flagged.json").read_text(encoding="utf-8"))
-    assert [sorted(pair[:2]) for pair in flagged] == [sorted([twin["id"], made[0]["id"]])]
-    assert flagged[0][2] > 0.7
-    assert cortex_json("status", cwd=project)["flagged_pairs"] == 1
+    pairs = {tuple(sorted(pair[:2])): pair[2] for pair in flagged}
+    assert tuple(sorted([twin["id"], made[0]["id"]])) in pairs  # a possible duplicate ...
+    assert all(score >= 0.5 for score in pairs.values())
+    assert {i for pair in pairs for i in pair} <= {twin["id"], made[0]["id"], new["id"]}  # (all about cents)
+    assert cortex_json("status", cwd=project)["flagged_pairs"] == len(pairs)
+    # ... and the duplicate score decides: the twin is merged, the invoice-totals decision (same subject) is not
     auto = cortex_json("consolidate", "--auto", "--dry-run", cwd=project)["groups"]
     assert [sorted(m["id"] for m in g["members"]) for g in auto] == [sorted([twin["id"], made[0]["id"]])]
 

@@ -1,0 +1,161 @@
+"""A small contextual sentence encoder (all-MiniLM-L6-v2) in numpy, for one decision: are two memories one?
+
+The bundled static model (`cortex.embedding`) gives every token one vector
+whatever its neighbours, which is fast enough for every hook but cannot tell
+"Celery task names are explicit strings" from "Celery tasks take only keyword
+arguments": both are mostly the same Celery words. Consolidation needs that
+distinction (docs/graph.md has the measurements), so cortex also ships the
+6-layer transformer the static model was distilled from, with int8 weights
+(`scripts/build_contextual.py`, 23 MB), and runs it here with numpy alone —
+no torch, nothing downloaded. It is used only where a few hundred texts are
+compared, never on a hook's path: `cortex consolidate`, and the detached
+`cortex maintain`.
+
+`Encoder.encode(texts)` returns per text its token states (the last layer,
+without [CLS]/[SEP], each L2-normalised) and the token ids; `mean` pools
+them as sentence-transformers does. `tests/test_contextual.py` checks the
+vectors against the reference implementation's numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from cortex.embedding import EncoderUnavailable, read_safetensors
+
+NAME = "minilm-l6"
+BATCH = 32
+
+
+def model_path() -> Path:
+    return Path(__file__).resolve().parent / "models" / NAME
+
+
+@dataclass
+class Encoded:
+    ids: list[int]  # WordPiece ids, no special tokens
+    states: Any  # float32 [len(ids), hidden], each row L2-normalised
+    mean: Any  # float32 [hidden], the mean of the raw states, L2-normalised (the sentence vector)
+
+
+def _gelu(x: Any) -> Any:
+    """GELU, tanh form (numpy has no erf; the difference is far below the int8 weights' own)."""
+    import numpy as np
+
+    return 0.5 * x * (1.0 + np.tanh(0.7978845608 * (x + 0.044715 * x * x * x)))
+
+
+class Encoder:
+    def __init__(self, folder: Path | None = None) -> None:
+        import numpy as np
+
+        folder = folder or model_path()
+        try:
+            from tokenizers import Tokenizer
+
+            self.config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+            self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+            tensors = read_safetensors(folder / "model.safetensors")
+        except (OSError, ValueError, KeyError, ImportError, Exception) as exc:  # tokenizers raises its own type
+            raise EncoderUnavailable(f"cannot load the contextual model in {folder}: {exc}") from None
+        self.tokenizer.no_padding()
+        self.tokenizer.no_truncation()
+        self.hidden = int(self.config["hidden_size"])
+        self.heads = int(self.config["num_attention_heads"])
+        self.eps = float(self.config["layer_norm_eps"])
+        self.max_tokens = int(self.config.get("max_tokens", 256))
+        self._tensors = tensors
+
+        def matrix(name: str) -> Any:  # dequantised and transposed for x @ W
+            return np.ascontiguousarray((tensors[name].astype(np.float32) * tensors[name + ".scale"][:, None]).T)
+
+        def vector(name: str) -> Any:
+            return np.asarray(tensors[name], dtype=np.float32)
+
+        self.layers = []
+        for n in range(int(self.config["num_hidden_layers"])):
+            p = f"encoder.layer.{n}."
+            qkv = np.concatenate([matrix(p + f"attention.self.{k}.weight") for k in ("query", "key", "value")], axis=1)
+            self.layers.append({
+                "qkv": qkv,
+                "qkv_b": np.concatenate([vector(p + f"attention.self.{k}.bias") for k in ("query", "key", "value")]),
+                "out": matrix(p + "attention.output.dense.weight"), "out_b": vector(p + "attention.output.dense.bias"),
+                "ln1": (vector(p + "attention.output.LayerNorm.weight"), vector(p + "attention.output.LayerNorm.bias")),
+                "up": matrix(p + "intermediate.dense.weight"), "up_b": vector(p + "intermediate.dense.bias"),
+                "down": matrix(p + "output.dense.weight"), "down_b": vector(p + "output.dense.bias"),
+                "ln2": (vector(p + "output.LayerNorm.weight"), vector(p + "output.LayerNorm.bias")),
+            })
+        self.positions = tensors["embeddings.position_embeddings.weight"].astype(np.float32) * \
+            tensors["embeddings.position_embeddings.weight.scale"][:, None]
+        self.token_type = tensors["embeddings.token_type_embeddings.weight"][0].astype(np.float32) * \
+            tensors["embeddings.token_type_embeddings.weight.scale"][0]
+        self.ln0 = (vector("embeddings.LayerNorm.weight"), vector("embeddings.LayerNorm.bias"))
+
+    def _rows(self, ids: Any) -> Any:
+        """Token-table rows for `ids`, read from the int8 table and scaled (the table stays memory-mapped)."""
+        import numpy as np
+
+        table = self._tensors["embeddings.word_embeddings.weight"]
+        scale = self._tensors["embeddings.word_embeddings.weight.scale"]
+        return table[ids].astype(np.float32) * scale[ids][..., None]
+
+    def _norm(self, x: Any, params: tuple[Any, Any]) -> Any:
+        import numpy as np
+
+        mean = x.mean(axis=-1, keepdims=True)
+        var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+        return (x - mean) / np.sqrt(var + self.eps) * params[0] + params[1]
+
+    def _forward(self, batch: Any, mask: Any) -> Any:
+        """Last-layer states [B, L, H] of a padded batch of ids with [CLS]/[SEP]; mask is 1 on real tokens."""
+        import numpy as np
+
+        b, length = batch.shape
+        h, heads = self.hidden, self.heads
+        size = h // heads
+        x = self._norm(self._rows(batch) + self.positions[:length] + self.token_type, self.ln0)
+        bias = np.where(mask[:, None, None, :] > 0, 0.0, -1e9).astype(np.float32)
+        for layer in self.layers:
+            qkv = x @ layer["qkv"] + layer["qkv_b"]
+            q, k, v = (qkv[..., i * h:(i + 1) * h].reshape(b, length, heads, size).transpose(0, 2, 1, 3)
+                       for i in range(3))
+            scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(size) + bias
+            scores -= scores.max(axis=-1, keepdims=True)
+            weights = np.exp(scores)
+            weights /= weights.sum(axis=-1, keepdims=True)
+            context = (weights @ v).transpose(0, 2, 1, 3).reshape(b, length, h)
+            x = self._norm(context @ layer["out"] + layer["out_b"] + x, layer["ln1"])
+            up = x @ layer["up"] + layer["up_b"]
+            up = _gelu(up)
+            x = self._norm(up @ layer["down"] + layer["down_b"] + x, layer["ln2"])
+        return x
+
+    def encode(self, texts: Sequence[str]) -> list[Encoded]:
+        import numpy as np
+
+        cls, sep = self.tokenizer.token_to_id("[CLS]"), self.tokenizer.token_to_id("[SEP]")
+        ids = [e.ids[: self.max_tokens - 2] for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+        out: list[Encoded | None] = [None] * len(ids)
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))  # similar lengths share a batch: less padding
+        for start in range(0, len(order), BATCH):
+            chunk = order[start:start + BATCH]
+            length = max(len(ids[i]) for i in chunk) + 2
+            batch = np.zeros((len(chunk), length), dtype=np.int64)
+            mask = np.zeros((len(chunk), length), dtype=np.float32)
+            for row, i in enumerate(chunk):
+                seq = [cls, *ids[i], sep]
+                batch[row, :len(seq)] = seq
+                mask[row, :len(seq)] = 1.0
+            states = self._forward(batch, mask)
+            for row, i in enumerate(chunk):
+                n = len(ids[i]) + 2
+                full = states[row, :n]
+                mean = full.mean(axis=0)
+                inner = full[1:-1]
+                out[i] = Encoded(ids=list(ids[i]), mean=(mean / max(float(np.linalg.norm(mean)), 1e-9)).astype(np.float32),
+                                 states=(inner / np.maximum(np.linalg.norm(inner, axis=1, keepdims=True), 1e-9)).astype(np.float32))
+        return [e for e in out if e is not None]

@@ -1,0 +1,50 @@
+"""The bundled contextual model (cortex.contextual): the numpy encoder agrees with the reference, and the
+duplicate score tells a paraphrase from a memory on the same subject."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cortex import contextual
+from cortex.embedding import EncoderUnavailable
+
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.fixture(scope="module")
+def encoder() -> contextual.Encoder:
+    return contextual.Encoder()
+
+
+def test_sentence_vectors_match_the_reference_implementation(encoder: contextual.Encoder) -> None:
+    """int8 weights in numpy against all-MiniLM-L6-v2 in float32 through sentence-transformers (recorded)."""
+    reference = json.loads((HERE / "data" / "minilm-reference.json").read_text(encoding="utf-8"))
+    mine = encoder.encode(reference["texts"])
+    for text, item, expected in zip(reference["texts"], mine, reference["vectors"]):
+        expected = np.asarray(expected, dtype=np.float32)
+        cosine = float(item.mean @ expected / np.linalg.norm(expected))
+        assert cosine > 0.995, (text, cosine)
+    # and the vectors are the texts' own: each is closest to its reference, not another's
+    matrix = np.stack([np.asarray(v, dtype=np.float32) for v in reference["vectors"]])
+    assert [int(np.argmax(matrix @ item.mean)) for item in mine] == list(range(len(mine)))
+
+
+def test_token_states_and_long_or_empty_texts(encoder: contextual.Encoder) -> None:
+    long_text = "The deploy script retries the health check. " * 200  # far over 256 tokens
+    short, long, empty = encoder.encode(["cobra over urfave/cli", long_text, ""])
+    assert len(short.ids) == short.states.shape[0] >= 5
+    assert np.allclose(np.linalg.norm(short.states, axis=1), 1.0, atol=1e-4)
+    assert len(long.ids) == encoder.max_tokens - 2  # [CLS] and [SEP] take the other two
+    assert empty.ids == [] and empty.states.shape == (0, encoder.hidden)
+    # batching does not change a text's vector (padding is masked out)
+    alone = encoder.encode(["cobra over urfave/cli"])[0]
+    assert np.allclose(alone.mean, short.mean, atol=1e-5)
+
+
+def test_a_missing_model_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(EncoderUnavailable, match="contextual model"):
+        contextual.Encoder(tmp_path)
