@@ -564,7 +564,7 @@ def consolidate(store: Any, dry_run: bool, yes: bool, threshold: float | None, a
         click.echo("rolled back an unfinished consolidation", err=True)
     if auto and threshold is None:
         threshold = float(store.config().get("consolidate.auto_threshold"))
-    groups = merging.find_groups(store, threshold, only_flagged=auto)
+    groups = merging.find_groups(store, threshold, only_flagged=auto, progress=sys.stderr.isatty())
     if not as_json:
         for n, group in enumerate(groups, start=1):
             click.echo(f"group {n} ({group.type}, duplicate score {group.similarity:.2f}):")

@@ -52,6 +52,7 @@ DEFAULTS: dict[str, Any] = {
         "auto_threshold": 0.64,
         "manual_threshold": 0.55,
         "candidate_threshold": 0.5,
+        "max_judged": 500,
         "every_captures": 10,
         "max_active": 80,
     },
@@ -111,6 +112,7 @@ consolidate:                # merging near-duplicate memories of the same type
   candidate_threshold: 0.5  # same-type memories this similar (as links measure) are possible duplicates ...
   auto_threshold: 0.64      # ... merged after capture when their duplicate score is at least this
   manual_threshold: 0.55    # ... proposed by `cortex consolidate` from this duplicate score (it asks per group)
+  max_judged: 500           # memories one automatic run may encode to judge (~3-15 s); the rest wait for the next
   every_captures: 10        # automatic run after this many captured memories ...
   max_active: 80            # ... or whenever more than this many memories are active
 
@@ -183,7 +185,7 @@ def load_config(path: Path, cache_dir: Path | None = None) -> Config:
     return config
 
 
-SCHEMA = 6  # bump when DEFAULTS change shape, so cached configs are re-read
+SCHEMA = 7  # bump when DEFAULTS change shape, so cached configs are re-read
 
 
 def _cache_file(cache_dir: Path) -> Path:

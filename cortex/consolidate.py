@@ -38,6 +38,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -146,17 +147,26 @@ class Judge:
     the subject's common words with another scores low, one that says the same
     thing in other words scores high, because contextual states match "iPhones"
     with "iOS" and "half a minute" with "30 seconds". The texts are those the
-    index embeds (`embed_text`). Encodings are kept for the run.
+    index embeds (`embed_text`), the first `TOKENS` tokens of each.
+
+    Scores are kept in `cache/duplicate-scores.json` by the two texts' hashes,
+    so a later run encodes only memories with a new candidate. The idf weights
+    drift as the store grows: the cache is dropped whenever the store's size
+    passes a power of two.
     """
 
-    def __init__(self, store: Store, rels: list[str]) -> None:
+    TOKENS = 128
+    CACHE = "duplicate-scores.json"
+
+    def __init__(self, store: Store, rels: list[str], records: dict[str, dict[str, Any]] | None = None) -> None:
         import math
         from collections import Counter
 
         from cortex import contextual
         from cortex.index.manifest import embed_text
 
-        self.encoder = contextual.Encoder()
+        self.store = store
+        self.encoder = contextual.Encoder(max_tokens=self.TOKENS)
         root = store.memories_dir
         self.texts: dict[str, str] = {}
         for rel in rels:
@@ -164,6 +174,10 @@ class Judge:
                 self.texts[rel] = embed_text(fmt.parse((root / rel).read_text(encoding="utf-8"), root / rel))
             except (OSError, UnicodeDecodeError, CortexError):
                 self.texts[rel] = ""
+        from cortex.index.manifest import text_hash
+
+        self.key_of = {rel: (records or {}).get(rel, {}).get("vhash") or text_hash(text)
+                       for rel, text in self.texts.items()}
         tokenizer = self.encoder.tokenizer
         encoded = tokenizer.encode_batch(list(self.texts.values()), add_special_tokens=False) if self.texts else []
         frequency: Counter[int] = Counter(t for e in encoded for t in set(e.ids))
@@ -171,39 +185,74 @@ class Judge:
         self._idf = {token: math.log((total + 1) / (count + 1)) for token, count in frequency.items()}
         self._unseen = math.log(total + 1)
         self._encoded: dict[str, Any] = {}
-        self._scores: dict[tuple[str, str], float] = {}
+        self.encoded_count = 0
+        self._epoch = f"{contextual.NAME}:{self.TOKENS}:{max(total, 1).bit_length()}"
+        self._cached: dict[str, float] = {}
+        self._dirty = False
+        try:
+            data = json.loads((store.cache_dir / self.CACHE).read_text(encoding="utf-8"))
+            if data.get("epoch") == self._epoch:
+                self._cached = {str(k): float(v) for k, v in data["scores"].items()}
+        except (OSError, ValueError, AttributeError, KeyError, TypeError):
+            pass
+
+    def _key(self, a: str, b: str) -> str:
+        first, second = sorted((self.key_of.get(a, a), self.key_of.get(b, b)))
+        return f"{first}:{second}"
+
+    def known(self, a: str, b: str) -> bool:
+        return self._key(a, b) in self._cached
 
     def prepare(self, rels: set[str] | list[str]) -> None:
         """Encode the memories not yet encoded (in batches: much faster than one by one)."""
         missing = sorted(rel for rel in set(rels) if rel not in self._encoded)
         for rel, item in zip(missing, self.encoder.encode([self.texts.get(rel, "") for rel in missing])):
             self._encoded[rel] = item
+        self.encoded_count += len(missing)
+
+    def release(self) -> None:
+        """Drop the encodings (they are large); the scores stay."""
+        self._encoded.clear()
 
     def score(self, a: str, b: str) -> float:
-        key = (a, b) if a < b else (b, a)
-        if key not in self._scores:
+        key = self._key(a, b)
+        if key not in self._cached:
             import numpy as np
 
             self.prepare([a, b])
             first, second = self._encoded[a], self._encoded[b]
             if not first.ids or not second.ids:
-                self._scores[key] = 0.0
+                self._cached[key] = 0.0
                 return 0.0
-            sim = first.states @ second.states.T
+            sim = first.states.astype(np.float32) @ second.states.astype(np.float32).T
             weights_a = np.asarray([self._idf.get(t, self._unseen) for t in first.ids], dtype=np.float32)
             weights_b = np.asarray([self._idf.get(t, self._unseen) for t in second.ids], dtype=np.float32)
             recall = float((sim.max(axis=1) * weights_a).sum() / max(float(weights_a.sum()), 1e-9))
             precision = float((sim.max(axis=0) * weights_b).sum() / max(float(weights_b.sum()), 1e-9))
             both = recall + precision
-            self._scores[key] = 2 * recall * precision / both if both > 0 else 0.0
-        return self._scores[key]
+            self._cached[key] = round(2 * recall * precision / both, 5) if both > 0 else 0.0
+            self._dirty = True
+        return self._cached[key]
+
+    def save(self) -> None:
+        """Write the scores back (those of texts no longer in the store are dropped). A cache: never fatal."""
+        if not self._dirty:
+            return
+        live = set(self.key_of.values())
+        scores = {k: v for k, v in self._cached.items() if set(k.split(":")) <= live}
+        try:
+            self.store.cache_dir.mkdir(parents=True, exist_ok=True)
+            atomic_write(self.store.cache_dir / self.CACHE, json.dumps({"epoch": self._epoch, "scores": scores}),
+                         durable=False)
+        except OSError as exc:
+            self.store.log(f"consolidate: cannot keep the duplicate scores: {exc!r}")
 
 
-def _judge(store: Store, by_type: dict[str, list[str]]) -> Judge | None:
+def _judge(store: Store, by_type: dict[str, list[str]], records: dict[str, dict[str, Any]]) -> Judge | None:
     from cortex.embedding import EncoderUnavailable
 
     try:
-        return Judge(store, sorted(rel for rels in by_type.values() for rel in rels))
+        return Judge(store, sorted(rel for rels in by_type.values() for rel in rels), records)
     except EncoderUnavailable as exc:
         store.log(f"consolidate: {exc}; judging duplicates by the static similarity instead")
         return None
@@ -241,14 +290,39 @@ def _candidates(similarity: Similarity, seeds: list[str], rels: list[str], floor
     return out
 
 
+def _within_budget(judge: Judge, edges: set[tuple[str, str]], budget: int, similarity: Similarity
+                   ) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
+    """The candidate pairs this run can judge (scored before, or new with at most `budget` memories to encode,
+    the most similar pairs first) and those left for the next run."""
+    ready = {edge for edge in edges if judge.known(*edge)}
+    new = sorted(edges - ready, key=lambda e: (-similarity.against(e[0], [e[1]])[0], e))
+    if not new:
+        return ready, set()
+    to_encode: set[str] = set()
+    waiting: set[tuple[str, str]] = set()
+    for edge in new:
+        more = {rel for rel in edge if rel not in to_encode}
+        if len(to_encode) + len(more) > budget:
+            waiting.add(edge)
+            continue
+        to_encode |= more
+        ready.add(edge)
+    if waiting:
+        judge.store.log(f"consolidate: {len(waiting)} candidate pairs wait for the next run "
+                        f"(consolidate.max_judged: {judge.encoded_count + len(to_encode)} memories encoded)")
+    return ready, waiting
+
+
 def find_groups(store: Store, threshold: float | None = None, only_flagged: bool = False,
-                similarity: Similarity | None = None, judge: bool | Judge = True) -> list[Group]:
+                similarity: Similarity | None = None, judge: bool | Judge = True, progress: bool = False,
+                left: set[str] | None = None) -> list[Group]:
     """Groups of near-duplicates, most similar first (`only_flagged`: from the pairs flagged at write time).
 
     The static similarity names each memory's candidates (its `CANDIDATES` nearest of the same type, at least
     `consolidate.candidate_threshold`); the duplicate score (`Judge`) decides. Without the contextual model, or
     with `judge=False` (the benchmark's comparison), the static similarity is the score; a `Judge` passed in
-    keeps its encodings across calls.
+    keeps its scores across calls. `left` collects the ids of memories whose candidates could not all be
+    judged within `consolidate.max_judged` (the automatic run keeps their flags for the next run).
     """
     config = store.config()
     if threshold is None:
@@ -257,7 +331,9 @@ def find_groups(store: Store, threshold: float | None = None, only_flagged: bool
     records = similarity.records()
     by_type = _eligible(records, automatic=only_flagged)
     rel_of = {entry["id"]: rel for rel, entry in records.items()}
-    referee = judge if isinstance(judge, Judge) else _judge(store, by_type) if judge and by_type else None
+    referee = judge if isinstance(judge, Judge) else _judge(store, by_type, records) if judge and by_type else None
+    # memories one automatic run may encode (a detached process must not hog the machine); by hand, all of them
+    budget = int(config.get("consolidate.max_judged")) if only_flagged else 10**9
     floor = float(config.get("consolidate.candidate_threshold")) if referee is not None else threshold
     static: dict[tuple[str, str], float] = {}
 
@@ -284,12 +360,22 @@ def find_groups(store: Store, threshold: float | None = None, only_flagged: bool
             near.update(_candidates(similarity, second, rels, floor, CANDIDATES))
         else:
             near = _candidates(similarity, rels, rels, floor, CANDIDATES)
+        edges = {(a, b) if a < b else (b, a) for a, others in near.items() for b in others}
+        waiting: set[tuple[str, str]] = set()
         if referee is not None:
-            referee.prepare({rel for a, others in near.items() if others for rel in (a, *others)})
-        scored: dict[tuple[str, str], float] = {}
-        for a, others in near.items():
-            for b in others:
-                scored[(a, b) if a < b else (b, a)] = similar(a, b)
+            edges, waiting = _within_budget(referee, edges, budget - referee.encoded_count, similarity)
+            todo = {rel for edge in edges for rel in edge if not referee.known(*edge)}
+            if progress and len(todo) > 200:
+                print(f"cortex: judging {len(todo)} {kind} memories with the contextual model "
+                      f"(about {len(todo) // 100 + 1} s)…", file=sys.stderr, flush=True)
+            referee.prepare(todo)
+        scored = {edge: similar(*edge) for edge in sorted(edges)}
+        if referee is not None:
+            referee.release()
+        # a memory with a candidate still waiting is not complete: its best partner may be among those
+        unsure = {rel for edge in waiting for rel in edge}
+        if left is not None:
+            left.update(records[rel]["id"] for rel in unsure)
         nearest: dict[str, str] = {}
         best: dict[str, float] = {}
         for (a, b), score in scored.items():
@@ -297,9 +383,12 @@ def find_groups(store: Store, threshold: float | None = None, only_flagged: bool
                 if score > best.get(one, -2.0) or (score == best[one] and other < nearest[one]):
                     best[one], nearest[one] = score, other
         pairs = sorted(((s, a, b) for (a, b), s in scored.items()
-                        if s >= threshold and (not only_flagged or a in marked or b in marked)),
+                        if s >= threshold and a not in unsure and b not in unsure
+                        and (not only_flagged or a in marked or b in marked)),
                        key=lambda p: (-p[0], p[1], p[2]))
         found.extend(_grow(pairs, nearest, similar, threshold))
+    if referee is not None:
+        referee.save()
     root = store.memories_dir
     groups = []
     for rels, low in found:
@@ -584,7 +673,9 @@ def after_capture(store: Store, written: int) -> int:
     judged = flagged(store)
     if not due or not judged:
         return 0
-    groups = find_groups(store, float(config.get("consolidate.auto_threshold")), only_flagged=True)
+    waiting: set[str] = set()
+    groups = find_groups(store, float(config.get("consolidate.auto_threshold")), only_flagged=True, left=waiting)
     merged = len(apply(store, groups).merged)
-    clear_flagged_pairs(store, [(a, b) for a, b, _score in judged])  # judged: not asked again unless flagged again
+    # judged pairs are not asked again unless flagged again; those left over budget wait for the next run
+    clear_flagged_pairs(store, [(a, b) for a, b, _score in judged if a not in waiting and b not in waiting])
     return merged

@@ -28,7 +28,7 @@ from typing import Any, Sequence
 from cortex.embedding import EncoderUnavailable, read_safetensors
 
 NAME = "minilm-l6"
-BATCH = 32
+BATCH_TOKENS = 4096
 
 
 def model_path() -> Path:
@@ -38,19 +38,28 @@ def model_path() -> Path:
 @dataclass
 class Encoded:
     ids: list[int]  # WordPiece ids, no special tokens
-    states: Any  # float32 [len(ids), hidden], each row L2-normalised
+    states: Any  # float16 [len(ids), hidden], each row L2-normalised (float16: a store's worth stays small)
     mean: Any  # float32 [hidden], the mean of the raw states, L2-normalised (the sentence vector)
 
 
 def _gelu(x: Any) -> Any:
-    """GELU, tanh form (numpy has no erf; the difference is far below the int8 weights' own)."""
+    """GELU, tanh form (numpy has no erf; the difference is far below the int8 weights' own), in place."""
     import numpy as np
 
-    return 0.5 * x * (1.0 + np.tanh(0.7978845608 * (x + 0.044715 * x * x * x)))
+    inner = x * x
+    inner *= np.float32(0.044715)
+    inner += np.float32(1.0)
+    inner *= x
+    inner *= np.float32(0.7978845608)
+    np.tanh(inner, out=inner)
+    inner += np.float32(1.0)
+    x *= inner
+    x *= np.float32(0.5)
+    return x
 
 
 class Encoder:
-    def __init__(self, folder: Path | None = None) -> None:
+    def __init__(self, folder: Path | None = None, max_tokens: int | None = None) -> None:
         import numpy as np
 
         folder = folder or model_path()
@@ -67,7 +76,7 @@ class Encoder:
         self.hidden = int(self.config["hidden_size"])
         self.heads = int(self.config["num_attention_heads"])
         self.eps = float(self.config["layer_norm_eps"])
-        self.max_tokens = int(self.config.get("max_tokens", 256))
+        self.max_tokens = min(int(self.config.get("max_tokens", 256)), max_tokens or 10**6)
         self._tensors = tensors
 
         def matrix(name: str) -> Any:  # dequantised and transposed for x @ W
@@ -106,43 +115,67 @@ class Encoder:
     def _norm(self, x: Any, params: tuple[Any, Any]) -> Any:
         import numpy as np
 
-        mean = x.mean(axis=-1, keepdims=True)
-        var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
-        return (x - mean) / np.sqrt(var + self.eps) * params[0] + params[1]
+        x -= x.mean(axis=-1, keepdims=True)
+        var = np.mean(x * x, axis=-1, keepdims=True)
+        var += np.float32(self.eps)
+        x /= np.sqrt(var)
+        x *= params[0]
+        x += params[1]
+        return x
 
     def _forward(self, batch: Any, mask: Any) -> Any:
-        """Last-layer states [B, L, H] of a padded batch of ids with [CLS]/[SEP]; mask is 1 on real tokens."""
+        """Last-layer states [B, L, H] of a padded batch of ids with [CLS]/[SEP]; mask is 1 on real tokens.
+
+        Dense layers run on the batch flattened to [B*L, H] (one BLAS call each; numpy loops over a leading
+        batch axis otherwise), in place where it can."""
         import numpy as np
 
         b, length = batch.shape
         h, heads = self.hidden, self.heads
         size = h // heads
-        x = self._norm(self._rows(batch) + self.positions[:length] + self.token_type, self.ln0)
+        x = self._norm(self._rows(batch) + self.positions[:length] + self.token_type, self.ln0).reshape(b * length, h)
         bias = np.where(mask[:, None, None, :] > 0, 0.0, -1e9).astype(np.float32)
+        scale = np.float32(1.0 / math.sqrt(size))
         for layer in self.layers:
-            qkv = x @ layer["qkv"] + layer["qkv_b"]
-            q, k, v = (qkv[..., i * h:(i + 1) * h].reshape(b, length, heads, size).transpose(0, 2, 1, 3)
+            qkv = x @ layer["qkv"]
+            qkv += layer["qkv_b"]
+            q, k, v = (qkv[:, i * h:(i + 1) * h].reshape(b, length, heads, size).transpose(0, 2, 1, 3)
                        for i in range(3))
-            scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(size) + bias
+            scores = q @ k.transpose(0, 1, 3, 2)
+            scores *= scale
+            scores += bias
             scores -= scores.max(axis=-1, keepdims=True)
-            weights = np.exp(scores)
-            weights /= weights.sum(axis=-1, keepdims=True)
-            context = (weights @ v).transpose(0, 2, 1, 3).reshape(b, length, h)
-            x = self._norm(context @ layer["out"] + layer["out_b"] + x, layer["ln1"])
-            up = x @ layer["up"] + layer["up_b"]
+            np.exp(scores, out=scores)
+            scores /= scores.sum(axis=-1, keepdims=True)
+            context = (scores @ v).transpose(0, 2, 1, 3).reshape(b * length, h)
+            attended = context @ layer["out"]
+            attended += layer["out_b"]
+            attended += x
+            x = self._norm(attended, layer["ln1"])
+            up = x @ layer["up"]
+            up += layer["up_b"]
             up = _gelu(up)
-            x = self._norm(up @ layer["down"] + layer["down_b"] + x, layer["ln2"])
-        return x
+            down = up @ layer["down"]
+            down += layer["down_b"]
+            down += x
+            x = self._norm(down, layer["ln2"])
+        return x.reshape(b, length, h)
 
     def encode(self, texts: Sequence[str]) -> list[Encoded]:
         import numpy as np
 
-        cls, sep = self.tokenizer.token_to_id("[CLS]"), self.tokenizer.token_to_id("[SEP]")
+        cls, sep = int(self.tokenizer.token_to_id("[CLS]") or 0), int(self.tokenizer.token_to_id("[SEP]") or 0)
         ids = [e.ids[: self.max_tokens - 2] for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
         out: list[Encoded | None] = [None] * len(ids)
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))  # similar lengths share a batch: less padding
-        for start in range(0, len(order), BATCH):
-            chunk = order[start:start + BATCH]
+        chunks: list[list[int]] = [[]]
+        for i in order:  # about BATCH_TOKENS token rows per batch: big enough for BLAS, small enough for memory
+            if chunks[-1] and (len(chunks[-1]) + 1) * (len(ids[i]) + 2) > BATCH_TOKENS:
+                chunks.append([])
+            chunks[-1].append(i)
+        for chunk in chunks:
+            if not chunk:
+                continue
             length = max(len(ids[i]) for i in chunk) + 2
             batch = np.zeros((len(chunk), length), dtype=np.int64)
             mask = np.zeros((len(chunk), length), dtype=np.float32)
@@ -157,5 +190,6 @@ class Encoder:
                 mean = full.mean(axis=0)
                 inner = full[1:-1]
                 out[i] = Encoded(ids=list(ids[i]), mean=(mean / max(float(np.linalg.norm(mean)), 1e-9)).astype(np.float32),
-                                 states=(inner / np.maximum(np.linalg.norm(inner, axis=1, keepdims=True), 1e-9)).astype(np.float32))
+                                 states=(inner / np.maximum(np.linalg.norm(inner, axis=1, keepdims=True), 1e-9)
+                                         ).astype(np.float16))
         return [e for e in out if e is not None]

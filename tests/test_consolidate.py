@@ -163,6 +163,73 @@ def test_automatic_consolidation_after_captures_merges_flagged_pairs(project, tm
     assert merged[0]["id"] in (project / ".cortex" / "decisions.md").read_text(encoding="utf-8")
 
 
+SAME_SUBJECT = [  # one subject, three different claims: none is a duplicate of another
+    ("pattern", "Celery tasks accept only keyword arguments, so adding an optional parameter doesn't break messages "
+                "already sitting in the queue."),
+    ("pattern", "Celery task names are explicit strings like payments.payouts.run_daily, never the auto-generated "
+                "module path, so refactors don't break messages already queued."),
+    ("pattern", "Celery tasks that touch money are idempotent: they look the payout up by its key before acting, "
+                "because the broker can deliver a message twice."),
+]
+PARAPHRASE = ("pattern", "Celery task names are spelled out as strings such as payments.payouts.run_daily instead of "
+                         "the module path Celery generates, so renaming modules cannot strand queued messages.")
+
+
+def test_memories_on_one_subject_are_not_duplicates_but_a_paraphrase_is(project):
+    config = project / ".cortex" / "config.yaml"  # every same-type pair a candidate: the duplicate score decides alone
+    config.write_text(config.read_text(encoding="utf-8").replace("candidate_threshold: 0.5", "candidate_threshold: -1"),
+                      encoding="utf-8")
+    store = Store.locate(project)
+    for kind, text in DISTINCT:
+        store.create(Memory(id="", type=kind, title=text, body=text + "\n"))
+    same = [store.create(Memory(id="", type=kind, title=text, body=text + "\n")).id for kind, text in SAME_SUBJECT]
+    auto = float(store.config().get("consolidate.auto_threshold"))
+    # the static similarity, as links measure it, would merge two of the Celery patterns at 0.4
+    static = consolidate.find_groups(store, 0.4, judge=False)
+    assert len(static) == 1 and {m.id for m in static[0].members} < set(same)
+    assert consolidate.find_groups(store, auto) == []  # the duplicate score tells them apart
+    twin = store.create(Memory(id="", type=PARAPHRASE[0], title=PARAPHRASE[1], body=PARAPHRASE[1] + "\n")).id
+    groups = consolidate.find_groups(store, auto)
+    assert [sorted(m.id for m in g.members) for g in groups] == [sorted([same[1], twin])]
+
+
+def test_duplicate_scores_are_kept_between_runs(project):
+    store, _ids, pairs = _store(project)
+    from cortex.index import Index
+
+    rels = sorted(Index(store).records())
+    first = consolidate.Judge(store, rels, Index(store).records())
+    assert len(consolidate.find_groups(store, judge=first)) == 2
+    assert first.encoded_count >= 4 and (store.cache_dir / consolidate.Judge.CACHE).is_file()
+    again = consolidate.Judge(store, rels, Index(store).records())
+    assert len(consolidate.find_groups(store, judge=again)) == 2
+    assert again.encoded_count == 0  # every candidate pair was scored by the first run
+    # a changed memory is a new text: its pairs are judged again
+    store.update(pairs[0][0], {}, body="We store money as integer cents, never floats, to avoid rounding errors.\n")
+    third = consolidate.Judge(store, sorted(Index(store).records()), Index(store).records())
+    consolidate.find_groups(store, judge=third)
+    assert third.encoded_count >= 1
+
+
+def test_an_automatic_run_judges_at_most_max_judged_and_keeps_the_rest_flagged(project):
+    from cortex.graph import connect, flagged
+
+    store, _ids, pairs = _store(project)
+    connect(store, [i for pair in pairs for i in pair])
+    assert {tuple(sorted(p)) for p in pairs} <= {tuple(sorted(p[:2])) for p in flagged(store)}
+    config = store.config_path
+    config.write_text(config.read_text(encoding="utf-8").replace("max_judged: 500", "max_judged: 2")
+                      .replace("every_captures: 10", "every_captures: 1"), encoding="utf-8")
+    store = Store.locate(project)
+    assert consolidate.after_capture(store, 1) == 1  # room to encode one pair: the other waits, still flagged
+    left = {tuple(sorted(p[:2])) for p in flagged(store)}
+    assert len([p for p in pairs if tuple(sorted(p)) in left]) == 1
+    assert consolidate.after_capture(store, 1) == 1  # the next run judges it
+    assert not {tuple(sorted(p)) for p in pairs} & {tuple(sorted(p[:2])) for p in flagged(store)}
+    shown = [cortex_json("show", m["id"], cwd=project) for m in cortex_json("list", cwd=project)]
+    assert len([m for m in shown if m["source"].get("kind") == "consolidation"]) == 2
+
+
 # ---------------------------------------------------------------- code indexing
 
 MODULE = '''"""Billing: invoice totals in integer cents."""
