@@ -564,7 +564,12 @@ def consolidate(store: Any, dry_run: bool, yes: bool, threshold: float | None, a
         click.echo("rolled back an unfinished consolidation", err=True)
     if auto and threshold is None:
         threshold = float(store.config().get("consolidate.auto_threshold"))
-    groups = merging.find_groups(store, threshold, only_flagged=auto, progress=sys.stderr.isatty())
+    waiting: set[str] = set()
+    groups = merging.find_groups(store, threshold, only_flagged=auto, progress=sys.stderr.isatty(), left=waiting)
+    if waiting:
+        key = "max_judged" if auto else "max_judged_by_hand"
+        click.echo(f"{len(waiting)} memories have candidates not judged yet (at most consolidate.{key} "
+                   f"encoded per run): run `cortex consolidate` again for them", err=True)
     if not as_json:
         for n, group in enumerate(groups, start=1):
             click.echo(f"group {n} ({group.type}, duplicate score {group.similarity:.2f}):")

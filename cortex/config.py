@@ -53,6 +53,7 @@ DEFAULTS: dict[str, Any] = {
         "manual_threshold": 0.55,
         "candidate_threshold": 0.5,
         "max_judged": 500,
+        "max_judged_by_hand": 5000,
         "every_captures": 10,
         "max_active": 80,
     },
@@ -113,6 +114,7 @@ consolidate:                # merging near-duplicate memories of the same type
   auto_threshold: 0.64      # ... merged after capture when their duplicate score is at least this
   manual_threshold: 0.55    # ... proposed by `cortex consolidate` from this duplicate score (it asks per group)
   max_judged: 500           # memories one automatic run may encode to judge (~3-15 s); the rest wait for the next
+  max_judged_by_hand: 5000  # ... and one `cortex consolidate` (~30 s-3 min)
   every_captures: 10        # automatic run after this many captured memories ...
   max_active: 80            # ... or whenever more than this many memories are active
 
@@ -185,7 +187,7 @@ def load_config(path: Path, cache_dir: Path | None = None) -> Config:
     return config
 
 
-SCHEMA = 7  # bump when DEFAULTS change shape, so cached configs are re-read
+SCHEMA = 9  # bump when DEFAULTS change shape, so cached configs are re-read
 
 
 def _cache_file(cache_dir: Path) -> Path:
@@ -230,5 +232,22 @@ def _parse(path: Path, text: str) -> Config:
     if not isinstance(given, dict):
         raise ConfigError(f"{path}: expected a mapping of settings")
     warnings: list[str] = []
+    _migrate(given)
     data = _merge(DEFAULTS, given, "", warnings)
     return Config(data, [f"{path.name}: {w}" for w in warnings])
+
+
+def _migrate(given: dict[str, Any]) -> None:
+    """Read a config written by an older cortex as it meant.
+
+    Before consolidation had a duplicate score, `cortex init` wrote `auto_threshold: 0.7` and
+    `manual_threshold: 0.5` — thresholds on a cosine. A `consolidate` section without
+    `candidate_threshold` (which every newer config has) holding those two values is that template: they
+    give way to the duplicate score's defaults, since 0.7/0.5 mean something else on that scale. A value a
+    person chose is kept.
+    """
+    section = given.get("consolidate")
+    if isinstance(section, dict) and "candidate_threshold" not in section:
+        for key, old in (("auto_threshold", 0.7), ("manual_threshold", 0.5)):
+            if section.get(key) == old:
+                del section[key]

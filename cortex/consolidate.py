@@ -52,6 +52,7 @@ from cortex.memory import Link, Memory
 from cortex.store import Store
 
 MAX_GROUP = 6
+STATIC_AUTO, STATIC_MANUAL = 0.7, 0.5  # thresholds on the static similarity, when there is no contextual model
 CANDIDATES = 5  # a memory's duplicate is looked for among its 5 nearest of its type (static model)
 CHECKPOINT = "consolidate-checkpoint"
 
@@ -147,12 +148,15 @@ class Judge:
     the subject's common words with another scores low, one that says the same
     thing in other words scores high, because contextual states match "iPhones"
     with "iOS" and "half a minute" with "30 seconds". The texts are those the
-    index embeds (`embed_text`), the first `TOKENS` tokens of each.
+    index embeds (`embed_text`); of a long one, its first and last `TOKENS`
+    tokens (two memories that open alike may still end in different decisions).
+    The idf is over the store's active memories (code excepted), so a run by
+    hand and the automatic run weigh alike.
 
     Scores are kept in `cache/duplicate-scores.json` by the two texts' hashes,
     so a later run encodes only memories with a new candidate. The idf weights
-    drift as the store grows: the cache is dropped whenever the store's size
-    passes a power of two.
+    drift as the store grows: the kept scores are dropped once the store is
+    half or twice the size they were computed at.
     """
 
     TOKENS = 128
@@ -186,13 +190,16 @@ class Judge:
         self._unseen = math.log(total + 1)
         self._encoded: dict[str, Any] = {}
         self.encoded_count = 0
-        self._epoch = f"{contextual.NAME}:{self.TOKENS}:{max(total, 1).bit_length()}"
+        self._model = f"{contextual.NAME}:{self.TOKENS}:head+tail"
+        self._size = total  # the store size the kept scores were computed at (idf drifts as it grows)
         self._cached: dict[str, float] = {}
         self._dirty = False
         try:
             data = json.loads((store.cache_dir / self.CACHE).read_text(encoding="utf-8"))
-            if data.get("epoch") == self._epoch:
-                self._cached = {str(k): float(v) for k, v in data["scores"].items()}
+            size = int(data["size"])
+            if data.get("model") == self._model and size / 2 < max(total, 1) < size * 2:
+                self._cached = {str(k): float(v) for k, v in data["scores"].items() if math.isfinite(float(v))}
+                self._size = size
         except (OSError, ValueError, AttributeError, KeyError, TypeError):
             pass
 
@@ -206,7 +213,7 @@ class Judge:
     def prepare(self, rels: set[str] | list[str]) -> None:
         """Encode the memories not yet encoded (in batches: much faster than one by one)."""
         missing = sorted(rel for rel in set(rels) if rel not in self._encoded)
-        for rel, item in zip(missing, self.encoder.encode([self.texts.get(rel, "") for rel in missing])):
+        for rel, item in zip(missing, self.encoder.encode([self.texts.get(rel, "") for rel in missing], tail=True)):
             self._encoded[rel] = item
         self.encoded_count += len(missing)
 
@@ -227,8 +234,10 @@ class Judge:
             sim = first.states.astype(np.float32) @ second.states.astype(np.float32).T
             weights_a = np.asarray([self._idf.get(t, self._unseen) for t in first.ids], dtype=np.float32)
             weights_b = np.asarray([self._idf.get(t, self._unseen) for t in second.ids], dtype=np.float32)
-            recall = float((sim.max(axis=1) * weights_a).sum() / max(float(weights_a.sum()), 1e-9))
-            precision = float((sim.max(axis=0) * weights_b).sum() / max(float(weights_b.sum()), 1e-9))
+            if float(weights_a.sum()) < 1e-6 or float(weights_b.sum()) < 1e-6:
+                weights_a, weights_b = np.ones_like(weights_a), np.ones_like(weights_b)  # words every memory has
+            recall = float((sim.max(axis=1) * weights_a).sum() / float(weights_a.sum()))
+            precision = float((sim.max(axis=0) * weights_b).sum() / float(weights_b.sum()))
             both = recall + precision
             self._cached[key] = round(2 * recall * precision / both, 5) if both > 0 else 0.0
             self._dirty = True
@@ -242,52 +251,94 @@ class Judge:
         scores = {k: v for k, v in self._cached.items() if set(k.split(":")) <= live}
         try:
             self.store.cache_dir.mkdir(parents=True, exist_ok=True)
-            atomic_write(self.store.cache_dir / self.CACHE, json.dumps({"epoch": self._epoch, "scores": scores}),
-                         durable=False)
+            atomic_write(self.store.cache_dir / self.CACHE,
+                         json.dumps({"model": self._model, "size": self._size, "scores": scores}), durable=False)
         except OSError as exc:
             self.store.log(f"consolidate: cannot keep the duplicate scores: {exc!r}")
 
 
-def _judge(store: Store, by_type: dict[str, list[str]], records: dict[str, dict[str, Any]]) -> Judge | None:
+def _judge(store: Store, records: dict[str, dict[str, Any]]) -> Judge | None:
     from cortex.embedding import EncoderUnavailable
 
+    every = sorted(rel for rel, e in records.items() if e["status"] == "active" and e["type"] not in NO_LINK_TYPES)
     try:
-        return Judge(store, sorted(rel for rels in by_type.values() for rel in rels), records)
+        return Judge(store, every, records)
     except EncoderUnavailable as exc:
         store.log(f"consolidate: {exc}; judging duplicates by the static similarity instead")
         return None
 
 
 def _candidates(similarity: Similarity, seeds: list[str], rels: list[str], floor: float, most: int
-                ) -> dict[str, list[str]]:
-    """Each seed's `most` nearest memories among `rels` by the static similarity, those at least `floor`."""
-    out: dict[str, list[str]] = {}
+                ) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """For each seed: its `most` nearest memories among `rels` by the static similarity, those at least
+    `floor` (its candidates); and every memory at least `floor` similar (those that may count it among theirs)."""
+    near: dict[str, list[str]] = {}
+    above: dict[str, list[str]] = {}
     if not seeds or len(rels) < 2:
-        return out
+        return near, above
     if similarity.method == "cosine":
         import numpy as np
 
         mine, theirs = similarity.matrix_for(seeds), similarity.matrix_for(rels)
         position = {rel: k for k, rel in enumerate(rels)}
         step = max(8, min(1024, 4_000_000 // max(1, len(rels))))  # a block of <= 16 MB of scores
+        keep = min(most, len(rels) - 1)
         for start in range(0, len(seeds), step):
             block = mine[start:start + step] @ theirs.T
             for i in range(block.shape[0]):
                 a = seeds[start + i]
                 if a in position:
                     block[i, position[a]] = -2.0  # not its own neighbour
-            keep = min(most, len(rels) - 1)
             top = np.argpartition(-block, keep - 1, axis=1)[:, :keep] if keep > 0 else np.zeros((len(block), 0), int)
             for i in range(block.shape[0]):
                 ranked = sorted(top[i], key=lambda j: (-block[i, j], j))
-                out[seeds[start + i]] = [rels[int(j)] for j in ranked if block[i, j] >= floor]
+                near[seeds[start + i]] = [rels[int(j)] for j in ranked if block[i, j] >= floor]
+                above[seeds[start + i]] = [rels[int(j)] for j in np.nonzero(block[i] >= floor)[0]]
     else:
         for a in seeds:
             others = [o for o in rels if o != a]
             scores = similarity.against(a, others)
-            ranked = sorted(zip(scores, others), key=lambda p: (-p[0], p[1]))[:most]
-            out[a] = [o for s, o in ranked if s >= floor]
-    return out
+            ranked = sorted(zip(scores, others), key=lambda p: (-p[0], p[1]))
+            near[a] = [o for sc, o in ranked[:most] if sc >= floor]
+            above[a] = [o for sc, o in ranked if sc >= floor]
+    return near, above
+
+
+def _edges(similarity: Similarity, rels: list[str], seeds: list[str] | None, floor: float
+           ) -> tuple[set[tuple[str, str]], set[str]]:
+    """The candidate pairs to judge (b among a's candidates, or a among b's) and the memories whose every
+    candidate pair is among them ("complete": only those may be grouped, since their best partner is known).
+
+    By hand (`seeds` None) every memory is complete. The automatic run starts from the flagged memories:
+    their pairs either way, and their partners made complete too — a partner's best candidate may be a
+    memory that lists it without being listed back."""
+    if seeds is None:
+        near, _above = _candidates(similarity, rels, rels, floor, CANDIDATES)
+        return {(a, b) if a < b else (b, a) for a, others in near.items() for b in others}, set(rels)
+    near, above = _candidates(similarity, seeds, rels, floor, CANDIDATES)
+
+    def fill(members: set[str]) -> None:  # candidates of every memory that may list one of `members`
+        missing = sorted({x for m in members for x in above[m]} - set(near))
+        more_near, more_above = _candidates(similarity, missing, rels, floor, CANDIDATES)
+        near.update(more_near)
+        above.update(more_above)
+
+    fill(set(seeds))
+    partners = {b for s in seeds for b in near[s]} | {x for s in seeds for x in above[s] if s in near.get(x, ())}
+    todo = sorted(partners - set(above))
+    more_near, more_above = _candidates(similarity, todo, rels, floor, CANDIDATES)
+    near.update(more_near)
+    above.update(more_above)
+    fill(partners)
+    complete = set(seeds) | partners
+    edges = set()
+    for member in complete:
+        for other in near[member]:
+            edges.add((member, other) if member < other else (other, member))
+        for other in above[member]:
+            if member in near.get(other, ()):
+                edges.add((member, other) if member < other else (other, member))
+    return edges, complete
 
 
 def _within_budget(judge: Judge, edges: set[tuple[str, str]], budget: int, similarity: Similarity
@@ -309,7 +360,7 @@ def _within_budget(judge: Judge, edges: set[tuple[str, str]], budget: int, simil
         ready.add(edge)
     if waiting:
         judge.store.log(f"consolidate: {len(waiting)} candidate pairs wait for the next run "
-                        f"(consolidate.max_judged: {judge.encoded_count + len(to_encode)} memories encoded)")
+                        f"({judge.encoded_count + len(to_encode)} memories encoded, the most one run may)")
     return ready, waiting
 
 
@@ -322,7 +373,8 @@ def find_groups(store: Store, threshold: float | None = None, only_flagged: bool
     `consolidate.candidate_threshold`); the duplicate score (`Judge`) decides. Without the contextual model, or
     with `judge=False` (the benchmark's comparison), the static similarity is the score; a `Judge` passed in
     keeps its scores across calls. `left` collects the ids of memories whose candidates could not all be
-    judged within `consolidate.max_judged` (the automatic run keeps their flags for the next run).
+    judged within `consolidate.max_judged` (automatic) or `max_judged_by_hand` encoded memories: the automatic
+    run keeps their flags for the next run, `cortex consolidate` says to run it again.
     """
     config = store.config()
     if threshold is None:
@@ -331,9 +383,12 @@ def find_groups(store: Store, threshold: float | None = None, only_flagged: bool
     records = similarity.records()
     by_type = _eligible(records, automatic=only_flagged)
     rel_of = {entry["id"]: rel for rel, entry in records.items()}
-    referee = judge if isinstance(judge, Judge) else _judge(store, by_type, records) if judge and by_type else None
-    # memories one automatic run may encode (a detached process must not hog the machine); by hand, all of them
-    budget = int(config.get("consolidate.max_judged")) if only_flagged else 10**9
+    referee = judge if isinstance(judge, Judge) else _judge(store, records) if judge and by_type else None
+    if referee is None and judge is not False and similarity.method == "cosine":
+        # no contextual model: the static similarity decides, at the thresholds it was measured safe with
+        threshold = max(threshold, STATIC_AUTO if only_flagged else STATIC_MANUAL)
+    # memories one run may encode: a run's time stays bounded (the rest is judged by the next run)
+    budget = max(2, int(config.get("consolidate.max_judged" if only_flagged else "consolidate.max_judged_by_hand")))
     floor = float(config.get("consolidate.candidate_threshold")) if referee is not None else threshold
     static: dict[tuple[str, str], float] = {}
 
@@ -352,15 +407,7 @@ def find_groups(store: Store, threshold: float | None = None, only_flagged: bool
     for kind, rels in sorted(by_type.items()):
         rels = sorted(rels)
         eligible = set(rels)
-        if only_flagged:
-            seeds = sorted(marked & eligible)
-            near = _candidates(similarity, seeds, rels, floor, CANDIDATES)
-            # a seed's candidates need their own candidates too: "mutual nearest" looks from both sides
-            second = sorted({o for others in near.values() for o in others} - set(near))
-            near.update(_candidates(similarity, second, rels, floor, CANDIDATES))
-        else:
-            near = _candidates(similarity, rels, rels, floor, CANDIDATES)
-        edges = {(a, b) if a < b else (b, a) for a, others in near.items() for b in others}
+        edges, complete = _edges(similarity, rels, sorted(marked & eligible) if only_flagged else None, floor)
         waiting: set[tuple[str, str]] = set()
         if referee is not None:
             edges, waiting = _within_budget(referee, edges, budget - referee.encoded_count, similarity)
@@ -372,10 +419,12 @@ def find_groups(store: Store, threshold: float | None = None, only_flagged: bool
         scored = {edge: similar(*edge) for edge in sorted(edges)}
         if referee is not None:
             referee.release()
-        # a memory with a candidate still waiting is not complete: its best partner may be among those
-        unsure = {rel for edge in waiting for rel in edge}
+        # a memory with a candidate pair still waiting, or not looked at from every side, may have its best
+        # partner among those: it is not grouped this run
+        postponed = {rel for edge in waiting for rel in edge}
+        unsure = postponed | {rel for edge in edges for rel in edge if rel not in complete}
         if left is not None:
-            left.update(records[rel]["id"] for rel in unsure)
+            left.update(records[rel]["id"] for rel in postponed)
         nearest: dict[str, str] = {}
         best: dict[str, float] = {}
         for (a, b), score in scored.items():

@@ -60,17 +60,21 @@ def _gelu(x: Any) -> Any:
 
 class Encoder:
     def __init__(self, folder: Path | None = None, max_tokens: int | None = None) -> None:
-        import numpy as np
-
         folder = folder or model_path()
         try:
-            from tokenizers import Tokenizer
+            self._load(folder, max_tokens)
+        except EncoderUnavailable:
+            raise
+        except Exception as exc:  # a missing file, a key, a shape: tokenizers and numpy raise their own types
+            raise EncoderUnavailable(f"cannot load the contextual model in {folder}: {exc!r}") from None
 
-            self.config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-            self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-            tensors = read_safetensors(folder / "model.safetensors")
-        except (OSError, ValueError, KeyError, ImportError, Exception) as exc:  # tokenizers raises its own type
-            raise EncoderUnavailable(f"cannot load the contextual model in {folder}: {exc}") from None
+    def _load(self, folder: Path, max_tokens: int | None) -> None:
+        import numpy as np
+        from tokenizers import Tokenizer
+
+        self.config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        tensors = read_safetensors(folder / "model.safetensors")
         self.tokenizer.no_padding()
         self.tokenizer.no_truncation()
         self.hidden = int(self.config["hidden_size"])
@@ -103,6 +107,8 @@ class Encoder:
         self.token_type = tensors["embeddings.token_type_embeddings.weight"][0].astype(np.float32) * \
             tensors["embeddings.token_type_embeddings.weight.scale"][0]
         self.ln0 = (vector("embeddings.LayerNorm.weight"), vector("embeddings.LayerNorm.bias"))
+        if self.tokenizer.token_to_id("[CLS]") is None or self.tokenizer.token_to_id("[SEP]") is None:
+            raise EncoderUnavailable(f"{folder}: the tokenizer has no [CLS]/[SEP]")
 
     def _rows(self, ids: Any) -> Any:
         """Token-table rows for `ids`, read from the int8 table and scaled (the table stays memory-mapped)."""
@@ -161,11 +167,36 @@ class Encoder:
             x = self._norm(down, layer["ln2"])
         return x.reshape(b, length, h)
 
-    def encode(self, texts: Sequence[str]) -> list[Encoded]:
+    def encode(self, texts: Sequence[str], tail: bool = False) -> list[Encoded]:
+        """Each text's token states and sentence vector. A text over `max_tokens` is cut there; with `tail`,
+        its last `max_tokens` tokens are encoded too and their states follow (the middle of a very long text
+        is left out), so two texts that open alike but end differently stay apart. The sentence vector is the
+        opening's."""
+        import numpy as np
+
+        room = self.max_tokens - 2  # [CLS] and [SEP]
+        full = [e.ids for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+        segments = [ids[:room] for ids in full]
+        tails = {i: len(segments) + n for n, i in enumerate(i for i, ids in enumerate(full) if tail and len(ids) > room)}
+        segments += [full[i][-room:] for i in tails]
+        encoded = self._encode_segments(segments)
+        out = []
+        for i, ids in enumerate(full):
+            head = encoded[i]
+            if i not in tails:
+                out.append(head)
+                continue
+            rest = len(ids) - room  # tokens after the opening; the tail segment ends with them
+            back = encoded[tails[i]]
+            keep = min(rest, room)
+            out.append(Encoded(ids=head.ids + back.ids[-keep:], mean=head.mean,
+                               states=np.concatenate([head.states, back.states[-keep:]])))
+        return out
+
+    def _encode_segments(self, ids: list[list[int]]) -> list[Encoded]:
         import numpy as np
 
         cls, sep = int(self.tokenizer.token_to_id("[CLS]") or 0), int(self.tokenizer.token_to_id("[SEP]") or 0)
-        ids = [e.ids[: self.max_tokens - 2] for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
         out: list[Encoded | None] = [None] * len(ids)
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))  # similar lengths share a batch: less padding
         chunks: list[list[int]] = [[]]

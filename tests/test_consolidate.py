@@ -230,6 +230,94 @@ def test_an_automatic_run_judges_at_most_max_judged_and_keeps_the_rest_flagged(p
     assert len([m for m in shown if m["source"].get("kind") == "consolidation"]) == 2
 
 
+def test_without_the_contextual_model_the_static_similarity_decides_at_its_own_thresholds(project, monkeypatch):
+    from cortex import contextual
+
+    store, _ids, pairs = _store(project)
+    monkeypatch.setattr(contextual, "model_path", lambda: project / "no-model-here")
+    groups = consolidate.find_groups(store)  # manual_threshold 0.55 is for the duplicate score ...
+    assert sorted(sorted(m.id for m in g.members) for g in groups) == sorted(sorted(p) for p in pairs)
+    assert all(g.similarity >= consolidate.STATIC_MANUAL for g in groups)
+    assert "judging duplicates by the static similarity" in (store.state_dir / "cortex.log").read_text(encoding="utf-8")
+    # ... and the automatic run never merges below the static model's safe 0.7
+    from cortex.graph import flag
+
+    flag(store, [(a, b, 0.6) for a, b in pairs])
+    assert all(g.similarity >= consolidate.STATIC_AUTO for g in consolidate.find_groups(store, 0.64, only_flagged=True))
+
+
+def test_a_config_written_before_the_duplicate_score_gets_its_thresholds(project):
+    config = project / ".cortex" / "config.yaml"
+    text = config.read_text(encoding="utf-8")
+    old = "\n".join(line for line in text.splitlines() if not line.strip().startswith(("candidate_threshold", "max_judged")))
+    old = old.replace("auto_threshold: 0.64", "auto_threshold: 0.7").replace("manual_threshold: 0.55",
+                                                                            "manual_threshold: 0.5")
+    config.write_text(old + "\n", encoding="utf-8")
+    store = Store.locate(project)
+    assert store.config().get("consolidate.auto_threshold") == 0.64  # the old template's 0.7 was a cosine
+    assert store.config().get("consolidate.manual_threshold") == 0.55
+    config.write_text(old.replace("auto_threshold: 0.7", "auto_threshold: 0.8") + "\n", encoding="utf-8")
+    assert Store.locate(project).config().get("consolidate.auto_threshold") == 0.8  # a person's own value stays
+
+
+def test_kept_scores_survive_the_store_growing_a_little_and_exact_twins_in_a_tiny_store_merge(project):
+    from cortex.index import Index
+
+    store = Store.locate(project)
+    text = "Retries use exponential backoff capped at 30 seconds"
+    a = store.create(Memory(id="", type="pattern", title=text, body=text + "\n")).id
+    b = store.create(Memory(id="", type="pattern", title=text + ".", body=text + ".\n")).id
+    groups = consolidate.find_groups(store)  # every word is in both memories: equal weights, not zero
+    assert [sorted(m.id for m in g.members) for g in groups] == [sorted([a, b])]
+    for kind, other in DISTINCT:  # 2 -> 7 memories: the idf moved too much, the kept scores are dropped
+        store.create(Memory(id="", type=kind, title=other, body=other + "\n"))
+    records = Index(store).records()
+    rel = {e["id"]: r for r, e in records.items()}
+    assert not consolidate.Judge(store, sorted(records), records).known(rel[a], rel[b])
+    consolidate.find_groups(store)  # kept at 7 ...
+    for kind, other in SAME_SUBJECT:  # ... and still used at 10 (under twice the size), by hand or not
+        store.create(Memory(id="", type=kind, title=other, body=other + "\n"))
+    records = Index(store).records()
+    assert consolidate.Judge(store, sorted(records), records).known(rel[a], rel[b])
+
+
+def test_long_memories_that_open_alike_but_end_differently_are_not_merged(project):
+    store = Store.locate(project)
+    opening = " ".join(f"Step {n}: the deploy script checks the {w} before it continues." for n, w in enumerate(
+        ["lockfile", "branch", "migrations", "feature flags", "secrets", "changelog", "tags", "runners",
+         "artifacts", "cache", "quota", "health checks"]))
+    ends = ["Finally it pushes the image to the staging registry and waits for a human to promote it.",
+            "Finally it deletes the old database snapshots older than ninety days to save storage costs."]
+    made = [store.create(Memory(id="", type="pattern", title=f"Deploy script {n}", body=opening + " " + end + "\n")).id
+            for n, end in enumerate(ends)]
+    assert consolidate.find_groups(store, 0.64, judge=False) != []  # the static model sees one text twice
+    assert consolidate.find_groups(store, 0.64) == []
+    twin = store.create(Memory(id="", type="pattern", title="Deploy script again", body=opening + " " + ends[0] + "\n")).id
+    assert [sorted(m.id for m in g.members) for g in consolidate.find_groups(store, 0.64)] == [sorted([made[0], twin])]
+
+
+def test_the_automatic_run_finds_what_a_run_by_hand_finds_when_everything_is_flagged(project):
+    """Flagged memories are judged against every pair they are in, either way, as a run by hand would."""
+    from cortex.graph import connect, flagged
+
+    data = json.loads((Path(__file__).resolve().parent.parent / "bench" / "data" / "consolidate.json")
+                      .read_text(encoding="utf-8"))
+    store = Store.locate(project)
+    ids = []
+    for pair in data["pairs"][:12]:
+        for text in (pair["a"], pair["b"]):
+            ids.append(store.create(Memory(id="", type=pair["type"], title=text, body=text + "\n")).id)
+    for item in data["background"][:60]:
+        ids.append(store.create(Memory(id="", type=item["type"], title=item["text"], body=item["text"] + "\n")).id)
+    connect(store, ids)
+    assert flagged(store)
+    marked = {i for a, b, _ in flagged(store) for i in (a, b)}
+    by_hand = {tuple(sorted(m.id for m in g.members)) for g in consolidate.find_groups(store, 0.64)}
+    automatic = {tuple(sorted(m.id for m in g.members)) for g in consolidate.find_groups(store, 0.64, only_flagged=True)}
+    assert automatic == {g for g in by_hand if set(g) & marked}
+    assert len(automatic) >= 8  # most of the 12 planted pairs
+
+
 # ---------------------------------------------------------------- code indexing
 
 MODULE = '''"""Billing: invoice totals in integer cents."""
