@@ -161,33 +161,28 @@ class Judge:
 
     TOKENS = 128
     CACHE = "duplicate-scores.json"
+    IDF_SAMPLE = 4000
 
     def __init__(self, store: Store, rels: list[str], records: dict[str, dict[str, Any]] | None = None) -> None:
         import math
         from collections import Counter
 
         from cortex import contextual
-        from cortex.index.manifest import embed_text
 
         self.store = store
         self.encoder = contextual.Encoder(max_tokens=self.TOKENS)
-        root = store.memories_dir
-        self.texts: dict[str, str] = {}
-        for rel in rels:
-            try:
-                self.texts[rel] = embed_text(fmt.parse((root / rel).read_text(encoding="utf-8"), root / rel))
-            except (OSError, UnicodeDecodeError, CortexError):
-                self.texts[rel] = ""
-        from cortex.index.manifest import text_hash
-
-        self.key_of = {rel: (records or {}).get(rel, {}).get("vhash") or text_hash(text)
-                       for rel, text in self.texts.items()}
+        self.records = records or {}
+        self._texts: dict[str, str] = {}
+        total = len(rels)
+        # document frequencies from at most IDF_SAMPLE memories spread over the store (a large store's file
+        # reads would otherwise cost more than the judging): an estimate of the same idf
+        step = max(1, -(-total // self.IDF_SAMPLE))
+        sample = rels[::step]
         tokenizer = self.encoder.tokenizer
-        encoded = tokenizer.encode_batch(list(self.texts.values()), add_special_tokens=False) if self.texts else []
+        encoded = tokenizer.encode_batch([self.text(rel) for rel in sample], add_special_tokens=False) if sample else []
         frequency: Counter[int] = Counter(t for e in encoded for t in set(e.ids))
-        total = len(self.texts)
-        self._idf = {token: math.log((total + 1) / (count + 1)) for token, count in frequency.items()}
-        self._unseen = math.log(total + 1)
+        self._idf = {token: math.log((len(sample) + 1) / (count + 1)) for token, count in frequency.items()}
+        self._unseen = math.log(len(sample) + 1)
         self._encoded: dict[str, Any] = {}
         self.encoded_count = 0
         self._model = f"{contextual.NAME}:{self.TOKENS}:head+tail"
@@ -203,8 +198,26 @@ class Judge:
         except (OSError, ValueError, AttributeError, KeyError, TypeError):
             pass
 
+    def text(self, rel: str) -> str:
+        """What the index embeds for this memory (read when first needed)."""
+        if rel not in self._texts:
+            from cortex.index.manifest import embed_text
+
+            path = self.store.memories_dir / rel
+            try:
+                self._texts[rel] = embed_text(fmt.parse(path.read_text(encoding="utf-8"), path))
+            except (OSError, UnicodeDecodeError, CortexError):
+                self._texts[rel] = ""
+        return self._texts[rel]
+
+    def key_of(self, rel: str) -> str:
+        """The hash of the memory's text (the cache's vhash when known): scores are kept by it."""
+        from cortex.index.manifest import text_hash
+
+        return self.records.get(rel, {}).get("vhash") or text_hash(self.text(rel))
+
     def _key(self, a: str, b: str) -> str:
-        first, second = sorted((self.key_of.get(a, a), self.key_of.get(b, b)))
+        first, second = sorted((self.key_of(a), self.key_of(b)))
         return f"{first}:{second}"
 
     def known(self, a: str, b: str) -> bool:
@@ -213,7 +226,7 @@ class Judge:
     def prepare(self, rels: set[str] | list[str]) -> None:
         """Encode the memories not yet encoded (in batches: much faster than one by one)."""
         missing = sorted(rel for rel in set(rels) if rel not in self._encoded)
-        for rel, item in zip(missing, self.encoder.encode([self.texts.get(rel, "") for rel in missing], tail=True)):
+        for rel, item in zip(missing, self.encoder.encode([self.text(rel) for rel in missing], tail=True)):
             self._encoded[rel] = item
         self.encoded_count += len(missing)
 
@@ -247,8 +260,8 @@ class Judge:
         """Write the scores back (those of texts no longer in the store are dropped). A cache: never fatal."""
         if not self._dirty:
             return
-        live = set(self.key_of.values())
-        scores = {k: v for k, v in self._cached.items() if set(k.split(":")) <= live}
+        live = {entry.get("vhash") for entry in self.records.values()} if self.records else None
+        scores = {k: v for k, v in self._cached.items() if live is None or set(k.split(":")) <= live}
         try:
             self.store.cache_dir.mkdir(parents=True, exist_ok=True)
             atomic_write(self.store.cache_dir / self.CACHE,
@@ -268,10 +281,11 @@ def _judge(store: Store, records: dict[str, dict[str, Any]]) -> Judge | None:
         return None
 
 
-def _candidates(similarity: Similarity, seeds: list[str], rels: list[str], floor: float, most: int
-                ) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+def _candidates(similarity: Similarity, seeds: list[str], rels: list[str], floor: float, most: int,
+                above_too: bool = True) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
     """For each seed: its `most` nearest memories among `rels` by the static similarity, those at least
-    `floor` (its candidates); and every memory at least `floor` similar (those that may count it among theirs)."""
+    `floor` (its candidates); and (`above_too`) every memory at least `floor` similar (those that may count
+    it among theirs)."""
     near: dict[str, list[str]] = {}
     above: dict[str, list[str]] = {}
     if not seeds or len(rels) < 2:
@@ -293,14 +307,16 @@ def _candidates(similarity: Similarity, seeds: list[str], rels: list[str], floor
             for i in range(block.shape[0]):
                 ranked = sorted(top[i], key=lambda j: (-block[i, j], j))
                 near[seeds[start + i]] = [rels[int(j)] for j in ranked if block[i, j] >= floor]
-                above[seeds[start + i]] = [rels[int(j)] for j in np.nonzero(block[i] >= floor)[0]]
+                if above_too:
+                    above[seeds[start + i]] = [rels[int(j)] for j in np.nonzero(block[i] >= floor)[0]]
     else:
         for a in seeds:
             others = [o for o in rels if o != a]
             scores = similarity.against(a, others)
             ranked = sorted(zip(scores, others), key=lambda p: (-p[0], p[1]))
             near[a] = [o for sc, o in ranked[:most] if sc >= floor]
-            above[a] = [o for sc, o in ranked if sc >= floor]
+            if above_too:
+                above[a] = [o for sc, o in ranked if sc >= floor]
     return near, above
 
 
@@ -313,7 +329,7 @@ def _edges(similarity: Similarity, rels: list[str], seeds: list[str] | None, flo
     their pairs either way, and their partners made complete too — a partner's best candidate may be a
     memory that lists it without being listed back."""
     if seeds is None:
-        near, _above = _candidates(similarity, rels, rels, floor, CANDIDATES)
+        near, _above = _candidates(similarity, rels, rels, floor, CANDIDATES, above_too=False)
         return {(a, b) if a < b else (b, a) for a, others in near.items() for b in others}, set(rels)
     near, above = _candidates(similarity, seeds, rels, floor, CANDIDATES)
 
@@ -383,6 +399,8 @@ def find_groups(store: Store, threshold: float | None = None, only_flagged: bool
     records = similarity.records()
     by_type = _eligible(records, automatic=only_flagged)
     rel_of = {entry["id"]: rel for rel, entry in records.items()}
+    if only_flagged and not flagged(store):
+        return []
     referee = judge if isinstance(judge, Judge) else _judge(store, records) if judge and by_type else None
     if referee is None and judge is not False and similarity.method == "cosine":
         # no contextual model: the static similarity decides, at the thresholds it was measured safe with
