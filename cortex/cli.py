@@ -564,15 +564,18 @@ def consolidate(store: Any, dry_run: bool, yes: bool, threshold: float | None, a
         click.echo("rolled back an unfinished consolidation", err=True)
     if auto and threshold is None:
         threshold = float(store.config().get("consolidate.auto_threshold"))
-    waiting: set[str] = set()
-    groups = merging.find_groups(store, threshold, only_flagged=auto, progress=sys.stderr.isatty(), left=waiting)
-    if waiting:
-        key = "max_judged" if auto else "max_judged_by_hand"
-        click.echo(f"{len(waiting)} memories have candidates not judged yet (at most consolidate.{key} "
-                   f"encoded per run): run `cortex consolidate` again for them", err=True)
+    report: dict[str, Any] = {}
+    groups = merging.find_groups(store, threshold, only_flagged=auto, progress=sys.stderr.isatty(), report=report)
+    if report.get("by") == "static similarity":
+        click.echo(f"the contextual model could not be loaded (see .cortex/state/cortex.log): judged by the static "
+                   f"similarity at {report['threshold']:.2f} or more", err=True)
+    if report.get("waiting"):
+        key, again = ("max_judged", "cortex consolidate --auto") if auto else ("max_judged_by_hand", "cortex consolidate")
+        click.echo(f"{len(report['waiting'])} memories wait for a decision (at most consolidate.{key} memories are "
+                   f"encoded per run): run `{again}` again", err=True)
     if not as_json:
         for n, group in enumerate(groups, start=1):
-            click.echo(f"group {n} ({group.type}, duplicate score {group.similarity:.2f}):")
+            click.echo(f"group {n} ({group.type}, {report.get('by', 'duplicate score')} {group.similarity:.2f}):")
             for member in group.members:
                 click.echo(f"  {member.id} {member.title}")
         if not groups:

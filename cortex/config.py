@@ -242,12 +242,11 @@ def _migrate(given: dict[str, Any]) -> None:
 
     Before consolidation had a duplicate score, `cortex init` wrote `auto_threshold: 0.7` and
     `manual_threshold: 0.5` — thresholds on a cosine. A `consolidate` section without
-    `candidate_threshold` (which every newer config has) holding those two values is that template: they
-    give way to the duplicate score's defaults, since 0.7/0.5 mean something else on that scale. A value a
-    person chose is kept.
+    `candidate_threshold` (which every newer config has) holding both values is that template: they give
+    way to the duplicate score's defaults, since 0.7/0.5 mean something else on that scale. A value a person
+    changed is kept (both are then kept).
     """
     section = given.get("consolidate")
-    if isinstance(section, dict) and "candidate_threshold" not in section:
-        for key, old in (("auto_threshold", 0.7), ("manual_threshold", 0.5)):
-            if section.get(key) == old:
-                del section[key]
+    if isinstance(section, dict) and "candidate_threshold" not in section \
+            and section.get("auto_threshold") == 0.7 and section.get("manual_threshold") == 0.5:
+        del section["auto_threshold"], section["manual_threshold"]

@@ -42,7 +42,7 @@ import sys
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from cortex import memory as fmt
 from cortex.errors import CortexError
@@ -51,7 +51,6 @@ from cortex.graph import NO_LINK_TYPES, Similarity, clear_flagged_pairs, clear_f
 from cortex.memory import Link, Memory
 from cortex.store import Store
 
-MAX_GROUP = 6
 STATIC_AUTO, STATIC_MANUAL = 0.7, 0.5  # thresholds on the static similarity, when there is no contextual model
 CANDIDATES = 5  # a memory's duplicate is looked for among its 5 nearest of its type (static model)
 CHECKPOINT = "consolidate-checkpoint"
@@ -99,41 +98,18 @@ def _eligible(records: dict[str, dict[str, Any]], automatic: bool = False) -> di
     return by_type
 
 
-def _grow(pairs: list[tuple[float, str, str]], nearest: dict[str, str], similar: Callable[[str, str], float],
-          threshold: float) -> list[tuple[list[str], float]]:
-    """Groups from similar pairs, strictest first.
-
-    A group starts from two memories that are each other's nearest neighbour
-    (mutual nearest neighbours: a memory that merely shares a topic with
-    several others is nobody's twin); another joins only if a member has it
-    as nearest neighbour (so only after that member's own twin was placed
-    elsewhere, in practice rarely) and it is similar enough to every member
-    (complete linkage). A cluster of three copies therefore merges over two
-    runs. Measured in bench/consolidate.py.
-    """
-    group_of: dict[str, int] = {}
-    groups: list[list[str]] = []
-    lowest: list[float] = []
+def _pairs(pairs: list[tuple[float, str, str]], nearest: dict[str, str]) -> list[tuple[list[str], float]]:
+    """Groups from candidate pairs at the threshold, strictest first: two memories that are each other's best
+    candidate (mutual nearest neighbours: a memory that merely shares a topic with several others is nobody's
+    twin). Every group is a pair, so three copies of one fact merge over two runs (the merged memory and the
+    third are then each other's best). Measured in bench/consolidate.py."""
+    placed: set[str] = set()
+    groups = []
     for score, a, b in pairs:
-        ga, gb = group_of.get(a), group_of.get(b)
-        if ga is None and gb is None:
-            if nearest.get(a) == b and nearest.get(b) == a:
-                group_of[a] = group_of[b] = len(groups)
-                groups.append([a, b])
-                lowest.append(score)
-            continue
-        if ga is not None and gb is not None:
-            continue  # both placed: groups are not merged with each other
-        g, newcomer = (ga, b) if ga is not None else (gb, a)
-        assert g is not None
-        if len(groups[g]) >= MAX_GROUP or not any(nearest.get(member) == newcomer for member in groups[g]):
-            continue
-        scores = [similar(newcomer, member) for member in groups[g]]
-        if min(scores) >= threshold:
-            groups[g].append(newcomer)
-            group_of[newcomer] = g
-            lowest[g] = min(lowest[g], *scores)
-    return list(zip(groups, lowest))
+        if a not in placed and b not in placed and nearest.get(a) == b and nearest.get(b) == a:
+            placed |= {a, b}
+            groups.append(([a, b], score))
+    return groups
 
 
 class Judge:
@@ -172,6 +148,7 @@ class Judge:
         self.store = store
         self.encoder = contextual.Encoder(max_tokens=self.TOKENS)
         self.records = records or {}
+        self._rels = list(rels)
         self._texts: dict[str, str] = {}
         total = len(rels)
         # document frequencies from at most IDF_SAMPLE memories spread over the store (a large store's file
@@ -260,8 +237,9 @@ class Judge:
         """Write the scores back (those of texts no longer in the store are dropped). A cache: never fatal."""
         if not self._dirty:
             return
-        live = {entry.get("vhash") for entry in self.records.values()} if self.records else None
-        scores = {k: v for k, v in self._cached.items() if live is None or set(k.split(":")) <= live}
+        live = {entry.get("vhash") for entry in self.records.values()} if self.records else \
+            {self.key_of(rel) for rel in self._rels}
+        scores = {k: v for k, v in self._cached.items() if set(k.split(":")) <= live}
         try:
             self.store.cache_dir.mkdir(parents=True, exist_ok=True)
             atomic_write(self.store.cache_dir / self.CACHE,
@@ -382,15 +360,17 @@ def _within_budget(judge: Judge, edges: set[tuple[str, str]], budget: int, simil
 
 def find_groups(store: Store, threshold: float | None = None, only_flagged: bool = False,
                 similarity: Similarity | None = None, judge: bool | Judge = True, progress: bool = False,
-                left: set[str] | None = None) -> list[Group]:
+                report: dict[str, Any] | None = None) -> list[Group]:
     """Groups of near-duplicates, most similar first (`only_flagged`: from the pairs flagged at write time).
 
     The static similarity names each memory's candidates (its `CANDIDATES` nearest of the same type, at least
     `consolidate.candidate_threshold`); the duplicate score (`Judge`) decides. Without the contextual model, or
     with `judge=False` (the benchmark's comparison), the static similarity is the score; a `Judge` passed in
-    keeps its scores across calls. `left` collects the ids of memories whose candidates could not all be
-    judged within `consolidate.max_judged` (automatic) or `max_judged_by_hand` encoded memories: the automatic
-    run keeps their flags for the next run, `cortex consolidate` says to run it again.
+    keeps its scores across calls. `report` (a dict) gets `by` (what decided: "duplicate score" or, without
+    the contextual model, "static similarity"), `threshold` (the one applied) and `waiting`: the ids of
+    memories whose decision was put off because some candidate pairs could not be judged within
+    `consolidate.max_judged` (automatic) or `max_judged_by_hand` encoded memories, and of the memories paired
+    with those — the automatic run keeps their flags for the next run, `cortex consolidate` says to run again.
     """
     config = store.config()
     if threshold is None:
@@ -399,12 +379,16 @@ def find_groups(store: Store, threshold: float | None = None, only_flagged: bool
     records = similarity.records()
     by_type = _eligible(records, automatic=only_flagged)
     rel_of = {entry["id"]: rel for rel, entry in records.items()}
+    out = report if report is not None else {}
+    out.update(by="duplicate score", threshold=threshold, waiting=set())
     if only_flagged and not flagged(store):
         return []
     referee = judge if isinstance(judge, Judge) else _judge(store, records) if judge and by_type else None
     if referee is None and judge is not False and similarity.method == "cosine":
         # no contextual model: the static similarity decides, at the thresholds it was measured safe with
         threshold = max(threshold, STATIC_AUTO if only_flagged else STATIC_MANUAL)
+    if referee is None:
+        out.update(by="static similarity", threshold=threshold)
     # memories one run may encode: a run's time stays bounded (the rest is judged by the next run)
     budget = max(2, int(config.get("consolidate.max_judged" if only_flagged else "consolidate.max_judged_by_hand")))
     floor = float(config.get("consolidate.candidate_threshold")) if referee is not None else threshold
@@ -441,8 +425,8 @@ def find_groups(store: Store, threshold: float | None = None, only_flagged: bool
         # partner among those: it is not grouped this run
         postponed = {rel for edge in waiting for rel in edge}
         unsure = postponed | {rel for edge in edges for rel in edge if rel not in complete}
-        if left is not None:
-            left.update(records[rel]["id"] for rel in postponed)
+        held = postponed | {rel for edge in edges | waiting for rel in edge if set(edge) & postponed}
+        out["waiting"].update(records[rel]["id"] for rel in held)
         nearest: dict[str, str] = {}
         best: dict[str, float] = {}
         for (a, b), score in scored.items():
@@ -453,7 +437,7 @@ def find_groups(store: Store, threshold: float | None = None, only_flagged: bool
                         if s >= threshold and a not in unsure and b not in unsure
                         and (not only_flagged or a in marked or b in marked)),
                        key=lambda p: (-p[0], p[1], p[2]))
-        found.extend(_grow(pairs, nearest, similar, threshold))
+        found.extend(_pairs(pairs, nearest))
     if referee is not None:
         referee.save()
     root = store.memories_dir
@@ -740,8 +724,9 @@ def after_capture(store: Store, written: int) -> int:
     judged = flagged(store)
     if not due or not judged:
         return 0
-    waiting: set[str] = set()
-    groups = find_groups(store, float(config.get("consolidate.auto_threshold")), only_flagged=True, left=waiting)
+    report: dict[str, Any] = {}
+    groups = find_groups(store, float(config.get("consolidate.auto_threshold")), only_flagged=True, report=report)
+    waiting = report["waiting"]
     merged = len(apply(store, groups).merged)
     # judged pairs are not asked again unless flagged again; those left over budget wait for the next run
     clear_flagged_pairs(store, [(a, b) for a, b, _score in judged if a not in waiting and b not in waiting])

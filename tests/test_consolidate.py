@@ -318,6 +318,52 @@ def test_the_automatic_run_finds_what_a_run_by_hand_finds_when_everything_is_fla
     assert len(automatic) >= 8  # most of the 12 planted pairs
 
 
+def test_a_flag_is_kept_while_its_memorys_decision_waits_for_the_budget(project, monkeypatch):
+    """s is flagged with x; its twin p cannot be decided this run (p's other pair is over budget): s's flag
+    must survive until p is judged, then s and p merge. Scores are set by hand to reach that budget edge."""
+    from cortex.graph import Similarity, flag, flagged
+
+    store = Store.locate(project)
+    made = [store.create(Memory(id="", type="decision", title=f"memory {n}", body=f"text {n}\n")).id for n in range(5)]
+    config = store.config_path
+    config.write_text(config.read_text(encoding="utf-8").replace("max_judged: 500", "max_judged: 3")
+                      .replace("every_captures: 10", "every_captures: 1"), encoding="utf-8")
+    store = Store.locate(project)
+    records = Similarity(store).records()
+    rel = {e["id"]: r for r, e in records.items()}
+    s, p, q, x = (rel[i] for i in made[:4])
+
+    def pair(a: str, b: str) -> tuple[str, str]:
+        return (a, b) if a < b else (b, a)
+
+    static = {pair(s, p): 0.9, pair(s, x): 0.6, pair(p, q): 0.55}  # the candidates
+    duplicate = {pair(s, p): 0.95, pair(s, x): 0.3, pair(p, q): 0.4}  # s and p are twins
+
+    class Table(Similarity):
+        def __init__(self, store: Store, *args, **kwargs) -> None:
+            super().__init__(store)
+            self.method = "table"
+
+        def against(self, one: str, others: list[str]) -> list[float]:
+            return [static.get(pair(one, o), 0.0) for o in others]
+
+    def score(self: consolidate.Judge, a: str, b: str) -> float:  # kept like a real score: the budget counts
+        key = self._key(a, b)
+        if key not in self._cached:
+            self.prepare([a, b])
+            self._cached[key], self._dirty = duplicate.get(pair(a, b), 0.0), True
+        return self._cached[key]
+
+    monkeypatch.setattr(consolidate, "Similarity", Table)
+    monkeypatch.setattr(consolidate.Judge, "score", score)
+    flag(store, [(made[0], made[3], 0.6)])
+    assert consolidate.after_capture(store, 1) == 0  # s's best partner p waits: nothing merged ...
+    assert [(a, b) for a, b, _ in flagged(store)] == [tuple(sorted((made[0], made[3])))]  # ... and s stays flagged
+    assert consolidate.after_capture(store, 1) == 1  # the next run judges p's pairs and merges s with p
+    merged = [m for m in store.list() if m.source.get("kind") == "consolidation"]
+    assert len(merged) == 1 and {link.to for link in merged[0].links if link.rel == "derived_from"} == {made[0], made[1]}
+
+
 # ---------------------------------------------------------------- code indexing
 
 MODULE = '''"""Billing: invoice totals in integer cents."""
