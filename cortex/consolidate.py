@@ -138,6 +138,7 @@ class Judge:
     TOKENS = 128
     CACHE = "duplicate-scores.json"
     IDF_SAMPLE = 4000
+    CHUNK = 256  # memories encoded at a time by `judge`
 
     def __init__(self, store: Store, rels: list[str], records: dict[str, dict[str, Any]] | None = None) -> None:
         import math
@@ -206,6 +207,43 @@ class Judge:
         for rel, item in zip(missing, self.encoder.encode([self.text(rel) for rel in missing], tail=True)):
             self._encoded[rel] = item
         self.encoded_count += len(missing)
+
+    def judge(self, edges: set[tuple[str, str]]) -> None:
+        """Score every pair in `edges`, encoding each memory once and holding few encodings at a time: the
+        memories are taken in breadth-first order of the pairs (neighbours close together), `CHUNK` at a time,
+        and a memory's encoding is dropped as soon as all its pairs are scored."""
+        from collections import defaultdict, deque
+
+        pending = sorted(edge for edge in edges if not self.known(*edge))
+        pairs_of: dict[str, set[str]] = defaultdict(set)
+        for a, b in pending:
+            pairs_of[a].add(b)
+            pairs_of[b].add(a)
+        order: list[str] = []
+        seen: set[str] = set()
+        for start in sorted(pairs_of):
+            if start in seen:
+                continue
+            seen.add(start)
+            queue = deque([start])
+            while queue:
+                node = queue.popleft()
+                order.append(node)
+                for other in sorted(pairs_of[node] - seen):
+                    seen.add(other)
+                    queue.append(other)
+        left = {node: len(others) for node, others in pairs_of.items()}
+        for begin in range(0, len(order), self.CHUNK):
+            chunk = order[begin:begin + self.CHUNK]
+            self.prepare(chunk)
+            for node in chunk:
+                for other in sorted(pairs_of[node]):
+                    if other in self._encoded and not self.known(node, other):
+                        self.score(node, other)
+                        for end in (node, other):
+                            left[end] -= 1
+                            if left[end] == 0:
+                                self._encoded.pop(end, None)
 
     def release(self) -> None:
         """Drop the encodings (they are large); the scores stay."""
@@ -417,7 +455,7 @@ def find_groups(store: Store, threshold: float | None = None, only_flagged: bool
             if progress and len(todo) > 200:
                 print(f"cortex: judging {len(todo)} {kind} memories with the contextual model "
                       f"(about {len(todo) // 100 + 1} s)…", file=sys.stderr, flush=True)
-            referee.prepare(todo)
+            referee.judge(edges)
         scored = {edge: similar(*edge) for edge in sorted(edges)}
         if referee is not None:
             referee.release()
