@@ -430,15 +430,7 @@ def find_groups(store: Store, threshold: float | None = None, only_flagged: bool
     # memories one run may encode: a run's time stays bounded (the rest is judged by the next run)
     budget = max(2, int(config.get("consolidate.max_judged" if only_flagged else "consolidate.max_judged_by_hand")))
     floor = float(config.get("consolidate.candidate_threshold")) if referee is not None else threshold
-    static: dict[tuple[str, str], float] = {}
-
-    def similar(a: str, b: str) -> float:
-        if referee is not None:
-            return referee.score(a, b)
-        key = (a, b) if a < b else (b, a)
-        if key not in static:
-            static[key] = similarity.against(a, [b])[0]
-        return static[key]
+    score_of = referee.score if referee is not None else (lambda a, b: similarity.against(a, [b])[0])
 
     flagged_pairs = {tuple(sorted((rel_of.get(a) or "", rel_of.get(b) or ""))) for a, b, _ in flagged(store)} \
         if only_flagged else set()
@@ -456,7 +448,7 @@ def find_groups(store: Store, threshold: float | None = None, only_flagged: bool
                 print(f"cortex: judging {len(todo)} {kind} memories with the contextual model "
                       f"(about {len(todo) // 100 + 1} s)…", file=sys.stderr, flush=True)
             referee.judge(edges)
-        scored = {edge: similar(*edge) for edge in sorted(edges)}
+        scored = {edge: score_of(*edge) for edge in sorted(edges)}
         if referee is not None:
             referee.release()
         # a memory with a candidate pair still waiting, or not looked at from every side, may have its best
