@@ -47,7 +47,7 @@ from typing import Any
 from cortex import memory as fmt
 from cortex.errors import CortexError
 from cortex.files import atomic_write, file_lock
-from cortex.graph import NO_LINK_TYPES, Similarity, clear_flagged_pairs, clear_flags, flagged, words
+from cortex.graph import NO_LINK_TYPES, Similarity, candidate_floor, clear_flagged_pairs, clear_flags, flagged, words
 from cortex.memory import Link, Memory
 from cortex.store import Store
 
@@ -429,7 +429,8 @@ def find_groups(store: Store, threshold: float | None = None, only_flagged: bool
         out.update(by="static similarity", threshold=threshold)
     # memories one run may encode: a run's time stays bounded (the rest is judged by the next run)
     budget = max(2, int(config.get("consolidate.max_judged" if only_flagged else "consolidate.max_judged_by_hand")))
-    floor = float(config.get("consolidate.candidate_threshold")) if referee is not None else threshold
+    floor = candidate_floor(float(config.get("consolidate.candidate_threshold")), similarity.method) \
+        if referee is not None else threshold
     score_of = referee.score if referee is not None else (lambda a, b: similarity.against(a, [b])[0])
 
     flagged_pairs = {tuple(sorted((rel_of.get(a) or "", rel_of.get(b) or ""))) for a, b, _ in flagged(store)} \

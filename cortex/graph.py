@@ -193,6 +193,15 @@ class Similarity:
         return [jaccard(mine_words, self.word_set(o)) for o in others]
 
 
+JACCARD_CANDIDATE = 0.15  # without vectors: word overlap from which two memories are possible duplicates
+
+
+def candidate_floor(threshold: float, method: str) -> float:
+    """`consolidate.candidate_threshold` is a centred cosine; without vectors the similarity is word overlap,
+    on which a paraphrase scores far lower (0.3 for a close one), so the floor is at most JACCARD_CANDIDATE."""
+    return threshold if method == "cosine" else min(threshold, JACCARD_CANDIDATE)
+
+
 def connect(store: Store, ids: Iterable[str], index: Any = None) -> LinkReport:
     """Link newly written memories to the store's active memories (see the module docstring)."""
     ids = [i for i in ids if i]
@@ -202,9 +211,9 @@ def connect(store: Store, ids: Iterable[str], index: Any = None) -> LinkReport:
     config = store.config()
     low, high = float(config.get("graph.link_min")), float(config.get("graph.link_max"))
     most = int(config.get("graph.max_links"))
-    flag_at = float(config.get("consolidate.candidate_threshold"))
     similarity = Similarity(store, index)
     report.method = similarity.method
+    flag_at = candidate_floor(float(config.get("consolidate.candidate_threshold")), similarity.method)
     records = similarity.records()
     rel_of = {entry["id"]: rel for rel, entry in records.items()}
     active = [rel for rel, entry in records.items() if entry["status"] == "active" and entry["type"] not in NO_LINK_TYPES]

@@ -364,6 +364,25 @@ def test_a_flag_is_kept_while_its_memorys_decision_waits_for_the_budget(project,
     assert len(merged) == 1 and {link.to for link in merged[0].links if link.rel == "derived_from"} == {made[0], made[1]}
 
 
+def test_without_static_vectors_word_overlap_names_the_candidates_and_the_duplicate_score_decides(project):
+    config = project / ".cortex" / "config.yaml"  # a configured model that is not there: no vectors at all
+    config.write_text(config.read_text(encoding="utf-8").replace("model: bundled", "model: /nowhere/model"),
+                      encoding="utf-8")
+    _store_, _ids, pairs = _store(project)
+    groups = cortex_json("consolidate", "--dry-run", cwd=project)["groups"]
+    assert sorted(sorted(m["id"] for m in g["members"]) for g in groups) == sorted(sorted(p) for p in pairs)
+    twin = _remember_text(project, "Invoice money lives in integer cents, not floats, so rounding never creeps "
+                                   "into totals", "decision")
+    flagged = json.loads((project / ".cortex" / "state" / "flagged.json").read_text(encoding="utf-8"))
+    assert any(twin in pair[:2] for pair in flagged)  # flagged on write by word overlap
+    log = project / ".cortex" / "state" / "cortex.log"
+    assert not log.exists() or "failed" not in log.read_text(encoding="utf-8")
+
+
+def _remember_text(project: Path, text: str, kind: str) -> str:
+    return cortex_json("remember", text, "--type", kind, cwd=project)["id"]
+
+
 # ---------------------------------------------------------------- code indexing
 
 MODULE = '''"""Billing: invoice totals in integer cents."""
