@@ -378,9 +378,16 @@ def _within_budget(judge: Judge, edges: set[tuple[str, str]], budget: int, simil
     """The candidate pairs this run can judge (scored before, or new with at most `budget` memories to encode,
     the most similar pairs first) and those left for the next run."""
     ready = {edge for edge in edges if judge.known(*edge)}
-    new = sorted(edges - ready, key=lambda e: (-similarity.against(e[0], [e[1]])[0], e))
+    new = sorted(edges - ready)
     if not new:
         return ready, set()
+    if similarity.method == "cosine":  # every pair's static similarity in one product, not one call per pair
+        firsts = similarity.matrix_for([a for a, _b in new])
+        seconds = similarity.matrix_for([b for _a, b in new])
+        static = [float(x) for x in (firsts * seconds).sum(axis=1)]
+    else:
+        static = [similarity.against(a, [b])[0] for a, b in new]
+    new = [edge for _s, edge in sorted(zip(static, new), key=lambda p: (-p[0], p[1]))]
     to_encode: set[str] = set()
     waiting: set[tuple[str, str]] = set()
     for edge in new:

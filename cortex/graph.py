@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from cortex.files import atomic_write, file_lock
 from cortex.memory import Link
@@ -266,19 +266,22 @@ def flag(store: Store, pairs: list[tuple[str, str, float]]) -> None:
                      json.dumps([[a, b, s] for (a, b), s in sorted(known.items())]), durable=False)
 
 
-def clear_flags(store: Store, ids: Iterable[str]) -> None:
-    gone = set(ids)
+def _unflag(store: Store, drop: Callable[[str, str], bool]) -> None:
     with file_lock(store.state_dir / "flagged.lock"):
-        kept = [[a, b, s] for a, b, s in flagged(store) if a not in gone and b not in gone]
+        kept = [[a, b, s] for a, b, s in flagged(store) if not drop(a, b)]
         atomic_write(store.state_dir / "flagged.json", json.dumps(kept), durable=False)
+
+
+def clear_flags(store: Store, ids: Iterable[str]) -> None:
+    """Forget every flagged pair holding one of these memories (merged or gone)."""
+    gone = set(ids)
+    _unflag(store, lambda a, b: a in gone or b in gone)
 
 
 def clear_flagged_pairs(store: Store, pairs: Iterable[tuple[str, str]]) -> None:
     """Forget these flagged pairs (judged by a consolidation run); pairs flagged since stay."""
     judged = {tuple(sorted(pair)) for pair in pairs}
-    with file_lock(store.state_dir / "flagged.lock"):
-        kept = [[a, b, s] for a, b, s in flagged(store) if tuple(sorted((a, b))) not in judged]
-        atomic_write(store.state_dir / "flagged.json", json.dumps(kept), durable=False)
+    _unflag(store, lambda a, b: tuple(sorted((a, b))) in judged)
 
 
 def connect_quietly(store: Store, ids: Iterable[str], index: Any = None) -> LinkReport | None:
