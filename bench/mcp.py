@@ -77,15 +77,15 @@ async def measure(store_root: Path, env: dict[str, str], calls: int) -> dict[str
 
 def in_process_p50(store: object, calls: int) -> float:
     """The same searches in this process through the same library call (the floor the protocol adds to)."""
-    from cortex.index import Index
+    from cortex.index import Indexes
     from cortex.recall import recall
 
-    index = Index(store)  # type: ignore[arg-type]
-    index.sync()
+    indexes = Indexes()
+    indexes.synced(store, full=True)  # type: ignore[arg-type]
     times = []
     for n in range(len(QUERIES) + calls):
         start = time.perf_counter()
-        recall([store], QUERIES[n % len(QUERIES)], limit=10, indexes={"project": index}, restore=False)  # type: ignore[list-item]
+        recall([store], QUERIES[n % len(QUERIES)], limit=10, indexes=indexes, restore=False)  # type: ignore[list-item]
         times.append((time.perf_counter() - start) * 1000)
     return statistics.median(times[len(QUERIES):])
 

@@ -10,6 +10,7 @@ committed file changes only when memory does, not with every commit.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from cortex.errors import CortexError
 from cortex.files import atomic_write
@@ -37,10 +38,10 @@ def _split(text: str, path: Path) -> tuple[str, str, str] | None:
     return text[:start], text[line_end + 1: end] if 0 <= line_end < end else "", text[end + len(END):]
 
 
-def render(store: Store) -> str:
+def render(store: Store, index: Any = None) -> str:
     from cortex import briefing
 
-    built = briefing.build(store, stable=True)
+    built = briefing.build(store, stable=True, index=index)
     return f"{BEGIN}\n{built.text.rstrip()}\n{END}"
 
 
@@ -51,7 +52,7 @@ def installed(store: Store) -> bool:
         return False
 
 
-def update(store: Store, create: bool = False) -> str | None:
+def update(store: Store, create: bool = False, index: Any = None) -> str | None:
     """Write the section when it is out of date; with `create`, add it when missing. Returns what was done."""
     path = path_for(store)
     try:
@@ -61,7 +62,7 @@ def update(store: Store, create: bool = False) -> str | None:
     parts = _split(text, path) if text is not None else None
     if parts is None and not create:
         return None
-    section = render(store)
+    section = render(store, index)
     if parts is None:
         new = (text.rstrip("\n") + "\n\n" if text else "") + section + "\n"
         done = f"added the cortex section to {path}" if text else f"wrote {path}"
@@ -72,6 +73,27 @@ def update(store: Store, create: bool = False) -> str | None:
     if new == text:
         return None
     atomic_write(path, new)
+    return done
+
+
+def refresh(store: Store, index: Any = None) -> str | None:
+    """Keep the section current (only where `cortex init --agents` put one); returns what was done.
+
+    Skipped cheaply when neither the branch nor the store changed since the last refresh (`state/agents.key`).
+    """
+    from cortex.layout import signature
+
+    if not installed(store):
+        return None
+    stamp = store.state_dir / "agents.key"
+    key = f"{store.current_branch()}|{signature(str(store.root))}"
+    try:
+        if stamp.read_text(encoding="utf-8") == key:
+            return None
+    except OSError:
+        pass
+    done = update(store, index=index)
+    atomic_write(stamp, f"{store.current_branch()}|{signature(str(store.root))}", durable=False)
     return done
 
 

@@ -27,22 +27,16 @@ SessionStart with nothing changed reads one small file and the git HEAD.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from cortex.store import Store
+from cortex.text import INJECTED_MARK, estimate_tokens
 
-MARK = "<!-- cortex:injected -->"
 TYPE_WEIGHTS = {"architecture": 25, "decision": 25, "pattern": 25, "gotcha": 20, "progress": 30, "context": 15,
                 "code_description": 10, "code": 0, "plan": 30}
 BRANCH_SCOPED = ("progress", "plan")
 MAX_CHARS = 10_000
-
-
-def estimate_tokens(text: str) -> int:
-    """~4 characters a token (English prose and code average); rounded up."""
-    return math.ceil(len(text) / 4)
 
 
 @dataclass
@@ -55,9 +49,12 @@ class Briefing:
 def _git_facts(store: Store, rev: str | None = None) -> dict[str, Any]:
     """Branch, HEAD, last 3 commits and changed files (working tree + this branch vs the default branch).
 
-    With `rev`: the commit the store was read at (`--at`), its last 3 commits, nothing "changed".
+    With `rev`: the revision the store was read at (`--at`), its commit and last 3 commits, nothing
+    "changed"; the branch is `rev` when it names a local branch, else the current branch when the commit
+    is on it, else none.
     """
-    facts: dict[str, Any] = {"branch": rev or store.current_branch(), "head": None, "commits": [], "changed": []}
+    facts: dict[str, Any] = {"branch": None if rev else store.current_branch(), "rev": rev, "head": None,
+                             "commits": [], "changed": []}
     root = store.worktree
     if root is None:
         return facts
@@ -70,6 +67,11 @@ def _git_facts(store: Store, rev: str | None = None) -> dict[str, Any]:
         head = repo.revparse_single(rev).peel(pygit2.Commit) if rev else repo.head.peel(pygit2.Commit)
         if rev:
             facts["head"] = str(head.id)
+            current = store.current_branch()
+            if repo.branches.local.get(rev) is not None:
+                facts["branch"] = rev
+            elif current is not None and (head.id == repo.head.target or repo.descendant_of(repo.head.target, head.id)):
+                facts["branch"] = current
             for n, commit in enumerate(repo.walk(head.id, pygit2.enums.SortMode.TIME)):
                 if n >= 3:
                     break
@@ -83,7 +85,9 @@ def _git_facts(store: Store, rev: str | None = None) -> dict[str, Any]:
             facts["commits"].append(f"{str(commit.id)[:7]} {commit.message.strip().splitlines()[0][:80] if commit.message.strip() else ''}")
         changed = {path for path, flags in repo.status().items()
                    if not flags & pygit2.enums.FileStatus.IGNORED and not path.startswith(".cortex/")}
-        default = next((name for name in ("main", "master", "trunk") if repo.branches.local.get(name) is not None), None)
+        from cortex.gitfacts import default_branch
+
+        default = default_branch(str(root))
         if default and facts["branch"] and facts["branch"] != default:
             base = repo.merge_base(repo.branches.local[default].target, head.id)
             if base is not None:
@@ -96,9 +100,9 @@ def _git_facts(store: Store, rev: str | None = None) -> dict[str, Any]:
 
 
 def _cache_key(store: Store) -> str:
-    """Computed by `cortex.hotpath`, which the SessionStart fast path uses without importing the store."""
+    """Computed by `cortex.layout`, which the SessionStart fast path uses without importing the store."""
     from cortex import __version__
-    from cortex.hotpath import briefing_key
+    from cortex.layout import briefing_key
 
     return briefing_key(str(store.root), __version__)
 
@@ -115,7 +119,7 @@ def cached(store: Store) -> Briefing | None:
 
 
 def build(store: Store, budget_tokens: int | None = None, now: float | None = None, rev: str | None = None,
-          stable: bool = False) -> Briefing:
+          stable: bool = False, index: Any = None) -> Briefing:
     """Assemble the briefing (see the module docstring); `rev` labels a store read at a git revision.
 
     `stable` leaves out what changes with every commit or edit (HEAD, recent
@@ -123,23 +127,18 @@ def build(store: Store, budget_tokens: int | None = None, now: float | None = No
     committed file (AGENTS.md), which should change only when memory does.
     """
     from cortex.index import Index
-    from cortex.recall import decayed_confidence
-
-    from cortex.memory import now_epoch
+    from cortex.memory import epoch, now_epoch
+    from cortex.recall import Prior
 
     now = now_epoch() if now is None else now
     budget = int(budget_tokens or store.config().get("briefing.budget_tokens"))
-    index = Index(store)
-    index.sync(full=False, progress=False)
+    index = (index or Index(store)).ensure()
     facts = _git_facts(store, rev)
     if stable:
         facts.update(head=None, commits=[], changed=[])
     branch, changed = facts["branch"], set(facts["changed"])
     root = store.worktree
-    weights = store.config().get("recall.weights")
-    central = index.centralities()
-    access = store.access_counts()
-    max_log = math.log(max(access.values(), default=0) + 1) or 1.0
+    ranking = Prior(store, index, now, branch)
     candidates = []
     for item in index.scan().memories:
         if item.status != "active" or item.type == "code":
@@ -154,12 +153,9 @@ def build(store: Store, budget_tokens: int | None = None, now: float | None = No
                     continue  # everything it is about is gone
                 stale = "files gone"  # pinned memories are always shown, flagged
             elif not stable:
-                updated = _epoch(item.updated)
+                updated = epoch(item.updated)
                 stale = any(p.stat().st_mtime > updated + 1 for p in present)
-        prior = (weights["confidence"] * decayed_confidence(item, now, access.get(item.id, 0), central.get(item.id, 0.0))
-                 + weights["priority"] * item.priority / 10 + weights["centrality"] * central.get(item.id, 0.0)
-                 + weights["access"] * math.log(access.get(item.id, 0) + 1) / max_log
-                 + weights["same_branch"] * (1.0 if branch and item.branch == branch else 0.0))
+        prior = ranking(item)
         touches = bool(changed & set(item.files))
         candidates.append((item, prior, stale, touches))
 
@@ -167,8 +163,13 @@ def build(store: Store, budget_tokens: int | None = None, now: float | None = No
         mark = f" (may be stale: {stale})" if isinstance(stale, str) else " (may be stale: file changed)" if stale else ""
         return f"- [{item.type}] {item.title} `{item.id}`{mark}"
 
-    header = [] if stable else [MARK]
-    header += [f"# cortex briefing — branch `{branch or 'none'}`" + (f" @ {facts['head'][:7]}" if facts["head"] else "")]
+    header = [] if stable else [INJECTED_MARK]
+    at = f" @ {facts['head'][:7]}" if facts["head"] else ""
+    if facts.get("rev"):  # `--at REV`: name the revision as given, and the branch only when there is one
+        on = f" on branch `{branch}`" if branch and branch != facts["rev"] else ""
+        header += [f"# cortex briefing — at revision `{facts['rev']}`{at}{on}"]
+    else:
+        header += [f"# cortex briefing — branch `{branch or 'none'}`{at}"]
     if facts["commits"]:
         header.append("Recent commits: " + "; ".join(facts["commits"]))
     if changed:
@@ -229,14 +230,6 @@ def build(store: Store, budget_tokens: int | None = None, now: float | None = No
     if len(text) > MAX_CHARS:
         text = text[: text.rfind("\n", 0, MAX_CHARS) + 1]
     return Briefing(text, estimate_tokens(text), chosen)
-
-
-def _epoch(stamp: str) -> float:
-    import datetime as dt
-
-    if not stamp:
-        return 0.0
-    return dt.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc).timestamp()
 
 
 def get(store: Store) -> Briefing:

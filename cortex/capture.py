@@ -35,10 +35,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from cortex.memory import TYPES, Memory, title_from_text
+from cortex.memory import CAPTURE_TYPES, Memory, title_from_text
 from cortex.store import Store
+from cortex.text import INJECTED_MARK, words
 
-CORTEX_MARK = "<!-- cortex:injected -->"  # briefings and prompt-time recall carry it; capture skips such text
+LAYERS = ("structural", "keyword", "self_report")  # the local layers `capture.layers` chooses from
+MAX_SLICE = 65_000  # characters of the session the LLM layer is sent
 SKIP_PROMPT_PREFIXES = ("<command-name>", "<command-message>", "<local-command-stdout>", "<task-notification>",
                         "<system-reminder>", "Stop hook feedback:", "[Request interrupted by user", "Caveat:")
 TAG = re.compile(r"\[MEMORY:\s*([a-z_]+)((?:\s+[a-z]+=[^\s:\]]+)*)\s*:\s*(.+?)\]", re.S)
@@ -90,6 +92,7 @@ class CaptureReport:
     duplicates: int = 0
     redacted: int = 0
     by_layer: dict[str, int] = field(default_factory=dict)
+    paths: dict[str, list[Path]] = field(default_factory=dict)  # files written or updated, by store root
 
 
 # ---------------------------------------------------------------- reading
@@ -236,7 +239,7 @@ def events(records: list[dict[str, Any]]) -> list[Event]:
 
 def _clean(text: str) -> str:
     text = PRIVATE.sub("", text)
-    return "" if CORTEX_MARK in text else text
+    return "" if INJECTED_MARK in text else text
 
 
 def self_report(items: list[Event]) -> Iterator[Candidate]:
@@ -246,7 +249,7 @@ def self_report(items: list[Event]) -> Iterator[Candidate]:
         for match in TAG.finditer(_clean(event.text)):
             kind, options = match.group(1), match.group(2)
             body = "\n".join(" ".join(line.split()) for line in match.group(3).strip().splitlines() if line.strip())
-            if kind not in TYPES or not body:
+            if kind not in CAPTURE_TYPES or not body:
                 continue
             priority, tags = 6, []
             for option in options.split():
@@ -460,10 +463,6 @@ def keyword(items: list[Event]) -> Iterator[Candidate]:
 # ---------------------------------------------------------------- guard, dedup, write
 
 
-def _words(text: str) -> set[str]:
-    return set(re.findall(r"[a-z0-9]{3,}", text.lower()))
-
-
 def _redact(candidate: Candidate, report: CaptureReport) -> Candidate | None:
     from cortex.guard import scan_text
 
@@ -486,12 +485,8 @@ def _redact(candidate: Candidate, report: CaptureReport) -> Candidate | None:
     return candidate if not scan_text(candidate.body) else None
 
 
-def _active_of_types(store: Store, types: set[str]) -> list[Memory]:
+def _active_of_types(store: Store, index: Any, types: set[str]) -> list[Memory]:
     """Active memories of these types, bodies included (through the cache: only those files are read)."""
-    from cortex.index import Index
-
-    index = Index(store)
-    index.sync(full=False, progress=False)
     out = []
     for rel, entry in index.records().items():
         if entry["type"] in types and entry["status"] == "active":
@@ -513,11 +508,7 @@ class _Vectors:
         self.matrix, self.row_of = index.vector_matrix()
 
     @classmethod
-    def open(cls, store: Store) -> _Vectors | None:
-        from cortex.index import Index
-
-        index = Index(store)
-        index.sync(full=False, progress=False)
+    def open(cls, index: Any) -> _Vectors | None:
         if index.manifest is None or not index.manifest.vector_keys:
             return None  # no index with vectors yet: words alone decide
         encoder = index.query_encoder()
@@ -538,85 +529,101 @@ class _Vectors:
 
 
 def write_candidates(store: Store, candidates: list[Candidate], session: str, commit: str | None = None,
-                     report: CaptureReport | None = None) -> list[str]:
-    """Guard, dedup and write candidates (global-scope ones to the global store); returns the ids written."""
+                     report: CaptureReport | None = None, indexes: Any = None) -> list[str]:
+    """Guard, dedup and write candidates (global-scope ones to the global store); returns the ids written.
+
+    What was written is in `report.written` (ids) and `report.paths` (by store root), and queued for links.
+    """
+    from cortex.index import Indexes
+
     report = report or CaptureReport()
     if not candidates:
         return []
+    indexes = indexes or Indexes()
     targets: dict[str, tuple[Store, list[Memory]]] = {}
 
     def target(scope: str) -> tuple[Store, list[Memory]]:
         if scope not in targets:
             chosen = Store.locate(use_global=True) if scope == "global" else store
-            targets[scope] = (chosen, _active_of_types(chosen, {c.type for c in candidates}))
+            targets[scope] = (chosen, _active_of_types(chosen, indexes.synced(chosen), {c.type for c in candidates}))
         return targets[scope]
 
-    vectors = _Vectors.open(store)
+    vectors = _Vectors.open(indexes.synced(store))
     cosine_duplicate = float(store.config().get("capture.dedup_cosine"))
     for candidate in candidates:
         guarded = _redact(candidate, report)
         if guarded is None:
             continue
         destination, existing = target(guarded.scope)
-        keyed = {str(m.source.get("key")): m for m in existing if m.source.get("key")}
-        if guarded.update_only and not (guarded.key and guarded.key in keyed):
-            continue
-        if guarded.key and guarded.key in keyed:
-            current = keyed[guarded.key]
-            if current.body.strip() != guarded.body.strip() or current.title != guarded.title:
-                updated = destination.update(current.id, {"title": guarded.title, "files": guarded.files or current.files},
-                                             body=guarded.body)
-                existing[existing.index(current)] = updated
-                report.updated.append(current.id)
-            continue
-        words = _words(guarded.title + " " + guarded.body)
-        digest = hashlib.sha1(" ".join(sorted(words)).encode()).hexdigest()
-        duplicate = False
-        vector = None
-        for other in existing:
-            if other.type != guarded.type:
-                continue
-            other_words = _words(other.title + " " + other.body)
-            if hashlib.sha1(" ".join(sorted(other_words)).encode()).hexdigest() == digest:
-                duplicate = True  # the same words: a copy
-                break
-            union = words | other_words
-            if union and len(words & other_words) / len(union) >= JACCARD_DUPLICATE:
-                duplicate = True
-                break
-            if vectors is not None:
-                if vector is None:
-                    from cortex.index.manifest import embed_text  # as the index embeds memories
-
-                    vector = vectors.embed(embed_text(Memory(id="", type=guarded.type, title=guarded.title,
-                                                             body=guarded.body)))
-                if vectors.similarity(vector, other) >= cosine_duplicate:
-                    duplicate = True
-                    break
-        if duplicate:
-            report.duplicates += 1
-            _refresh(destination, other)
-            continue
-        source: dict[str, Any] = {"kind": "transcript", "session": session, "layer": guarded.layer}
-        if commit:
-            source["commit"] = commit
-        if guarded.key:
-            source["key"] = guarded.key
-        from cortex.graph import automatic_links
-
-        made = destination.create(Memory(id="", type=guarded.type, title=guarded.title, body=guarded.body,
-                                         confidence=guarded.confidence, priority=guarded.priority, tags=guarded.tags,
-                                         files=guarded.files, branch=guarded.branch, source=source,
-                                         links=automatic_links(guarded.links)))
-        existing.append(made)
-        report.written.append(made.id)
-        report.by_layer[guarded.layer] = report.by_layer.get(guarded.layer, 0) + 1
+        made = _write_one(destination, existing, guarded, session, commit, vectors, cosine_duplicate, report)
+        if made is not None:
+            existing.append(made)
+            report.written.append(made.id)
+            report.by_layer[guarded.layer] = report.by_layer.get(guarded.layer, 0) + 1
+            report.paths.setdefault(str(destination.root), []).append(made.path)  # type: ignore[arg-type]
     if report.written:
-        from cortex import maintain
+        from cortex.graph import queue_links
 
-        for chosen, _existing in targets.values():  # links are made by `cortex maintain`, off the hook's clock
-            maintain.queue(chosen, [m.id for m in _existing if m.id in set(report.written)])
+        for chosen, existing in targets.values():  # links are made by `cortex maintain`, off the hook's clock
+            queue_links(chosen, [m.id for m in existing if m.id in set(report.written)])
     return list(report.written)
+
+
+def _write_one(store: Store, existing: list[Memory], candidate: Candidate, session: str, commit: str | None,
+               vectors: _Vectors | None, cosine_duplicate: float, report: CaptureReport) -> Memory | None:
+    """Write one guarded candidate, or update its keyed memory in place, or refresh the duplicate it repeats."""
+    keyed = {str(m.source.get("key")): m for m in existing if m.source.get("key")}
+    if candidate.update_only and not (candidate.key and candidate.key in keyed):
+        return None
+    if candidate.key and candidate.key in keyed:
+        current = keyed[candidate.key]
+        if current.body.strip() != candidate.body.strip() or current.title != candidate.title:
+            updated = store.update(current.id, {"title": candidate.title, "files": candidate.files or current.files},
+                                   body=candidate.body)
+            existing[existing.index(current)] = updated
+            report.updated.append(current.id)
+            report.paths.setdefault(str(store.root), []).append(updated.path)  # type: ignore[arg-type]
+        return None
+    duplicate = _duplicate_of(existing, candidate, vectors, cosine_duplicate)
+    if duplicate is not None:
+        report.duplicates += 1
+        _refresh(store, duplicate)
+        return None
+    source: dict[str, Any] = {"kind": "transcript", "session": session, "layer": candidate.layer}
+    if commit:
+        source["commit"] = commit
+    if candidate.key:
+        source["key"] = candidate.key
+    from cortex.graph import automatic_links
+
+    return store.create(Memory(id="", type=candidate.type, title=candidate.title, body=candidate.body,
+                               confidence=candidate.confidence, priority=candidate.priority, tags=candidate.tags,
+                               files=candidate.files, branch=candidate.branch, source=source,
+                               links=automatic_links(candidate.links)))
+
+
+def _duplicate_of(existing: list[Memory], candidate: Candidate, vectors: _Vectors | None,
+                  cosine_duplicate: float) -> Memory | None:
+    """The active memory of the same type this candidate repeats: the same words, a word overlap of at least
+    JACCARD_DUPLICATE, or (with vectors) a cosine of at least `capture.dedup_cosine`."""
+    mine = words(candidate.title + " " + candidate.body)
+    vector = None
+    for other in existing:
+        if other.type != candidate.type:
+            continue
+        theirs = words(other.title + " " + other.body)
+        union = mine | theirs
+        if mine == theirs or (union and len(mine & theirs) / len(union) >= JACCARD_DUPLICATE):
+            return other
+        if vectors is not None:
+            if vector is None:
+                from cortex.index.manifest import embed_text  # as the index embeds memories
+
+                vector = vectors.embed(embed_text(Memory(id="", type=candidate.type, title=candidate.title,
+                                                         body=candidate.body)))
+            if vectors.similarity(vector, other) >= cosine_duplicate:
+                return other
+    return None
 
 
 def _refresh(store: Store, memory: Memory) -> None:
@@ -635,9 +642,13 @@ def _refresh(store: Store, memory: Memory) -> None:
 
 
 def capture(store: Store, transcript: Path, session: str | None = None, last_message: str | None = None,
-            from_start: bool = False, commit: str | None = None) -> CaptureReport:
-    """Run the pipeline on what is new in `transcript`; write memories; advance the cursor."""
-    from cortex.gitops import find_worktree_root
+            from_start: bool = False, commit: str | None = None, indexes: Any = None) -> CaptureReport:
+    """Run the pipeline on what is new in `transcript`; write memories; advance the cursor.
+
+    Only the layers named in `capture.layers` run (structural, keyword, self_report); the LLM layer is
+    `capture.llm`. `indexes` (a `cortex.index.Indexes`) shares one sync with the caller's later steps.
+    """
+    from cortex.gitfacts import branch_and_head, worktree_root
 
     report = CaptureReport()
     records, report.skipped_lines, cursor = read_new_records(store, transcript, from_start)
@@ -652,22 +663,77 @@ def capture(store: Store, transcript: Path, session: str | None = None, last_mes
         items.append(Event("text", last_message))
         cursor["pending"] = _digest(last_message)
     session = session or next((str(r.get("sessionId")) for r in records if r.get("sessionId")), transcript.stem)
-    root = find_worktree_root(store.root.parent)
-    candidates = [*self_report(items), *structural(items, session, root), *keyword(items)]
-    write_candidates(store, candidates, session, commit, report)
-    from cortex import worker
+    found = worktree_root(str(store.root.parent))
+    root = Path(found) if found is not None else None
+    write_candidates(store, candidates_from(store, items, session, root), session, commit, report, indexes)
+    from cortex import llm
 
-    if items and worker.enabled(store):
+    if items and llm.enabled(store):
         # Layer 4 runs detached: queue the slice and return; the worker retries until it succeeds.
-        from cortex.gitops import current_branch
-
-        context = f"branch: {current_branch(root)}\nHEAD: {commit or 'none'}"
-        if worker.enqueue(store, session, worker.render_slice(items), context) is not None:
-            worker.spawn(store)
+        context = f"branch: {branch_and_head(found)[0]}\nHEAD: {commit or 'none'}"
+        if enqueue(store, session, render_slice(items), context) is not None:
+            spawn_worker(store)
     save_cursor(store, transcript, cursor)
     if report.skipped_lines:
         store.log(f"capture: {transcript}: skipped {report.skipped_lines} malformed lines")
     return report
+
+
+def candidates_from(store: Store, items: list[Event], session: str, root: Path | None) -> list[Candidate]:
+    """The candidates of the local layers `capture.layers` turns on (an unknown name is a config warning)."""
+    wanted = {str(name).replace("-", "_") for name in (store.config().get("capture.layers") or ())}
+    out: list[Candidate] = []
+    if "self_report" in wanted:
+        out += self_report(items)
+    if "structural" in wanted:
+        out += structural(items, session, root)
+    if "keyword" in wanted:
+        out += keyword(items)
+    return out
+
+
+# ---------------------------------------------------------------- the LLM layer's queue
+
+
+def queue_dir(store: Store) -> Path:
+    return store.state_dir / "queue"
+
+
+def render_slice(items: list[Event]) -> str:
+    """The session events as plain text for the model, the newest kept when it is too long."""
+    lines = []
+    for event in items:
+        if event.kind == "human":
+            lines.append(f"USER: {event.text}")
+        elif event.kind == "text":
+            lines.append(f"ASSISTANT: {event.text}")
+        elif event.kind == "tool":
+            detail = event.tool_input.get("command") or event.tool_input.get("file_path") or ""
+            status = " (failed)" if event.failed else ""
+            result = " ".join(event.result.split())[:300]
+            lines.append(f"TOOL {event.tool} {detail}{status}: {result}")
+    return "\n".join(lines)[-MAX_SLICE:]
+
+
+def enqueue(store: Store, session: str, slice_text: str, context: str) -> Path | None:
+    """Queue a job for `cortex worker` (nothing when the slice is empty)."""
+    import time
+
+    from cortex.files import atomic_write
+
+    if not slice_text.strip():
+        return None
+    name = f"{time.strftime('%Y%m%dT%H%M%S')}-{time.time_ns() % 10**9:09d}-{session[:40]}.json"
+    path = queue_dir(store) / name
+    atomic_write(path, json.dumps({"session": session, "slice": slice_text, "context": context, "attempts": 0}))
+    return path
+
+
+def spawn_worker(store: Store) -> None:
+    """Start `cortex worker` detached (its own session, output to state/worker.log); return at once."""
+    from cortex.spawn import detached
+
+    detached(["worker", "--dir", str(store.root)], str(store.state_dir), env={"CORTEX_NESTED": "0"})
 
 
 def nested() -> bool:

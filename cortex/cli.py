@@ -20,10 +20,9 @@ import click
 
 from cortex import __version__
 from cortex.errors import CortexError
+from cortex.memory import TYPES
 
-TYPE_CHOICE = click.Choice(
-    ["architecture", "decision", "pattern", "gotcha", "context", "progress", "plan", "code_description", "code"]
-)
+TYPE_CHOICE = click.Choice(TYPES)
 
 
 def _fail(message: str) -> None:
@@ -60,7 +59,35 @@ def store_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class CortexGroup(click.Group):
+    """The command group, with click's usage errors as one line (`cortex: <message>`) and exit status 1."""
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        if not standalone_mode:  # a caller (a test, an embedding program) handles click's exceptions itself
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            result = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.NoArgsIsHelpError as exc:  # plain `cortex`: the help, not an error
+            click.echo(exc.ctx.get_help())
+            sys.exit(0)
+        except click.UsageError as exc:  # unknown option, missing argument, bad value
+            where = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
+            _fail(_one_line(exc.format_message()) + where)
+        except click.ClickException as exc:
+            _fail(_one_line(exc.format_message()))
+        except click.Abort:  # Ctrl-C or end of input at a prompt
+            _fail("aborted")
+        sys.exit(result if isinstance(result, int) else 0)  # an int only from --help/--version (click's Exit)
+
+
+def _one_line(message: str) -> str:
+    """click's message as one line in cortex's style: "Missing argument 'QUERY'." -> "missing argument 'QUERY'"."""
+    text = " ".join(message.split()).rstrip(".")
+    return text[:1].lower() + text[1:] if text[1:2].islower() else text
+
+
+@click.group(cls=CortexGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="cortex")
 def main() -> None:
     """cortex: a git-native memory for AI coding assistants.
@@ -155,29 +182,12 @@ def init(use_global: bool, directory: Path | None, git_hooks: bool, claude_code:
 def remember(store: Any, text: str, memory_type: str, title: str | None, priority: int, confidence: float,
              tags: tuple[str, ...], files: tuple[str, ...], pin: bool, as_json: bool) -> None:
     """Save a memory. TEXT is its content ('-' reads it from stdin)."""
-    from cortex.memory import Memory, title_from_text
+    from cortex import events
 
     if text == "-":
         text = sys.stdin.read()
-    if not text.strip():
-        _fail("nothing to remember: TEXT is empty")
-    item = Memory(
-        id="",
-        type=memory_type,
-        title=(title or title_from_text(text)).strip(),
-        body=text.strip() + "\n",
-        confidence=confidence,
-        priority=priority,
-        pinned=pin,
-        tags=list(dict.fromkeys(tags)),
-        files=list(dict.fromkeys(files)),
-        source={"kind": "manual"},
-    )
-    created = store.create(item)
-    from cortex.graph import connect_quietly
-
-    if connect_quietly(store, [created.id]):
-        created = store.get(created.id)  # with the links just made
+    created = events.remember(store, text, type=memory_type, title=title, priority=priority, confidence=confidence,
+                              tags=tags, files=files, pinned=pin)
     if as_json:
         _print_json(created.to_dict() | {"store": store.label})
     else:
@@ -302,7 +312,7 @@ def edit(store: Any, memory_id: str) -> None:
                 continue
             _fail(f"{item.path} unchanged; your draft is kept at {draft}")
         break
-    with store._lock():
+    with store.lock():
         try:
             now_on_disk = item.path.read_text(encoding="utf-8")
         except OSError:
@@ -345,11 +355,10 @@ def forget(store: Any, target: str, replaced_by: str | None, yes: bool, as_json:
         click.echo(f"best match: {item.id}  {item.type}  {item.title}", err=True)
         if not yes and not click.confirm("Forget it?", default=False, err=True):
             _fail("nothing changed")
-    if replaced_by:
-        old, _new = store.supersede(item.id, replaced_by)
-        result, verb = old, f"superseded by {_new.id}"
-    else:
-        result, verb = store.archive(item.id), "archived"
+    from cortex import events
+
+    result = events.forget(store, item.id, replaced_by=replaced_by)
+    verb = f"superseded by {store.get(replaced_by).id}" if replaced_by else "archived"
     if as_json:
         _print_json(result.to_dict() | {"store": store.label})
     else:
@@ -365,11 +374,10 @@ def forget(store: Any, target: str, replaced_by: str | None, yes: bool, as_json:
 @store_options
 def status(store: Any, as_json: bool, strict: bool) -> None:
     """Counts by type and status, store paths, search state, and problems found."""
-    from cortex.index import Index, status_report
+    from cortex import status as store_status
+    from cortex.index import Index
 
-    index = Index(store)
-    index.sync(full=False)
-    report = status_report(store, index)
+    report = store_status.report(store, Index(store).ensure())
     if as_json:
         _print_json(report)
     else:
@@ -515,11 +523,7 @@ def project(store: Any, check: bool) -> None:
             sys.exit(1)
         click.echo("projections are up to date")
         return
-    index = projections.synced_index(store)
-    if projections.known_current(store, index):
-        click.echo("projections are up to date")
-        return
-    changed = projections.write(store, projections.build(store, index=index), index)
+    changed = projections.refresh(store)
     for path in changed:
         click.echo(f"wrote {path}")
     if not changed:
@@ -652,15 +656,20 @@ def uninstall(git_hooks: bool, claude_code: bool, agents: bool) -> None:
         _fail(str(exc))
 
 
-HOOK_EVENTS = ("stop", "pre-compact", "session-start", "prompt", "session-end", "git-pre-push", "git-post-merge",
+HOOK_EVENTS = ("session-start", "prompt", "stop", "pre-compact", "session-end", "git-pre-push", "git-post-merge",
                "git-post-checkout")
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
-@click.argument("event", type=click.Choice(HOOK_EVENTS))
+@click.argument("event", type=click.Choice(HOOK_EVENTS), metavar="EVENT")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def hook(event: str, args: tuple[str, ...]) -> None:
-    """Entry point for the hooks cortex installs (Claude Code: stop, pre-compact; git: pre-push, post-merge, post-checkout)."""
+    """Entry point for the hooks cortex installs.
+
+    EVENT is a Claude Code hook (session-start, prompt, stop, pre-compact,
+    session-end; JSON on stdin) or a git hook (git-pre-push, git-post-merge,
+    git-post-checkout; git's arguments follow).
+    """
     from cortex import hooks
 
     if event in ("stop", "pre-compact"):
@@ -765,15 +774,16 @@ def scan(paths: tuple[Path, ...]) -> None:
 @store_options
 def capture_command(store: Any, transcript: Path, from_start: bool, as_json: bool) -> None:
     """Capture memories from a Claude Code transcript (what the Stop hook runs), from where the last run stopped."""
+    from cortex import events, maintain
     from cortex.capture import capture
-
-    report = capture(store, transcript, from_start=from_start)
-    from cortex import maintain
-
+    from cortex.index import Indexes
     from cortex.store import iter_stores
 
+    indexes = Indexes()
+    report = capture(store, transcript, from_start=from_start, indexes=indexes)
+    events.capture_done(store, report, indexes, upkeep="none")  # projections and AGENTS.md, as the Stop hook
     for each in iter_stores(store):  # links for what was written (global-scope memories too); gc, consolidation
-        maintain.run(each, record_git=False)
+        maintain.run(each, indexes, stage=False)
     if as_json:
         _print_json({"records": report.records, "written": report.written, "updated": report.updated,
                      "duplicates": report.duplicates, "redacted": report.redacted, "by_layer": report.by_layer,

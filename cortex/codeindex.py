@@ -138,8 +138,8 @@ def _python_entry(node: ast.AST, indent: str) -> list[str]:
 
 
 def _llm_summary(store: Store, rel: str, text: str) -> str | None:
-    """The LLM's description of the file when `capture.llm` allows it (see `cortex.worker.ask`)."""
-    from cortex.worker import ask
+    """The LLM's description of the file when `capture.llm` allows it (see `cortex.llm.ask`)."""
+    from cortex.llm import ask
 
     prompt = (f"Describe the source file {rel} for a developer who has not read it: what it is for, its main "
               f"parts, and anything surprising. Plain prose, at most 150 words.\n\n{text[:60_000]}")

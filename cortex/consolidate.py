@@ -47,7 +47,8 @@ from typing import Any
 from cortex import memory as fmt
 from cortex.errors import CortexError
 from cortex.files import atomic_write, file_lock
-from cortex.graph import NO_LINK_TYPES, Similarity, candidate_floor, clear_flagged_pairs, clear_flags, flagged, words
+from cortex.graph import NO_LINK_TYPES, Similarity, candidate_floor, clear_flagged_pairs, clear_flags, flagged
+from cortex.text import words
 from cortex.memory import Link, Memory
 from cortex.store import Store
 
@@ -548,8 +549,8 @@ def merged_memory(group: Group, llm_text: str | None = None) -> Memory:
 
 
 def _llm_merge(store: Store, group: Group) -> str | None:
-    """The LLM's merged text when `capture.llm` allows it; None otherwise (see `cortex.worker.ask`)."""
-    from cortex.worker import ask
+    """The LLM's merged text when `capture.llm` allows it; None otherwise (see `cortex.llm.ask`)."""
+    from cortex.llm import ask
 
     prompt = ("Merge these project memories, which say the same thing, into one. Keep every distinct fact, reason "
               "and rejected alternative; no new facts. Answer as 'Title: <one line>' then a blank line then the "
@@ -570,7 +571,7 @@ def _checkpoint_dir(store: Store) -> Path:
 
 def recover(store: Store) -> bool:
     """Roll back a consolidation that was cut off half-way (its checkpoint is still there). True if it did."""
-    with store._lock(), file_lock(store.state_dir / "consolidate.lock"):
+    with store.lock(), file_lock(store.state_dir / "consolidate.lock"):
         return _recover_locked(store)
 
 
@@ -665,7 +666,7 @@ def apply(store: Store, groups: list[Group], use_llm: bool = True) -> Result:
             store.log("consolidate: the LLM's answer is not 'Title: …' then the text: merged without it")
             llm_text = None
         prepared.append((group, snapshot, merged_memory(group, llm_text)))
-    with store._lock(), file_lock(store.state_dir / "consolidate.lock"):
+    with store.lock(), file_lock(store.state_dir / "consolidate.lock"):
         _recover_locked(store)
         existing = {p.name.rsplit("-", 1)[-1][:-3] for p in store.memory_paths()}
         stamp = fmt.now_iso()

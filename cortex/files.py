@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 import threading
-from pathlib import Path
-from typing import Iterator
+from typing import IO, TYPE_CHECKING, Iterator
+
+if TYPE_CHECKING:  # the hook fast paths import this module: nothing beyond `os` at import time
+    from pathlib import Path
 
 
 def atomic_write(path: Path, data: str | bytes, durable: bool = True) -> None:
@@ -15,6 +16,8 @@ def atomic_write(path: Path, data: str | bytes, durable: bool = True) -> None:
 
     `durable=False` skips the fsync: for caches, where a file lost in a power cut is simply rebuilt.
     """
+    import tempfile
+
     path.parent.mkdir(parents=True, exist_ok=True)
     raw = data.encode("utf-8") if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -44,6 +47,13 @@ def _umask() -> int:
 _held = threading.local()  # lock files this thread holds: a nested `file_lock` on one of them is a no-op
 
 
+def _held_paths() -> set[str]:
+    paths = getattr(_held, "paths", None)
+    if paths is None:
+        paths = _held.paths = set()
+    return paths
+
+
 @contextlib.contextmanager
 def file_lock(path: Path) -> Iterator[None]:
     """An exclusive advisory lock (flock) held for the `with` block; re-entrant within a thread.
@@ -53,9 +63,7 @@ def file_lock(path: Path) -> Iterator[None]:
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     key = os.path.realpath(path)
-    held = getattr(_held, "paths", None)
-    if held is None:
-        held = _held.paths = set()
+    held = _held_paths()
     if key in held:
         yield
         return
@@ -83,14 +91,12 @@ def try_lock(path: Path, wait: bool = False) -> Iterator[bool]:
 
     With `wait` it waits for the lock instead (and always yields True).
     """
+    import fcntl
+
     path.parent.mkdir(parents=True, exist_ok=True)
     handle = open(path, "a+b")
     try:
-        import fcntl
-
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
+        if not _flock(handle.fileno(), wait):
             yield False
             return
         try:
@@ -100,3 +106,44 @@ def try_lock(path: Path, wait: bool = False) -> Iterator[bool]:
     finally:
         handle.close()
 
+
+def _flock(fd: int, wait: bool = False) -> bool:
+    """Take an exclusive flock on `fd`; without `wait`, False at once when another process holds it."""
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
+        return False
+    return True
+
+
+
+def hold_lock(path: Path, wait: bool = False) -> IO[str] | None:
+    """Take an exclusive lock on `path` and keep it until the returned handle is closed.
+
+    Without `wait`, None when another process holds it: how one `cortex serve` or `cortex watch` per store
+    is kept.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path, "a+")
+    if not _flock(handle.fileno(), wait):
+        handle.close()
+        return None
+    return handle
+
+
+def lock_held(path: str) -> bool:
+    """Whether another process holds an flock on `path` (a server or watcher that is alive). Stdlib only."""
+    import fcntl
+
+    if not os.path.exists(path):
+        return False
+    try:
+        with open(path, "a+") as handle:
+            if not _flock(handle.fileno()):
+                return True
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+            return False
+    except OSError:
+        return False

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 def find_worktree_root(start: Path) -> Path | None:
     """The nearest folder at or above `start` that holds `.git` (a dir or a worktree file)."""
-    from cortex.hotpath import worktree_root
+    from cortex.gitfacts import worktree_root
 
     found = worktree_root(str(start))
     return Path(found) if found is not None else None
@@ -22,15 +22,15 @@ def find_worktree_root(start: Path) -> Path | None:
 
 def git_dir(worktree_root: Path) -> Path | None:
     """The git dir of a worktree: `.git` itself, or where a `.git` file points."""
-    from cortex import hotpath
+    from cortex import gitfacts
 
-    found = hotpath.git_dir(str(worktree_root))
+    found = gitfacts.git_dir(str(worktree_root))
     return Path(found) if found is not None else None
 
 
 def current_branch(worktree_root: Path | None) -> str | None:
     """The checked-out branch's short name; None when detached or not a repository."""
-    from cortex.hotpath import branch_and_head
+    from cortex.gitfacts import branch_and_head
 
     return branch_and_head(str(worktree_root) if worktree_root is not None else None)[0]
 
@@ -41,7 +41,7 @@ def head_commit(worktree_root: Path | None) -> str | None:
     Read from the ref files (importing pygit2 costs a hook ~150 ms); pygit2
     only when a ref cannot be found there and the branch may still exist.
     """
-    from cortex.hotpath import branch_and_head
+    from cortex.gitfacts import branch_and_head
 
     if worktree_root is None:
         return None

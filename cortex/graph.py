@@ -27,13 +27,14 @@ instead (`automatic_links`).
 from __future__ import annotations
 
 import json
-import re
+
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from cortex.files import atomic_write, file_lock
 from cortex.memory import Link
 from cortex.store import Store
+from cortex.text import jaccard, words
 
 NO_LINK_TYPES = ("code",)  # source code is never compared or embedded
 FLAG_MOST = 5  # a new memory's possible duplicates: at most its 5 closest of its type (as consolidation looks)
@@ -79,23 +80,6 @@ def automatic_links(links: Iterable[Link]) -> list[Link]:
     return out
 
 
-_WORD = re.compile(r"[a-z0-9]+")
-_STOP = frozenset(
-    "a an and are as at be but by did do does for from had has have how i if in is it its of on or our so that the "
-    "their them then there these they this to was we were what when where which who why will with you your not no "
-    "use used".split()
-)
-
-
-def words(text: str) -> set[str]:
-    return {w for w in _WORD.findall(text.lower()) if w not in _STOP and len(w) > 1}
-
-
-def jaccard(a: set[str], b: set[str]) -> float:
-    union = a | b
-    return len(a & b) / len(union) if union else 0.0
-
-
 class Similarity:
     """Similarity between the store's memories: centred cosine on the cache's vectors, or Jaccard without them.
 
@@ -112,8 +96,7 @@ class Similarity:
 
         self.store = store
         self.centred = centred  # False: the raw cosine (compared in bench/consolidate.py)
-        self.index = index or Index(store)
-        self.index.sync(full=False, progress=False, vectors=True)
+        self.index = (index or Index(store)).ensure(vectors=True)
         self.vectors = self.index.vector_matrix()
         self.method = method or ("cosine" if self.vectors is not None else "jaccard")
         self._words: dict[str, set[str]] = {}
@@ -172,11 +155,11 @@ class Similarity:
 
     def word_set(self, rel: str) -> set[str]:
         if rel not in self._words:
-            from cortex.index import _read_body
+            from cortex.index.cache import read_body
 
             entry = self.records()[rel]
             title = json.loads(entry["meta"]).get("title", "")
-            self._words[rel] = words(title + " " + _read_body(self.store.memories_dir / rel))
+            self._words[rel] = words(title + " " + read_body(self.store.memories_dir / rel))
         return self._words[rel]
 
     def against(self, rel: str, others: list[str]) -> list[float]:
@@ -282,6 +265,38 @@ def clear_flagged_pairs(store: Store, pairs: Iterable[tuple[str, str]]) -> None:
     """Forget these flagged pairs (judged by a consolidation run); pairs flagged since stay."""
     judged = {tuple(sorted(pair)) for pair in pairs}
     _unflag(store, lambda a, b: tuple(sorted((a, b))) in judged)
+
+
+# ---------------------------------------------------------------- the link queue
+# Capture writes memories on the Stop hook's clock and queues their ids here (`state/maintain.json`); the
+# detached `cortex maintain` links them (`cortex.maintain`), off the clock.
+
+
+def queue_links(store: Store, ids: Iterable[str]) -> None:
+    """Queue memories to be linked by the next `cortex maintain`."""
+    ids = [i for i in ids if i]
+    if not ids:
+        return
+    with file_lock(store.state_dir / "maintain.lock"):
+        pending = queued_links(store)
+        pending.extend(i for i in ids if i not in pending)
+        atomic_write(store.state_dir / "maintain.json", json.dumps(pending), durable=False)
+
+
+def queued_links(store: Store) -> list[str]:
+    try:
+        data = json.loads((store.state_dir / "maintain.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return [str(i) for i in data] if isinstance(data, list) else []
+
+
+def unqueue_links(store: Store, done: Iterable[str]) -> None:
+    """Drop linked ids from the queue (only once linked: a run killed before keeps its queue)."""
+    gone = set(done)
+    with file_lock(store.state_dir / "maintain.lock"):
+        left = [i for i in queued_links(store) if i not in gone]
+        atomic_write(store.state_dir / "maintain.json", json.dumps(left), durable=False)
 
 
 def connect_quietly(store: Store, ids: Iterable[str], index: Any = None) -> LinkReport | None:

@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from cortex.hotpath import emit
 from cortex.store import STORE_DIRNAME, Store
 
 
@@ -61,7 +62,9 @@ def git_pre_push(args: list[str], stdin: str) -> int:
                 print("cortex: push stopped: remove the secret from those memory files (and from the commits "
                       "that added them), then push again", file=sys.stderr)
                 return 1
-        index = projections.synced_index(store)
+        from cortex.index import Index
+
+        index = Index(store).ensure()
         if projections.known_current(store, index):
             return 0
         pages = projections.build(store, index=index)
@@ -104,8 +107,9 @@ def git_refresh(event: str, args: list[str]) -> int:
         from cortex import projections
         from cortex.index import Index
 
-        Index(store).sync(full=True, progress=False)
-        changed = projections.write(store, projections.build(store))
+        index = Index(store)
+        index.sync(full=True, progress=False)
+        changed = projections.refresh(store, index)
         if changed:
             names = ", ".join(path.name for path in changed)
             print(f"cortex: regenerated {names} for this branch; commit it with your next change", file=sys.stderr)
@@ -142,66 +146,29 @@ def _claude_hook(name: str, raw: str, body: Callable[[Store, dict[str, Any]], No
     return 0
 
 
-def _emit(event: str, text: str) -> None:
-    import json
-
-    sys.stdout.write(json.dumps({"hookSpecificOutput": {"hookEventName": event, "additionalContext": text}}))
-    sys.stdout.flush()
-
-
 def claude_stop(raw: str) -> int:
     """Stop (and PreCompact): capture what is new in the transcript. Never blocks; prints nothing; exit 0."""
 
     def body(store: Store, payload: dict[str, Any]) -> None:
+        from cortex import events
         from cortex.capture import capture
         from cortex.gitops import head_commit
+        from cortex.index import Indexes
 
         transcript = payload.get("transcript_path")
         if not transcript or not Path(str(transcript)).is_file():
             store.log(f"stop: no transcript at {transcript!r}")
             return
+        indexes = Indexes()
         report = capture(store, Path(str(transcript)), session=payload.get("session_id"),
-                         last_message=payload.get("last_assistant_message"), commit=head_commit(store.worktree))
-        if report.written or report.updated:
-            from cortex import projections
-            from cortex.gitops import record_cortex_changes
-
-            projections.write(store, projections.build(store))
-            if store.worktree is not None:
-                record_cortex_changes(store.root, str(store.config().get("git.on_stop")))
-        _refresh_agents(store)
-        from cortex import maintain
-
-        maintain.spawn_due(store)  # links, daily gc, automatic consolidation: detached (project and global)
+                         last_message=payload.get("last_assistant_message"), commit=head_commit(store.worktree),
+                         indexes=indexes)
+        # Projections, AGENTS.md, staging; links, daily gc and consolidation detached (project and global).
+        events.capture_done(store, report, indexes, stage=True, upkeep="detached")
         store.log(f"stop: {report.records} records, wrote {len(report.written)}, updated {len(report.updated)}, "
                   f"duplicates {report.duplicates}, redacted {report.redacted}")
 
     return _claude_hook("stop", raw, body)
-
-
-def _refresh_agents(store: Store) -> None:
-    """Keep AGENTS.md's cortex section current (only when `cortex init --agents` put one there).
-
-    Skipped cheaply when neither the branch nor the store changed since the last refresh.
-    """
-    from cortex import agents
-    from cortex.hotpath import signature
-
-    if not agents.installed(store):
-        return
-    key = f"{store.current_branch()}|{signature(str(store.root))}"
-    stamp = store.state_dir / "agents.key"
-    try:
-        if stamp.read_text(encoding="utf-8") == key:
-            return
-    except OSError:
-        pass
-    done = agents.update(store)
-    if done:
-        store.log(f"stop: {done}")
-    from cortex.files import atomic_write
-
-    atomic_write(stamp, f"{store.current_branch()}|{signature(str(store.root))}", durable=False)
 
 
 def _store_at(cwd: Path) -> Store | None:
@@ -229,77 +196,29 @@ def claude_session_start(raw: str) -> int:
 
     def body(store: Store, payload: dict[str, Any]) -> None:
         from cortex import briefing, serve
+        from cortex.capture import spawn_worker
+        from cortex.layout import queued_jobs
 
-        _emit("SessionStart", briefing.get(store).text)
-        queue = store.state_dir / "queue"
-        if queue.is_dir() and any(queue.glob("*.json")):
-            from cortex import worker
-
-            worker.spawn(store)
-        serve.spawn(store)  # prompt-time recall from a warm process
+        emit("SessionStart", briefing.get(store).text)
+        if queued_jobs(str(store.root)):
+            spawn_worker(store)
+        serve.start_detached(str(store.root))  # prompt-time recall from a warm process
 
     return _claude_hook("session-start", raw, body)
 
 
-def prompt_context(store: Store, prompt: str, index: object = None) -> str | None:
-    """The additionalContext for a prompt: relevant memories not already in the briefing, or None.
-
-    Relevant means close in meaning (cosine ≥ `prompt.min_cosine`, 0.48), or a full-text match
-    that is not a word used in another sense (cosine ≥ `prompt.min_cosine_with_words`, 0.3;
-    "write a haiku" matches "Write transactions…" at cosine 0.04). At most
-    `prompt.max_memories`, within `prompt.budget_tokens`. `index` is a warm Index (from
-    `cortex serve`) to search without syncing.
-    """
-    import json
-
-    from cortex.briefing import MARK, estimate_tokens
-    from cortex.recall import recall, recall_store
-    from cortex.store import iter_stores
-
-    config = store.config()
-    limit = int(config.get("prompt.max_memories"))
-    budget = int(config.get("prompt.budget_tokens"))
-    min_cosine = float(config.get("prompt.min_cosine"))
-    word_cosine = float(config.get("prompt.min_cosine_with_words"))
-    try:
-        shown = set(json.loads((store.state_dir / "briefing.json").read_text(encoding="utf-8")).get("ids", []))
-    except (OSError, ValueError):
-        shown = set()
-    if index is not None:
-        hits = recall_store(store, prompt, limit=limit + len(shown), index=index, sync=False).hits
-    else:
-        hits = recall(list(iter_stores(store)), prompt, limit=limit + len(shown)).hits
-    lines: list[str] = []
-    header = MARK + "\nMemories that may bear on this request (cortex):\n"
-    used = estimate_tokens(header)
-    for hit in hits:
-        if hit.via is not None or hit.memory.id in shown or len(lines) >= limit:
-            continue
-        cosine = hit.raw.get("dense")
-        if cosine is not None and cosine < (word_cosine if "bm25" in hit.raw else min_cosine):
-            continue  # a shared word in another sense, or not close enough in meaning
-        if cosine is None and "bm25" not in hit.raw:
-            continue
-        snippet = f": {hit.snippet}" if hit.snippet else ""
-        line = f"- [{hit.memory.type}] {hit.memory.title} `{hit.memory.id}`{snippet}"
-        if used + estimate_tokens(line + "\n") > budget:
-            line = f"- [{hit.memory.type}] {hit.memory.title} `{hit.memory.id}`"
-            if used + estimate_tokens(line + "\n") > budget:
-                break
-        lines.append(line)
-        used += estimate_tokens(line + "\n")
-    return header + "\n".join(lines) + "\n" if lines else None
-
-
 def claude_prompt(raw: str) -> int:
-    """UserPromptSubmit: ask the resident `cortex serve` when it runs, else recall in this process."""
+    """UserPromptSubmit without a resident `cortex serve` (the fast path asks it first): recall in this process."""
 
     def body(store: Store, payload: dict[str, Any]) -> None:
+        from cortex.events import prompt_context
+        from cortex.index import Indexes
+
         prompt = str(payload.get("prompt") or "").strip()
         if prompt and not prompt.startswith("/"):
-            text = prompt_context(store, prompt)
+            text = prompt_context(store, prompt, Indexes())
             if text:
-                _emit("UserPromptSubmit", text)
+                emit("UserPromptSubmit", text)
 
     return _claude_hook("prompt", raw, body)
 
@@ -309,19 +228,13 @@ def claude_session_end(raw: str) -> int:
 
     def body(store: Store, payload: dict[str, Any]) -> None:
         import json
-        import subprocess
+
+        from cortex.spawn import detached
 
         transcript = payload.get("transcript_path")
         if not transcript or not Path(str(transcript)).is_file():
             return
-        store.state_dir.mkdir(parents=True, exist_ok=True)
-        with open(store.state_dir / "worker.log", "a", encoding="utf-8") as log:
-            child = subprocess.Popen([sys.executable, "-m", "cortex", "hook", "stop"], cwd=str(store.root.parent),
-                                     stdin=subprocess.PIPE, stdout=log, stderr=log, start_new_session=True,
-                                     close_fds=True)
-            try:
-                child.communicate(json.dumps(payload).encode(), timeout=0.5)
-            except subprocess.TimeoutExpired:
-                pass  # it carries on in its own session; the hook's budget is spent on nothing else
+        detached(["hook", "stop"], str(store.state_dir), cwd=str(store.root.parent),
+                 stdin=json.dumps(payload).encode())
 
     return _claude_hook("session-end", raw, body)

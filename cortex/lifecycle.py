@@ -3,7 +3,7 @@
 Rules, in order, each with its config key:
 
 1. **Faded → archived.** Confidence decays at read time
-   (`cortex.recall.decayed_confidence`: `confidence × 0.5^(days / half_life)`,
+   (`decayed_confidence`: `confidence × 0.5^(days / half_life)`,
    half-lives progress 7 d, context 30 d, gotcha 45 d, pattern 60 d, doubled
    when a memory was read more than 10 times or its centrality is over 0.5;
    architecture, decision, plan, code_description and code never decay;
@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cortex.memory import epoch, iso
+from cortex.memory import now_epoch as now
 from cortex.store import Store
 
 DAY = 86400.0
@@ -52,35 +54,27 @@ class Action:
         return {"action": self.kind, "id": self.id, "title": self.title, "path": str(self.path), "reason": self.reason}
 
 
-def now() -> float:
-    """The current time, or `$CORTEX_NOW` when set (epoch seconds or 2026-11-21T20:50:00Z)."""
-    from cortex.memory import now_epoch
-
-    return now_epoch()
-
-
-def epoch(stamp: str) -> float:
-    import datetime as dt
-
-    if not stamp:
-        return 0.0
-    return dt.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc).timestamp()
-
-
-def iso(moment: float) -> str:
-    import datetime as dt
-
-    return dt.datetime.fromtimestamp(moment, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+HALF_LIVES = {"progress": 7.0, "context": 30.0, "gotcha": 45.0, "pattern": 60.0}  # days; other types never decay
 
 
 def half_life(memory: Any, access: int, centrality: float) -> float | None:
-    """Days to halve this memory's confidence, or None when it does not decay."""
-    from cortex.recall import HALF_LIVES
+    """Days to halve this memory's confidence, or None when it does not decay (its type, or pinned).
 
+    A memory read more than 10 times or central in the graph (over 0.5) decays half as fast.
+    """
     base = HALF_LIVES.get(memory.type)
     if base is None or memory.pinned:
         return None
     return base * 2 if access > 10 or centrality > 0.5 else base
+
+
+def decayed_confidence(memory: Any, now: float, access: int = 0, centrality: float = 0.0) -> float:
+    """`confidence × 0.5^(days since updated / half_life)`, computed at read time (never written back)."""
+    life = half_life(memory, access, centrality)
+    if life is None:
+        return float(memory.confidence)
+    days = max(0.0, (now - epoch(memory.updated or memory.created)) / DAY)
+    return float(memory.confidence) * 0.5 ** (days / life)
 
 
 def below_since(memory: Any, threshold: float, access: int, centrality: float) -> float | None:
@@ -98,17 +92,18 @@ def _merged_branches(store: Store) -> tuple[Any, Any, str | None]:
     """(repo, default branch tip, default branch name), or Nones outside git."""
     if store.worktree is None:
         return None, None, None
+    from cortex.gitfacts import default_branch
+
+    name = default_branch(str(store.worktree))
+    if name is None:
+        return None, None, None
     try:
         import pygit2
 
         repo = pygit2.Repository(str(store.worktree))
-        for name in ("main", "master", "trunk"):
-            branch = repo.branches.local.get(name)
-            if branch is not None:
-                return repo, branch.peel(pygit2.Commit).id, name
+        return repo, repo.branches.local[name].peel(pygit2.Commit).id, name
     except Exception:
-        pass
-    return None, None, None
+        return None, None, None
 
 
 def _is_merged(repo: Any, default_tip: Any, branch: str, commit: str | None, created: float, path: Path) -> bool:
@@ -218,7 +213,7 @@ def gc(store: Store, at: float | None = None, dry_run: bool = False) -> list[Act
         return actions
     repo = _merged_branches(store)[0] if any(a.kind == "remove" for a in actions) else None
     done = []
-    with store._lock():  # the plan was made unlocked: each action is checked against the file again
+    with store.lock():  # the plan was made unlocked: each action is checked against the file again
         for action in actions:
             try:
                 current = store.read(action.path)
@@ -243,13 +238,17 @@ def daily(store: Store) -> list[Action] | None:
     """gc at most once a day (what `cortex maintain` runs after capture); None when it ran recently."""
     from cortex.files import atomic_write
 
-    stamp = store.state_dir / "gc.stamp"
+    if not gc_due(store):
+        return None
     at = now()
-    try:
-        if 0 <= at - float(stamp.read_text(encoding="utf-8")) < DAY:  # a stamp from the future (a fixed clock) is stale
-            return None
-    except (OSError, ValueError):
-        pass
     actions = gc(store, at)
-    atomic_write(stamp, str(at), durable=False)
+    atomic_write(store.state_dir / "gc.stamp", str(at), durable=False)
     return actions
+
+
+def gc_due(store: Store) -> bool:
+    """Whether the day's gc has not run yet (`state/gc.stamp`; a stamp from the future, a fixed clock, is stale)."""
+    try:
+        return not 0 <= now() - float((store.state_dir / "gc.stamp").read_text(encoding="utf-8")) < DAY
+    except (OSError, ValueError):
+        return True

@@ -6,11 +6,13 @@ Tools (all prefixed `cortex_`): `search`, `search_decisions`, `get_memory`,
 secret guard included). Resources: `cortex://status`, `cortex://decisions`,
 `cortex://plan`, `cortex://memory/{id}`.
 
-Long-lived, like `cortex serve`: one warm Index per store (project, global)
-and a watchdog observer per memories folder. A change on disk marks the
-store dirty and the next call re-syncs it (a stat of every file, re-reading
+Long-lived, like `cortex serve`: the library's warm `Indexes` holder and a
+watchdog observer per memories folder. A change on disk marks the store's
+index stale and the next call re-syncs it (a stat of every file, re-reading
 only what changed) before answering; a write made through this server marks
-it dirty at once, so a `remember` is found by the very next `search`.
+it stale at once, so a `remember` is found by the very next `search`. The
+tools are a thin edge over the library: `cortex.recall.recall` for searches,
+`cortex.events.remember`/`forget` for writes, `cortex.status.report`.
 
 Which store: `--dir`/`--global`, else `$CORTEX_DIR`, else
 `$CLAUDE_PROJECT_DIR` (Claude Code sets it for the servers it starts; it does
@@ -28,11 +30,13 @@ to `.cortex/state/cortex.log`.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import threading
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Literal
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
@@ -42,12 +46,14 @@ from pydantic import Field, ValidationError
 
 from cortex import __version__
 from cortex.errors import CortexError, MemoryNotFound
+from cortex.index import Index, Indexes
 from cortex.memory import TYPES, Memory
 from cortex.store import Store, iter_stores
 
-MemoryType = Literal["architecture", "decision", "pattern", "gotcha", "context", "progress", "plan", "code_description",
-                     "code"]
-assert set(MemoryType.__args__) == set(TYPES)  # type: ignore[attr-defined]
+if TYPE_CHECKING:
+    MemoryType = str
+else:
+    MemoryType = Literal[TYPES]  # the one list of types, cortex.memory's, as the schema's enum
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 ADDITIVE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False)
@@ -63,19 +69,18 @@ cortex_forget archives a memory that is wrong or replaced (replaced_by links the
 
 
 class Backend:
-    """The store(s) this server answers for, with warm indexes kept in step with the files."""
+    """The store(s) this server answers for: the library's `Indexes` holder, kept in step with the files by a
+    watchdog observer per memories folder."""
 
     def __init__(self, directory: Path | None = None, use_global: bool = False, start: Path | None = None) -> None:
         self.directory = directory
         self.use_global = use_global
         self.start = start
         self.lock = threading.RLock()  # tools run on worker threads; one call at a time touches an index
+        self.indexes = Indexes()
         self._project: Store | None = None
-        self._indexes: dict[Path, Any] = {}
-        self._dirty: dict[Path, threading.Event] = {}
-        self._folders: dict[Path, tuple[int, int] | None] = {}  # identity of each memories/ folder watched
-        self._configs: dict[Path, tuple[int, int] | None] = {}
-        self._observers: dict[threading.Event, Any] = {}
+        self._watches: dict[Path, _Watch] = {}
+        self._configs: dict[Path, tuple[int, int] | None] = {}  # identity of each config.yaml last seen
 
     # ------------------------------------------------------------ stores
 
@@ -100,89 +105,46 @@ class Backend:
 
     # ------------------------------------------------------------ warm indexes
 
-    def index(self, store: Store) -> Any:
-        """The store's warm Index, synced if anything changed since the last call.
+    def index(self, store: Store, full: bool = True) -> Index:
+        """The store's warm Index, synced again if its files or its config changed since the last call
+        (`full=False`: the manifest is enough)."""
+        self.follow(store)
+        return self.indexes.synced(store, full=full)
 
-        A watchdog observer on `memories/` marks it changed. The folder itself can be replaced (a `git
-        checkout` of a branch without it and back): its identity is checked on every call and a new observer
-        is started when it differs. A sync locked out by another cortex process leaves the index marked, so
-        the next call tries again. A config file that changed is read again.
+    def synced(self, stores: list[Store]) -> Indexes:
+        """The holder, with these stores' indexes fully in step with their files (what `recall` searches)."""
+        for store in stores:
+            self.index(store)
+        return self.indexes
+
+    def follow(self, store: Store) -> None:
+        """Mark the store's index stale when its watcher saw a change or its config file changed.
+
+        The memories folder itself can be replaced (a `git checkout` of a branch without it and back): its
+        identity and its observer's health are checked on every call, and a new observer started (then the
+        index synced again) when the folder is another one or the watch died with the old folder.
         """
-        from cortex.index import Index
-
         key = store.root.resolve()
-        folder = _identity(store.memories_dir)
-        index = self._indexes.get(key)
-        if index is None or self._folders.get(key) != folder or not self._watching(key):
-            if index is not None:
-                self._stop_observer(key)
+        config = _identity(store.config_path)
+        if self._configs.setdefault(key, config) != config:
+            self._configs[key] = config
+            store.reload_config()
+            self.indexes.get(store).store.reload_config()  # the Index may hold another Store of this root
+            self.indexes.stale(store)
+        watch = self._watches.get(key)
+        if watch is None or watch.folder != _identity(store.memories_dir) or not watch.alive():
+            if watch is not None:
+                watch.stop()
             store.memories_dir.mkdir(parents=True, exist_ok=True)
-            dirty = self._watch(store)  # before the sync: no change between the two is missed
-            try:
-                index = Index(store)
-                report = index.sync(full=True, progress=False)
-            except BaseException:
-                self._stop_observer_of(dirty)
-                raise
-            self._indexes[key], self._dirty[key], self._folders[key] = index, dirty, _identity(store.memories_dir)
-            if report.locked_out:
-                dirty.set()
-        else:
-            config = _identity(store.config_path)
-            if self._configs.setdefault(key, config) != config:
-                self._configs[key] = config
-                store._config = None
-                index.store._config = None
-                self._dirty[key].set()
-            if self._dirty[key].is_set():
-                self._dirty[key].clear()
-                if index.sync(full=True, progress=False).locked_out:
-                    self._dirty[key].set()  # another process holds the cache: try again next call
-        return index
+            self._watches[key] = _Watch.start(store)  # before the sync: no change between the two is missed
+            self.indexes.stale(store)
+        elif watch.changed.is_set():
+            watch.changed.clear()
+            self.indexes.stale(store)
 
-    def _watching(self, key: Path) -> bool:
-        """The observer of this store is still alive (its watch dies with a deleted folder, and a folder made
-        again may get the same inode back)."""
-        dirty = self._dirty.get(key)
-        observer = self._observers.get(dirty) if dirty is not None else None
-        if observer is None:
-            return True  # no observer: an _AlwaysSet store syncs on every call anyway
-        emitters = list(getattr(observer, "emitters", ()))
-        return observer.is_alive() and all(emitter.is_alive() for emitter in emitters)
-
-    def _watch(self, store: Store) -> threading.Event:
-        from cortex.watch import change_observer
-
-        dirty: threading.Event = threading.Event()
-        try:
-            self._observers[dirty] = change_observer(store.memories_dir, dirty)
-        except Exception as exc:  # no inotify (e.g. too many watches): sync on every call instead
-            store.log(f"mcp: cannot watch {store.memories_dir} ({exc!r}); syncing on every call")
-            dirty = _AlwaysSet()
-        return dirty
-
-    def _stop_observer_of(self, dirty: threading.Event) -> None:
-        observer = self._observers.pop(dirty, None)
-        if observer is not None:
-            try:
-                observer.stop()
-            except Exception:
-                pass
-
-    def _stop_observer(self, key: Path) -> None:
-        dirty = self._dirty.pop(key, None)
-        self._indexes.pop(key, None)
-        if dirty is not None:
-            self._stop_observer_of(dirty)
-
-    def indexes(self, stores: list[Store]) -> dict[str, Any]:
-        return {store.label: self.index(store) for store in stores}
-
-    def changed(self, store: Store) -> None:
-        """This server wrote to the store: the next call re-syncs without waiting for the observer."""
-        event = self._dirty.get(store.root.resolve())
-        if event is not None:
-            event.set()
+    def wrote(self, store: Store) -> None:
+        """This server wrote to the store: the next call syncs again without waiting for the observer."""
+        self.indexes.stale(store)
 
     def warm(self) -> None:
         """Sync the indexes and load the query encoder before the first call needs them (runs in a thread)."""
@@ -191,7 +153,7 @@ class Backend:
         try:
             with self.lock:
                 stores = self.stores()
-                recall(stores, "warm up", limit=1, indexes=self.indexes(stores), restore=False)
+                recall(stores, "warm up", limit=1, indexes=self.synced(stores), restore=False)
         except CortexError:
             pass  # no store yet: the first call says so
         except Exception as exc:
@@ -201,9 +163,46 @@ class Backend:
                 pass
 
     def close(self) -> None:
-        for observer in list(self._observers.values()):
-            observer.stop()
-        self._observers.clear()
+        for watch in self._watches.values():
+            watch.stop()
+        self._watches.clear()
+        self.indexes.close()
+
+
+@dataclass
+class _Watch:
+    """A watchdog observer on one memories folder: `changed` is set when a file there changes."""
+
+    changed: threading.Event
+    observer: Any  # None when the folder cannot be watched: `changed` is then always set
+    folder: tuple[int, int] | None  # the identity of the folder watched
+
+    @classmethod
+    def start(cls, store: Store) -> _Watch:
+        from cortex.watch import change_observer
+
+        changed = threading.Event()
+        try:
+            observer = change_observer(store.memories_dir, changed)
+        except Exception as exc:  # no inotify (e.g. too many watches): sync on every call instead
+            store.log(f"mcp: cannot watch {store.memories_dir} ({exc!r}); syncing on every call")
+            changed, observer = _AlwaysSet(), None
+        return cls(changed, observer, _identity(store.memories_dir))
+
+    def alive(self) -> bool:
+        """The observer still watches (its watch dies with a deleted folder, and a folder made again may get the
+        same inode back)."""
+        if self.observer is None:
+            return True
+        emitters = list(getattr(self.observer, "emitters", ()))
+        return bool(self.observer.is_alive()) and all(emitter.is_alive() for emitter in emitters)
+
+    def stop(self) -> None:
+        if self.observer is not None:
+            try:
+                self.observer.stop()
+            except Exception:
+                pass
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
@@ -233,35 +232,60 @@ def _result(data: dict[str, Any], text: str | None = None) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=body)], structured_content=data)
 
 
+def _row_tokens(row: dict[str, Any]) -> int:
+    from cortex.text import estimate_tokens
+
+    return estimate_tokens(json.dumps(row, ensure_ascii=False, separators=(",", ":")))
+
+
 def _hit_rows(hits: list[Any], budget_tokens: int) -> tuple[list[dict[str, Any]], int, int]:
     """Hits as rows within a token budget: first every hit that fits with its snippet (best first), then
     the best ones upgraded to their full text while the budget allows. Returns (rows, tokens, hits left out)."""
-    from cortex.briefing import estimate_tokens
-
-    def cost(row: dict[str, Any]) -> int:
-        return estimate_tokens(json.dumps(row, ensure_ascii=False, separators=(",", ":")))
-
     rows: list[dict[str, Any]] = []
     used = 0
     for hit in hits:
         m = hit.memory
         row = hit.to_dict() | {"files": m.files, "updated": m.updated, "priority": m.priority, "pinned": m.pinned}
-        if used + cost(row) > budget_tokens:
+        if used + _row_tokens(row) > budget_tokens:
             if rows:
                 break
             row["snippet"] = ""  # the best hit always comes back, at least its id and title
         rows.append(row)
-        used += cost(row)
+        used += _row_tokens(row)
     for row, hit in zip(rows, hits):
         body = hit.memory.body.strip()
         full = {k: v for k, v in row.items() if k != "snippet"}
         full["text"] = body if len(body) <= BODY_CHARS else body[:BODY_CHARS].rstrip() + "…"
-        extra = cost(full) - cost(row)
+        extra = _row_tokens(full) - _row_tokens(row)
         if used + extra <= budget_tokens:
             row.clear()
             row.update(full)
             used += extra
     return rows, used, len(hits) - len(rows)
+
+
+def _decision_rows(indexes: Indexes, stores: list[Store], hits: list[Any], limit: int) -> list[dict[str, Any]]:
+    """The decisions among recall's hits, each with its rationale, rejected alternatives and what replaced it."""
+    from cortex import projections
+
+    by_label = {store.label: store for store in stores}
+    rows = []
+    for hit in hits:
+        m = hit.memory
+        if hit.via is not None or not projections.is_decision(m):
+            continue
+        rationale, rejected = projections.split_rejected(m.body)
+        row = {"id": m.id, "title": m.title, "status": m.status, "date": m.created[:10], "branch": m.branch,
+               "tags": m.tags, "score": round(hit.score, 6), "store": hit.store, "rationale": rationale.strip(),
+               "rejected": rejected, "path": str(m.path)}
+        if m.status != "active":
+            records = indexes.get(by_label[hit.store]).records()  # the index recall just searched
+            row["superseded_by"] = sorted(entry["id"] for entry in records.values()
+                                          if any(rel == "supersedes" and to == m.id for rel, to, _ in entry["links"]))
+        rows.append(row)
+        if len(rows) >= limit:
+            break
+    return rows
 
 
 def _public(memory: Memory, store: Store) -> dict[str, Any]:
@@ -279,7 +303,7 @@ def _find(backend: Backend, memory_id: str) -> tuple[Store, Memory]:
         raise MemoryNotFound(f"{memory_id!r} is not a memory id (4 to 12 hex characters)")
     stores = backend.stores()
     for store in stores:
-        rel_of_id = backend.index(store).rel_of_id()
+        rel_of_id = backend.index(store, full=False).rel_of_id()
         matches = [found for found in rel_of_id if found.startswith(key)]
         if len(matches) > 1:
             raise AmbiguousId(key, matches)
@@ -288,7 +312,35 @@ def _find(backend: Backend, memory_id: str) -> tuple[Store, Memory]:
     raise MemoryNotFound(f"no memory with id {memory_id!r} in {stores[0].root}")
 
 
-def _plan_memories(store: Store, index: Any, branch: str | None) -> list[Memory]:
+def _memory_view(backend: Backend, memory_id: str) -> dict[str, Any]:
+    """One memory in full, with the code memories it describes, what describes it, and its other links."""
+    store, item = _find(backend, memory_id)
+    index = backend.index(store, full=False)
+    rel_of_id = index.rel_of_id()
+    data = _public(item, store)
+    code, links = [], []
+    for link in item.links:
+        rel = rel_of_id.get(link.to)
+        if link.rel == "source_of" and rel is not None:
+            try:
+                code.append(_public(store.read(store.memories_dir / rel), store))
+                continue
+            except CortexError:
+                pass
+        title = index.manifest.meta(rel)["title"] if rel is not None else None
+        links.append({"rel": link.rel, "to": link.to, "title": title, "strength": link.strength})
+    described_by = []
+    for rel, entry in index.records().items():
+        if any(kind == "source_of" and to == item.id for kind, to, _ in entry["links"]):
+            described_by.append({"id": entry["id"], "type": entry["type"], "title": index.manifest.meta(rel)["title"]})
+    worktree = store.worktree
+    data.update(code=code, links=links, described_by=described_by,
+                missing_files=[f for f in item.files if worktree is not None and not (worktree / f).exists()])
+    store.record_access([item.id])
+    return data
+
+
+def _plan_memories(store: Store, index: Index, branch: str | None) -> list[Memory]:
     """The active plan and progress memories of a branch, read in full."""
     out = []
     for rel, entry in index.records().items():
@@ -306,6 +358,58 @@ def _plan_page(store: Store, memories: list[Memory], branch: str | None) -> str:
 
     pages = projections.build(store, memories=memories, branch=branch)
     return next(p.text for p in pages if p.name == "active-plan.md")
+
+
+def _plan(backend: Backend, branch: str | None) -> tuple[dict[str, Any], str]:
+    """A branch's plans and progress notes, and the `active-plan.md` page they make."""
+    store = backend.store()
+    branch = branch or store.current_branch()
+    memories = _plan_memories(store, backend.index(store, full=False), branch)
+    page = _plan_page(store, memories, branch)
+    by_date = sorted(memories, key=lambda m: (m.created, m.id))
+
+    def rows(kind: str) -> list[dict[str, Any]]:
+        return [{"id": m.id, "title": m.title, "updated": m.updated, "text": m.body.strip()}
+                for m in by_date if m.type == kind]
+
+    return {"branch": branch, "plans": rows("plan"), "progress": rows("progress"), "page": page}, page
+
+
+def _recent(backend: Backend, limit: int, types: list[str] | None, branch: str | None) -> dict[str, Any]:
+    """The newest active memories of the project store (by updated, else created date)."""
+    store = backend.store()
+    index = backend.index(store, full=False)
+    wanted = set(types or ())
+    rows = []
+    for rel, entry in index.records().items():
+        if entry["status"] != "active" or (wanted and entry["type"] not in wanted) \
+                or (branch is not None and entry["branch"] != branch):
+            continue
+        meta = index.manifest.meta(rel)
+        rows.append({"id": meta["id"], "type": meta["type"], "title": meta["title"],
+                     "updated": meta["updated"] or meta["created"], "branch": meta["branch"], "tags": meta["tags"],
+                     "path": str(store.memories_dir / rel)})
+    rows.sort(key=lambda r: (r["updated"], r["id"]), reverse=True)
+    return {"memories": rows[:limit], "total": len(rows)}
+
+
+def _status(backend: Backend) -> dict[str, Any]:
+    from cortex.status import report
+
+    store = backend.store()
+    return report(store, backend.index(store))
+
+
+def _decisions_page(backend: Backend) -> str:
+    """`decisions.md` as on disk when it is current, else rendered from the index."""
+    from cortex import projections
+
+    store = backend.store()
+    index = backend.index(store, full=False)
+    path = store.root / "decisions.md"
+    if path.exists() and projections.known_current(store, index):
+        return path.read_text(encoding="utf-8")
+    return next(p.text for p in projections.build(store, index=index) if p.name == "decisions.md")
 
 
 # ---------------------------------------------------------------- the server
@@ -334,15 +438,19 @@ class CortexMCPServer(MCPServer):
                            {"tool": name, "fields": fields}) from None
 
 
+Register = Callable[..., Callable[[Callable[..., Any]], Any]]
+
+
 def _guarded(backend: Backend, fn: Callable[..., Any]) -> Callable[..., Any]:
     """Run a tool under the backend's lock; a cortex error becomes the tool's error message."""
-    import functools
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             with backend.lock:
                 return fn(*args, **kwargs)
+        except ToolError:
+            raise  # the tool's own message (a blank `text`)
         except CortexError as exc:
             raise ToolError(str(exc)) from exc
         except Exception as exc:  # a bug or the machine (disk full, ...): say what, and log it
@@ -355,9 +463,8 @@ def _guarded(backend: Backend, fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def build_server(backend: Backend) -> CortexMCPServer:
-    """The MCP server with cortex's tools and resources, answering for `backend`."""
-    server = CortexMCPServer("cortex", instructions=INSTRUCTIONS, version=__version__, log_level="WARNING")
+def _tool_registrar(server: CortexMCPServer, backend: Backend) -> Register:
+    """`@tool(name, annotations, title)`: add the function as a guarded tool (its docstring is the description)."""
 
     def tool(name: str, annotations: ToolAnnotations, title: str) -> Callable[[Callable[..., Any]], Any]:
         def register(fn: Callable[..., Any]) -> Any:
@@ -366,7 +473,46 @@ def build_server(backend: Backend) -> CortexMCPServer:
 
         return register
 
-    # ------------------------------------------------------------ read tools
+    return tool
+
+
+def _resource_registrar(server: CortexMCPServer, backend: Backend) -> Register:
+    """`@resource(uri, name, mime_type, description)`: a resource read under the lock; an unknown id is
+    ResourceNotFound, another cortex error a ResourceError."""
+
+    def resource(uri: str, name: str, mime_type: str, description: str) -> Callable[[Callable[..., str]], Any]:
+        def register(fn: Callable[..., str]) -> Any:
+            @functools.wraps(fn)
+            def read(*args: Any, **kwargs: Any) -> str:
+                try:
+                    with backend.lock:
+                        return fn(*args, **kwargs)
+                except MemoryNotFound as exc:
+                    raise ResourceNotFoundError(str(exc)) from exc
+                except CortexError as exc:
+                    raise ResourceError(str(exc)) from exc
+
+            server.resource(uri, name=name, mime_type=mime_type, description=description)(read)
+            return fn
+
+        return register
+
+    return resource
+
+
+def build_server(backend: Backend) -> CortexMCPServer:
+    """The MCP server with cortex's tools and resources, answering for `backend`."""
+    server = CortexMCPServer("cortex", instructions=INSTRUCTIONS, version=__version__, log_level="WARNING")
+    tool = _tool_registrar(server, backend)
+    _add_search_tools(tool, backend)
+    _add_read_tools(tool, backend)
+    _add_write_tools(tool, backend)
+    _add_resources(_resource_registrar(server, backend), backend)
+    return server
+
+
+def _add_search_tools(tool: Register, backend: Backend) -> None:
+    from cortex.recall import recall
 
     @tool("cortex_search", READ_ONLY, "Search project memory")
     def search(
@@ -384,11 +530,9 @@ def build_server(backend: Backend) -> CortexMCPServer:
         and by words (hybrid full-text + semantic), best first. Each result has the memory's id (for
         cortex_get_memory / cortex_forget), type, title, score, the store it came from, and its text or a snippet.
         Results reached through a link (code behind a description) are marked `via`."""
-        from cortex.recall import recall
-
         stores = backend.stores(scope)
         result = recall(stores, query, limit=limit, types=types or (), branch=branch,
-                        indexes=backend.indexes(stores), restore=False)
+                        indexes=backend.synced(stores), restore=False)
         rows, used, omitted = _hit_rows(result.hits, budget_tokens)
         return _result({"query": query, "results": rows, "tokens": used, "omitted": omitted, "notes": result.notes})
 
@@ -402,31 +546,15 @@ def build_server(backend: Backend) -> CortexMCPServer:
         """Search the recorded decisions (and architecture records tagged decision/adr): each with its rationale,
         the alternatives it rejected, its date and branch, and — when superseded — what replaced it. Use before
         deciding something that may already be decided."""
-        from cortex import projections
-        from cortex.recall import recall
-
         stores = backend.stores()
-        indexes = backend.indexes(stores)
+        indexes = backend.synced(stores)
         result = recall(stores, query, limit=limit * 2, types=("decision", "architecture"),
                         include_all=include_superseded, indexes=indexes, restore=False)
-        rows = []
-        for hit in result.hits:
-            m = hit.memory
-            if hit.via is not None or not projections._is_decision(m):
-                continue
-            rationale, rejected = projections._split_rejected(m.body)
-            row = {"id": m.id, "title": m.title, "status": m.status, "date": m.created[:10], "branch": m.branch,
-                   "tags": m.tags, "score": round(hit.score, 6), "store": hit.store, "rationale": rationale.strip(),
-                   "rejected": rejected, "path": str(m.path)}
-            if m.status != "active":
-                index = indexes[hit.store]
-                row["superseded_by"] = sorted(entry["id"] for entry in index.records().values()
-                                              if any(rel == "supersedes" and to == m.id for rel, to, _ in entry["links"]))
-            rows.append(row)
-            if len(rows) >= limit:
-                break
+        rows = _decision_rows(indexes, stores, result.hits, limit)
         return _result({"query": query, "decisions": rows, "notes": result.notes})
 
+
+def _add_read_tools(tool: Register, backend: Backend) -> None:
     @tool("cortex_get_memory", READ_ONLY, "Read one memory")
     def get_memory(
         id: Annotated[str, Field(min_length=4, max_length=12, pattern=r"^[0-9a-fA-F]+$",
@@ -435,30 +563,7 @@ def build_server(backend: Backend) -> CortexMCPServer:
         """One memory in full: front matter, text and file path. Follows `source_of` links to the code memories it
         describes (included in full under `code`), lists the memories describing it (`described_by`) and its other
         links with titles, and names listed files that no longer exist."""
-        store, item = _find(backend, id)
-        index = backend.index(store)
-        rel_of_id = index.rel_of_id()
-        data = _public(item, store)
-        code, links = [], []
-        for link in item.links:
-            rel = rel_of_id.get(link.to)
-            if link.rel == "source_of" and rel is not None:
-                try:
-                    code.append(_public(store.read(store.memories_dir / rel), store))
-                    continue
-                except CortexError:
-                    pass
-            title = index.manifest.meta(rel)["title"] if rel is not None else None
-            links.append({"rel": link.rel, "to": link.to, "title": title, "strength": link.strength})
-        described_by = []
-        for rel, entry in index.records().items():
-            if any(kind == "source_of" and to == item.id for kind, to, _ in entry["links"]):
-                described_by.append({"id": entry["id"], "type": entry["type"], "title": index.manifest.meta(rel)["title"]})
-        worktree = store.worktree
-        data.update(code=code, links=links, described_by=described_by,
-                    missing_files=[f for f in item.files if worktree is not None and not (worktree / f).exists()])
-        store.record_access([item.id])
-        return _result(data)
+        return _result(_memory_view(backend, id))
 
     @tool("cortex_get_plan", READ_ONLY, "The branch's active plan")
     def get_plan(
@@ -466,17 +571,7 @@ def build_server(backend: Backend) -> CortexMCPServer:
     ) -> CallToolResult:
         """The active plan of the current git branch: its plan memories (checklists) and progress notes, as
         `.cortex/active-plan.md` shows them (the text is that page)."""
-        store = backend.store()
-        branch = branch or store.current_branch()
-        memories = _plan_memories(store, backend.index(store), branch)
-        page = _plan_page(store, memories, branch)
-        by_date = sorted(memories, key=lambda m: (m.created, m.id))
-        data = {"branch": branch,
-                "plans": [{"id": m.id, "title": m.title, "updated": m.updated, "text": m.body.strip()}
-                          for m in by_date if m.type == "plan"],
-                "progress": [{"id": m.id, "title": m.title, "updated": m.updated, "text": m.body.strip()}
-                             for m in by_date if m.type == "progress"],
-                "page": page}
+        data, page = _plan(backend, branch)
         return _result(data, page)
 
     @tool("cortex_get_recent", READ_ONLY, "Recently changed memories")
@@ -487,32 +582,13 @@ def build_server(backend: Backend) -> CortexMCPServer:
     ) -> CallToolResult:
         """The most recently created or updated active memories of this project, newest first (id, type, title,
         date, branch, tags)."""
-        store = backend.store()
-        index = backend.index(store)
-        wanted = set(types or ())
-        rows = []
-        for rel, entry in index.records().items():
-            if entry["status"] != "active" or (wanted and entry["type"] not in wanted) \
-                    or (branch is not None and entry["branch"] != branch):
-                continue
-            meta = index.manifest.meta(rel)
-            rows.append({"id": meta["id"], "type": meta["type"], "title": meta["title"],
-                         "updated": meta["updated"] or meta["created"], "branch": meta["branch"], "tags": meta["tags"],
-                         "path": str(store.memories_dir / rel)})
-        rows.sort(key=lambda r: (r["updated"], r["id"]), reverse=True)
-        return _result({"memories": rows[:limit], "total": len(rows)})
-
-    def status_report() -> dict[str, Any]:
-        from cortex.index import status_report
-
-        store = backend.store()
-        return status_report(store, backend.index(store))
+        return _result(_recent(backend, limit, types, branch))
 
     @tool("cortex_get_status", READ_ONLY, "Memory store status")
     def get_status() -> CallToolResult:
         """The memory store's state: counts by type and status, paths, git branch, whether semantic search is on,
         and problems (malformed files, broken links, unknown config keys)."""
-        return _result(status_report())
+        return _result(_status(backend))
 
     @tool("cortex_get_briefing", READ_ONLY, "Session briefing")
     def get_briefing(
@@ -527,7 +603,9 @@ def build_server(backend: Backend) -> CortexMCPServer:
         result = briefing.build(store, budget_tokens) if budget_tokens else briefing.get(store)
         return _result({"text": result.text, "tokens": result.tokens, "ids": result.ids}, result.text)
 
-    # ------------------------------------------------------------ write tools
+
+def _add_write_tools(tool: Register, backend: Backend) -> None:
+    from cortex import events
 
     @tool("cortex_remember", ADDITIVE, "Save a memory")
     def remember(
@@ -546,20 +624,14 @@ def build_server(backend: Backend) -> CortexMCPServer:
     ) -> CallToolResult:
         """Save a memory as a markdown file in .cortex/memories/ (committed with the code, so teammates get it).
         Text that looks like a secret is refused. Returns the new memory's id and path."""
-        from cortex.memory import title_from_text
-
         if not text.strip():
             raise ToolError("text: nothing to remember (it is blank)")
         store = backend.global_store() if scope == "global" else backend.store()
-        item = Memory(id="", type=type, title=(title or title_from_text(text)).strip(), body=text.strip() + "\n",
-                      confidence=confidence, priority=priority, pinned=pin,
-                      tags=list(dict.fromkeys(tags or ())), files=list(dict.fromkeys(files or ())),
-                      source={"kind": "mcp"})
-        created = store.create(item)
-        from cortex.graph import connect_quietly
-
-        connect_quietly(store, [created.id])  # relates_to links, near-duplicate flags (as `cortex remember`)
-        backend.changed(store)
+        backend.follow(store)  # changes the watcher saw are synced before the links and pages are made
+        created = events.remember(store, text, backend.indexes, type=type, title=title, priority=priority,
+                                  confidence=confidence, tags=tags or (), files=files or (), pinned=pin,
+                                  source={"kind": "mcp"})
+        backend.wrote(store)
         return _result({"id": created.id, "type": created.type, "title": created.title, "branch": created.branch,
                         "store": store.label, "path": str(created.path)})
 
@@ -573,58 +645,25 @@ def build_server(backend: Backend) -> CortexMCPServer:
         """Retire a memory that is wrong or outdated: archived (the file stays, git history keeps it), or with
         replaced_by marked superseded by another memory. Searches no longer return it."""
         store, item = _find(backend, id)
-        data: dict[str, Any]
-        if replaced_by:
-            old, new = store.supersede(item.id, replaced_by)
-            data = {"id": old.id, "title": old.title, "status": old.status, "replaced_by": new.id}
-        else:
-            done = store.archive(item.id)
-            data = {"id": done.id, "title": done.title, "status": done.status, "replaced_by": None}
-        backend.changed(store)
-        return _result(data | {"store": store.label})
+        old = events.forget(store, item.id, backend.indexes, replaced_by=replaced_by)
+        backend.wrote(store)
+        return _result({"id": old.id, "title": old.title, "status": old.status,
+                        "replaced_by": store.get(replaced_by).id if replaced_by else None, "store": store.label})
 
-    # ------------------------------------------------------------ resources
 
-    def resource(uri: str, name: str, mime_type: str, description: str) -> Callable[[Callable[..., str]], Any]:
-        def register(fn: Callable[..., str]) -> Any:
-            import functools
-
-            @functools.wraps(fn)
-            def read(*args: Any, **kwargs: Any) -> str:
-                try:
-                    with backend.lock:
-                        return fn(*args, **kwargs)
-                except MemoryNotFound as exc:
-                    raise ResourceNotFoundError(str(exc)) from exc
-                except CortexError as exc:
-                    raise ResourceError(str(exc)) from exc
-
-            server.resource(uri, name=name, mime_type=mime_type, description=description)(read)
-            return fn
-
-        return register
-
+def _add_resources(resource: Register, backend: Backend) -> None:
     @resource("cortex://status", "status", "application/json", "The memory store's counts, paths, search state and problems.")
     def status_resource() -> str:
-        return json.dumps(status_report(), ensure_ascii=False, indent=2)
+        return json.dumps(_status(backend), ensure_ascii=False, indent=2)
 
     @resource("cortex://decisions", "decisions", "text/markdown",
               "Every active decision with its rationale and rejected alternatives (.cortex/decisions.md).")
     def decisions_resource() -> str:
-        from cortex import projections
-
-        store = backend.store()
-        index = backend.index(store)
-        path = store.root / "decisions.md"
-        if path.exists() and projections.known_current(store, index):
-            return path.read_text(encoding="utf-8")
-        return next(p.text for p in projections.build(store, index=index) if p.name == "decisions.md")
+        return _decisions_page(backend)
 
     @resource("cortex://plan", "plan", "text/markdown", "The current branch's plan and progress (.cortex/active-plan.md).")
     def plan_resource() -> str:
-        store = backend.store()
-        branch = store.current_branch()
-        return _plan_page(store, _plan_memories(store, backend.index(store), branch), branch)
+        return _plan(backend, None)[1]
 
     @resource("cortex://memory/{id}", "memory", "text/markdown", "One memory's file (front matter and text) by id.")
     def memory_resource(id: str) -> str:
@@ -632,8 +671,6 @@ def build_server(backend: Backend) -> CortexMCPServer:
         assert item.path is not None
         store.record_access([item.id])
         return item.path.read_text(encoding="utf-8")
-
-    return server
 
 
 def run(directory: Path | None = None, use_global: bool = False) -> None:

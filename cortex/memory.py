@@ -42,6 +42,7 @@ TYPES = (
     "code_description",
     "code",
 )
+CAPTURE_TYPES = TYPES[:7]  # what capture and the LLM may write: code memories come from `cortex index-code` only
 STATUSES = ("active", "superseded", "archived")
 SCOPES = ("project", "global")
 RELATIONS = (
@@ -148,7 +149,19 @@ def now_epoch() -> float:
     try:
         return float(fixed)
     except ValueError:
-        return _dt.datetime.strptime(iso_timestamp(fixed), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=_dt.timezone.utc).timestamp()
+        return epoch(iso_timestamp(fixed))
+
+
+def epoch(stamp: str) -> float:
+    """Epoch seconds of a stamp as written in files (`2026-11-21T20:50:00Z`); 0 for an empty one."""
+    if not stamp:
+        return 0.0
+    return _dt.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=_dt.timezone.utc).timestamp()
+
+
+def iso(moment: float) -> str:
+    """Epoch seconds as written in files."""
+    return _dt.datetime.fromtimestamp(moment, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def now_iso() -> str:

@@ -25,6 +25,7 @@ from cortex.memory import Memory
 from cortex.store import Store
 
 PAGES = ("decisions.md", "decisions-archive.md", "active-plan.md")
+PAGE_TYPES = frozenset({"decision", "architecture", "plan", "progress"})  # the types a page can show
 RECORD_TAGS = {"decision", "adr"}  # an architecture memory with one of these tags is a decision record
 
 
@@ -69,7 +70,7 @@ def _tidy(text: str) -> str:
     return text.strip("\n") + "\n"
 
 
-def _split_rejected(body: str) -> tuple[str, list[str]]:
+def split_rejected(body: str) -> tuple[str, list[str]]:
     """Separate "Rejected: a, b" lines (and bullet lists under a "Rejected:" line) from the rationale."""
     keep: list[str] = []
     rejected: list[str] = []
@@ -102,7 +103,7 @@ def _link(store: Store, memory: Memory) -> str:
     return Path(os.path.relpath(memory.path, store.root)).as_posix()
 
 
-def _is_decision(memory: Memory) -> bool:
+def is_decision(memory: Memory) -> bool:
     return memory.type == "decision" or (memory.type == "architecture" and bool(RECORD_TAGS & set(memory.tags)))
 
 
@@ -135,9 +136,7 @@ def _load(store: Store, branch: str | None, index: Any = None) -> tuple[list[Mem
     from cortex.index import Index
     from cortex.index.manifest import memory_from_meta
 
-    if index is None:
-        index = Index(store)
-        index.sync(full=False, progress=False)
+    index = (index or Index(store)).ensure()
     out = []
     for rel, entry in index.records().items():
         kind = entry["type"]
@@ -175,7 +174,7 @@ def build(store: Store, memories: list[Memory] | None = None, branch: str | None
         return {"id": memory.id, "title": memory.title, "link": _link(store, memory), "rel": rel.replace("_", " ")}
 
     def decision(m: Memory) -> dict[str, Any]:
-        rationale, rejected = _split_rejected(m.body)
+        rationale, rejected = split_rejected(m.body)
         related = sorted(
             (ref(by_id[link.to], link.rel) for link in m.links if link.to in by_id and link.rel != "supersedes"),
             key=lambda r: (r["rel"], r["title"], r["id"]),
@@ -189,12 +188,12 @@ def build(store: Store, memories: list[Memory] | None = None, branch: str | None
             "superseded_by": sorted((ref(x) for x in superseded_by.get(m.id, [])), key=lambda r: (r["title"], r["id"])),
         }
 
-    active = sorted((m for m in memories if _is_decision(m) and m.status == "active"), key=_sort_key)
+    active = sorted((m for m in memories if is_decision(m) and m.status == "active"), key=_sort_key)
     groups: dict[str, list[dict[str, Any]]] = {}
     for m in active:
         tags = [t for t in m.tags if t not in RECORD_TAGS]  # the first tag, as written, is the group
         groups.setdefault(tags[0] if tags else "general", []).append(decision(m))
-    archived = sorted((m for m in memories if _is_decision(m) and m.status != "active"), key=_sort_key)
+    archived = sorted((m for m in memories if is_decision(m) and m.status != "active"), key=_sort_key)
     plans = sorted((m for m in memories if m.type == "plan" and m.status == "active" and m.branch == branch), key=_sort_key)
     progress = sorted((m for m in memories if m.type == "progress" and m.status == "active" and m.branch == branch),
                       key=_sort_key)
@@ -225,18 +224,26 @@ def write(store: Store, projections: list[Projection], index: Any = None) -> lis
     return changed
 
 
-def synced_index(store: Store) -> Any:
-    """One light-synced cache index to share between the calls of one command."""
+def refresh(store: Store, index: Any = None) -> list[Path]:
+    """Regenerate the pages from the memories; returns the paths that changed."""
     from cortex.index import Index
 
-    index = Index(store)
-    index.sync(full=False, progress=False)
-    return index
+    index = (index or Index(store)).ensure()
+    if known_current(store, index):
+        return []
+    return write(store, build(store, index=index), index)
+
+
+def affected_by(types: Any) -> bool:
+    """Whether memories of these types appear on a page (a context or gotcha memory changes none)."""
+    return bool(set(types) & PAGE_TYPES)
 
 
 def stale(store: Store, index: Any = None) -> list[Path]:
     """The pages that do not match the memories (what `cortex project --check` reports)."""
-    index = index or synced_index(store)
+    from cortex.index import Index
+
+    index = (index or Index(store)).ensure()
     if known_current(store, index):
         return []
     pages = build(store, index=index)
@@ -256,9 +263,7 @@ def _inputs_digest(store: Store, index: Any = None) -> str | None:
     from cortex import __version__
     from cortex.index import Index
 
-    if index is None:
-        index = Index(store)
-        index.sync(full=False, progress=False)
+    index = (index or Index(store)).ensure()
     if index.manifest is None:
         return None
     h = hashlib.sha1(f"{__version__}\0{store.current_branch()}\0".encode())
@@ -269,7 +274,7 @@ def _inputs_digest(store: Store, index: Any = None) -> str | None:
                 h.update(f"{path}\0{stat.st_mtime_ns}\0{stat.st_size}\0".encode())
     for rel in sorted(index.manifest.files):
         entry = index.manifest.files[rel]
-        if "error" in entry or entry["type"] in ("decision", "architecture", "plan", "progress"):
+        if "error" in entry or entry["type"] in PAGE_TYPES:
             h.update(f"{rel}\0{entry['hash']}\0".encode())
     return h.hexdigest()
 

@@ -19,8 +19,10 @@ For each store (project first, then global):
    the prior settles near-ties and lifts a trusted memory a few places.
 5. One hop: a hit's `source_of` targets (code behind a description) and its
    strong `relates_to` links (strength ≥ 0.4) come back right after it,
-   marked `via`. Code memories are not searched directly (unless `types`
-   names `code`): they come back this way, behind their description.
+   marked `via`, scored just under it (× the link's strength). Code
+   memories are not searched directly (unless `types` names `code`): they
+   come back this way, behind their description. `limit` counts these
+   too: a linked hit may take the place of a weaker direct one.
 
 With no model (or `keyword_only`) step 1 is BM25 alone and the caller is
 told once.
@@ -39,9 +41,7 @@ POOL = 50
 # Default of recall.list_weights (and recall.bm25_floor, 0.5), chosen on LoCoMo conversations 0-4
 # (bench/retrieval.py) and the example store's paraphrase queries: see docs/benchmarks.md.
 LIST_WEIGHTS = {"bm25": 1.0, "dense": 0.5}
-FUSION = "rrf"  # "convex" (weighted sum of scores over each list's best) was measured and not chosen
 STRONG_LINK = 0.4
-HALF_LIVES = {"progress": 7.0, "context": 30.0, "gotcha": 45.0, "pattern": 60.0}
 
 
 @dataclass
@@ -77,33 +77,28 @@ class RecallResult:
     notes: list[str] = field(default_factory=list)
 
 
-def _days_since(stamp: str, now: float) -> float:
-    import datetime as dt
+class Prior:
+    """The ranking prior (DESIGN.md §3) of one query or briefing, in 0..1: `recall.weights` over decayed
+    confidence, priority, centrality, reads and the current branch, divided by the sum of the weights."""
 
-    if not stamp:
-        return 0.0
-    moment = dt.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc).timestamp()
-    return max(0.0, (now - moment) / 86400.0)
+    def __init__(self, store: Store, index: Any, now: float, branch: str | None) -> None:
+        self.weights = {name: float(value) for name, value in store.config().get("recall.weights").items()}
+        self.total = sum(self.weights.values()) or 1.0
+        self.access = store.access_counts()
+        self.max_log = math.log(max(self.access.values(), default=0) + 1) or 1.0
+        self.central = index.centralities()
+        self.now, self.branch = now, branch
 
+    def __call__(self, memory: Memory) -> float:
+        from cortex.lifecycle import decayed_confidence
 
-def decayed_confidence(memory: Memory, now: float, access: int = 0, centrality: float = 0.0) -> float:
-    """`confidence × 0.5^(days / half_life)`; some types and pinned memories never decay."""
-    half_life = HALF_LIVES.get(memory.type)
-    if half_life is None or memory.pinned:
-        return memory.confidence
-    if access > 10 or centrality > 0.5:
-        half_life *= 2
-    return memory.confidence * 0.5 ** (_days_since(memory.updated or memory.created, now) / half_life)
-
-
-def centralities(memories: Iterable[Memory]) -> dict[str, float]:
-    """In-degree weighted by link strength, normalised to 0..1."""
-    degree: dict[str, float] = {}
-    for memory in memories:
-        for link in memory.links:
-            degree[link.to] = degree.get(link.to, 0.0) + (link.strength if link.strength is not None else 1.0)
-    top = max(degree.values(), default=0.0)
-    return {k: v / top for k, v in degree.items()} if top > 0 else {}
+        w, reads, central = self.weights, self.access.get(memory.id, 0), self.central.get(memory.id, 0.0)
+        return (w["confidence"] * decayed_confidence(memory, self.now, reads, central)
+                + w["priority"] * memory.priority / 10
+                + w["centrality"] * central
+                + w["access"] * math.log(reads + 1) / self.max_log
+                + w["same_branch"] * (1.0 if self.branch is not None and memory.branch == self.branch else 0.0)
+                ) / self.total
 
 
 def _snippet(memory: Memory, words: list[str], width: int = 160) -> str:
@@ -128,15 +123,6 @@ def fuse(ranked: dict[str, list[tuple[str, float]]], rrf_k: float, weights: dict
             ranks.setdefault(rel, {})[name] = position
             raw.setdefault(rel, {})[name] = score
     fused: dict[str, float] = {}
-    if FUSION == "convex":
-        total = sum(weights[name] for name in ranked) or 1.0
-        for name, hits in ranked.items():
-            top = max((score for _, score in hits), default=0.0)
-            if top <= 0:
-                continue
-            for rel, score in hits:
-                fused[rel] = fused.get(rel, 0.0) + weights[name] * max(score, 0.0) / top / total
-        return fused, ranks, raw
     best_possible = sum(weights[name] for name in ranked) / (rrf_k + 1) or 1.0
     for name, hits in ranked.items():
         for position, (rel, _score) in enumerate(hits, start=1):
@@ -159,15 +145,14 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
     notes: list[str] = []
     config = store.config()
     rrf_k = float(config.get("recall.rrf_k"))
-    weights = config.get("recall.weights")
     prior_weight = float(config.get("recall.prior_weight"))
     list_weights = {name: float(value) for name, value in config.get("recall.list_weights").items()}
     bm25_floor = float(config.get("recall.bm25_floor"))
-    index = index or Index(store)
-    if keyword_only:
-        index._encoder_tried = True  # never load the model
-    if sync or index.manifest is None:
+    index = index or Index(store, keyword_only=keyword_only)
+    if sync:
         index.sync(full=True)
+    elif index.manifest is None:
+        index.ensure(full=True)
     statuses = ("active", "archived", "superseded") if include_all else ("active",)
     types = list(types)
     records = index.records()  # rel -> manifest entry of every valid memory
@@ -201,23 +186,12 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
     fused, ranks, raw = fuse(ranked, rrf_k, list_weights)
     if not fused:
         return RecallResult([], notes)
-    access = store.access_counts()
-    max_log = math.log(max(access.values(), default=0) + 1) or 1.0
-    central = index.centralities()
-    current = store.current_branch()
-    weight_sum = sum(float(v) for v in weights.values()) or 1.0
+    prior = Prior(store, index, now, store.current_branch())
     root = store.memories_dir
     scored = []
     for rel, value in fused.items():
         m = memory_from_meta(index.manifest.meta(rel), root / rel)
-        prior = (
-            weights["confidence"] * decayed_confidence(m, now, access.get(m.id, 0), central.get(m.id, 0.0))
-            + weights["priority"] * m.priority / 10
-            + weights["centrality"] * central.get(m.id, 0.0)
-            + weights["access"] * math.log(access.get(m.id, 0) + 1) / max_log
-            + weights["same_branch"] * (1.0 if current is not None and m.branch == current else 0.0)
-        ) / weight_sum
-        scored.append(Hit(m, value + prior_weight * prior, store.label, ranks=ranks[rel], raw=raw.get(rel, {})))
+        scored.append(Hit(m, value + prior_weight * prior(m), store.label, ranks=ranks[rel], raw=raw.get(rel, {})))
     scored.sort(key=lambda h: (-h.score, h.memory.id))
     hits = scored[:limit]
     # One hop along source_of and strong relates_to links. Hops ignore the type and
@@ -249,30 +223,42 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
 
 def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[str] = (), branch: str | None = None,
            include_all: bool = False, keyword_only: bool = False, now: float | None = None,
-           indexes: dict[str, Any] | None = None, restore: bool = True) -> RecallResult:
-    """Recall across stores (project first); archived hits found with `include_all` are restored to active
-    (unless `restore` is False: a read-only caller). `indexes` maps a store's label to a warm Index that a
-    resident process keeps in step with the files: those stores are searched without a sync."""
+           indexes: Any = None, restore: bool = True) -> RecallResult:
+    """Recall across stores (project first): at most `limit` hits, linked ones (`via`) included, each right
+    after the hit it was reached from. Archived hits found with `include_all` are restored to active
+    (unless `restore` is False: a read-only caller). `indexes` (a `cortex.index.Indexes`) holds the warm
+    indexes of a resident process, or of one command: each store is synced at most once through it."""
+    from cortex.index import Indexes
+
+    indexes = indexes or Indexes()
     hits: list[Hit] = []
     notes: list[str] = []
     for store in stores:
-        warm = (indexes or {}).get(store.label)
         result = recall_store(store, query, limit=limit, types=types, branch=branch, include_all=include_all,
-                              keyword_only=keyword_only, now=now, index=warm, sync=warm is None)
+                              keyword_only=keyword_only, now=now, index=indexes.synced(store, full=True), sync=False)
         hits.extend(result.hits)
         for note in result.notes:
             if note not in notes:
                 notes.append(note)
+    # `limit` bounds everything returned, linked hits included: the best `limit` by score, where a linked
+    # hit scores just under its parent (× the link's strength), so it may take a weaker direct hit's place
+    # and never comes without its parent. Each linked hit is listed right after its parent.
     order = {store.label: i for i, store in enumerate(stores)}
-    direct = [h for h in hits if h.via is None]
-    direct.sort(key=lambda h: (-round(h.score, 9), order.get(h.store, 9), h.memory.id))
-    keep = {(h.store, h.memory.id) for h in direct[:limit]}
+
+    def rank(h: Hit) -> tuple[float, int, bool, str]:
+        return -round(h.score, 9), order.get(h.store, 9), h.via is not None, h.memory.id
+
+    direct = sorted((h for h in hits if h.via is None), key=rank)[:limit]
+    parents = {(h.store, h.memory.id) for h in direct}
+    linked = [h for h in hits if h.via is not None and (h.store, h.via.rsplit(" of ", 1)[-1]) in parents
+              and (h.store, h.memory.id) not in parents]
+    chosen = {id(h) for h in sorted(direct + linked, key=rank)[:limit]}
     final: list[Hit] = []
-    for hit in direct[:limit]:
-        final.append(hit)
-        parent = hit.memory.id
-        final.extend(h for h in hits if h.via is not None and h.via.endswith(f" of {parent}") and h.store == hit.store
-                     and (h.store, h.memory.id) not in keep)
+    for parent in direct:
+        if id(parent) in chosen:
+            final.append(parent)
+            final.extend(h for h in linked if id(h) in chosen and h.store == parent.store
+                         and h.via is not None and h.via.endswith(f" of {parent.memory.id}"))
     by_label = {store.label: store for store in stores}
     for hit in final:
         store = by_label[hit.store]

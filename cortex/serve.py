@@ -18,17 +18,16 @@ from __future__ import annotations
 import json
 import os
 import socket
-import sys
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # importing the store costs a hook ~20 ms; the client half of this module must not
+    from cortex.index import Indexes
     from cortex.store import Store
 
 
-from cortex.hotpath import server_running as running  # noqa: E402  (os-level, shared with the hook fast path)
-from cortex.hotpath import socket_path  # noqa: E402
+from cortex.layout import server_running, socket_path  # noqa: E402  (os-level, shared with the hook fast path)
 
 
 def _read_line(connection: socket.socket) -> bytes:
@@ -59,89 +58,90 @@ def ask(store_root: str, request: dict[str, object], timeout: float = 0.5) -> di
         return None
 
 
-def spawn(store: "Store") -> None:
-    """Start `cortex serve` detached unless one answers already."""
-    start_detached(str(store.root))
-
-
 def start_detached(store_root: str) -> None:
     """Start `cortex serve` for a store in its own session, unless one runs already (os-level, for hot paths)."""
-    import subprocess
+    from cortex.spawn import detached
 
-    if running(store_root):
+    if os.path.exists(socket_path(store_root)) or server_running(store_root):
         return
-    state = os.path.join(store_root, "state")
-    os.makedirs(state, exist_ok=True)
-    with open(os.path.join(state, "serve.log"), "a", encoding="utf-8") as log:
-        idle = os.environ.get("CORTEX_SERVE_IDLE", "900")  # tests shorten it so no server outlives them
-        subprocess.Popen([sys.executable, "-m", "cortex", "serve", "--dir", store_root, "--idle", idle],
-                         stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True)
+    idle = os.environ.get("CORTEX_SERVE_IDLE", "900")  # tests shorten it so no server outlives them
+    try:
+        detached(["serve", "--dir", store_root, "--idle", idle], os.path.join(store_root, "state"), "serve.log")
+    except OSError:
+        pass  # a read-only store: the prompt hook recalls in its own process
 
 
 def serve(store: "Store", idle: float = 900.0, debounce: float = 0.3) -> str:
-    """Serve until idle; returns why it stopped. Raises AlreadyServing when another server holds the store."""
-    import fcntl
-
+    """Serve until idle; returns why it stopped. Raises CortexError when another server holds the store."""
     from cortex.errors import CortexError
-    from cortex.hooks import prompt_context
-    from cortex.index import Index
+    from cortex.files import hold_lock
+    from cortex.index import Indexes
+    from cortex.store import iter_stores
     from cortex.watch import change_observer, stop_on_sigterm
 
-    store.state_dir.mkdir(parents=True, exist_ok=True)
-    lock = open(store.state_dir / "serve.lock", "a+")
-    try:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock.close()
-        raise CortexError(f"a `cortex serve` already runs for {store.root}") from None
+    lock = hold_lock(store.state_dir / "serve.lock")
+    if lock is None:
+        raise CortexError(f"a `cortex serve` already runs for {store.root}")
     path = socket_path(str(store.root))
     if os.path.exists(path):
         os.unlink(path)  # a stale socket from a server that died; the lock says none runs
-    changed = threading.Event()
     stop_on_sigterm()
-    index = Index(store)
-    index.sync(full=True, progress=False)
-    store.memories_dir.mkdir(parents=True, exist_ok=True)
-    observer = change_observer(store.memories_dir, changed)
+    indexes = Indexes()
+    watched = []  # (store, changed event, observer): the project store and the global one
+    for each in iter_stores(store):
+        indexes.synced(each, full=True)
+        each.memories_dir.mkdir(parents=True, exist_ok=True)
+        changed = threading.Event()
+        watched.append((each, changed, change_observer(each.memories_dir, changed)))
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)
     server.listen(8)
     server.settimeout(0.25)
-    last = time.monotonic()
-    reason = "idle"
     try:
-        while time.monotonic() - last < idle:
-            if changed.is_set():
-                time.sleep(debounce)
-                changed.clear()
-                index.sync(full=True, progress=False)
-            try:
-                connection, _ = server.accept()
-            except socket.timeout:
-                continue
-            last = time.monotonic()
-            with connection:
-                connection.settimeout(2.0)
-                try:
-                    request = json.loads(_read_line(connection) or b"{}")
-                    answer: dict[str, object]
-                    if request.get("op") == "prompt":
-                        answer = {"context": prompt_context(store, str(request.get("prompt", "")), index=index)}
-                    else:
-                        answer = {"ok": True, "pid": os.getpid()}
-                except Exception as exc:  # one bad request never stops the server
-                    store.log(f"serve: {exc!r}")
-                    answer = {"error": str(exc)}
-                try:
-                    connection.sendall(json.dumps(answer).encode() + b"\n")
-                except OSError:
-                    pass
+        return _loop(store, server, indexes, watched, idle, debounce)
     except KeyboardInterrupt:
-        reason = "stopped by a signal"
+        return "stopped by a signal"
     finally:
-        observer.stop()
+        for _each, _changed, observer in watched:
+            observer.stop()
         server.close()
         if os.path.exists(path):
             os.unlink(path)
         lock.close()
-    return reason
+
+
+def _loop(store: "Store", server: socket.socket, indexes: "Indexes",
+          watched: "list[tuple[Store, threading.Event, Any]]", idle: float, debounce: float) -> str:
+    """Answer requests until `idle` seconds pass without one; a store whose files changed is synced again."""
+    from cortex.events import prompt_context
+
+    last = time.monotonic()
+    while time.monotonic() - last < idle:
+        for each, changed, _observer in watched:
+            if changed.is_set():
+                time.sleep(debounce)
+                changed.clear()
+                indexes.stale(each)
+                indexes.synced(each, full=True)
+        try:
+            connection, _ = server.accept()
+        except socket.timeout:
+            continue
+        last = time.monotonic()
+        with connection:
+            connection.settimeout(2.0)
+            try:
+                request = json.loads(_read_line(connection) or b"{}")
+                answer: dict[str, object]
+                if request.get("op") == "prompt":
+                    answer = {"context": prompt_context(store, str(request.get("prompt", "")), indexes)}
+                else:
+                    answer = {"ok": True, "pid": os.getpid()}
+            except Exception as exc:  # one bad request never stops the server
+                store.log(f"serve: {exc!r}")
+                answer = {"error": str(exc)}
+            try:
+                connection.sendall(json.dumps(answer).encode() + b"\n")
+            except OSError:
+                pass
+    return "idle"

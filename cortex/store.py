@@ -18,16 +18,15 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 import builtins
+from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from cortex import memory as fmt
 from cortex.errors import AmbiguousId, CortexError, MalformedMemory, MemoryNotFound, NotInitialised
 from cortex.files import atomic_write, file_lock
+from cortex.layout import STORE_DIRNAME, global_root
 from cortex.memory import Link, Memory
-
-STORE_DIRNAME = ".cortex"
 GITIGNORE = "# derived and private state: rebuilt by cortex, never committed\ncache/\nstate/\n"
 MIN_PREFIX = 4
 
@@ -50,7 +49,7 @@ class Scan:
 
 
 def global_home() -> Path:
-    return Path(os.environ.get("CORTEX_HOME") or Path.home() / ".cortex").expanduser()
+    return Path(global_root())
 
 
 class Store:
@@ -123,16 +122,18 @@ class Store:
     @property
     def worktree(self) -> Path | None:
         """The git worktree this store lives in (None for a global store or outside git)."""
-        from cortex.gitops import find_worktree_root
+        from cortex.gitfacts import worktree_root
 
         if self.label == "global":
             return None
-        return find_worktree_root(self.root.parent)
+        found = worktree_root(str(self.root.parent))
+        return Path(found) if found is not None else None
 
     def current_branch(self) -> str | None:
-        from cortex.gitops import current_branch
+        from cortex.gitfacts import branch_and_head
 
-        return current_branch(self.worktree)
+        root = self.worktree
+        return branch_and_head(str(root) if root is not None else None)[0]
 
     def config(self) -> Any:
         if self._config is None:
@@ -141,8 +142,13 @@ class Store:
             self._config = load_config(self.config_path, self.cache_dir if self.cache_dir.is_dir() else None)
         return self._config
 
-    def _lock(self) -> Any:
+    def lock(self) -> Any:
+        """The store's write lock (`state/write.lock`): hold it to read-modify-write memory files."""
         return file_lock(self.state_dir / "write.lock")
+
+    def reload_config(self) -> None:
+        """Read `config.yaml` again at the next `config()` (a resident process saw it change)."""
+        self._config = None
 
     # ------------------------------------------------------------ reading
 
@@ -248,6 +254,8 @@ class Store:
 
     def search_text(self, query: str, statuses: Iterable[str] = ("active",)) -> builtins.list[tuple[float, Memory]]:
         """A plain word-overlap search, best first: enough to pick a memory by a few words."""
+        from cortex.text import words as _words
+
         words = _words(query)
         if not words:
             return []
@@ -271,7 +279,7 @@ class Store:
 
     def create(self, item: Memory) -> Memory:
         """Write a new memory file. Fills in id, timestamps, branch and scope when empty."""
-        with self._lock():
+        with self.lock():
             existing = {p.name.rsplit("-", 1)[-1][:-3] for p in self.memory_paths()}
             if not item.id:
                 item.id = fmt.new_id()
@@ -300,7 +308,7 @@ class Store:
 
         `path`, when the caller knows the file (from the cache), skips the lookup by id.
         """
-        with self._lock():
+        with self.lock():
             current = self.read(path) if path is not None and path.is_file() else None
             if current is None or current.id != id_or_prefix:
                 current = self.get(id_or_prefix)
@@ -321,7 +329,7 @@ class Store:
 
     def add_links(self, memory_id: str, links: builtins.list[Link], path: Path | None = None) -> Memory:
         """Add links a memory does not have yet, read and written under the lock (two writers lose none)."""
-        with self._lock():
+        with self.lock():
             current = self.read(path) if path is not None and path.is_file() else None
             if current is None or current.id != memory_id:
                 current = self.get(memory_id)
@@ -447,16 +455,6 @@ def _guard(text: str, path: Path) -> None:
     findings = scan_text(text, path.name)
     if findings:
         raise SecretDetected(path, findings[0].kind, findings[0].line)
-
-
-_STOP = frozenset(
-    "a an and are as at be but by did do does for from had has have how i if in is it its of on or our so that the "
-    "their them then there these they this to was we were what when where which who why will with you your".split()
-)
-
-
-def _words(text: str) -> set[str]:
-    return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in _STOP}
 
 
 def iter_stores(project: Store | None, include_global: bool = True) -> Iterator[Store]:

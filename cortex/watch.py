@@ -20,14 +20,10 @@ class AlreadyWatching(CortexError):
 
 
 def watcher_active(store: Store) -> bool:
-    """Whether a live `cortex watch` keeps this store's cache (it holds `state/watch.ready`).
+    """Whether a live `cortex watch` keeps this store's cache (see `cortex.layout.watcher_ready`)."""
+    from cortex.layout import watcher_ready
 
-    The watcher takes that lock only after its first full sync, so a reader never
-    trusts a watcher that is still catching up.
-    """
-    from cortex.hotpath import lock_held
-
-    return lock_held(str(store.state_dir / "watch.ready"))
+    return watcher_ready(str(store.root))
 
 
 def stop_on_sigterm() -> None:
@@ -61,17 +57,12 @@ def change_observer(folder: Any, changed: threading.Event) -> Any:
 
 def watch(store: Store, debounce: float = 0.3, echo: Callable[[str], None] = print,
           stop: threading.Event | None = None) -> None:
-    import fcntl
-
+    from cortex.files import hold_lock
     from cortex.index import Index
 
-    store.state_dir.mkdir(parents=True, exist_ok=True)
-    lock = open(store.state_dir / "watch.lock", "a+")
-    try:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock.close()
-        raise AlreadyWatching(f"another `cortex watch` is already running for {store.root}") from None
+    lock = hold_lock(store.state_dir / "watch.lock")
+    if lock is None:
+        raise AlreadyWatching(f"another `cortex watch` is already running for {store.root}")
     stop = stop or threading.Event()
     changed = threading.Event()
     observer = None
@@ -83,8 +74,7 @@ def watch(store: Store, debounce: float = 0.3, echo: Callable[[str], None] = pri
         index = Index(store)
         index.trust_watcher = False
         index.sync(full=True)
-        ready = open(store.state_dir / "watch.ready", "a+")
-        fcntl.flock(ready.fileno(), fcntl.LOCK_EX)  # from here on, readers trust this watcher
+        ready = hold_lock(store.state_dir / "watch.ready", wait=True)  # from here on, readers trust this watcher
         echo(f"watching {store.memories_dir} ({len(index.manifest.files) if index.manifest else 0} files); Ctrl-C stops")
         while not stop.is_set():
             if not changed.wait(timeout=0.5):

@@ -1,12 +1,13 @@
-"""Shared fixtures: an isolated home for every test, real git repositories, a real `cortex` subprocess."""
+"""Shared fixtures: an isolated home for every test, real git repositories, a store in one."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import make_repo
+from tests.helpers import EXAMPLE_STORE, cortex, make_repo
 
 
 @pytest.fixture(autouse=True)
@@ -33,8 +34,29 @@ def repo(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def project(repo: Path) -> Path:
-    """A git repository with `cortex init` already run."""
-    from tests.helpers import cortex
+    """A git repository with a store in `.cortex/`, as `cortex init` makes it (in process: tests of the
+    command itself run it on `repo`)."""
+    from cortex.store import STORE_DIRNAME, Store
 
-    cortex("init", cwd=repo)
+    Store.init(repo / STORE_DIRNAME)
     return repo
+
+
+@pytest.fixture(scope="session")
+def example_built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The example store (.cortex-example) copied once, its cache built by `cortex reindex` and a recall."""
+    folder = tmp_path_factory.mktemp("example-built") / "example"
+    shutil.copytree(EXAMPLE_STORE, folder, ignore=shutil.ignore_patterns("cache", "state"))
+    env = {"CORTEX_HOME": str(folder.parent / "home")}
+    cortex("reindex", "--dir", str(folder), cwd=folder, env=env)
+    cortex("recall", "warm up", "--dir", str(folder), cwd=folder, env=env)  # caches the query tokenizer too
+    return folder
+
+
+@pytest.fixture
+def example_store(tmp_path: Path, example_built: Path) -> Path:
+    """A private copy of the example store with its cache ready (copied, file times kept) and no state:
+    no reads counted, no locks; what a test does to it stays in the test."""
+    folder = tmp_path / "example"
+    shutil.copytree(example_built, folder, ignore=shutil.ignore_patterns("state"))
+    return folder

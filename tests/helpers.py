@@ -1,4 +1,4 @@
-"""Builders for real situations: git repositories, `cortex` subprocesses."""
+"""Builders for real situations: git repositories, memories written in process, `cortex` subprocesses."""
 
 from __future__ import annotations
 
@@ -11,6 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pygit2
+
+from cortex.memory import Memory, title_from_text
+from cortex.store import Store
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_STORE = REPO_ROOT / ".cortex-example"
@@ -41,6 +44,54 @@ def cortex(*args: str, cwd: Path, input: str | None = None, check: bool = True,
 
 def cortex_json(*args: str, cwd: Path, **kwargs: Any) -> Any:
     return json.loads(cortex(*args, "--json", cwd=cwd, **kwargs).stdout)
+
+
+def git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run the real git CLI in `repo`."""
+    result = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=120)
+    if check and result.returncode != 0:
+        raise AssertionError(f"git {' '.join(args)}: {result.returncode}\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def hook(event: str, cwd: Path, payload: dict[str, Any] | str, env: dict[str, str] | None = None,
+         ) -> subprocess.CompletedProcess[str]:
+    """Run `cortex hook <event>` as Claude Code does: a fresh process with the JSON payload on stdin."""
+    raw = payload if isinstance(payload, str) else json.dumps(payload)
+    return cortex("hook", event, cwd=cwd, input=raw, env=env, check=False)
+
+
+def remember(where: Store | Path, text: str, *, type: str = "context", title: str | None = None, link: bool = True,
+             **fields: Any) -> Memory:
+    """Save a memory in process, as `cortex remember TEXT` saves it (without a subprocess).
+
+    Type `context`, the title from the first sentence, confidence 0.9, priority 5, source manual;
+    `fields` (pinned, priority, tags, files, ...) as the command's options set them. Like the command,
+    it is then linked to the store's other memories (links, flagged near-duplicates); `link=False` skips that.
+    `where` is a store or a folder inside a project.
+    """
+    store = where if isinstance(where, Store) else Store.locate(where)
+    fields = {"confidence": 0.9, "priority": 5, "source": {"kind": "manual"}} | fields
+    created = store.create(Memory(id="", type=type, title=(title or title_from_text(text)).strip(),
+                                  body=text.strip() + "\n", **fields))
+    if link:
+        from cortex.graph import connect
+
+        if connect(store, [created.id]).linked:
+            created = store.get(created.id)  # with the links just made
+    return created
+
+
+def fake_claude(bin_dir: Path, script: str) -> dict[str, str]:
+    """Put an executable `claude` (a Python `script`) in `bin_dir`; returns the env putting it first on PATH.
+
+    The one fake the tests allow: the LLM command cortex runs as `claude -p`.
+    """
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    program = bin_dir / "claude"
+    program.write_text(f"#!{sys.executable}\n{script}", encoding="utf-8")
+    program.chmod(0o755)
+    return {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
 
 
 def commit_all(repo_path: Path, message: str) -> str:

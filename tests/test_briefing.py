@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cortex.briefing import MARK, estimate_tokens
-from tests.helpers import checkout_new_branch, commit_all, cortex, cortex_json
+from cortex.text import estimate_tokens
+from tests.helpers import checkout_new_branch, commit_all, cortex, cortex_json, remember
+
+MARK = "<!-- cortex:injected -->"  # what injected context opens with (capture skips text carrying it)
 
 
-def _remember(project: Path, text: str, *args: str) -> str:
-    return cortex("remember", text, *args, cwd=project).stdout.strip()
+def _remember(project: Path, text: str, **fields: object) -> str:
+    return remember(project, text, **fields).id  # in process: the hooks and commands that read it are tested
 
 
 def _session_start(project: Path, source: str = "startup") -> dict:
@@ -22,9 +24,10 @@ def _session_start(project: Path, source: str = "startup") -> dict:
 
 
 def test_session_start_injects_a_marked_briefing_within_budget(project):
-    pinned = _remember(project, "Never log request bodies: they hold card data", "--type", "pattern", "--pin", "--priority", "9")
-    for n in range(60):
-        _remember(project, f"Decision number {n}: use library {n} for task {n} because it is small", "--type", "decision")
+    pinned = _remember(project, "Never log request bodies: they hold card data", type="pattern", pinned=True, priority=9)
+    for n in range(60):  # unlinked: linking 60 near-twins costs seconds and the budget is what is checked
+        _remember(project, f"Decision number {n}: use library {n} for task {n} because it is small", type="decision",
+                  link=False)
     out = _session_start(project)["hookSpecificOutput"]
     assert out["hookEventName"] == "SessionStart"
     text = out["additionalContext"]
@@ -37,16 +40,16 @@ def test_reality_check_and_branch_scope(project):
     (project / "billing.py").write_text("pass\n", encoding="utf-8")
     (project / "gone.py").write_text("pass\n", encoding="utf-8")
     commit_all(project, "code")
-    fresh = _remember(project, "Billing totals are computed in cents", "--type", "gotcha", "--file", "billing.py")
-    gone = _remember(project, "gone.py parses the legacy feed", "--type", "context", "--file", "gone.py")
+    fresh = _remember(project, "Billing totals are computed in cents", type="gotcha", files=["billing.py"])
+    gone = _remember(project, "gone.py parses the legacy feed", type="context", files=["gone.py"])
     import os
     import time
 
     later = time.time() + 120
     os.utime(project / "billing.py", (later, later))
-    _remember(project, "Main-branch progress: migrated the billing job", "--type", "progress")
+    _remember(project, "Main-branch progress: migrated the billing job", type="progress")
     checkout_new_branch(project, "feature/search")
-    feature = _remember(project, "Search index built; ranking next", "--type", "progress")
+    feature = _remember(project, "Search index built; ranking next", type="progress")
     (project / "gone.py").unlink()
     text = cortex("briefing", "--fresh", cwd=project).stdout
     assert f"`{fresh}` (may be stale: file changed)" in text
@@ -55,11 +58,11 @@ def test_reality_check_and_branch_scope(project):
 
 
 def test_cached_briefing_is_the_same_bytes_and_invalidated_by_a_change(project):
-    _remember(project, "Deploys run from the release branch only", "--type", "decision")
+    _remember(project, "Deploys run from the release branch only", type="decision")
     first = _session_start(project)["hookSpecificOutput"]["additionalContext"]
     assert (project / ".cortex" / "state" / "briefing.json").is_file()
     assert _session_start(project, "resume")["hookSpecificOutput"]["additionalContext"] == first
-    newer = _remember(project, "Feature flags are read once at startup", "--type", "gotcha")
+    newer = _remember(project, "Feature flags are read once at startup", type="gotcha")
     assert newer in _session_start(project, "compact")["hookSpecificOutput"]["additionalContext"]
     commit_all(project, "memories")
     assert "memories" in _session_start(project)["hookSpecificOutput"]["additionalContext"]  # new HEAD, new header
@@ -67,7 +70,7 @@ def test_cached_briefing_is_the_same_bytes_and_invalidated_by_a_change(project):
 
 def test_briefing_is_deterministic_and_json(project):
     for n in range(5):
-        _remember(project, f"Pattern {n}: keep handlers small and pure", "--type", "pattern")
+        _remember(project, f"Pattern {n}: keep handlers small and pure", type="pattern")
     a = cortex_json("briefing", "--fresh", cwd=project)
     b = cortex_json("briefing", "--fresh", cwd=project)
     assert a == b and a["tokens"] == estimate_tokens(a["text"]) and len(a["ids"]) == 5
@@ -92,8 +95,8 @@ def _prompt(project: Path, text: str) -> str:
 
 def test_prompt_hook_adds_relevant_memories_and_nothing_otherwise(project):
     gotcha = _remember(project, "sqlite3.OperationalError: database is locked during the nightly reconcile; "
-                                "the reconcile held one long write transaction", "--type", "gotcha")
-    _remember(project, "Write transactions are short and start with BEGIN IMMEDIATE", "--type", "pattern")
+                                "the reconcile held one long write transaction", type="gotcha")
+    _remember(project, "Write transactions are short and start with BEGIN IMMEDIATE", type="pattern")
     out = json.loads(_prompt(project, "the nightly reconcile fails with database is locked, why?"))
     context = out["hookSpecificOutput"]["additionalContext"]
     assert out["hookSpecificOutput"]["hookEventName"] == "UserPromptSubmit"
@@ -103,7 +106,7 @@ def test_prompt_hook_adds_relevant_memories_and_nothing_otherwise(project):
 
 
 def test_prompt_hook_skips_what_the_briefing_already_showed(project):
-    pinned = _remember(project, "The database is locked error means a long write transaction", "--type", "gotcha", "--pin")
+    pinned = _remember(project, "The database is locked error means a long write transaction", type="gotcha", pinned=True)
     _session_start(project)  # the briefing (with the pinned memory) is what this session saw
     out = _prompt(project, "why is the database locked?")
     assert pinned not in out
@@ -114,7 +117,7 @@ def test_prompt_hook_with_real_payloads_is_quiet_or_valid_json(project):
     payloads = [p for f in sorted(payloads_dir.rglob("user_prompt_submit.json"))
                 for p in json.loads(f.read_text(encoding="utf-8"))]
     assert len(payloads) == 15
-    _remember(project, "The failing test suite needs the database fixture", "--type", "gotcha")
+    _remember(project, "The failing test suite needs the database fixture", type="gotcha")
     for payload in payloads:
         result = cortex("hook", "prompt", cwd=project, input=json.dumps(dict(payload, cwd=str(project))))
         assert result.returncode == 0
@@ -124,7 +127,7 @@ def test_prompt_hook_with_real_payloads_is_quiet_or_valid_json(project):
 def test_init_agents_keeps_a_marked_section_current_and_the_rest_untouched(project, tmp_path):
     from cortex.agents import BEGIN, END
 
-    decision = _remember(project, "Payments retry with exponential backoff, never more than 5 times", "--type", "decision")
+    decision = _remember(project, "Payments retry with exponential backoff, never more than 5 times", type="decision")
     (project / "AGENTS.md").write_text("# Agents\n\nRun `make test` before pushing.\n", encoding="utf-8")
     out = cortex("init", "--agents", cwd=project)
     assert out.returncode == 0 and "AGENTS.md" in out.stdout
@@ -135,7 +138,7 @@ def test_init_agents_keeps_a_marked_section_current_and_the_rest_untouched(proje
     assert cortex("init", "--agents", cwd=project).stdout.strip().endswith("already up to date")
     # a person adds text after the section; the Stop hook refreshes only the section
     (project / "AGENTS.md").write_text(text + "\n## Release\nTag from main.\n", encoding="utf-8")
-    later = _remember(project, "Webhooks are verified with the provider's signing secret name, never logged", "--type", "gotcha")
+    later = _remember(project, "Webhooks are verified with the provider's signing secret name, never logged", type="gotcha")
     transcript = tmp_path / "t.jsonl"
     transcript.write_text("", encoding="utf-8")
     payload = {"session_id": "s", "transcript_path": str(transcript), "cwd": str(project), "hook_event_name": "Stop",

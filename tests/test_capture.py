@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import cortex, cortex_json
+from cortex.store import Store
+from tests.helpers import cortex, cortex_json, remember
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "transcripts"
 FIXTURES = Path(__file__).resolve().parent / "data" / "transcripts"
@@ -25,6 +26,15 @@ def _stop(project: Path, transcript: Path, **extra: object) -> object:
 
 def _memories(project: Path) -> list[Path]:
     return sorted((project / ".cortex" / "memories").rglob("*.md"))
+
+
+def _list(project: Path, *types: str) -> list[dict]:
+    """The active memories the hook wrote, as `cortex list --json` rows (read in process)."""
+    return [item.to_dict() for item in Store.locate(project).list(types=types)]
+
+
+def _show(project: Path, memory_id: str) -> dict:
+    return Store.locate(project).get(memory_id).to_dict()
 
 
 @pytest.mark.parametrize("source", TRANSCRIPTS, ids=lambda p: p.name if p.is_relative_to(FIXTURES) else p.relative_to(SHARED).as_posix())
@@ -64,17 +74,17 @@ def test_self_report_tags_become_memories_and_the_cursor_reads_only_new_turns(pr
                                                             "be ignored in the CI cache]"}], message_id="m1"),
     ])
     _stop(project, transcript)
-    records = {r["title"]: r for r in cortex_json("list", cwd=project)}
+    records = {r["title"]: r for r in _list(project)}
     assert records["Use SQLite for the local cache because it needs no server"]["type"] == "decision"
     gotcha = records["WAL files must be ignored in the CI cache"]
     assert gotcha["priority"] == 8 and gotcha["tags"] == ["ci", "sqlite"] and gotcha["branch"] == "main"
-    shown = cortex_json("show", gotcha["id"], cwd=project)
+    shown = _show(project, gotcha["id"])
     assert shown["source"] == {"kind": "transcript", "session": "s-1", "layer": "self-report",
                                "commit": shown["source"]["commit"]}
     _write(transcript, [_line("assistant", "a3", [{"type": "text", "text": "[MEMORY: context: The staging database "
                                                                            "is rebuilt every night]"}])], mode="a")
     _stop(project, transcript)
-    assert len(cortex_json("list", cwd=project)) == 3
+    assert len(_list(project)) == 3
 
 
 def test_a_tagged_message_is_not_mined_by_the_keyword_layer_too(project, tmp_path):
@@ -88,7 +98,7 @@ def test_a_tagged_message_is_not_mined_by_the_keyword_layer_too(project, tmp_pat
                                                             "for every webhook call."}]),
     ])
     _stop(project, transcript)
-    titles = sorted(r["title"] for r in cortex_json("list", cwd=project))
+    titles = sorted(r["title"] for r in _list(project))
     assert "The rate cache lives in SQLite, not Postgres: no server to run" in titles
     assert not any(t.startswith("We'll use SQLite") for t in titles)  # said once, by the tag
     assert any(t.startswith("We decided to keep the retry budget") for t in titles)  # untagged: still mined
@@ -98,11 +108,11 @@ def test_the_last_assistant_message_is_used_when_the_transcript_lags(project, tm
     transcript = tmp_path / "t.jsonl"
     _write(transcript, [_line("user", "u1", "go")])
     _stop(project, transcript, last_assistant_message="Done. [MEMORY: pattern: Every handler validates input with pydantic]")
-    assert [r["type"] for r in cortex_json("list", cwd=project)] == ["pattern"]
+    assert [r["type"] for r in _list(project)] == ["pattern"]
     _write(transcript, [_line("assistant", "a1", [{"type": "text", "text": "Done. [MEMORY: pattern: Every handler "
                                                                            "validates input with pydantic]"}])], mode="a")
     _stop(project, transcript)
-    assert len(cortex_json("list", cwd=project)) == 1  # the same memory, not twice
+    assert len(_list(project)) == 1  # the same memory, not twice
     log = (project / ".cortex" / "state" / "cortex.log").read_text(encoding="utf-8").splitlines()
     assert "wrote 0, updated 0, duplicates 0" in log[-1]  # the reply that caught up is known: not even a duplicate
 
@@ -132,13 +142,13 @@ def test_todo_plan_is_one_memory_updated_as_the_plan_moves(project, tmp_path):
 
     _write(transcript, [todo("a1", ["in_progress", "pending"])])
     _stop(project, transcript)
-    [plan] = cortex_json("list", "--type", "plan", cwd=project)
+    [plan] = _list(project, "plan")
     assert plan["title"] == "Plan: Step 1"
     _write(transcript, [todo("a2", ["completed", "in_progress"])], mode="a")
     _stop(project, transcript)
-    [updated] = cortex_json("list", "--type", "plan", cwd=project)
+    [updated] = _list(project, "plan")
     assert updated["id"] == plan["id"] and updated["title"] == "Plan: Step 2"
-    assert "- [x] Step 1" in cortex_json("show", plan["id"], cwd=project)["body"]
+    assert "- [x] Step 1" in _show(project, plan["id"])["body"]
 
 
 def _bash(uuid: str, command: str, output: str, failed: bool) -> list[str]:
@@ -158,9 +168,9 @@ def test_a_failure_then_a_fix_is_a_gotcha_but_a_red_test_run_is_not(project, tmp
         *_bash("4", "pytest -q", "12 passed", False),
     ])
     _stop(project, transcript)
-    [gotcha] = cortex_json("list", "--type", "gotcha", cwd=project)
+    [gotcha] = _list(project, "gotcha")
     assert gotcha["title"].startswith("alembic: FAILED: Can't locate revision")
-    assert "alembic -c app/alembic.ini upgrade head" in cortex_json("show", gotcha["id"], cwd=project)["body"]
+    assert "alembic -c app/alembic.ini upgrade head" in _show(project, gotcha["id"])["body"]
 
 
 def test_keyword_layer_gotchas_corrections_and_a_progress_note(project, tmp_path):
@@ -176,7 +186,7 @@ def test_keyword_layer_gotchas_corrections_and_a_progress_note(project, tmp_path
                                                             "The loader now strips the BOM before parsing, and the importer is unchanged."}]),
     ])
     _stop(project, transcript)
-    rows = {r["type"]: r for r in cortex_json("list", cwd=project)}
+    rows = {r["type"]: r for r in _list(project)}
     assert rows["gotcha"]["title"].startswith("The problem was that Excel writes a UTF-8 BOM")
     assert rows["context"]["title"].startswith("Correction: no, keep the CSV reader") and rows["context"]["tags"] == ["correction"]
     assert rows["progress"]["files"] == ["app.py"] and rows["progress"]["title"].startswith("The problem was")
@@ -231,109 +241,8 @@ def test_a_transcript_that_shrank_restarts_safely(project, tmp_path):
     _stop(project, transcript)
     _write(transcript, [_line("assistant", "x", [{"type": "text", "text": "[MEMORY: context: a brand new fact]"}])])
     _stop(project, transcript)
-    titles = {r["title"] for r in cortex_json("list", cwd=project)}
+    titles = {r["title"] for r in _list(project)}
     assert "a brand new fact" in titles and len(titles) == 4
-
-
-# ------------------------------------------------------------------ layer 4: the LLM, with a fake `claude` on PATH
-
-FAKE_CLAUDE = """#!{python}
-import json, os, sys
-prompt = sys.stdin.read()
-log = {log!r}
-with open(log, "a") as handle:
-    handle.write(json.dumps({{"argv": sys.argv[1:], "nested": os.environ.get("CORTEX_NESTED"),
-                              "has_slice": "ASSISTANT:" in prompt}}) + "\\n")
-if os.path.exists({broken!r}):
-    print("model unavailable", file=sys.stderr)
-    sys.exit(1)
-print(json.dumps([
-    {{"type": "decision", "title": "Queue jobs in Redis streams, not RabbitMQ", "content": "Redis streams: one less server to run. Rejected: RabbitMQ.", "confidence": 0.8, "priority": 7, "scope": "project", "tags": ["queue"]}},
-    {{"type": "pattern", "title": "Prefer ripgrep over grep for code search", "content": "ripgrep respects .gitignore and is fast.", "confidence": 0.95, "priority": 5, "scope": "global", "tags": []}},
-    {{"type": "gotcha", "title": "secret", "content": "PASSWORD=correct-horse-battery-staple", "confidence": 0.9}},
-    {{"type": "nonsense", "title": "dropped", "content": "unknown type"}}
-]))
-"""
-
-
-def _llm_project(project: Path, tmp_path: Path) -> tuple[dict[str, str], Path, Path]:
-    import sys
-
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    log, broken = tmp_path / "claude-calls.jsonl", tmp_path / "claude-broken"
-    fake = bin_dir / "claude"
-    fake.write_text(FAKE_CLAUDE.format(python=sys.executable, log=str(log), broken=str(broken)), encoding="utf-8")
-    fake.chmod(0o755)
-    config = project / ".cortex" / "config.yaml"
-    config.write_text(config.read_text(encoding="utf-8").replace("llm: off", "llm: auto"), encoding="utf-8")
-    import os
-
-    return {"PATH": f"{bin_dir}:{os.environ['PATH']}"}, log, broken
-
-
-def _wait_for(predicate, seconds: float = 60.0) -> bool:
-    import time
-
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.2)
-    return False
-
-
-def test_llm_layer_runs_detached_and_writes_through_the_guard(project, tmp_path, isolated_env):
-    env, log, _broken = _llm_project(project, tmp_path)
-    transcript = tmp_path / "t.jsonl"
-    _write(transcript, [_line("user", "u1", "Should we keep RabbitMQ?"),
-                        _line("assistant", "a1", [{"type": "text", "text": "Let's move the queue to Redis streams."}])])
-    payload = json.dumps({"session_id": "s-1", "transcript_path": str(transcript), "cwd": str(project)})
-    result = cortex("hook", "stop", cwd=project, input=payload, env=env)
-    assert result.returncode == 0 and result.stdout == ""
-    assert _wait_for(lambda: not list((project / ".cortex" / "state" / "queue").glob("*.json")))
-    titles = {r["title"]: r for r in cortex_json("list", "--all", cwd=project)}
-    assert titles["Queue jobs in Redis streams, not RabbitMQ"]["type"] == "decision"
-    shown = cortex_json("show", titles["Queue jobs in Redis streams, not RabbitMQ"]["id"], cwd=project)
-    assert shown["source"]["layer"] == "llm"
-    assert "secret" not in titles and "dropped" not in titles
-    everything = "".join(p.read_text(encoding="utf-8", errors="replace") for p in (project / ".cortex").rglob("*.md"))
-    assert "correct-horse" not in everything
-    global_titles = [r["title"] for r in cortex_json("list", "--global", cwd=project)]
-    assert global_titles == ["Prefer ripgrep over grep for code search"]  # confident and global: promoted
-    call = json.loads(log.read_text(encoding="utf-8").splitlines()[0])
-    assert call["nested"] == "1" and call["has_slice"]
-    assert "--settings" in call["argv"] and json.loads(call["argv"][call["argv"].index("--settings") + 1]) == {"disableAllHooks": True}
-
-
-def test_a_failing_llm_keeps_the_job_until_the_next_session_start(project, tmp_path):
-    env, log, broken = _llm_project(project, tmp_path)
-    broken.write_text("down", encoding="utf-8")
-    transcript = tmp_path / "t.jsonl"
-    _write(transcript, [_line("assistant", "a1", [{"type": "text", "text": "We should queue with Redis streams."}])])
-    payload = json.dumps({"session_id": "s-2", "transcript_path": str(transcript), "cwd": str(project)})
-    cortex("hook", "stop", cwd=project, input=payload, env=env)
-    queue = project / ".cortex" / "state" / "queue"
-    assert _wait_for(lambda: log.exists())
-    assert _wait_for(lambda: any(json.loads(p.read_text())["attempts"] >= 1 for p in queue.glob("*.json")))
-    assert cortex_json("list", cwd=project) == []
-    broken.unlink()
-    started = cortex("hook", "session-start", cwd=project, input=json.dumps({"cwd": str(project), "source": "startup"}),
-                     env=env)
-    assert started.returncode == 0
-    assert json.loads(started.stdout)["hookSpecificOutput"]["hookEventName"] == "SessionStart"
-    assert _wait_for(lambda: not list(queue.glob("*.json")))
-    assert "Queue jobs in Redis streams, not RabbitMQ" in {r["title"] for r in cortex_json("list", cwd=project)}
-
-
-def test_llm_auto_is_off_without_the_command(project, tmp_path):
-    config = project / ".cortex" / "config.yaml"
-    config.write_text(config.read_text(encoding="utf-8").replace("llm: off", "llm: auto"), encoding="utf-8")
-    transcript = tmp_path / "t.jsonl"
-    _write(transcript, [_line("assistant", "a1", [{"type": "text", "text": "Nothing to see."}])])
-    cortex("hook", "stop", cwd=project, input=json.dumps({"session_id": "s", "transcript_path": str(transcript),
-                                                           "cwd": str(project)}), env={"PATH": "/usr/bin:/bin"})
-    assert not list((project / ".cortex" / "state").glob("queue/*.json"))
 
 
 def test_task_tools_build_the_plan_and_commits_land_in_the_progress_note(project, tmp_path):
@@ -353,13 +262,13 @@ def test_task_tools_build_the_plan_and_commits_land_in_the_progress_note(project
                                                          "the new test covers Excel exports."}]),
     ])
     _stop(project, transcript)
-    [plan] = cortex_json("list", "--type", "plan", cwd=project)
+    [plan] = _list(project, "plan")
     assert plan["title"] == "Plan: Strip the BOM in the loader"
-    body = cortex_json("show", plan["id"], cwd=project)["body"]
+    body = _show(project, plan["id"])["body"]
     assert "- [x] Add the BOM test" in body and "- [ ] Strip the BOM in the loader" in body
-    [progress] = cortex_json("list", "--type", "progress", cwd=project)
+    [progress] = _list(project, "progress")
     assert progress["files"] == ["loader.py"]
-    assert "- Strip the UTF-8 BOM before parsing CSV" in cortex_json("show", progress["id"], cwd=project)["body"]
+    assert "- Strip the UTF-8 BOM before parsing CSV" in _show(project, progress["id"])["body"]
 
 
 HOOK_PAYLOADS = Path(__file__).resolve().parent / "data" / "hook-payloads"  # copies of the shared real payloads
@@ -390,13 +299,13 @@ def test_cosine_dedup_uses_the_index_vectors(project, tmp_path, threshold, writt
     config = project / ".cortex" / "config.yaml"
     config.write_text(config.read_text(encoding="utf-8").replace("dedup_cosine: 0.9", f"dedup_cosine: {threshold}"),
                       encoding="utf-8")
-    cortex("remember", "The CI image ships SQLite 3.31 which lacks DROP COLUMN", "--type", "gotcha", cwd=project)
-    cortex("recall", "sqlite", cwd=project)  # builds the index and its vectors
+    remember(project, "The CI image ships SQLite 3.31 which lacks DROP COLUMN", type="gotcha")  # linking it
+    # (as `cortex remember` does) builds the index and its vectors
     transcript = tmp_path / "t.jsonl"
     _write(transcript, [_line("assistant", "a1", [{"type": "text", "text": "[MEMORY: gotcha: SQLite 3.31 in the CI image "
                                                                            "has no DROP COLUMN support]"}])])
     _stop(project, transcript)
-    titles = [r["title"] for r in cortex_json("list", "--type", "gotcha", cwd=project)]
+    titles = [r["title"] for r in _list(project, "gotcha")]
     assert ("SQLite 3.31 in the CI image has no DROP COLUMN support" in titles) is written
 
 
@@ -414,4 +323,4 @@ def test_session_end_returns_at_once_and_captures_in_the_background(project, tmp
     deadline = time.time() + 60
     while time.time() < deadline and not _memories(project):
         time.sleep(0.2)
-    assert [r["title"] for r in cortex_json("list", cwd=project)] == ["Session-end captures the last turn too"]
+    assert [r["title"] for r in _list(project)] == ["Session-end captures the last turn too"]

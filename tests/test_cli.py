@@ -6,11 +6,22 @@ import json
 import sys
 from pathlib import Path
 
-from tests.helpers import cortex, cortex_json
+from cortex.store import Store
+from tests.helpers import cortex, cortex_json, remember
 
 
 def _remember(cwd: Path, text: str, *args: str) -> str:
+    """`cortex remember` as a subprocess: for the tests of that command and its options."""
     return cortex("remember", text, *args, cwd=cwd).stdout.strip()
+
+
+def _saved(cwd: Path, text: str, **fields: object) -> str:
+    """A memory saved in process, where the command under test is another one."""
+    return remember(cwd, text, **fields).id
+
+
+def _get(cwd: Path, memory_id: str):
+    return Store.locate(cwd).get(memory_id)
 
 
 def test_init_creates_the_layout_and_is_idempotent(repo):
@@ -53,10 +64,10 @@ def test_remember_rejects_bad_options_with_a_clear_error(project):
 
 
 def test_list_table_and_json(project):
-    a = _remember(project, "Pinned rule", "--pin", "--priority", "9")
-    b = _remember(project, "Plain context note")
-    c = _remember(project, "Old decision", "--type", "decision")
-    cortex("forget", c, cwd=project)
+    a = _saved(project, "Pinned rule", pinned=True, priority=9)
+    b = _saved(project, "Plain context note")
+    c = _saved(project, "Old decision", type="decision")
+    Store.locate(project).archive(c)
     table = cortex("list", cwd=project).stdout
     assert a in table and b in table and c not in table and "Pinned rule" in table
     rows = cortex_json("list", cwd=project)
@@ -69,7 +80,7 @@ def test_list_table_and_json(project):
 
 
 def test_show_prints_path_and_file(project):
-    memory_id = _remember(project, "Show me")
+    memory_id = _saved(project, "Show me")
     out = cortex("show", memory_id[:6], cwd=project).stdout
     assert out.splitlines()[0].endswith(f"-{memory_id}.md") and f"id: {memory_id}" in out
     missing = cortex("show", "ffffffffffff", cwd=project, check=False)
@@ -83,16 +94,16 @@ def _editor(tmp_path: Path, python_code: str) -> str:
 
 
 def test_edit_saves_a_valid_change(project, tmp_path):
-    memory_id = _remember(project, "Edit me", "--priority", "3")
+    memory_id = _saved(project, "Edit me", priority=3)
     editor = _editor(tmp_path, "p.write_text(p.read_text().replace('priority: 3', 'priority: 6'))\n")
     out = cortex("edit", memory_id, cwd=project, env={"EDITOR": editor})
     assert "saved" in out.stdout
-    assert cortex_json("show", memory_id, cwd=project)["priority"] == 6
+    assert _get(project, memory_id).priority == 6
 
 
 def test_edit_refuses_an_invalid_file_and_keeps_the_original(project, tmp_path):
-    memory_id = _remember(project, "Do not break me")
-    path = Path(cortex_json("show", memory_id, cwd=project)["path"])
+    saved = remember(project, "Do not break me")
+    memory_id, path = saved.id, saved.path
     before = path.read_bytes()
     editor = _editor(tmp_path, "p.write_text(p.read_text().replace('type: context', 'type: opinion'))\n")
     result = cortex("edit", memory_id, cwd=project, env={"EDITOR": editor}, check=False)
@@ -101,8 +112,8 @@ def test_edit_refuses_an_invalid_file_and_keeps_the_original(project, tmp_path):
 
 
 def test_edit_does_not_overwrite_a_change_made_while_the_editor_was_open(project, tmp_path):
-    memory_id = _remember(project, "Edited twice at once")
-    path = Path(cortex_json("show", memory_id, cwd=project)["path"])
+    saved = remember(project, "Edited twice at once")
+    memory_id, path = saved.id, saved.path
     # the "editor" edits its draft while something else (a hook, consolidation) archives the real file
     editor = _editor(tmp_path, f"""
 real = pathlib.Path({str(path)!r})
@@ -111,42 +122,42 @@ p.write_text(p.read_text().replace('priority: 5', 'priority: 9'))
 """)
     result = cortex("edit", memory_id, cwd=project, env={"EDITOR": editor}, check=False)
     assert result.returncode == 1 and "changed while you were editing" in result.stderr
-    shown = cortex_json("show", memory_id, cwd=project)
-    assert shown["status"] == "archived" and shown["priority"] == 5  # the other change survives
+    shown = _get(project, memory_id)
+    assert shown.status == "archived" and shown.priority == 5  # the other change survives
     assert "priority: 9" in (project / ".cortex" / "state" / f"edit-{memory_id}.md").read_text(encoding="utf-8")
 
 
 def test_forget_by_id_archives_and_keeps_the_file(project):
-    memory_id = _remember(project, "Forget me")
+    memory_id = _saved(project, "Forget me")
     out = cortex("forget", memory_id, cwd=project).stdout
     assert "archived" in out
-    record = cortex_json("show", memory_id, cwd=project)
-    assert record["status"] == "archived" and Path(record["path"]).is_file()
+    record = _get(project, memory_id)
+    assert record.status == "archived" and record.path.is_file()
 
 
 def test_forget_by_query_asks_first(project):
-    memory_id = _remember(project, "We use SQLite, not Postgres, for the local cache", "--type", "decision")
-    _remember(project, "Deploys go through the staging cluster first")
+    memory_id = _saved(project, "We use SQLite, not Postgres, for the local cache", type="decision")
+    _saved(project, "Deploys go through the staging cluster first")
     declined = cortex("forget", "sqlite postgres", cwd=project, input="n\n", check=False)
     assert declined.returncode == 1 and memory_id in declined.stderr
-    assert cortex_json("show", memory_id, cwd=project)["status"] == "active"
+    assert _get(project, memory_id).status == "active"
     accepted = cortex("forget", "sqlite postgres", cwd=project, input="y\n")
     assert f"{memory_id} archived" in accepted.stdout
-    _remember(project, "Another SQLite note about WAL mode")
+    _saved(project, "Another SQLite note about WAL mode")
     assert "archived" in cortex("forget", "sqlite wal", "--yes", cwd=project).stdout
 
 
 def test_forget_replaced_by_records_supersedes(project):
-    old = _remember(project, "Use Postgres for everything", "--type", "decision")
-    new = _remember(project, "Use SQLite for the local cache", "--type", "decision")
+    old = _saved(project, "Use Postgres for everything", type="decision")
+    new = _saved(project, "Use SQLite for the local cache", type="decision")
     assert f"{old} superseded by {new}" in cortex("forget", old, "--replaced-by", new, cwd=project).stdout
-    assert cortex_json("show", old, cwd=project)["status"] == "superseded"
-    assert {"rel": "supersedes", "to": old} in cortex_json("show", new, cwd=project)["links"]
+    assert _get(project, old).status == "superseded"
+    assert ("supersedes", old) in [(link.rel, link.to) for link in _get(project, new).links]
 
 
 def test_status_counts_and_problems(project):
-    _remember(project, "A decision", "--type", "decision")
-    _remember(project, "A gotcha", "--type", "gotcha", "--pin")
+    _saved(project, "A decision", type="decision")
+    _saved(project, "A gotcha", type="gotcha", pinned=True)
     report = cortex_json("status", cwd=project)
     assert report["total"] == 2 and report["by_type"] == {"decision": 1, "gotcha": 1} and report["pinned"] == 1
     assert report["branch"] == "main" and report["problems"] == []
@@ -184,11 +195,74 @@ def test_a_plain_folder_without_git_works(tmp_path):
     folder = tmp_path / "notes"
     folder.mkdir()
     assert "not a git repository" in cortex("init", cwd=folder).stdout
-    memory_id = _remember(folder, "No git, still remembered")
+    memory_id = _saved(folder, "No git, still remembered")
     assert cortex_json("show", memory_id, cwd=folder)["branch"] is None
     assert "off (not a git repository)" in cortex("status", cwd=folder).stdout
 
 
 def test_json_output_is_valid_even_with_unicode(project):
-    memory_id = _remember(project, "Ünïcode — “quotes” and emoji ✓")
+    memory_id = _saved(project, "Ünïcode — “quotes” and emoji ✓")
     assert json.loads(cortex("list", "--json", cwd=project).stdout)[0]["id"] == memory_id
+
+
+def test_usage_errors_are_one_line_with_exit_status_1(project):
+    for args, expected in ((("recall", "x", "--bogus"), "no such option '--bogus'"),
+                           (("recall",), "missing argument 'QUERY'"),
+                           (("list", "--type", "opinion"), "invalid value for '--type'"),
+                           (("no-such-command",), "no such command")):
+        result = cortex(*args, cwd=project, check=False)
+        assert result.returncode == 1, args
+        assert result.stdout == "" and result.stderr.count("\n") == 1, result.stderr
+        assert result.stderr.startswith(f"cortex: {expected}") and "--help`" in result.stderr
+    assert cortex("--help", cwd=project).stdout.startswith("Usage:")
+    assert cortex("--version", cwd=project).stdout.startswith("cortex, version")
+    dirty = project / "dirty.md"  # a command's own exit status is kept: scan exits 1 on a finding
+    dirty.write_text("SECRET_KEY=s3cr3t-value-here\n", encoding="utf-8")
+    found = cortex("scan", str(dirty), cwd=project, check=False)
+    assert found.returncode == 1 and "possible secret" in found.stdout and found.stderr == ""
+
+
+def test_hook_help_lists_every_event(tmp_path):
+    text = " ".join(cortex("hook", "--help", cwd=tmp_path).stdout.split())
+    for event in ("session-start", "prompt", "stop", "pre-compact", "session-end", "git-pre-push", "git-post-merge",
+                  "git-post-checkout"):
+        assert event in text
+
+
+def test_recall_limit_counts_linked_hits(tmp_path):
+    import shutil
+
+    from tests.helpers import EXAMPLE_STORE
+
+    store = tmp_path / "example"
+    shutil.copytree(EXAMPLE_STORE, store, ignore=shutil.ignore_patterns("cache", "state"))
+    query = "write-transaction helper"  # its description is the best hit, and the code comes with it (source_of)
+    hits = cortex_json("recall", query, "--limit", "2", "--keyword", "--dir", str(store), cwd=tmp_path)
+    assert [(h["id"], h["via"]) for h in hits] == [("407cf71b5a22", None), ("281cc644d441", "source_of of 407cf71b5a22")]
+    assert [h["id"] for h in cortex_json("recall", query, "--limit", "1", "--dir", str(store), cwd=tmp_path)] \
+        == ["407cf71b5a22"]
+    for limit in (1, 2, 3, 5):
+        found = cortex_json("recall", "which database did we pick?", "--limit", str(limit), "--dir", str(store),
+                            cwd=tmp_path)
+        assert 0 < len(found) <= limit
+        assert all(any(p["id"] == h["via"].rsplit(" ", 1)[-1] for p in found) for h in found if h["via"])
+    table = cortex("recall", query, "--limit", "2", "--dir", str(store), cwd=tmp_path).stdout
+    assert sum(1 for line in table.splitlines() if not line.startswith(" ")) == 2
+
+
+def test_briefing_at_a_revision_names_the_revision(project):
+    import pygit2
+
+    from tests.helpers import commit_all
+
+    progress = _saved(project, "Migrated the billing job to the new queue", type="progress")
+    commit_all(project, "first")
+    _saved(project, "Second note", type="context")
+    commit_all(project, "second")
+    first = str(pygit2.Repository(str(project)).revparse_single("HEAD~1").id)
+    text = cortex("briefing", "--at", "HEAD~1", cwd=project).stdout
+    header = next(line for line in text.splitlines() if line.startswith("# cortex briefing"))
+    assert header == f"# cortex briefing — at revision `HEAD~1` @ {first[:7]} on branch `main`"
+    assert progress in text and "Second note" not in text  # the branch's progress, as it was then
+    assert "at revision `main` @" in cortex("briefing", "--at", "main", cwd=project).stdout
+    assert "# cortex briefing — branch `main` @" in cortex("briefing", "--fresh", cwd=project).stdout

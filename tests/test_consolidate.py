@@ -1,4 +1,4 @@
-"""Consolidation (planted near-duplicates, all-or-nothing with rollback) and code indexing (source_of pairs)."""
+"""Consolidation: planted near-duplicates merged, all-or-nothing with rollback, the automatic run's budget."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from cortex import consolidate
 from cortex.errors import CortexError
 from cortex.memory import Memory
 from cortex.store import Store
-from tests.helpers import commit_all, cortex, cortex_json
+from tests.helpers import cortex, cortex_json, fake_claude, remember
 
 DISTINCT = [
     ("decision", "Frontend builds use Vite; the old webpack config was deleted in March"),
@@ -52,20 +52,20 @@ def test_planted_near_duplicates_are_merged_and_nothing_else(project):
     groups = [sorted(m["id"] for m in g["members"]) for g in dry["groups"]]
     assert sorted(groups) == sorted(sorted(p) for p in pairs)  # every planted pair, no distinct memory, no pinned
     assert all(pinned not in g for g in groups)
-    assert dry["merged"] == [] and all(m["status"] == "active" for m in cortex_json("list", cwd=project) if m["id"] in ids.values())
+    assert dry["merged"] == [] and all(store.get(i).status == "active" for i in ids.values())
     out = cortex_json("consolidate", "--yes", cwd=project)
     assert len(out["merged"]) == 2
     for merged in out["merged"]:
-        new = cortex_json("show", merged["id"], cwd=project)
+        new = store.get(merged["id"])
         originals = merged["from"]
-        assert {link["to"] for link in new["links"] if link["rel"] == "derived_from"} == set(originals)
-        assert new["priority"] == 7 and new["confidence"] == 0.8 and new["files"] == ["billing.py"]
-        assert {"invoices"} < set(new["tags"]) and new["source"]["kind"] == "consolidation"
-        assert "Rejected: decimals as strings." in new["body"]  # the best-written member's text
+        assert {link.to for link in new.links if link.rel == "derived_from"} == set(originals)
+        assert new.priority == 7 and new.confidence == 0.8 and new.files == ["billing.py"]
+        assert {"invoices"} < set(new.tags) and new.source["kind"] == "consolidation"
+        assert "Rejected: decimals as strings." in new.body  # the best-written member's text
         for old in originals:
-            shown = cortex_json("show", old, cwd=project)
-            assert shown["status"] == "archived" and shown["extra"]["archived"]
-    active = {m["id"] for m in cortex_json("list", cwd=project)}
+            shown = store.get(old)
+            assert shown.status == "archived" and shown.extra["archived"]
+    active = {m.id for m in store.list()}
     assert set(ids.values()) | {pinned} <= active
     assert not (project / ".cortex" / "state" / "consolidate-checkpoint").exists()
     assert cortex_json("consolidate", "--dry-run", cwd=project)["groups"] == []
@@ -75,7 +75,7 @@ def test_interactive_consolidation_needs_a_terminal_or_yes(project):
     _store(project)
     out = cortex("consolidate", cwd=project, check=False, input="y\n")
     assert out.returncode == 1 and "--yes" in out.stderr
-    assert all(m["status"] == "active" for m in cortex_json("list", "--all", cwd=project))
+    assert all(m.status == "active" for m in Store.locate(project).list(statuses=()))
 
 
 def _snapshot(store: Store) -> dict[str, bytes]:
@@ -138,10 +138,10 @@ def test_automatic_consolidation_after_captures_merges_flagged_pairs(project, tm
     config = project / ".cortex" / "config.yaml"
     config.write_text(config.read_text(encoding="utf-8").replace("every_captures: 10", "every_captures: 2"),
                       encoding="utf-8")
-    for kind, text in DISTINCT:
-        cortex("remember", text, "--type", kind, cwd=project)
+    for kind, text in DISTINCT:  # saved and linked as `cortex remember` does: near-duplicates are flagged
+        remember(project, text, type=kind)
     kind, a, b = TWINS[0]
-    first = cortex("remember", a, "--type", kind, cwd=project).stdout.strip()
+    first = remember(project, a, type=kind).id
     transcript = tmp_path / "t.jsonl"
     lines = [{"type": "assistant", "uuid": f"a{n}", "sessionId": "s", "message": {"role": "assistant", "content": [
         {"type": "text", "text": text}]}} for n, text in enumerate([
@@ -154,13 +154,14 @@ def test_automatic_consolidation_after_captures_merges_flagged_pairs(project, tm
     deadline = time.time() + 60  # the upkeep runs detached after the hook returns
     while time.time() < deadline and "maintain:" not in log.read_text(encoding="utf-8"):
         time.sleep(0.2)
-    memories = [cortex_json("show", m["id"], cwd=project) for m in cortex_json("list", "--all", cwd=project)]
-    assert cortex_json("show", first, cwd=project)["status"] == "archived"
-    merged = [m for m in memories if m["source"].get("kind") == "consolidation"]
-    assert len(merged) == 1 and merged[0]["status"] == "active"
+    store = Store.locate(project)
+    memories = store.list(statuses=())
+    assert store.get(first).status == "archived"
+    merged = [m for m in memories if m.source.get("kind") == "consolidation"]
+    assert len(merged) == 1 and merged[0].status == "active"
     assert "consolidate: merged 2 memories into 1" in (project / ".cortex" / "state" / "cortex.log").read_text(encoding="utf-8")
     assert "decisions.md" in {p.name for p in (project / ".cortex").iterdir()}
-    assert merged[0]["id"] in (project / ".cortex" / "decisions.md").read_text(encoding="utf-8")
+    assert merged[0].id in (project / ".cortex" / "decisions.md").read_text(encoding="utf-8")
 
 
 SAME_SUBJECT = [  # one subject, three different claims: none is a duplicate of another
@@ -226,8 +227,7 @@ def test_an_automatic_run_judges_at_most_max_judged_and_keeps_the_rest_flagged(p
     assert len([p for p in pairs if tuple(sorted(p)) in left]) == 1
     assert consolidate.after_capture(store, 1) == 1  # the next run judges it
     assert not {tuple(sorted(p)) for p in pairs} & {tuple(sorted(p[:2])) for p in flagged(store)}
-    shown = [cortex_json("show", m["id"], cwd=project) for m in cortex_json("list", cwd=project)]
-    assert len([m for m in shown if m["source"].get("kind") == "consolidation"]) == 2
+    assert len([m for m in store.list() if m.source.get("kind") == "consolidation"]) == 2
 
 
 def test_without_the_contextual_model_the_static_similarity_decides_at_its_own_thresholds(project, monkeypatch):
@@ -380,81 +380,7 @@ def test_without_static_vectors_word_overlap_names_the_candidates_and_the_duplic
 
 
 def _remember_text(project: Path, text: str, kind: str) -> str:
-    return cortex_json("remember", text, "--type", kind, cwd=project)["id"]
-
-
-# ---------------------------------------------------------------- code indexing
-
-MODULE = '''"""Billing: invoice totals in integer cents."""
-
-
-class Invoice:
-    """One customer invoice."""
-
-    def total(self):
-        """Sum of the lines, in cents."""
-        return sum(self.lines)
-
-
-def refund(invoice, amount):
-    """Refund part of an invoice through the provider."""
-    return amount
-'''
-
-
-def test_index_code_writes_a_source_of_pair_that_recall_returns_together(project):
-    (project / "src").mkdir()
-    (project / "src" / "billing.py").write_text(MODULE, encoding="utf-8")
-    (project / "src" / "app.ts").write_text("export function startServer(port: number) {\n  return port\n}\n",
-                                            encoding="utf-8")
-    (project / "build").mkdir()
-    (project / "build" / "out.py").write_text("x = 1\n", encoding="utf-8")
-    (project / ".gitignore").write_text("build/\n", encoding="utf-8")
-    (project / "src" / "logo.png").write_bytes(b"\x89PNG\r\n\x1a\n\0\0\0")
-    report = cortex_json("index-code", ".", cwd=project)
-    paths = {item["path"]: item for item in report["indexed"]}
-    assert set(paths) >= {"src/billing.py", "src/app.ts"} and "build/out.py" not in paths
-    assert {"path": "src/logo.png", "reason": "binary"} in report["skipped"]
-    item = paths["src/billing.py"]
-    description = cortex_json("show", item["description"], cwd=project)
-    code = cortex_json("show", item["code"], cwd=project)
-    assert description["type"] == "code_description" and code["type"] == "code"
-    assert {"rel": "source_of", "to": code["id"]} in description["links"]
-    assert "Billing: invoice totals in integer cents." in description["body"]
-    assert "class `Invoice`: One customer invoice." in description["body"]
-    assert "`refund(invoice, amount)`: Refund part of an invoice through the provider." in description["body"]
-    assert MODULE in code["body"]
-    ts = cortex_json("show", paths["src/app.ts"]["description"], cwd=project)
-    assert "export function startServer(port: number)" in ts["body"]
-    hits = cortex_json("recall", "how are invoice refunds done", cwd=project)
-    ids = [h["id"] for h in hits]
-    assert description["id"] in ids and ids[ids.index(description["id"]) + 1] == code["id"]
-    assert hits[ids.index(code["id"])]["via"] == f"source_of of {description['id']}"
-    # code is never embedded
-    from cortex.index import Index
-
-    index = Index(Store.locate(project))
-    index.sync(full=False)
-    assert all(entry.get("vhash") is None for entry in index.records().values() if entry["type"] == "code")
-    # unchanged: nothing; changed: a new pair supersedes the old one
-    again = cortex_json("index-code", "src", cwd=project)
-    assert again["indexed"] == [] and set(again["unchanged"]) == {"src/billing.py", "src/app.ts"}
-    (project / "src" / "billing.py").write_text(MODULE + "\n\ndef void(invoice):\n    return None\n", encoding="utf-8")
-    changed = cortex_json("index-code", "src/billing.py", cwd=project)
-    assert [i["path"] for i in changed["indexed"]] == ["src/billing.py"]
-    assert set(changed["superseded"]) == {item["description"], item["code"]}
-    assert cortex_json("show", item["code"], cwd=project)["status"] == "superseded"
-    forced = cortex_json("index-code", "src/app.ts", "--force", cwd=project)
-    assert [i["path"] for i in forced["indexed"]] == ["src/app.ts"]
-
-
-def test_index_code_skips_a_file_holding_a_secret(project):
-    (project / "settings.py").write_text('AWS_SECRET_ACCESS_KEY = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEYZ"\n',
-                                         encoding="utf-8")
-    commit_all(project, "settings")
-    report = cortex_json("index-code", "settings.py", cwd=project)
-    assert report["indexed"] == [] and "secret" in report["skipped"][0]["reason"]
-    assert not list((project / ".cortex" / "memories").rglob("*.md"))
+    return remember(project, text, type=kind).id  # linked (and flagged) as `cortex remember` does
 
 
 def test_a_group_merged_meanwhile_is_not_merged_again(project):
@@ -491,37 +417,21 @@ def test_a_run_cut_off_after_its_commit_point_is_not_rolled_back(project, monkey
     assert len([m for m in store.list() if m.source.get("kind") == "consolidation"]) == 2
 
 
-def test_index_code_of_a_folder_and_a_file_in_it_indexes_the_file_once(project):
-    (project / "app.py").write_text('"""The app."""\n', encoding="utf-8")
-    report = cortex_json("index-code", ".", "app.py", cwd=project)
-    assert [i["path"] for i in report["indexed"]].count("app.py") == 1
-    codes = [m for m in cortex_json("list", "--type", "code", cwd=project) if m["title"].startswith("app.py")]
-    assert len(codes) == 1
-
-
-FAKE_LLM = """#!{python}
+FAKE_LLM = """
 import json, os, sys
 prompt = sys.stdin.read()
 with open({log!r}, "a") as handle:
     handle.write(json.dumps({{"argv": sys.argv[1:], "nested": os.environ.get("CORTEX_NESTED")}}) + "\\n")
 if prompt.startswith("Merge these project memories") and "Alembic" in prompt:
     print("DIFFERENT")
-elif prompt.startswith("Merge these project memories"):
-    print("Title: Money is integer cents everywhere\\n\\nAmounts are integer cents, never floats: no rounding errors.")
 else:
-    print("The billing module: invoice totals in cents and partial refunds.")
+    print("Title: Money is integer cents everywhere\\n\\nAmounts are integer cents, never floats: no rounding errors.")
 """
 
 
-def test_with_the_llm_configured_it_writes_the_merged_text_and_the_code_summary(project, tmp_path, monkeypatch):
-    import sys
-
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+def test_with_the_llm_configured_it_writes_the_merged_text_and_can_veto_a_merge(project, tmp_path, monkeypatch):
     log = tmp_path / "llm.jsonl"
-    (bin_dir / "claude").write_text(FAKE_LLM.format(python=sys.executable, log=str(log)), encoding="utf-8")
-    (bin_dir / "claude").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    monkeypatch.setenv("PATH", fake_claude(tmp_path / "bin", FAKE_LLM.format(log=str(log)))["PATH"])
     config = project / ".cortex" / "config.yaml"
     config.write_text(config.read_text(encoding="utf-8").replace("llm: off", "llm: auto"), encoding="utf-8")
     store, _ids, pairs = _store(project)
@@ -531,12 +441,8 @@ def test_with_the_llm_configured_it_writes_the_merged_text_and_the_code_summary(
     merged = store.get(result.merged[0][0])
     assert merged.title == "Money is integer cents everywhere"
     assert merged.body == "Amounts are integer cents, never floats: no rounding errors.\n"
-    (project / "billing.py").write_text(MODULE, encoding="utf-8")
-    report = cortex_json("index-code", "billing.py", cwd=project)
-    description = cortex_json("show", report["indexed"][0]["description"], cwd=project)
-    assert description["body"] == "The billing module: invoice totals in cents and partial refunds.\n"
     calls = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
-    assert len(calls) == 3 and all(c["nested"] == "1" and "--settings" in c["argv"] for c in calls)  # its hooks off
+    assert len(calls) == 2 and all(c["nested"] == "1" and "--settings" in c["argv"] for c in calls)  # its hooks off
 
 
 def test_an_interrupted_run_is_not_rolled_back_over_later_work(project, monkeypatch):

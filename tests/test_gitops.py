@@ -264,22 +264,6 @@ def test_on_stop_stages_or_commits_only_cortex_paths(project):
     assert not present and removed[0] not in git(project, "status", "--porcelain").stdout
 
 
-def test_scan_command_and_pre_commit_hooks_file(tmp_path):
-    import yaml
-
-    from tests.helpers import REPO_ROOT
-
-    clean, dirty = tmp_path / "clean.md", tmp_path / "dirty.md"
-    clean.write_text("Rotate keys every 90 days.\n", encoding="utf-8")
-    dirty.write_text("notes\nSECRET_KEY=s3cr3t-value-here\n", encoding="utf-8")
-    assert cortex("scan", str(clean), cwd=tmp_path).returncode == 0
-    result = cortex("scan", str(clean), str(dirty), cwd=tmp_path, check=False)
-    assert result.returncode == 1 and f"{dirty}:2: possible secret" in result.stdout
-    hooks = yaml.safe_load((REPO_ROOT / ".pre-commit-hooks.yaml").read_text(encoding="utf-8"))
-    assert {h["id"]: h["entry"] for h in hooks} == {"cortex-projections": "cortex project --check",
-                                                  "cortex-secrets": "cortex scan"}
-
-
 def test_briefing_at_an_older_revision(project):
     old = _decision(project, "Deploy with Ansible playbooks")
     commit_all(project, "v1")

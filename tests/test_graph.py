@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 
 from cortex.index import Index
+from cortex.memory import Memory
 from cortex.store import Store
-from tests.helpers import cortex, cortex_json
+from tests.helpers import cortex, cortex_json, fake_claude, remember
 
 TOPICS = [
     ("We store money as integer cents, never floats, to avoid rounding errors in invoices", "decision"),
@@ -25,38 +25,40 @@ TOPICS = [
 UNRELATED = (1, 2, 3, 5)  # backups, Vite, the flaky websocket test, Kubernetes
 
 
-def _remember(project: Path, text: str, kind: str = "context", *extra: str) -> dict:
-    return cortex_json("remember", text, "--type", kind, *extra, cwd=project)
+def _remember(project: Path, text: str, kind: str = "context") -> Memory:
+    """Saved and linked in process, as `cortex remember TEXT --type KIND` does."""
+    return remember(project, text, type=kind)
 
 
 def test_a_new_memory_is_linked_both_ways_within_the_band_and_near_duplicates_are_flagged(project):
     made = [_remember(project, text, kind) for text, kind in TOPICS]
     new = _remember(project, "Invoice totals are summed in integer cents and only formatted as decimals in the PDF",
                     "decision")
-    links = new["links"]
+    links = new.links
     assert 1 <= len(links) <= 5
-    assert all(link["rel"] == "relates_to" and 0.1 <= link["strength"] <= 0.5 for link in links)
-    by_id = {m["id"]: m for m in made}
+    assert all(link.rel == "relates_to" and 0.1 <= link.strength <= 0.5 for link in links)
+    store = Store.locate(project)
+    by_id = {m.id: m for m in made}
     for link in links:  # the other side links back, with the same strength
-        other = cortex_json("show", link["to"], cwd=project)
-        assert {"rel": "relates_to", "to": new["id"], "strength": link["strength"]} in other["links"]
-        assert other["updated"] == by_id[link["to"]]["updated"]  # a link is not an edit: decay is not reset
-    linked = {link["to"] for link in links}
-    assert linked & {made[6]["id"], made[7]["id"], made[8]["id"]}  # invoice memories are related ...
-    assert not linked & {made[n]["id"] for n in UNRELATED}  # ... backups, Vite, CI flakes, Kubernetes are not
+        other = store.get(link.to)
+        assert ("relates_to", new.id, link.strength) in [(o.rel, o.to, o.strength) for o in other.links]
+        assert other.updated == by_id[link.to].updated  # a link is not an edit: decay is not reset
+    linked = {link.to for link in links}
+    assert linked & {made[6].id, made[7].id, made[8].id}  # invoice memories are related ...
+    assert not linked & {made[n].id for n in UNRELATED}  # ... backups, Vite, CI flakes, Kubernetes are not
     # a paraphrase of an existing memory is flagged for consolidation, not linked
     twin = _remember(project, "Money is kept as integer cents and never as floating point, so invoices do not "
                      "suffer rounding errors", "decision")
-    assert made[0]["id"] not in {link["to"] for link in twin["links"]}
+    assert made[0].id not in {link.to for link in twin.links}
     flagged = json.loads((project / ".cortex" / "state" / "flagged.json").read_text(encoding="utf-8"))
     pairs = {tuple(sorted(pair[:2])): pair[2] for pair in flagged}
-    assert tuple(sorted([twin["id"], made[0]["id"]])) in pairs  # a possible duplicate ...
+    assert tuple(sorted([twin.id, made[0].id])) in pairs  # a possible duplicate ...
     assert all(score >= 0.5 for score in pairs.values())
-    assert {i for pair in pairs for i in pair} <= {twin["id"], made[0]["id"], new["id"]}  # (all about cents)
+    assert {i for pair in pairs for i in pair} <= {twin.id, made[0].id, new.id}  # (all about cents)
     assert cortex_json("status", cwd=project)["flagged_pairs"] == len(pairs)
     # ... and the duplicate score decides: the twin is merged, the invoice-totals decision (same subject) is not
     auto = cortex_json("consolidate", "--auto", "--dry-run", cwd=project)["groups"]
-    assert [sorted(m["id"] for m in g["members"]) for g in auto] == [sorted([twin["id"], made[0]["id"]])]
+    assert [sorted(m["id"] for m in g["members"]) for g in auto] == [sorted([twin.id, made[0].id])]
 
 
 def test_thresholds_are_config(project):
@@ -66,15 +68,13 @@ def test_thresholds_are_config(project):
     config.write_text(config.read_text(encoding="utf-8").replace("max_links: 5", "max_links: 1"), encoding="utf-8")
     new = _remember(project, "Invoice totals are summed in integer cents and only formatted as decimals in the PDF",
                     "decision")
-    assert len(new["links"]) == 1
+    assert len(new.links) == 1
     config.write_text(config.read_text(encoding="utf-8").replace("link_min: 0.1", "link_min: 0.95"), encoding="utf-8")
     lonely = _remember(project, "Backups of the ledger are tested by a monthly restore drill", "context")
-    assert lonely["links"] == []
+    assert lonely.links == []
 
 
 def test_centrality_is_in_degree_weighted_by_strength_and_a_dangling_link_is_reported(project):
-    from cortex.memory import Memory
-
     store = Store.locate(project)  # written directly: no automatic links, only the ones set here
     hub, a, b = (store.create(Memory(id="", type="decision", title=title)).id for title in
                  ("The ledger service owns every balance change", "Refunds go through the ledger service",
@@ -93,52 +93,46 @@ def test_centrality_is_in_degree_weighted_by_strength_and_a_dangling_link_is_rep
     assert cortex("recall", "ledger", cwd=project).returncode == 0  # ... not fatal
 
 
-FAKE_CLAUDE = """#!{python}
+FAKE_CLAUDE = """
 import json, re, sys
 prompt = sys.stdin.read()
-known = re.findall(r"^([0-9a-f]{{12}}): ", prompt, re.M)
-print(json.dumps([{{"type": "decision", "title": "Cache product pages in the CDN for five minutes",
-                    "content": "Five minutes is short enough for price changes.", "confidence": 0.8,
-                    "supersedes": known[:1], "contradicts": known[1:2]}}]))
+known = re.findall(r"^([0-9a-f]{12}): ", prompt, re.M)
+print(json.dumps([{"type": "decision", "title": "Cache product pages in the CDN for five minutes",
+                   "content": "Five minutes is short enough for price changes.", "confidence": 0.8,
+                   "supersedes": known[:1], "contradicts": known[1:2]}]))
 """
 
 
 def test_automation_cannot_supersede_it_gets_contradicts(project, tmp_path):
-    old = _remember(project, "Product pages are never cached: prices change too often", "decision")["id"]
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "claude").write_text(FAKE_CLAUDE.format(python=sys.executable), encoding="utf-8")
-    (bin_dir / "claude").chmod(0o755)
+    old = _remember(project, "Product pages are never cached: prices change too often", "decision").id
+    env = fake_claude(tmp_path / "bin", FAKE_CLAUDE)
     config = project / ".cortex" / "config.yaml"
     config.write_text(config.read_text(encoding="utf-8").replace("llm: off", "llm: on"), encoding="utf-8")
-    import os
-
-    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
     transcript = tmp_path / "t.jsonl"
     line = {"type": "assistant", "uuid": "a1", "sessionId": "s",
             "message": {"role": "assistant", "content": [{"type": "text", "text": "Let's cache product pages for 5 minutes."}]}}
     transcript.write_text(json.dumps(line) + "\n", encoding="utf-8")
     payload = json.dumps({"session_id": "s", "transcript_path": str(transcript), "cwd": str(project)})
     assert cortex("hook", "stop", cwd=project, input=payload, env=env).returncode == 0
-    deadline = time.time() + 60
+    store = Store.locate(project)
+    deadline = time.time() + 60  # the LLM layer runs in a detached worker
     new = None
     while time.time() < deadline and new is None:
-        new = next((m for m in cortex_json("list", cwd=project) if m["title"].startswith("Cache product pages")), None)
-        time.sleep(0.2)
+        new = next((m for m in store.list() if m.title.startswith("Cache product pages")), None)
+        time.sleep(0.1)
     assert new is not None
-    shown = cortex_json("show", new["id"], cwd=project)
-    assert {"rel": "contradicts", "to": old} in shown["links"]
-    assert not any(link["rel"] == "supersedes" for link in shown["links"])
-    assert cortex_json("show", old, cwd=project)["status"] == "active"  # automation replaced nothing
+    rels = [(link.rel, link.to) for link in store.get(new.id).links]
+    assert ("contradicts", old) in rels
+    assert not any(rel == "supersedes" for rel, _ in rels)
+    assert store.get(old).status == "active"  # automation replaced nothing
     # a person can: forget --replaced-by
-    cortex("forget", old, "--replaced-by", new["id"], cwd=project)
-    assert cortex_json("show", old, cwd=project)["status"] == "superseded"
-    assert {"rel": "supersedes", "to": old} in cortex_json("show", new["id"], cwd=project)["links"]
+    cortex("forget", old, "--replaced-by", new.id, cwd=project)
+    assert store.get(old).status == "superseded"
+    assert ("supersedes", old) in [(link.rel, link.to) for link in store.get(new.id).links]
 
 
 def test_memories_linked_in_one_batch_get_each_link_once(project):
     from cortex.graph import connect
-    from cortex.memory import Memory
 
     store = Store.locate(project)
     for text, kind in TOPICS:

@@ -15,21 +15,25 @@ import pygit2
 from cortex.index import Index
 from cortex.index.manifest import Manifest
 from cortex.store import Store
-from tests.helpers import EXAMPLE_STORE, checkout_new_branch, commit_all, cortex, cortex_command, cortex_json
+from tests.helpers import checkout_new_branch, commit_all, cortex, cortex_command, cortex_json, remember
 
 
 def _ids(cwd: Path, query: str, *args: str, **kwargs) -> list[str]:
     return [hit["id"] for hit in cortex_json("recall", query, *args, cwd=cwd, **kwargs)]
 
 
-def _remember(cwd: Path, text: str, *args: str) -> str:
-    return cortex("remember", text, *args, cwd=cwd).stdout.strip()
+def _remember(cwd: Path, text: str, **fields: object) -> str:
+    return remember(cwd, text, **fields).id  # in process; the recalls that must see it are `cortex` processes
+
+
+def _path(cwd: Path, memory_id: str) -> Path:
+    return Store.locate(cwd).get(memory_id).path
 
 
 def test_an_edit_made_in_an_editor_is_found_by_the_next_recall(project):
-    memory_id = _remember(project, "Deploys go through the staging cluster first", "--type", "pattern")
+    memory_id = _remember(project, "Deploys go through the staging cluster first", type="pattern")
     assert _ids(project, "staging deploys")[0] == memory_id
-    path = Path(cortex_json("show", memory_id, cwd=project)["path"])
+    path = _path(project, memory_id)
     path.write_text(path.read_text(encoding="utf-8").replace("staging cluster", "canary fleet"), encoding="utf-8")
     assert _ids(project, "canary fleet")[0] == memory_id
 
@@ -38,15 +42,15 @@ def test_a_deleted_file_disappears(project):
     keep = _remember(project, "Redis keys need a TTL")
     gone = _remember(project, "Redis runs in a container on port 6380")
     assert set(_ids(project, "redis")) == {keep, gone}
-    Path(cortex_json("show", gone, cwd=project)["path"]).unlink()
+    _path(project, gone).unlink()
     assert _ids(project, "redis") == [keep]
 
 
 def test_branch_switch_changes_results_and_switching_back_embeds_nothing(project):
-    _remember(project, "The API is versioned in the URL path", "--type", "decision")
+    _remember(project, "The API is versioned in the URL path", type="decision")
     commit_all(project, "memory on main")
     checkout_new_branch(project, "feature/graphql")
-    feature_id = _remember(project, "GraphQL replaces the REST endpoints for the dashboard", "--type", "decision")
+    feature_id = _remember(project, "GraphQL replaces the REST endpoints for the dashboard", type="decision")
     commit_all(project, "memory on feature")
     assert feature_id in _ids(project, "graphql dashboard")
     repo = pygit2.Repository(str(project))
@@ -61,9 +65,8 @@ def test_branch_switch_changes_results_and_switching_back_embeds_nothing(project
     assert feature_id in _ids(project, "graphql dashboard")
 
 
-def test_a_corrupted_cache_is_rebuilt_silently(tmp_path):
-    store_dir = tmp_path / "example"
-    shutil.copytree(EXAMPLE_STORE, store_dir)
+def test_a_corrupted_cache_is_rebuilt_silently(tmp_path, example_store):
+    store_dir = example_store  # its cache built and in step
     query = ("recall", "signature check fails when the body was parsed", "--dir", str(store_dir))
     first = cortex_json(*query, cwd=tmp_path)[0]["id"]
     cache = store_dir / "cache"
@@ -81,9 +84,8 @@ def test_a_corrupted_cache_is_rebuilt_silently(tmp_path):
     assert cortex("verify", "--dir", str(store_dir), cwd=tmp_path).returncode == 0
 
 
-def test_two_rebuilds_give_the_same_digest(tmp_path):
-    store_dir = tmp_path / "example"
-    shutil.copytree(EXAMPLE_STORE, store_dir)
+def test_two_rebuilds_give_the_same_digest(tmp_path, example_store):
+    store_dir = example_store
     cortex("reindex", "--dir", str(store_dir), cwd=tmp_path)
     first = cortex_json("verify", "--dir", str(store_dir), cwd=tmp_path)
     shutil.rmtree(store_dir / "cache")
@@ -103,9 +105,8 @@ def test_verify_notices_a_cache_out_of_step(project):
     assert index.check() == [f"stale in cache: {rel}"]
 
 
-def test_concurrent_processes_never_corrupt_the_cache(tmp_path):
-    store_dir = tmp_path / "example"
-    shutil.copytree(EXAMPLE_STORE, store_dir)
+def test_concurrent_processes_never_corrupt_the_cache(tmp_path, example_store):
+    store_dir = example_store
     worker = (
         "import sys, time, random\n"
         "from pathlib import Path\n"
@@ -136,9 +137,9 @@ def test_concurrent_processes_never_corrupt_the_cache(tmp_path):
 
 
 def test_list_reads_through_the_cache_and_sees_new_files(project):
-    first = _remember(project, "First")
+    first = _remember(project, "First", link=False)  # unlinked: no cache yet, the list makes it
     assert [r["id"] for r in cortex_json("list", cwd=project)] == [first]
-    second = _remember(project, "Second")
+    second = _remember(project, "Second", link=False)
     assert {r["id"] for r in cortex_json("list", cwd=project)} == {first, second}
     assert (project / ".cortex" / "cache" / "manifest.bin").is_file()
 
@@ -158,7 +159,7 @@ def test_watch_keeps_the_cache_in_step_and_refuses_a_second_watcher(project):
         assert "watching" in proc.stderr.readline()  # ready: the first sync is done
         second = cortex("watch", cwd=project, check=False)
         assert second.returncode == 1 and "already running" in second.stderr
-        path = Path(cortex_json("show", memory_id, cwd=project)["path"])
+        path = _path(project, memory_id)
         path.write_text(path.read_text(encoding="utf-8").replace("kafka", "pulsar"), encoding="utf-8")
         deadline = time.time() + 30
         while time.time() < deadline and b"pulsar" not in manifest_path.read_bytes():

@@ -13,7 +13,7 @@ import pytest
 
 from cortex.lifecycle import DAY, epoch, half_life, iso
 from cortex.memory import Memory
-from cortex.recall import decayed_confidence
+from cortex.lifecycle import decayed_confidence
 from cortex.store import Store
 from tests.helpers import checkout_new_branch, commit_all, cortex, cortex_json
 
@@ -144,10 +144,11 @@ def test_one_maintain_at_a_time_and_a_stamp_from_the_future_is_stale(project):
     import fcntl
     import json
 
-    from cortex import maintain
+    from cortex.events import upkeep_due
+    from cortex.graph import queue_links
 
     store = Store.locate(project)
-    maintain.queue(store, ["0123456789ab"])
+    queue_links(store, ["0123456789ab"])
     lock = store.state_dir / "maintain-run.lock"
     with open(lock, "a+b") as handle:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX)  # another `cortex maintain` is running
@@ -156,6 +157,6 @@ def test_one_maintain_at_a_time_and_a_stamp_from_the_future_is_stale(project):
         assert json.loads((store.state_dir / "maintain.json").read_text(encoding="utf-8")) == ["0123456789ab"]
     cortex("maintain", cwd=project)  # now it runs: the queue is drained (an unknown id links nothing)
     assert json.loads((store.state_dir / "maintain.json").read_text(encoding="utf-8")) == []
-    assert not maintain.due(store)  # gc ran today
+    assert not upkeep_due(store)  # gc ran today
     (store.state_dir / "gc.stamp").write_text(str(time.time() + 90 * DAY), encoding="utf-8")  # a fixed clock ahead
-    assert maintain.due(store)
+    assert upkeep_due(store)

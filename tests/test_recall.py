@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import EXAMPLE_STORE, cortex, cortex_json
+from cortex.store import Store
+from tests.helpers import cortex, cortex_json, remember
 
 # Paraphrases that share few words with the memory they should find (the example store's Tallyho project).
 # "which database did we pick?": the word "database" is nowhere in 9b3e…, but is in the title of a gotcha.
@@ -25,10 +25,8 @@ PARAPHRASES = [
 
 
 @pytest.fixture
-def example(tmp_path: Path) -> Path:
-    folder = tmp_path / "example"
-    shutil.copytree(EXAMPLE_STORE, folder, ignore=shutil.ignore_patterns("cache", "state"))
-    return folder
+def example(example_store: Path) -> Path:
+    return example_store  # a copy with its cache built once per session
 
 
 @pytest.mark.parametrize("query, expected", PARAPHRASES)
@@ -47,8 +45,8 @@ def test_the_semantic_side_finds_what_words_cannot(example, tmp_path):
 
 
 def test_json_fields_and_project_global_labels(project):
-    project_id = cortex("remember", "Use ruff for linting in this repo", "--type", "decision", cwd=project).stdout.strip()
-    global_id = cortex("remember", "Ruff is the linter I prefer everywhere", "--global", cwd=project).stdout.strip()
+    project_id = remember(project, "Use ruff for linting in this repo", type="decision").id
+    global_id = remember(Store.locate(use_global=True), "Ruff is the linter I prefer everywhere").id
     hits = cortex_json("recall", "ruff linting", cwd=project)
     by_id = {hit["id"]: hit for hit in hits}
     assert by_id[project_id]["store"] == "project" and by_id[global_id]["store"] == "global"
@@ -62,7 +60,7 @@ def test_without_the_model_recall_is_full_text_and_says_so_once(project):
     config = project / ".cortex" / "config.yaml"
     config.write_text(config.read_text(encoding="utf-8").replace("model: bundled", "model: ./no-such-model"),
                       encoding="utf-8")
-    memory_id = cortex("remember", "Postgres connection pool is capped at 20", cwd=project).stdout.strip()
+    memory_id = remember(project, "Postgres connection pool is capped at 20").id
     result = cortex("recall", "postgres pool", "--json", cwd=project)
     assert result.stderr.count("full-text only") == 1
     assert memory_id in result.stdout
@@ -75,12 +73,12 @@ def test_keyword_flag_skips_the_model(example, tmp_path):
 
 
 def test_archived_only_with_all_and_recalling_restores(project):
-    memory_id = cortex("remember", "Feature flags live in LaunchDarkly", cwd=project).stdout.strip()
-    cortex("forget", memory_id, cwd=project)
+    memory_id = remember(project, "Feature flags live in LaunchDarkly").id
+    Store.locate(project).archive(memory_id)
     assert memory_id not in [h["id"] for h in cortex_json("recall", "feature flags launchdarkly", cwd=project)]
     hits = cortex_json("recall", "feature flags launchdarkly", "--all", cwd=project)
     assert hits[0]["id"] == memory_id and hits[0]["status"] == "active"
-    assert cortex_json("show", memory_id, cwd=project)["status"] == "active"
+    assert Store.locate(project).get(memory_id).status == "active"  # the file says so, not just the answer
 
 
 def test_filters_by_type_and_branch(example, tmp_path):

@@ -48,12 +48,3 @@ def append(path: Path, committed_rows: int, dim: int, matrix: Any) -> None:
         handle.seek(committed_rows * dim * 4)
         handle.write(data.tobytes())
         handle.flush()  # no fsync: a cache lost in a power cut is rebuilt
-
-
-def write_fresh(path: Path, matrix: Any) -> None:
-    """Replace the file with exactly these rows."""
-    import numpy as np
-
-    from cortex.files import atomic_write
-
-    atomic_write(path, np.ascontiguousarray(matrix, dtype="<f4").tobytes())

@@ -1,0 +1,208 @@
+"""The library's entry points for the two things that happen to a memory store.
+
+**Memories changed** (`memories_changed`): after capture (`capture_done`: the
+Stop hook, `cortex capture`, the LLM worker), `remember` (the CLI and the MCP
+tool), `forget`, and the detached upkeep (`cortex.maintain`): links for new memories (now, or queued for the upkeep), the
+projections, AGENTS.md's section, staging under `git.on_stop`, and starting
+the upkeep when it is due. One sync and one `Index` per store, shared through
+an `Indexes` holder.
+
+**What a prompt gets** (`prompt_context`): recall over the project store and
+the global one, the relevance threshold, the token budget.
+
+The edges (the CLI, the Claude Code and git hooks, `cortex serve`, the MCP
+server) translate arguments and errors and call these; the one-shot hook
+passes a fresh `Indexes`, the resident processes a warm one they keep in step
+with a watcher, so all of them run the same code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from cortex.index import Indexes
+from cortex.memory import Memory
+from cortex.store import Store, iter_stores
+
+UPKEEP = ("detached", "none")
+
+
+@dataclass
+class Changes:
+    """What `memories_changed` did, for logs and `--json`."""
+
+    linked: int = 0
+    pages: list[Path] = field(default_factory=list)
+    staged: list[str] = field(default_factory=list)
+    agents: str | None = None
+    upkeep: list[str] = field(default_factory=list)  # stores whose upkeep was started or run
+
+
+def memories_changed(store: Store, indexes: Indexes, written: Iterable[Path] = (), *, link: Iterable[str] = (),
+                     stage: bool = False, upkeep: str = "detached", types: Iterable[str] | None = None,
+                     pages: bool = True, everything: bool = False) -> Changes:
+    """Bring everything derived from the memory files in step after `written` changed (see the module docstring).
+
+    `link`: ids to link now (`remember`); capture queues its ids for the upkeep instead. `types`: the types
+    of what changed, when known (a context memory changes no projection page). `stage`: record the changes
+    in git under `git.on_stop` (hooks; a person's command leaves git alone). `upkeep`: start `cortex
+    maintain` (`cortex.maintain.run`) when due (`detached`), or not (`none`: the caller runs it, or nothing). `everything`: what changed is not
+    known file by file (gc, consolidation): refresh every page. `pages=False` leaves the projections to the next
+    Stop or pre-push (a person's `remember` or `forget`: the pre-push hook commits pages it finds stale, so
+    a page refreshed in the working tree but not committed would be pushed stale).
+    """
+    from cortex import agents, projections
+    from cortex.errors import CortexError
+
+    if upkeep not in UPKEEP:
+        raise ValueError(f"upkeep: {upkeep!r} is not one of {', '.join(UPKEEP)}")
+    changes = Changes()
+    written = list(written)
+    index = indexes.synced(store)
+    index.note_written(written)
+    link = [memory_id for memory_id in link if memory_id]
+    if link:
+        changes.linked = _link_now(store, index, link)
+    if pages and (everything or written and (types is None or projections.affected_by(types) or changes.linked)):
+        changes.pages = projections.refresh(store, index)
+    if store.label == "project":
+        try:
+            changes.agents = agents.refresh(store, index)
+        except CortexError as exc:  # a malformed AGENTS.md section is the person's to fix; the rest goes on
+            store.log(f"AGENTS.md not refreshed: {exc}")
+        if stage and (written or changes.pages or everything) and store.worktree is not None:
+            from cortex.gitops import record_cortex_changes
+
+            changes.staged = record_cortex_changes(store.root, str(store.config().get("git.on_stop")))
+    if upkeep == "detached":
+        changes.upkeep = [str(each.root) for each in iter_stores(store) if upkeep_due(each) and _spawn_upkeep(each)]
+    return changes
+
+
+def _link_now(store: Store, index: Any, ids: list[str]) -> int:
+    """`relates_to` links and near-duplicate flags for new memories; the files the links touched re-read."""
+    from cortex.graph import connect_quietly
+
+    report = connect_quietly(store, ids, index)
+    if not report or not report.linked:
+        return 0
+    touched = {memory_id for pair in report.linked for memory_id in pair[:2]}
+    rel_of = index.rel_of_id()
+    index.note_written([store.memories_dir / rel_of[i] for i in sorted(touched) if i in rel_of])
+    return len(report.linked)
+
+
+# ---------------------------------------------------------------- capture, remember, forget
+
+
+def capture_done(store: Store, report: Any, indexes: Indexes, *, stage: bool = False,
+                 upkeep: str = "detached") -> Changes:
+    """After a capture (`cortex.capture.CaptureReport`): each store it wrote to, and the upkeep, brought in step."""
+    for root, paths in sorted(report.paths.items()):
+        if Path(root) != store.root:  # global-scope memories went to the global store
+            memories_changed(Store(Path(root), "global"), indexes, paths, upkeep="none")
+    # Nothing written here still refreshes AGENTS.md (a branch switch) and starts the upkeep when due.
+    return memories_changed(store, indexes, report.paths.get(str(store.root), []), stage=stage, upkeep=upkeep)
+
+
+def remember(store: Store, text: str, indexes: Indexes | None = None, *, type: str = "context",
+             title: str | None = None, priority: int = 5, confidence: float = 0.9, tags: Iterable[str] = (),
+             files: Iterable[str] = (), pinned: bool = False, source: dict[str, Any] | None = None) -> Memory:
+    """Save a memory from a person's text (the CLI's `remember` and the MCP tool): written through the store
+    (the secret guard), linked to what it resembles, AGENTS.md refreshed (the pages follow at the next Stop)."""
+    from cortex.errors import CortexError
+    from cortex.memory import title_from_text
+
+    if not text.strip():
+        raise CortexError("nothing to remember: the text is empty")
+    created = store.create(Memory(id="", type=type, title=(title or title_from_text(text)).strip(),
+                                  body=text.strip() + "\n", confidence=confidence, priority=priority, pinned=pinned,
+                                  tags=list(dict.fromkeys(tags)), files=list(dict.fromkeys(files)),
+                                  source=source or {"kind": "manual"}))
+    assert created.path is not None
+    changes = memories_changed(store, indexes or Indexes(), [created.path], link=[created.id], pages=False,
+                               upkeep="none")
+    return store.get(created.id) if changes.linked else created
+
+
+def forget(store: Store, memory_id: str, indexes: Indexes | None = None, replaced_by: str | None = None) -> Memory:
+    """Archive a memory, or mark it superseded by `replaced_by` (the pages follow at the next Stop)."""
+    if replaced_by:
+        old, new = store.supersede(memory_id, replaced_by)
+        paths = [old.path, new.path]
+    else:
+        old = store.archive(memory_id)
+        paths = [old.path]
+    memories_changed(store, indexes or Indexes(), [p for p in paths if p is not None], pages=False, upkeep="none")
+    return old
+
+
+# ---------------------------------------------------------------- starting the upkeep (`cortex maintain`)
+
+
+def upkeep_due(store: Store) -> bool:
+    """Anything for `cortex maintain` to do: memories queued for links, or the day's gc not run yet."""
+    from cortex.graph import queued_links
+    from cortex.lifecycle import gc_due
+
+    return bool(queued_links(store)) or gc_due(store)
+
+
+def _spawn_upkeep(store: Store) -> bool:
+    from cortex.spawn import detached
+
+    detached(["maintain", "--dir", str(store.root)], str(store.state_dir), env={"CORTEX_NESTED": "0"})
+    return True
+
+
+# ---------------------------------------------------------------- what a prompt gets
+
+
+def prompt_context(store: Store, prompt: str, indexes: Indexes) -> str | None:
+    """The additionalContext for a prompt: relevant memories of the project and global stores, not already in
+    the briefing, or None.
+
+    Relevant means close in meaning (cosine ≥ `prompt.min_cosine`, 0.48), or a full-text match that is not
+    a word used in another sense (cosine ≥ `prompt.min_cosine_with_words`, 0.3; "write a haiku" matches
+    "Write transactions…" at cosine 0.04). At most `prompt.max_memories`, within `prompt.budget_tokens`.
+    """
+    import json
+
+    from cortex.recall import recall
+    from cortex.text import INJECTED_MARK, estimate_tokens
+
+    config = store.config()
+    limit = int(config.get("prompt.max_memories"))
+    budget = int(config.get("prompt.budget_tokens"))
+    min_cosine = float(config.get("prompt.min_cosine"))
+    word_cosine = float(config.get("prompt.min_cosine_with_words"))
+    try:
+        shown = set(json.loads((store.state_dir / "briefing.json").read_text(encoding="utf-8")).get("ids", []))
+    except (OSError, ValueError):
+        shown = set()
+    # Linked hits count against recall's limit but are not shown here: ask for room for them.
+    hits = recall(list(iter_stores(store)), prompt, limit=2 * limit + len(shown), indexes=indexes).hits
+    header = INJECTED_MARK + "\nMemories that may bear on this request (cortex):\n"
+    used = estimate_tokens(header)
+    lines: list[str] = []
+    for hit in hits:
+        if hit.via is not None or hit.memory.id in shown or len(lines) >= limit:
+            continue
+        cosine = hit.raw.get("dense")
+        if cosine is not None and cosine < (word_cosine if "bm25" in hit.raw else min_cosine):
+            continue  # a shared word in another sense, or not close enough in meaning
+        if cosine is None and "bm25" not in hit.raw:
+            continue
+        label = f"- [{hit.memory.type}] {hit.memory.title} `{hit.memory.id}`"
+        if hit.store != "project":
+            label += f" ({hit.store})"
+        line = f"{label}: {hit.snippet}" if hit.snippet else label
+        if used + estimate_tokens(line + "\n") > budget:
+            line = label
+            if used + estimate_tokens(line + "\n") > budget:
+                break
+        lines.append(line)
+        used += estimate_tokens(line + "\n")
+    return header + "\n".join(lines) + "\n" if lines else None

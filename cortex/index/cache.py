@@ -1,0 +1,597 @@
+"""The cache of a store: manifest, Whoosh index and vectors, kept in step with the files.
+
+    .cortex/cache/
+      manifest.bin      per file: stat, content hash, metadata (the commit point)
+      whoosh/           BM25F full-text index
+      vectors.f32       embedding rows keyed by text hash
+
+`Index.sync()` is incremental and cheap when nothing changed (one stat per
+file); a missing, stale-schema or corrupt cache is rebuilt, never an error.
+Writers hold `cache/sync.lock`; a reader that finds it taken works on the
+last committed state (plus what it parsed itself) instead of waiting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from cortex.files import atomic_write, file_lock, try_lock
+from cortex.index.manifest import Manifest, embed_text, memory_from_meta
+from cortex.memory import Memory
+from cortex.store import Problem, Scan, Store
+
+
+SMALL_BATCH = 16  # up to this many new texts are embedded by the pure-Python encoder
+
+
+@dataclass
+class SyncReport:
+    changed: int = 0
+    removed: int = 0
+    embedded: int = 0
+    rebuilt: bool = False
+    locked_out: bool = False  # another process held the lock: results are from the last committed cache
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+class Progress:
+    """A one-line progress bar on stderr, shown only once work has taken more than a second."""
+
+    def __init__(self, label: str, total: int) -> None:
+        self.label, self.total, self.start, self.shown = label, total, time.monotonic(), False
+
+    def __call__(self, done: int) -> None:
+        if not sys.stderr.isatty() or time.monotonic() - self.start < 1.0:
+            return
+        self.shown = True
+        width = 30
+        filled = int(width * done / max(self.total, 1))
+        sys.stderr.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {done}/{self.total}")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.shown:
+            sys.stderr.write("\n")
+
+
+class Index:
+    """The cache of one store."""
+
+    def __init__(self, store: Store, encoder_factory: Callable[[], Any] | None = None,
+                 keyword_only: bool = False) -> None:
+        self.store = store
+        self.dir = store.cache_dir
+        self.manifest: Manifest | None = None
+        self._encoder_factory = encoder_factory
+        self._encoder: Any = None
+        self._encoder_tried = keyword_only  # keyword only: the model is never loaded
+        self._synced: int | None = None  # the level of the last sync this object made (see `ensure`)
+        self.encoder_problem: str | None = None
+        self._scan: Scan | None = None
+        self._records: dict[str, dict[str, Any]] | None = None
+        self._central: dict[str, float] | None = None
+        self._allowed: dict[Any, Any] = {}
+        self._query_encoder: Any = None
+        self._rel_of_id: dict[str, str] | None = None
+        self._searcher: Any = None
+        self.trust_watcher = True  # the watcher itself sets this False
+        self._ix: Any = None
+        self._vectors: Any = None
+
+    # ------------------------------------------------------------ paths
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.dir / "manifest.bin"
+
+    @property
+    def whoosh_dir(self) -> Path:
+        return self.dir / "whoosh"
+
+    @property
+    def vectors_path(self) -> Path:
+        return self.dir / "vectors.f32"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.dir / "sync.lock"
+
+    # ------------------------------------------------------------ encoder
+
+    def encoder(self) -> Any:
+        """The embedding model, loaded once; None (with `encoder_problem` set) when it cannot load."""
+        if not self._encoder_tried:
+            self._encoder_tried = True
+            from cortex.embedding import EncoderUnavailable, load_encoder
+
+            try:
+                factory = self._encoder_factory or (lambda: load_encoder(self.store.config().get("embedding.model")))
+                self._encoder = factory()
+            except EncoderUnavailable as exc:
+                self.encoder_problem = str(exc)
+                self._encoder = None
+        return self._encoder
+
+    # ------------------------------------------------------------ sync
+
+    def sync(self, full: bool = True, progress: bool = True, vectors: bool = False) -> SyncReport:
+        report = self._sync(full, progress, vectors or full)
+        if not report.locked_out:  # locked out: answered from the committed cache; the next `ensure` tries again
+            self._synced = max(self._synced or 0, _level(full, vectors))
+        if report.changed or report.removed or report.rebuilt or report.embedded or report.locked_out or self._scan is None:
+            self._forget_views()
+        return report
+
+    def ensure(self, full: bool = False, vectors: bool = False) -> Index:
+        """Sync once: nothing when this object already synced at this level (or deeper) since `stale()`.
+
+        How the calls of one process share one sync: a hook's capture, projections and links all ask for
+        the index through `ensure`, and only the first pays the walk over the store.
+        """
+        if self._synced is None or self._synced < _level(full, vectors):
+            self.sync(full=full, progress=False, vectors=vectors)
+        return self
+
+    def stale(self) -> None:
+        """The files may have changed (a watcher saw it): the next `ensure` syncs again."""
+        self._synced = None
+
+    def note_written(self, paths: list[Path]) -> None:
+        """This process just wrote these memory files: read them into the synced manifest (in memory), so the
+        same run sees them without another walk over the store. The next sync commits them to the cache."""
+        if self.manifest is None or not paths:
+            return
+        from cortex.index.manifest import read_entry
+
+        for path in paths:
+            rel = path.relative_to(self.store.memories_dir).as_posix()
+            if path.is_file():
+                self.manifest.files[rel] = read_entry(path)
+            elif self.manifest.files.pop(rel, None) is not None:
+                self.manifest.pending_deletes.append(rel)
+        if self._synced is not None:
+            self._synced = 1  # the manifest holds them; full text and vectors wait for the next deeper `ensure`
+        self._forget_views()
+
+    def _forget_views(self) -> None:
+        self._scan = self._vectors = self._records = self._central = self._rel_of_id = None
+        self._allowed = {}
+        self._close_searcher()
+
+    def _sync(self, full: bool, progress: bool, with_vectors: bool) -> SyncReport:
+        """Bring the cache in step with the files.
+
+        `full=False` refreshes only the manifest (enough for list/show/status);
+        `full=True` also updates Whoosh and the vectors (recall, verify);
+        `vectors=True` the manifest and the vectors (comparing memories: the graph, consolidation).
+        """
+        started = time.monotonic()
+        report = SyncReport()
+        seen_version = _file_version(self.manifest_path)
+        manifest = Manifest.load(self.manifest_path)
+        if manifest is None:
+            manifest, report.rebuilt = Manifest(), True
+        elif self.trust_watcher and self._watched(manifest, with_vectors):
+            # A live `cortex watch` keeps the cache in step: skip the stat of every file.
+            report.notes.append("cache kept by cortex watch")
+            self.manifest = manifest
+            report.seconds = time.monotonic() - started
+            return report
+        # Wait for a writer only when the committed cache cannot answer: nothing committed, or (for a
+        # full sync) files not yet in the full-text index or no vectors at all.
+        wait = report.rebuilt or (with_vectors and _incomplete(manifest))
+        with try_lock(self.lock_path, wait=wait) as locked:
+            if not locked:
+                # Someone else is writing: use the committed manifest, re-parsing changes in memory only.
+                report.locked_out = True
+                manifest.refresh(self.store.memories_dir)  # in memory only
+                self.manifest = manifest
+                report.seconds = time.monotonic() - started
+                return report
+            # Another writer may have committed while we waited or looked: work from the latest state.
+            if _file_version(self.manifest_path) != seen_version:
+                latest = Manifest.load(self.manifest_path)
+                if latest is not None:
+                    manifest, report.rebuilt = latest, False
+                else:
+                    manifest, report.rebuilt = Manifest(), True
+            if report.rebuilt:
+                # Nothing trustworthy: start over so Whoosh and vectors are rebuilt with the manifest.
+                self._clear()
+            changed, removed, rehashed = manifest.refresh(self.store.memories_dir)
+            report.changed, report.removed = len(changed), len(removed)
+            dirty = bool(rehashed or removed or report.rebuilt)
+            if full:
+                dirty = self._sync_fulltext(manifest, report, progress) or dirty
+            if with_vectors:
+                dirty = self._sync_vectors(manifest, report, progress) or dirty
+            if dirty:
+                atomic_write(self.manifest_path, manifest.dumps(), durable=False)
+        self.manifest = manifest
+        report.seconds = time.monotonic() - started
+        return report
+
+    def _watched(self, manifest: Manifest, full: bool) -> bool:
+        """True when a watcher holds the store, the cache is complete, and cortex wrote nothing since."""
+        from cortex.layout import watcher_ready
+
+        if not watcher_ready(str(self.store.root)) or (full and _incomplete(manifest)):
+            return False
+        try:
+            changed = (self.store.state_dir / "changed").stat().st_mtime_ns
+        except OSError:
+            changed = 0
+        return changed < manifest.synced_ns
+
+    def _clear(self) -> None:
+        self._close_searcher()
+        self._ix = self._vectors = self._scan = None
+        for path in (self.whoosh_dir,):
+            shutil.rmtree(path, ignore_errors=True)
+        with contextlib.suppress(FileNotFoundError):
+            self.vectors_path.unlink()
+
+    def _sync_fulltext(self, manifest: Manifest, report: SyncReport, progress: bool) -> bool:
+        from cortex.index import fulltext
+
+        todo = [rel for rel, entry in manifest.files.items() if not entry.get("ft")]
+        deletes = list(manifest.pending_deletes)
+        if not todo and not deletes and self.whoosh_dir.is_dir():
+            return False  # opening Whoosh costs ~40 ms: only when there is work (or no index at all)
+        ix = self.fulltext_index()
+        bulk = False
+        if ix is None:
+            ix = self._ix = fulltext.open_index(self.whoosh_dir, create=True)
+            todo = [rel for rel, entry in manifest.files.items() if "error" not in entry]
+            deletes, bulk = [], True
+            for entry in manifest.files.values():
+                entry["ft"] = "error" in entry
+        if not todo and not deletes:
+            return False
+        bar = Progress("indexing", len(todo)) if progress else None
+        docs = []
+        for n, rel in enumerate(sorted(todo)):
+            entry = manifest.files[rel]
+            if "error" in entry:
+                entry["ft"] = True
+                continue
+            body = read_body(self.store.memories_dir / rel)
+            docs.append(fulltext.document(rel, manifest.meta(rel), body))
+            if bar and n % 200 == 0:
+                bar(n)
+        fulltext.apply(ix, deletes, docs, bulk=bulk)
+        if bar:
+            bar.close()
+        for rel in todo:
+            manifest.files[rel]["ft"] = True
+        manifest.pending_deletes = []
+        report.notes.append(f"full-text: {len(docs)} indexed, {len(deletes)} removed")
+        return True
+
+    def _sync_vectors(self, manifest: Manifest, report: SyncReport, progress: bool) -> bool:
+        from cortex.index import vectors
+
+        from cortex.embedding import model_identity
+
+        # Know which model made the vectors without loading it: loading costs more than the whole sync.
+        identity = model_identity(self.store.config().get("embedding.model"))
+        if identity is None:
+            encoder = self.encoder()
+            if encoder is None:
+                return False
+            identity = encoder.identity
+        reset = False
+        if manifest.model != identity or not vectors.fits(self.vectors_path, len(manifest.vector_keys), manifest.dim):
+            reset = True
+            manifest.model, manifest.dim, manifest.vector_keys = identity, 0, []
+            with contextlib.suppress(FileNotFoundError):
+                self.vectors_path.unlink()
+        known = set(manifest.vector_keys)
+        wanted: dict[str, str] = {}
+        for rel, entry in sorted(manifest.files.items()):
+            vhash = entry.get("vhash")
+            if vhash and vhash not in known and vhash not in wanted:
+                wanted[vhash] = rel
+        if not wanted:
+            return reset
+        # A handful of changed memories (the usual incremental sync) go through the pure-Python query
+        # encoder: same vectors, without loading tokenizers (~60 ms). Batches use the vectorised encoder.
+        few = len(wanted) <= SMALL_BATCH and not isinstance(self.query_encoder(), type(None))
+        encoder = self.query_encoder() if few else self.encoder()
+        if encoder is None:
+            return reset
+        manifest.dim = int(getattr(encoder, "dim"))
+        bar = Progress("embedding", len(wanted)) if progress else None
+        texts = []
+        for n, rel in enumerate(wanted.values()):
+            item = memory_from_meta(manifest.meta(rel), self.store.memories_dir / rel)
+            item.body = read_body(self.store.memories_dir / rel)
+            texts.append(embed_text(item))
+            if bar and n % 500 == 0:
+                bar(n)
+        if few:
+            import numpy as np
+
+            matrix = np.asarray([encoder.encode_one(text) for text in texts], dtype=np.float32)
+        else:
+            matrix = encoder.encode(texts)
+        if bar:
+            bar(len(wanted))
+            bar.close()
+        vectors.append(self.vectors_path, len(manifest.vector_keys), encoder.dim, matrix)
+        manifest.vector_keys.extend(wanted)
+        report.embedded = len(wanted)
+        return True
+
+    def rebuild(self) -> SyncReport:
+        """Drop the cache and build it again from the files."""
+        with file_lock(self.lock_path):
+            with contextlib.suppress(FileNotFoundError):
+                self.manifest_path.unlink()
+            self._clear()
+        return self.sync(full=True)
+
+    # ------------------------------------------------------------ reading
+
+    def scan(self) -> Scan:
+        """Every memory (bodies not loaded) and every problem, from the synced manifest."""
+        if self.manifest is None:
+            self.sync(full=False)
+        assert self.manifest is not None
+        if self._scan is None:
+            items, problems = self.manifest.memories(self.store.memories_dir)
+            self._scan = Scan(items, [Problem(path, reason) for path, reason in problems])
+        return self._scan
+
+    def records(self) -> dict[str, dict[str, Any]]:
+        """Manifest entries of every valid memory by path (relative to memories/): id, status, type,
+        branch and links directly, the rest through `Manifest.meta`. First of duplicate ids wins."""
+        if self.manifest is None:
+            self.sync(full=False)
+        assert self.manifest is not None
+        if self._records is None:
+            seen: set[str] = set()
+            records = {}
+            for rel in sorted(self.manifest.files):
+                entry = self.manifest.files[rel]
+                if "error" not in entry and entry["id"] not in seen:
+                    seen.add(entry["id"])
+                    records[rel] = entry
+            self._records = records
+        return self._records
+
+    def problems(self) -> list[tuple[Path, str]]:
+        """(path, reason) of every malformed file and duplicate id."""
+        assert self.manifest is not None
+        out = []
+        seen: dict[str, str] = {}
+        for rel in sorted(self.manifest.files):
+            entry = self.manifest.files[rel]
+            if "error" in entry:
+                out.append((self.store.memories_dir / rel, entry["error"]))
+            elif entry["id"] in seen:
+                out.append((self.store.memories_dir / rel, f"duplicate id {entry['id']} (also in {self.store.memories_dir / seen[entry['id']]})"))
+            else:
+                seen[entry["id"]] = rel
+        return out
+
+    def allowed(self, key: Any, keep: Callable[[dict[str, Any]], bool]) -> frozenset[str]:
+        """The paths whose entries pass a filter, computed once per sync for each filter `key`."""
+        if key not in self._allowed:
+            self._allowed[key] = frozenset(rel for rel, entry in self.records().items() if keep(entry))
+        return self._allowed[key]
+
+    def query_encoder(self) -> Any:
+        """The fastest encoder for one query: the pure-Python reader when the model allows it."""
+        if self._query_encoder is None:
+            from cortex.embedding import EncoderUnavailable, QueryEncoder, model_folder
+
+            folder = model_folder(self.store.config().get("embedding.model"))
+            try:
+                self._query_encoder = QueryEncoder(folder, self.dir) if folder is not None else self.encoder()
+            except EncoderUnavailable:
+                self._query_encoder = self.encoder()
+        return self._query_encoder
+
+    def dense_search(self, query: str, key: Any, allowed: frozenset[str], limit: int) -> list[tuple[str, float]] | None:
+        """The `limit` allowed (path, cosine) nearest the query, best first; None when there are no vectors."""
+        import numpy as np
+
+        vectors = self.vector_matrix()
+        if vectors is None:
+            return None
+        cache_key = ("dense", key)
+        if cache_key not in self._allowed:
+            matrix, row_of = vectors
+            assert self.manifest is not None
+            files = self.manifest.files
+            rels = sorted(rel for rel in allowed if files[rel].get("vhash") in row_of)
+            rows = np.fromiter((row_of[files[rel]["vhash"]] for rel in rels), dtype=np.int64, count=len(rels))
+            self._allowed[cache_key] = (rels, np.ascontiguousarray(matrix[rows]))
+        rels, sub = self._allowed[cache_key]
+        if not rels:
+            return []
+        encoder = self.query_encoder()
+        if encoder is None:
+            return None
+        scores = sub @ np.asarray(encoder.encode_one(query), dtype=np.float32)
+        top = min(limit, len(rels))
+        best = np.argpartition(-scores, top - 1)[:top]
+        return [(rels[i], float(scores[i])) for i in sorted(best, key=lambda i: (-scores[i], rels[i]))]
+
+    def rel_of_id(self) -> dict[str, str]:
+        if self._rel_of_id is None:
+            self._rel_of_id = {entry["id"]: rel for rel, entry in self.records().items()}
+        return self._rel_of_id
+
+    def searcher(self) -> Any:
+        """A Whoosh searcher kept open between queries (re-opened after a sync changed the index)."""
+        if self._searcher is None:
+            ix = self.fulltext_index()
+            if ix is None:
+                return None
+            self._searcher = ix.searcher()
+        return self._searcher
+
+    def _close_searcher(self) -> None:
+        if self._searcher is not None:
+            try:
+                self._searcher.close()
+            except Exception:
+                pass
+            self._searcher = None
+
+    def centralities(self) -> dict[str, float]:
+        """In-degree weighted by link strength, normalised to 0..1 (computed once per sync)."""
+        if self._central is None:
+            degree: dict[str, float] = {}
+            known = {entry["id"] for entry in self.records().values()}
+            for entry in self.records().values():
+                for _rel, to, strength in entry.get("links", ()):
+                    if to in known:  # a link to a missing memory is a problem for `status`, not a hub
+                        degree[to] = degree.get(to, 0.0) + (1.0 if strength is None else strength)
+            top = max(degree.values(), default=0.0)
+            self._central = {k: v / top for k, v in degree.items()} if top > 0 else {}
+        return self._central
+
+    def fulltext_index(self) -> Any:
+        """The Whoosh index (opened once), or None when it is missing or broken."""
+        from cortex.index import fulltext
+
+        if self._ix is None:
+            self._ix = fulltext.open_index(self.whoosh_dir)
+        return self._ix
+
+    def vector_matrix(self) -> tuple[Any, dict[str, int]] | None:
+        """(matrix, row of each text hash) for the committed vectors, or None without vectors."""
+        from cortex.index import vectors
+
+        if self.manifest is None or not self.manifest.vector_keys:
+            return None
+        if self._vectors is None:
+            matrix = vectors.load(self.vectors_path, len(self.manifest.vector_keys), self.manifest.dim)
+            if matrix is None:
+                return None
+            self._vectors = (matrix, {key: row for row, key in enumerate(self.manifest.vector_keys)})
+        return self._vectors
+
+    def digest(self) -> dict[str, Any]:
+        """A digest of the cache's logical content: sorted ids, content hashes and vectors."""
+        import numpy as np
+
+        if self.manifest is None:
+            self.sync(full=True)
+        assert self.manifest is not None
+        rows = self.vector_matrix()
+        h = hashlib.sha256()
+        count = 0
+        for rel, entry in sorted(self.manifest.files.items()):
+            if "error" in entry:
+                continue
+            count += 1
+            h.update(f"{entry['id']}\0{rel}\0{entry['hash']}\0".encode())
+            if rows is not None and entry.get("vhash") in rows[1]:
+                h.update(np.asarray(rows[0][rows[1][entry["vhash"]]], dtype="<f4").tobytes())
+        return {"digest": h.hexdigest(), "memories": count, "vectors": rows is not None}
+
+    def check(self) -> list[str]:
+        """Compare the cache with the files by content; returns the differences (none when in step)."""
+        from cortex.index import fulltext
+        from cortex.index.manifest import read_entry
+
+        assert self.manifest is not None
+        differences = []
+        on_disk = {str(p.relative_to(self.store.memories_dir)) for p in self.store.memory_paths()}
+        for rel in sorted(on_disk - set(self.manifest.files)):
+            differences.append(f"not in cache: {rel}")
+        for rel in sorted(set(self.manifest.files) - on_disk):
+            differences.append(f"in cache but gone: {rel}")
+        for rel in sorted(on_disk & set(self.manifest.files)):
+            if read_entry(self.store.memories_dir / rel)["hash"] != self.manifest.files[rel]["hash"]:
+                differences.append(f"stale in cache: {rel}")
+        ix = fulltext.open_index(self.whoosh_dir)
+        if ix is None:
+            differences.append("full-text index missing or unreadable")
+        else:
+            with ix.searcher() as searcher:
+                indexed = {fields["path"] for fields in searcher.all_stored_fields()}
+            expected = {rel for rel, entry in self.manifest.files.items() if "error" not in entry}
+            if indexed != expected:
+                differences.append(f"full-text index holds {len(indexed)} files, expected {len(expected)}")
+        rows = self.vector_matrix()
+        if self.encoder() is not None:
+            if rows is None:
+                differences.append("vectors missing")
+            else:
+                missing = [rel for rel, e in self.manifest.files.items() if e.get("vhash") and e["vhash"] not in rows[1]]
+                if missing:
+                    differences.append(f"{len(missing)} memories have no vector")
+        return differences
+
+
+def _level(full: bool, vectors: bool) -> int:
+    """Sync depth: 1 the manifest, 2 with vectors, 3 with the full-text index and vectors."""
+    return 3 if full else 2 if vectors else 1
+
+
+def _incomplete(manifest: Manifest) -> bool:
+    if manifest.pending_deletes or (manifest.files and not manifest.vector_keys):
+        return True
+    return any(not entry.get("ft") for entry in manifest.files.values())
+
+
+def _file_version(path: Path) -> tuple[int, int, int] | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+
+
+def read_body(path: Path) -> str:
+    from cortex import memory as fmt
+
+    try:
+        return fmt.split_front_matter(path.read_text(encoding="utf-8"), path)[1]
+    except Exception:
+        return ""
+
+
+class Indexes:
+    """Warm indexes, one per store, shared by every call of one process.
+
+    The one-shot hook, `cortex serve` and the MCP server hand one of these to the library's entry points
+    (`cortex.events`), so the same code serves all three: a hook's holder syncs each store once; a resident
+    process marks a store `stale` when its watcher sees a change, and the next call syncs it again.
+    """
+
+    def __init__(self) -> None:
+        self._by_root: dict[str, Index] = {}
+
+    def get(self, store: Store) -> Index:
+        key = str(store.root)
+        index = self._by_root.get(key)
+        if index is None:
+            index = self._by_root[key] = Index(store)
+        return index
+
+    def synced(self, store: Store, full: bool = False, vectors: bool = False) -> Index:
+        return self.get(store).ensure(full=full, vectors=vectors)
+
+    def stale(self, store: Store) -> None:
+        index = self._by_root.get(str(store.root))
+        if index is not None:
+            index.stale()
+
+    def close(self) -> None:
+        for index in self._by_root.values():
+            index._close_searcher()
+        self._by_root.clear()

@@ -1,0 +1,104 @@
+"""Where things live in a store folder, for the hot paths: the standard library alone.
+
+A hook is a fresh process on every event, and the budget for a cached
+SessionStart is twice a bare `python -c pass`; importing the store (pathlib,
+dataclasses, ruamel.yaml, …) would spend most of it. So finding the project
+store, the resident server's socket, whether a server or watcher is alive,
+and the key of the cached briefing are computed here with `os.path`, and the
+library (`cortex.briefing`, `cortex.index`) uses these same functions, so the
+fast path and the library cannot disagree.
+"""
+
+from __future__ import annotations
+
+import os
+
+from cortex.files import lock_held
+from cortex.gitfacts import branch_and_head, worktree_root
+
+STORE_DIRNAME = ".cortex"
+
+
+def global_root() -> str:
+    """`$CORTEX_HOME`, default `~/.cortex` (not resolved)."""
+    return os.path.expanduser(os.environ.get("CORTEX_HOME") or os.path.join(os.path.expanduser("~"), ".cortex"))
+
+
+def find_store(cwd: str) -> str | None:
+    """The project `.cortex` folder at or above `cwd` (never the global store); $CORTEX_DIR wins."""
+    explicit = os.environ.get("CORTEX_DIR")
+    if explicit:
+        return os.path.abspath(explicit) if os.path.isdir(explicit) else None
+    home = os.path.realpath(global_root())
+    folder = os.path.realpath(cwd)
+    while True:
+        candidate = os.path.join(folder, STORE_DIRNAME)
+        if os.path.isdir(candidate) and os.path.realpath(candidate) != home:
+            return candidate
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return None
+        folder = parent
+
+
+def signature(store_root: str) -> str:
+    """The stat of what a briefing depends on: manifest, cortex's own writes, config, the memory folders."""
+    parts = []
+    memories = os.path.join(store_root, "memories")
+    for path in (os.path.join(store_root, "cache", "manifest.bin"), os.path.join(store_root, "state", "changed"),
+                 os.path.join(store_root, "config.yaml"), memories):
+        try:
+            stat = os.stat(path)
+            parts.append(f"{stat.st_mtime_ns}:{stat.st_size}")
+        except OSError:
+            parts.append("-")
+    try:
+        for name in sorted(os.listdir(memories)):
+            folder = os.path.join(memories, name)
+            if os.path.isdir(folder):
+                parts.append(f"{name}:{os.stat(folder).st_mtime_ns}")
+    except OSError:
+        pass
+    return "|".join(parts)
+
+
+def briefing_key(store_root: str, version: str) -> str:
+    """What the cached briefing (`state/briefing.json`) is valid for: cortex's version, branch, HEAD, signature."""
+    root = worktree_root(os.path.dirname(store_root))
+    branch, head = branch_and_head(root)
+    return f"{version}|{branch}|{head}|{signature(store_root)}"
+
+
+def socket_path(store_root: str) -> str:
+    """`state/serve.sock`, or a short path in the temp folder when that one is too long for AF_UNIX."""
+    path = os.path.join(store_root, "state", "serve.sock")
+    if len(path.encode()) < 100:
+        return path
+    import hashlib
+    import tempfile
+
+    digest = hashlib.sha1(os.path.realpath(store_root).encode()).hexdigest()[:16]
+    return os.path.join(tempfile.gettempdir(), f"cortex-{digest}.sock")
+
+
+def server_running(store_root: str) -> bool:
+    """Whether a `cortex serve` holds the store's serve.lock (it may still be loading its index)."""
+    return lock_held(os.path.join(store_root, "state", "serve.lock"))
+
+
+def watcher_ready(store_root: str) -> bool:
+    """Whether a live `cortex watch` keeps this store's cache (it holds `state/watch.ready`).
+
+    The watcher takes that lock only after its first full sync, so a reader never
+    trusts a watcher that is still catching up.
+    """
+    return lock_held(os.path.join(store_root, "state", "watch.ready"))
+
+
+def queued_jobs(store_root: str) -> bool:
+    """Whether LLM capture jobs wait in `state/queue/` (the session start retries them)."""
+    queue = os.path.join(store_root, "state", "queue")
+    try:
+        return any(name.endswith(".json") for name in os.listdir(queue))
+    except OSError:
+        return False

@@ -1,0 +1,31 @@
+"""Detached cortex processes: upkeep, the LLM worker, the resident server, the last capture of a session.
+
+A hook must return within its budget, so slow work is handed to `python -m
+cortex …` in its own session (it outlives the hook and never gets the
+terminal's signals), with its output appended to a log under `state/`.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+
+def detached(args: list[str], state_dir: str, log_name: str = "worker.log", cwd: str | None = None,
+             stdin: bytes | None = None, env: dict[str, str] | None = None, wait: float = 0.5) -> None:
+    """Start `python -m cortex <args>` detached and return at once.
+
+    With `stdin`, the bytes are written to the child (waiting at most `wait` seconds for it to read them).
+    """
+    os.makedirs(state_dir, exist_ok=True)
+    with open(os.path.join(state_dir, log_name), "a", encoding="utf-8") as log:
+        child = subprocess.Popen([sys.executable, "-m", "cortex", *args], cwd=cwd,
+                                 stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                                 stdout=log, stderr=log, start_new_session=True, close_fds=True,
+                                 env=dict(os.environ, **(env or {})))
+        if stdin is not None:
+            try:
+                child.communicate(stdin, timeout=wait)
+            except subprocess.TimeoutExpired:
+                pass  # it carries on in its own session

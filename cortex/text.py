@@ -1,0 +1,32 @@
+"""Plain-text helpers shared by capture, recall, the graph and the hooks: words, tokens, cortex's own mark."""
+
+from __future__ import annotations
+
+import math
+import re
+
+# Briefings and prompt-time recall open with this mark; capture skips text carrying it (cortex never
+# re-captures what it injected itself).
+INJECTED_MARK = "<!-- cortex:injected -->"
+
+WORD = re.compile(r"[a-z0-9]+")
+STOP_WORDS = frozenset(
+    "a an and are as at be but by did do does for from had has have how i if in is it its of on or our so that the "
+    "their them then there these they this to was we were what when where which who why will with you your not no "
+    "use used".split()
+)
+
+
+def words(text: str) -> set[str]:
+    """The distinct content words of `text`: lower-cased, stop words and single characters dropped."""
+    return {w for w in WORD.findall(text.lower()) if w not in STOP_WORDS and len(w) > 1}
+
+
+def jaccard(a: set[str], b: set[str]) -> float:
+    union = a | b
+    return len(a & b) / len(union) if union else 0.0
+
+
+def estimate_tokens(text: str) -> int:
+    """~4 characters a token (English prose and code average); rounded up."""
+    return math.ceil(len(text) / 4)
