@@ -127,19 +127,42 @@ def build(store: Store, budget_tokens: int | None = None, now: float | None = No
     committed file (AGENTS.md), which should change only when memory does.
     """
     from cortex.index import Index
-    from cortex.memory import epoch, now_epoch
+    from cortex.memory import now_epoch
     from cortex.recall import Prior
 
     now = now_epoch() if now is None else now
-    budget = int(budget_tokens or store.config().get("briefing.budget_tokens"))
     index = (index or Index(store)).ensure()
     facts = _git_facts(store, rev)
     if stable:
         facts.update(head=None, commits=[], changed=[])
-    branch, changed = facts["branch"], set(facts["changed"])
-    root = store.worktree
-    ranking = Prior(store, index, now, branch)
-    candidates = []
+    candidates = _candidates(store, index, facts, Prior(store, index, now, facts["branch"]), stable)
+    page = _Page(int(budget_tokens or store.config().get("briefing.budget_tokens")), _header(facts, stable))
+    by_prior = sorted(candidates, key=lambda c: (-c[1], c[0].id))
+    for item, _prior, stale, _touches in (c for c in by_prior if c[0].pinned):
+        page.add("Pinned", item, stale, capped=False)
+    for item, _prior, stale, _touches in (c for c in by_prior if (c[0].type in BRANCH_SCOPED and c[0].type != "plan") or c[3]):
+        page.add("This branch", item, stale, capped=True)
+    for item, _prior, stale, _touches in (c for c in by_prior if c[0].type not in ("code_description", "plan")):
+        page.add("Key memories", item, stale, capped=True)
+    for item, _prior, stale, _touches in (c for c in by_prior if c[0].type == "code_description" and c[3]):
+        page.add("Code in play", item, stale, capped=True)
+    for item, _prior, stale, _touches in (c for c in by_prior if c[0].type != "plan"):
+        page.add("Key memories", item, stale, capped=False)  # unused shares flow to the best remaining
+    plans = [c[0] for c in by_prior if c[0].type == "plan"]
+    if plans and plans[0].path is not None:
+        page.add_plan(store.read(plans[0].path))
+    return page.briefing()
+
+
+Candidate = tuple[Any, float, "bool | str", bool]  # memory, prior, stale mark, touches a changed file
+
+
+def _candidates(store: Store, index: Any, facts: dict[str, Any], ranking: Any, stable: bool) -> list[Candidate]:
+    """Active memories of this branch that may be shown, with their prior and the reality check."""
+    from cortex.memory import epoch
+
+    branch, changed, root = facts["branch"], set(facts["changed"]), store.worktree
+    out = []
     for item in index.scan().memories:
         if item.status != "active" or item.type == "code":
             continue
@@ -155,14 +178,12 @@ def build(store: Store, budget_tokens: int | None = None, now: float | None = No
             elif not stable:
                 updated = epoch(item.updated)
                 stale = any(p.stat().st_mtime > updated + 1 for p in present)
-        prior = ranking(item)
-        touches = bool(changed & set(item.files))
-        candidates.append((item, prior, stale, touches))
+        out.append((item, ranking(item), stale, bool(changed & set(item.files))))
+    return out
 
-    def line(item: Any, stale: bool | str) -> str:
-        mark = f" (may be stale: {stale})" if isinstance(stale, str) else " (may be stale: file changed)" if stale else ""
-        return f"- [{item.type}] {item.title} `{item.id}`{mark}"
 
+def _header(facts: dict[str, Any], stable: bool) -> str:
+    branch, changed = facts["branch"], sorted(facts["changed"])
     header = [] if stable else [INJECTED_MARK]
     at = f" @ {facts['head'][:7]}" if facts["head"] else ""
     if facts.get("rev"):  # `--at REV`: name the revision as given, and the branch only when there is one
@@ -173,63 +194,64 @@ def build(store: Store, budget_tokens: int | None = None, now: float | None = No
     if facts["commits"]:
         header.append("Recent commits: " + "; ".join(facts["commits"]))
     if changed:
-        shown = sorted(changed)[:12]
+        shown = changed[:12]
         header.append("Changed here: " + ", ".join(shown) + (f" (+{len(changed) - len(shown)} more)" if len(changed) > len(shown) else ""))
     header.append("Ask for more with `cortex show <id>` or `cortex recall \"…\"`.")
-    text_parts = ["\n".join(header)]
-    used = estimate_tokens(text_parts[0])
-    chosen: list[str] = []
-    sections: dict[str, list[str]] = {}
-    total_weight = sum(TYPE_WEIGHTS.values())
-    spent: dict[str, int] = {}
+    return "\n".join(header)
 
-    def add(section: str, item: Any, stale: bool | str, capped: bool) -> bool:
-        nonlocal used
-        if item.id in chosen:
+
+class _Page:
+    """The briefing being filled: sections of one-line entries within the token budget and the per-type shares."""
+
+    def __init__(self, budget: int, header: str) -> None:
+        self.budget, self.header = budget, header
+        self.used = estimate_tokens(header)
+        self.chosen: list[str] = []
+        self.sections: dict[str, list[str]] = {}
+        self.spent: dict[str, int] = {}
+        self.plan: list[str] = []
+
+    def add(self, section: str, item: Any, stale: bool | str, capped: bool) -> bool:
+        if item.id in self.chosen:
             return False
-        entry = line(item, stale)
-        cost = estimate_tokens(entry + "\n") + (estimate_tokens(f"\n## {section}\n") if section not in sections else 0)
-        cap = budget * TYPE_WEIGHTS.get(item.type, 10) / total_weight
-        if used + cost > budget or (capped and spent.get(item.type, 0) + cost > cap):
+        mark = f" (may be stale: {stale})" if isinstance(stale, str) else " (may be stale: file changed)" if stale else ""
+        entry = f"- [{item.type}] {item.title} `{item.id}`{mark}"
+        cost = estimate_tokens(entry + "\n") + (estimate_tokens(f"\n## {section}\n") if section not in self.sections else 0)
+        cap = self.budget * TYPE_WEIGHTS.get(item.type, 10) / sum(TYPE_WEIGHTS.values())
+        if self.used + cost > self.budget or (capped and self.spent.get(item.type, 0) + cost > cap):
             return False
-        sections.setdefault(section, []).append(entry)
-        chosen.append(item.id)
-        spent[item.type] = spent.get(item.type, 0) + cost
-        used += cost
+        self.sections.setdefault(section, []).append(entry)
+        self.chosen.append(item.id)
+        self.spent[item.type] = self.spent.get(item.type, 0) + cost
+        self.used += cost
         return True
 
-    by_prior = sorted(candidates, key=lambda c: (-c[1], c[0].id))
-    for item, _prior, stale, _touches in (c for c in by_prior if c[0].pinned):
-        add("Pinned", item, stale, capped=False)
-    for item, _prior, stale, _touches in (c for c in by_prior if (c[0].type in BRANCH_SCOPED and c[0].type != "plan") or c[3]):
-        add("This branch", item, stale, capped=True)
-    for item, _prior, stale, _touches in (c for c in by_prior if c[0].type not in ("code_description", "plan")):
-        add("Key memories", item, stale, capped=True)
-    for item, _prior, stale, _touches in (c for c in by_prior if c[0].type == "code_description" and c[3]):
-        add("Code in play", item, stale, capped=True)
-    for item, _prior, stale, _touches in (c for c in by_prior if c[0].type != "plan"):
-        add("Key memories", item, stale, capped=False)  # unused shares flow to the best remaining
-    plans = [c for c in by_prior if c[0].type == "plan"]
-    for section in ("Pinned", "This branch", "Key memories", "Code in play"):
-        if section in sections:
-            text_parts.append(f"## {section}\n" + "\n".join(sections[section]))
-    if plans and plans[0][0].path is not None:
-        plan = store.read(plans[0][0].path)
+    def add_plan(self, plan: Any) -> None:
+        """The active plan's checklist, as many rows as the budget leaves room for."""
         lines = [f"## Active plan: {plan.title} `{plan.id}`"]
+        used = self.used
         for row in plan.body.strip().splitlines():
             cost = estimate_tokens(row + "\n")
-            if used + cost + estimate_tokens(lines[0]) > budget:
+            if used + cost + estimate_tokens(lines[0]) > self.budget:
                 break
             lines.append(row)
             used += cost
         if len(lines) > 1:
-            used += estimate_tokens(lines[0])
-            text_parts.append("\n".join(lines))
-            chosen.append(plan.id)
-    text = "\n\n".join(text_parts).strip() + "\n"
-    if len(text) > MAX_CHARS:
-        text = text[: text.rfind("\n", 0, MAX_CHARS) + 1]
-    return Briefing(text, estimate_tokens(text), chosen)
+            self.used = used + estimate_tokens(lines[0])
+            self.plan = lines
+            self.chosen.append(plan.id)
+
+    def briefing(self) -> Briefing:
+        parts = [self.header]
+        for section in ("Pinned", "This branch", "Key memories", "Code in play"):
+            if section in self.sections:
+                parts.append(f"## {section}\n" + "\n".join(self.sections[section]))
+        if self.plan:
+            parts.append("\n".join(self.plan))
+        text = "\n\n".join(parts).strip() + "\n"
+        if len(text) > MAX_CHARS:
+            text = text[: text.rfind("\n", 0, MAX_CHARS) + 1]
+        return Briefing(text, estimate_tokens(text), self.chosen)
 
 
 def get(store: Store) -> Briefing:

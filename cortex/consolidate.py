@@ -48,9 +48,9 @@ from cortex import memory as fmt
 from cortex.errors import CortexError
 from cortex.files import atomic_write, file_lock
 from cortex.graph import NO_LINK_TYPES, Similarity, candidate_floor, clear_flagged_pairs, clear_flags, flagged
-from cortex.text import words
 from cortex.memory import Link, Memory
 from cortex.store import Store
+from cortex.text import words
 
 STATIC_AUTO, STATIC_MANUAL = 0.7, 0.5  # thresholds on the static similarity, when there is no contextual model
 CANDIDATES = 5  # a memory's duplicate is looked for among its 5 nearest of its type (static model)
@@ -645,11 +645,23 @@ def apply(store: Store, groups: list[Group], use_llm: bool = True) -> Result:
     another writer; under the lock each member is read again, and a group whose member changed, moved or
     stopped being active since it was found (another run merged it, a person archived or edited it) is skipped.
     """
-    from cortex.store import _guard
-
     result = Result(groups=[])
     if not groups:
         return result
+    prepared = _prepare(store, groups, use_llm)
+    with store.lock(), file_lock(store.state_dir / "consolidate.lock"):
+        _recover_locked(store)
+        writes, new_paths, originals = _plan_writes(store, prepared, result)
+        if not writes:
+            return result
+        _write_all_or_nothing(store, writes, new_paths, originals)
+    clear_flags(store, [m.id for g in result.groups for m in g.members])
+    store.log(f"consolidate: merged {sum(len(g.members) for g in result.groups)} memories into {len(result.groups)}")
+    return result
+
+
+def _prepare(store: Store, groups: list[Group], use_llm: bool) -> list[tuple[Group, dict[Path, bytes], Memory]]:
+    """Each group with the bytes it was found from and its merged memory (the LLM's text when it may run)."""
     prepared = []
     for group in groups:
         snapshot = dict(group.found)  # the bytes the group was built from: any change since skips it
@@ -666,79 +678,88 @@ def apply(store: Store, groups: list[Group], use_llm: bool = True) -> Result:
             store.log("consolidate: the LLM's answer is not 'Title: …' then the text: merged without it")
             llm_text = None
         prepared.append((group, snapshot, merged_memory(group, llm_text)))
-    with store.lock(), file_lock(store.state_dir / "consolidate.lock"):
-        _recover_locked(store)
-        existing = {p.name.rsplit("-", 1)[-1][:-3] for p in store.memory_paths()}
-        stamp = fmt.now_iso()
-        writes: list[tuple[Path, str]] = []  # (target, text)
-        new_paths: list[Path] = []
-        originals: dict[Path, bytes] = {}
-        for group, snapshot, merged in prepared:
-            current = {}
-            for path in snapshot:
-                try:
-                    current[path] = path.read_bytes()
-                except OSError:
-                    break
-            if current != snapshot or any(fmt.parse(data.decode("utf-8"), path).status != "active"
-                                          for path, data in current.items()):
-                store.log(f"consolidate: skipped a group ({', '.join(m.id for m in group.members)}): changed since found")
-                continue
-            merged.id = fmt.new_id()
-            while merged.id in existing:
-                merged.id = fmt.new_id()
-            existing.add(merged.id)
-            merged.created = merged.updated = stamp
-            path = store.memories_dir / merged.type / fmt.file_name(merged)
-            text = fmt.render_new(merged)
-            fmt.parse(text, path)
-            _guard(text, path)
-            writes.append((path, text))
-            new_paths.append(path)
-            for member_path, before in current.items():
-                originals[member_path] = before
-                changed = fmt.edit_text(before.decode("utf-8"), {"status": "archived", "archived": stamp}, None,
-                                        member_path)
-                fmt.parse(changed, member_path)
-                writes.append((member_path, changed))
-            result.groups.append(group)
-            result.merged.append((merged.id, [m.id for m in group.members]))
-        if not writes:
-            return result
-        folder = _checkpoint_dir(store)
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True)
-        saved = {}
-        for n, (original_path, data) in enumerate(originals.items()):
-            atomic_write(folder / f"{n}.md", data)
-            saved[str(original_path)] = f"{n}.md"
-        temps = [target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.tmp") for target, _ in writes]
-        import hashlib
+    return prepared
 
-        digests = {str(target): hashlib.sha1(text.encode("utf-8")).hexdigest() for target, text in writes}
-        atomic_write(folder / "plan.json", json.dumps({"originals": saved, "new": [str(p) for p in new_paths],
-                                                       "temps": [str(t) for t in temps], "written": digests}))
-        try:
-            for (target, text), temp in zip(writes, temps):
-                temp.parent.mkdir(parents=True, exist_ok=True)
-                with open(temp, "w", encoding="utf-8") as handle:
-                    handle.write(text)
-                    handle.flush()
-                    os.fsync(handle.fileno())
-            for (target, _text), temp in zip(writes, temps):
-                _rename(temp, target)
-        except BaseException as exc:
-            _recover_locked(store)
-            raise CortexError(f"consolidation failed and was rolled back, nothing changed: {exc}") from exc
-        for folder_of_write in {target.parent for target, _ in writes}:
-            _fsync_dir(folder_of_write)
-        (folder / "plan.json").unlink()  # the commit point: from here the merge stands
-        _fsync_dir(folder)
-        shutil.rmtree(folder, ignore_errors=True)
-        store.mark_changed()
-    clear_flags(store, [m.id for g in result.groups for m in g.members])
-    store.log(f"consolidate: merged {sum(len(g.members) for g in result.groups)} memories into {len(result.groups)}")
-    return result
+
+def _plan_writes(store: Store, prepared: list[tuple[Group, dict[Path, bytes], Memory]], result: Result
+                 ) -> tuple[list[tuple[Path, str]], list[Path], dict[Path, bytes]]:
+    """Under the lock: the files to write (merged memories, archived members), the new paths and the members'
+    bytes before; a group whose member changed since it was found is skipped."""
+    from cortex.store import guard_text
+
+    existing = {p.name.rsplit("-", 1)[-1][:-3] for p in store.memory_paths()}
+    stamp = fmt.now_iso()
+    writes: list[tuple[Path, str]] = []
+    new_paths: list[Path] = []
+    originals: dict[Path, bytes] = {}
+    for group, snapshot, merged in prepared:
+        current = {}
+        for path in snapshot:
+            try:
+                current[path] = path.read_bytes()
+            except OSError:
+                break
+        if current != snapshot or any(fmt.parse(data.decode("utf-8"), path).status != "active"
+                                      for path, data in current.items()):
+            store.log(f"consolidate: skipped a group ({', '.join(m.id for m in group.members)}): changed since found")
+            continue
+        merged.id = fmt.new_id()
+        while merged.id in existing:
+            merged.id = fmt.new_id()
+        existing.add(merged.id)
+        merged.created = merged.updated = stamp
+        path = store.memories_dir / merged.type / fmt.file_name(merged)
+        text = fmt.render_new(merged)
+        fmt.parse(text, path)
+        guard_text(text, path)
+        writes.append((path, text))
+        new_paths.append(path)
+        for member_path, before in current.items():
+            originals[member_path] = before
+            changed = fmt.edit_text(before.decode("utf-8"), {"status": "archived", "archived": stamp}, None,
+                                    member_path)
+            fmt.parse(changed, member_path)
+            writes.append((member_path, changed))
+        result.groups.append(group)
+        result.merged.append((merged.id, [m.id for m in group.members]))
+    return writes, new_paths, originals
+
+
+def _write_all_or_nothing(store: Store, writes: list[tuple[Path, str]], new_paths: list[Path],
+                          originals: dict[Path, bytes]) -> None:
+    """Checkpoint the originals and the plan, write every file to a temp name, rename them all, then drop the
+    plan (the commit point); any failure before that rolls everything back."""
+    import hashlib
+
+    folder = _checkpoint_dir(store)
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    saved = {}
+    for n, (original_path, data) in enumerate(originals.items()):
+        atomic_write(folder / f"{n}.md", data)
+        saved[str(original_path)] = f"{n}.md"
+    temps = [target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.tmp") for target, _ in writes]
+    digests = {str(target): hashlib.sha1(text.encode("utf-8")).hexdigest() for target, text in writes}
+    atomic_write(folder / "plan.json", json.dumps({"originals": saved, "new": [str(p) for p in new_paths],
+                                                   "temps": [str(t) for t in temps], "written": digests}))
+    try:
+        for (target, text), temp in zip(writes, temps):
+            temp.parent.mkdir(parents=True, exist_ok=True)
+            with open(temp, "w", encoding="utf-8") as handle:
+                handle.write(text)
+                handle.flush()
+                os.fsync(handle.fileno())
+        for (target, _text), temp in zip(writes, temps):
+            _rename(temp, target)
+    except BaseException as exc:
+        _recover_locked(store)
+        raise CortexError(f"consolidation failed and was rolled back, nothing changed: {exc}") from exc
+    for folder_of_write in {target.parent for target, _ in writes}:
+        _fsync_dir(folder_of_write)
+    (folder / "plan.json").unlink()  # the commit point: from here the merge stands
+    _fsync_dir(folder)
+    shutil.rmtree(folder, ignore_errors=True)
+    store.mark_changed()
 
 
 def after_capture(store: Store, written: int) -> int:

@@ -297,7 +297,7 @@ class Store:
             path = self._path_for(item)
             item.path = path
             text = fmt.render_new(item)
-            _guard(text, path)
+            guard_text(text, path)
             atomic_write(path, text)
             self.mark_changed()
         return self.read(path)
@@ -322,7 +322,7 @@ class Store:
             new_text = fmt.edit_text(text, changes, body, current.path)
             fmt.parse(new_text, current.path)  # validate before anything is written
             if body is not None or {"title", "tags", "files", "source"} & set(changes):
-                _guard(new_text, current.path)
+                guard_text(new_text, current.path)
             atomic_write(current.path, new_text)
             self.mark_changed()
         return self.read(current.path)
@@ -447,7 +447,7 @@ class Store:
         }
 
 
-def _guard(text: str, path: Path) -> None:
+def guard_text(text: str, path: Path) -> None:
     """Refuse to write text that looks like it holds a secret (see cortex.guard)."""
     from cortex.errors import SecretDetected
     from cortex.guard import scan_text

@@ -8,14 +8,8 @@ from pathlib import Path
 
 import pygit2
 
-from tests.helpers import commit_all, cortex
-
-
-def git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=120)
-    if check and result.returncode != 0:
-        raise AssertionError(f"git {' '.join(args)}: {result.returncode}\n{result.stdout}\n{result.stderr}")
-    return result
+from cortex.store import Store
+from tests.helpers import commit_all, cortex, git, remember
 
 
 def _with_remote(project: Path, tmp_path: Path) -> Path:
@@ -26,8 +20,12 @@ def _with_remote(project: Path, tmp_path: Path) -> Path:
 
 
 def _decision(project: Path, text: str, *tags: str) -> str:
-    args = [arg for tag in tags for arg in ("--tag", tag)]
-    return cortex("remember", text, "--type", "decision", *args, cwd=project).stdout.strip()
+    """A decision saved in process (the git side is what these tests run for real)."""
+    return remember(project, text, type="decision", tags=list(tags)).id
+
+
+def _path(project: Path, memory_id: str) -> Path:
+    return Store.locate(project).get(memory_id).path
 
 
 def test_install_keeps_a_foreign_hook_and_uninstall_restores_it(project, tmp_path):
@@ -127,7 +125,7 @@ def test_merging_branches_that_both_added_decisions_needs_no_hand_resolution(pro
 def test_same_memory_edited_on_both_sides_conflicts_in_that_file_only(project):
     memory_id = _decision(project, "Shared decision about logging")
     commit_all(project, "base")
-    path = Path(cortex("show", memory_id, "--json", cwd=project).stdout.split('"path": "')[1].split('"')[0])
+    path = _path(project, memory_id)
     git(project, "checkout", "-q", "-b", "other")
     path.write_text(path.read_text(encoding="utf-8").replace("logging", "structured logging"), encoding="utf-8")
     commit_all(project, "other edit")
@@ -153,13 +151,12 @@ def test_worktree_install_uses_the_common_hooks_folder(project, tmp_path):
 def test_log_follows_a_memory_through_edits_and_renames(project):
     memory_id = _decision(project, "Use Postgres for the ledger")
     commit_all(project, "first version")
-    cortex("edit", memory_id, cwd=project, env={"EDITOR": "sed -i s/priority:.5/priority:\\ 8/"})
+    path = _path(project, memory_id)
+    path.write_text(path.read_text(encoding="utf-8").replace("priority: 5", "priority: 8"), encoding="utf-8")  # by hand
     commit_all(project, "raise its priority")
-    record = cortex("show", memory_id, "--json", cwd=project).stdout
-    path = Path(record.split('"path": "')[1].split('"')[0])
     path.rename(path.with_name(f"renamed-by-hand-{memory_id}.md"))
     commit_all(project, "rename the file")
-    cortex("forget", memory_id, cwd=project)
+    Store.locate(project).archive(memory_id)
     commit_all(project, "archive it")
     import json
 
@@ -179,9 +176,10 @@ def test_diff_between_branches_groups_changes_by_kind_and_type(project):
     commit_all(project, "base")
     git(project, "checkout", "-q", "-b", "feature")
     new = _decision(project, "New approach")
-    cortex("forget", old, "--replaced-by", new, cwd=project)
-    cortex("forget", retired, cwd=project)
-    gotcha = cortex("remember", "Watch out for clock skew", "--type", "gotcha", cwd=project).stdout.strip()
+    store = Store.locate(project)
+    store.supersede(old, new)
+    store.archive(retired)
+    gotcha = remember(project, "Watch out for clock skew", type="gotcha").id
     commit_all(project, "feature work")
     import json
 
@@ -198,7 +196,7 @@ def test_recall_and_list_at_an_older_revision_read_git_objects(project):
     first = _decision(project, "Deploy with Ansible playbooks")
     commit_all(project, "v1")
     base = git(project, "rev-parse", "HEAD").stdout.strip()
-    cortex("forget", first, cwd=project)
+    Store.locate(project).archive(first)
     second = _decision(project, "Deploy with Kubernetes manifests")
     commit_all(project, "v2")
     import json
@@ -218,8 +216,7 @@ def test_a_planted_secret_stops_the_push_naming_file_and_line(project, tmp_path)
     commit_all(project, "cortex store")
     _with_remote(project, tmp_path)
     git(project, "push", "-q", "origin", "main")
-    memory_id = _decision(project, "CI deploys with a service account")
-    path = Path(cortex("show", memory_id, "--json", cwd=project).stdout.split('"path": "')[1].split('"')[0])
+    path = _path(project, _decision(project, "CI deploys with a service account"))
     path.write_text(path.read_text(encoding="utf-8") + "\naws_access_key_id = AKIAIOSFODNN7EXAMPLE\n", encoding="utf-8")
     cortex("project", cwd=project)
     commit_all(project, "a memory edited by hand, with a key in it")
@@ -268,7 +265,7 @@ def test_briefing_at_an_older_revision(project):
     old = _decision(project, "Deploy with Ansible playbooks")
     commit_all(project, "v1")
     base = git(project, "rev-parse", "HEAD").stdout.strip()
-    cortex("forget", old, cwd=project)
+    Store.locate(project).archive(old)
     new = _decision(project, "Deploy with Kubernetes manifests")
     commit_all(project, "v2")
     then = cortex("briefing", "--at", base, cwd=project).stdout

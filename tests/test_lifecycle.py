@@ -15,7 +15,7 @@ from cortex.lifecycle import DAY, epoch, half_life, iso
 from cortex.memory import Memory
 from cortex.lifecycle import decayed_confidence
 from cortex.store import Store
-from tests.helpers import checkout_new_branch, commit_all, cortex, cortex_json
+from tests.helpers import checkout_new_branch, commit_all, cortex_json, remember
 
 T0 = epoch("2026-01-01T00:00:00Z")
 
@@ -101,11 +101,11 @@ def test_recall_all_restores_an_archived_memory(project):
 
 def test_progress_of_a_merged_branch_is_archived(project):
     checkout_new_branch(project, "feature/export")
-    done = cortex("remember", "CSV export endpoint done, tests green", "--type", "progress", cwd=project).stdout.strip()
+    done = remember(project, "CSV export endpoint done, tests green", type="progress").id  # on feature/export
     (project / "export.py").write_text("pass\n", encoding="utf-8")
     commit_all(project, "export")
     checkout_new_branch(project, "feature/search")
-    open_work = cortex("remember", "Search ranking half done", "--type", "progress", cwd=project).stdout.strip()
+    open_work = remember(project, "Search ranking half done", type="progress").id
     repo = pygit2.Repository(str(project))
     feature_tip = repo.branches.local["feature/export"].target
     repo.branches.local["main"].set_target(feature_tip)  # a fast-forward merge into main
@@ -117,8 +117,7 @@ def test_progress_of_a_merged_branch_is_archived(project):
 
 def test_a_branch_fast_forwarded_to_main_has_not_merged_its_progress(project):
     checkout_new_branch(project, "feature/wip")
-    wip = cortex("remember", "Importer half done: parsing works, saving does not", "--type", "progress",
-                 cwd=project).stdout.strip()
+    wip = remember(project, "Importer half done: parsing works, saving does not", type="progress").id
     repo = pygit2.Repository(str(project))
     repo.checkout("refs/heads/main")
     (project / "other.py").write_text("pass\n", encoding="utf-8")
@@ -138,25 +137,3 @@ def test_a_zero_threshold_is_harmless(project):
                       encoding="utf-8")
     _write(project, "progress", "Old progress", 0.6, "2026-01-01T00:00:00Z", branch="main")
     assert _gc(project, T0 + 400 * DAY) == []
-
-
-def test_one_maintain_at_a_time_and_a_stamp_from_the_future_is_stale(project):
-    import fcntl
-    import json
-
-    from cortex.events import upkeep_due
-    from cortex.graph import queue_links
-
-    store = Store.locate(project)
-    queue_links(store, ["0123456789ab"])
-    lock = store.state_dir / "maintain-run.lock"
-    with open(lock, "a+b") as handle:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)  # another `cortex maintain` is running
-        out = cortex("maintain", cwd=project).stdout
-        assert out.strip() == "linked 0, archived 0, removed 0, merged 0"  # it returned at once
-        assert json.loads((store.state_dir / "maintain.json").read_text(encoding="utf-8")) == ["0123456789ab"]
-    cortex("maintain", cwd=project)  # now it runs: the queue is drained (an unknown id links nothing)
-    assert json.loads((store.state_dir / "maintain.json").read_text(encoding="utf-8")) == []
-    assert not upkeep_due(store)  # gc ran today
-    (store.state_dir / "gc.stamp").write_text(str(time.time() + 90 * DAY), encoding="utf-8")  # a fixed clock ahead
-    assert upkeep_due(store)

@@ -164,7 +164,7 @@ class Index:
     def _forget_views(self) -> None:
         self._scan = self._vectors = self._records = self._central = self._rel_of_id = None
         self._allowed = {}
-        self._close_searcher()
+        self.close_searcher()
 
     def _sync(self, full: bool, progress: bool, with_vectors: bool) -> SyncReport:
         """Bring the cache in step with the files.
@@ -232,7 +232,7 @@ class Index:
         return changed < manifest.synced_ns
 
     def _clear(self) -> None:
-        self._close_searcher()
+        self.close_searcher()
         self._ix = self._vectors = self._scan = None
         for path in (self.whoosh_dir,):
             shutil.rmtree(path, ignore_errors=True)
@@ -441,7 +441,7 @@ class Index:
             self._searcher = ix.searcher()
         return self._searcher
 
-    def _close_searcher(self) -> None:
+    def close_searcher(self) -> None:
         if self._searcher is not None:
             try:
                 self._searcher.close()
@@ -593,5 +593,5 @@ class Indexes:
 
     def close(self) -> None:
         for index in self._by_root.values():
-            index._close_searcher()
+            index.close_searcher()
         self._by_root.clear()

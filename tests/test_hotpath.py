@@ -1,0 +1,174 @@
+"""The hook fast paths: SessionStart answers from the cached briefing while it is current and declines
+otherwise; UserPromptSubmit answers through a running `cortex serve` and declines without one.
+
+Declining (False) means `cortex hook …` goes on to the full hook, so each decline is checked to print nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pygit2
+import pytest
+
+from cortex import hotpath, serve
+from cortex.store import Store
+from tests.helpers import checkout_new_branch, commit_all, cortex_command, hook, remember
+
+
+def _payload(cwd: Path, **extra: object) -> str:
+    return json.dumps({"session_id": "s", "transcript_path": "/dev/null", "cwd": str(cwd),
+                       "hook_event_name": "SessionStart", "source": "startup"} | extra)
+
+
+def _full_hook(project: Path) -> str:
+    """The briefing the full `cortex hook session-start` prints (and caches)."""
+    result = hook("session-start", project, _payload(project))
+    assert result.returncode == 0
+    return json.loads(result.stdout)["hookSpecificOutput"]["additionalContext"]
+
+
+def _fast(raw: str, capsys: pytest.CaptureFixture[str]) -> tuple[bool, str]:
+    capsys.readouterr()
+    answered = hotpath.session_start(raw)
+    return answered, capsys.readouterr().out
+
+
+@pytest.fixture
+def briefed(project: Path) -> Path:
+    """A project with a pinned memory and its briefing cached by a full SessionStart hook."""
+    remember(project, "Never log request bodies: they hold card data", type="pattern", pinned=True)
+    return project
+
+
+def test_a_current_cache_is_printed_as_the_full_hook_printed_it(briefed, capsys):
+    text = _full_hook(briefed)
+    answered, out = _fast(_payload(briefed, source="resume"), capsys)
+    assert answered is True
+    assert json.loads(out) == {"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": text}}
+    answered, again = _fast(_payload(briefed / "src"), capsys)  # from a folder below the project too
+    assert answered is True and again == out
+
+
+def _declines(raw: str, capsys: pytest.CaptureFixture[str]) -> bool:
+    answered, out = _fast(raw, capsys)
+    return answered is False and out == ""
+
+
+def test_a_new_memory_makes_the_cache_stale_until_the_full_hook_runs(briefed, capsys):
+    _full_hook(briefed)
+    remember(briefed, "Feature flags are read once at startup", type="gotcha", link=False)
+    assert _declines(_payload(briefed), capsys)
+    assert "Feature flags are read once at startup" in _full_hook(briefed)
+    assert _fast(_payload(briefed), capsys)[0] is True
+
+
+def test_a_memory_written_by_another_tool_into_a_new_type_folder_makes_the_cache_stale(briefed, capsys):
+    _full_hook(briefed)
+    store = Store.locate(briefed)
+    folder = store.memories_dir / "decision"
+    folder.mkdir()
+    source = store.memories_dir / "pattern"
+    made = next(source.glob("*.md"))
+    (folder / made.name).write_text(made.read_text(encoding="utf-8").replace("type: pattern", "type: decision"),
+                                    encoding="utf-8")  # not through cortex: no state/changed touch
+    made.unlink()
+    assert _declines(_payload(briefed), capsys)
+
+
+def test_a_new_commit_or_another_branch_makes_the_cache_stale(briefed, capsys):
+    _full_hook(briefed)
+    (briefed / "app.py").write_text("print('changed')\n", encoding="utf-8")
+    commit_all(briefed, "change the app")
+    assert _declines(_payload(briefed), capsys)  # the briefing names HEAD's commit
+    assert "change the app" in _full_hook(briefed)
+    assert _fast(_payload(briefed), capsys)[0] is True
+    checkout_new_branch(briefed, "feature/search")
+    assert _declines(_payload(briefed), capsys)  # progress and plans are per branch
+    _full_hook(briefed)
+    pygit2.Repository(str(briefed)).checkout("refs/heads/main")
+    assert _declines(_payload(briefed), capsys)
+
+
+def test_an_edited_config_makes_the_cache_stale(briefed, capsys):
+    _full_hook(briefed)
+    config = briefed / ".cortex" / "config.yaml"
+    config.write_text(config.read_text(encoding="utf-8").replace("budget_tokens: 500", "budget_tokens: 200"),
+                      encoding="utf-8")
+    assert _declines(_payload(briefed), capsys)
+
+
+def test_queued_capture_jobs_send_the_session_start_to_the_full_hook(briefed, capsys):
+    _full_hook(briefed)
+    queue = briefed / ".cortex" / "state" / "queue"
+    queue.mkdir()
+    (queue / "20260101T000000-000000001-s.json").write_text(json.dumps({"session": "s", "slice": "x", "context": "",
+                                                                        "attempts": 1}), encoding="utf-8")
+    assert _declines(_payload(briefed), capsys)  # the full hook starts the worker that retries them
+
+
+def test_no_cache_a_broken_cache_or_unreadable_input_declines(briefed, capsys):
+    assert _declines(_payload(briefed), capsys)  # nothing cached yet
+    _full_hook(briefed)
+    cache = briefed / ".cortex" / "state" / "briefing.json"
+    cache.write_text("{ half written", encoding="utf-8")
+    assert _declines(_payload(briefed), capsys)
+    assert _declines("[[[", capsys)
+    assert _declines('["a list, not an object"]', capsys)
+
+
+def test_outside_a_project_and_inside_cortexs_own_llm_session_it_answers_with_silence(tmp_path, briefed, capsys,
+                                                                                     monkeypatch, isolated_env):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    assert _fast(_payload(elsewhere), capsys) == (True, "")
+    Store.locate(use_global=True)  # the global store is never taken for a project's
+    assert _fast(_payload(isolated_env), capsys) == (True, "")
+    monkeypatch.setenv("CORTEX_NESTED", "1")
+    assert _fast(_payload(briefed), capsys) == (True, "")
+
+
+# ---------------------------------------------------------------- the prompt fast path
+
+
+def _prompt(project: Path, text: str) -> str:
+    return json.dumps({"session_id": "s", "cwd": str(project), "hook_event_name": "UserPromptSubmit", "prompt": text})
+
+
+def _fast_prompt(raw: str, capsys: pytest.CaptureFixture[str]) -> tuple[bool, str]:
+    capsys.readouterr()
+    answered = hotpath.prompt(raw)
+    return answered, capsys.readouterr().out
+
+
+def test_the_prompt_path_declines_without_a_server_and_skips_what_needs_no_answer(project, tmp_path, capsys,
+                                                                                monkeypatch):
+    remember(project, "Redis OOM on staging: rate-limit keys were created without a TTL", type="gotcha")
+    assert _fast_prompt(_prompt(project, "redis out of memory on staging"), capsys) == (False, "")
+    assert _fast_prompt("{not json", capsys) == (False, "")
+    for quiet in (_prompt(project, "/compact"), _prompt(project, "   "), _prompt(tmp_path, "redis out of memory")):
+        assert _fast_prompt(quiet, capsys) == (True, "")  # a command, nothing asked, no project: nothing to add
+    monkeypatch.setenv("CORTEX_NESTED", "1")
+    assert _fast_prompt(_prompt(project, "redis out of memory on staging"), capsys) == (True, "")
+
+
+def test_the_prompt_path_answers_through_a_running_server(project, capsys):
+    memory = remember(project, "Redis OOM on staging: rate-limit keys were created without a TTL", type="gotcha")
+    root = str(project / ".cortex")
+    proc = subprocess.Popen([*cortex_command(), "serve", "--idle", "30"], cwd=project, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and serve.ask(root, {"op": "ping"}) is None:
+            time.sleep(0.1)
+        answered, out = _fast_prompt(_prompt(project, "redis out of memory on staging"), capsys)
+        assert answered is True
+        output = json.loads(out)["hookSpecificOutput"]
+        assert output["hookEventName"] == "UserPromptSubmit" and f"`{memory.id}`" in output["additionalContext"]
+        assert _fast_prompt(_prompt(project, "write a haiku about autumn leaves"), capsys) == (True, "")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
