@@ -51,9 +51,10 @@ def session_start(raw: str) -> bool:
         return False
     if layout.queued_jobs(store_root):
         return False  # queued capture jobs: the full hook starts the worker
-    from cortex import serve
+    if not layout.server_up(store_root):  # prompt-time recall from a warm process (it exits by itself when idle)
+        from cortex import serve
 
-    serve.start_detached(store_root)  # prompt-time recall from a warm process (it exits by itself when idle)
+        serve.start_detached(store_root)
     emit("SessionStart", str(cached.get("text", "")))
     return True
 

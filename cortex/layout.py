@@ -86,6 +86,11 @@ def server_running(store_root: str) -> bool:
     return lock_held(os.path.join(store_root, "state", "serve.lock"))
 
 
+def server_up(store_root: str) -> bool:
+    """Whether a `cortex serve` answers (its socket is there) or is starting (it holds serve.lock)."""
+    return os.path.exists(socket_path(store_root)) or server_running(store_root)
+
+
 def watcher_ready(store_root: str) -> bool:
     """Whether a live `cortex watch` keeps this store's cache (it holds `state/watch.ready`).
 

@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # importing the store costs a hook ~20 ms; the client half of
     from cortex.store import Store
 
 
-from cortex.layout import server_running, socket_path  # noqa: E402  (os-level, shared with the hook fast path)
+from cortex.layout import server_up, socket_path  # noqa: E402  (os-level, shared with the hook fast path)
 
 
 def _read_line(connection: socket.socket) -> bytes:
@@ -60,10 +60,10 @@ def ask(store_root: str, request: dict[str, object], timeout: float = 0.5) -> di
 
 def start_detached(store_root: str) -> None:
     """Start `cortex serve` for a store in its own session, unless one runs already (os-level, for hot paths)."""
+    if server_up(store_root):
+        return
     from cortex.spawn import detached
 
-    if os.path.exists(socket_path(store_root)) or server_running(store_root):
-        return
     idle = os.environ.get("CORTEX_SERVE_IDLE", "900")  # tests shorten it so no server outlives them
     try:
         detached(["serve", "--dir", store_root, "--idle", idle], os.path.join(store_root, "state"), "serve.log")
