@@ -4,9 +4,9 @@ When a memory is written (`cortex remember`, capture, the MCP server) it is
 compared with the store's other active memories:
 
 - similarity in `graph.link_min`..`graph.link_max` (0.1–0.5): a `relates_to`
-  link with `strength` = the similarity, on both memories; only the
-  `graph.max_links` (5) strongest are kept, so a large store does not link
-  everything to everything;
+  link with `strength` = the similarity, written in the new memory's own
+  file only; only the `graph.max_links` (5) strongest are kept, so a large
+  store does not link everything to everything;
 - similarity above `consolidate.candidate_threshold` (0.5) with a memory of
   the same type (its 5 closest): not linked, but flagged as a possible
   duplicate (`state/flagged.json`); the automatic consolidation judges the
@@ -15,9 +15,13 @@ compared with the store's other active memories:
 
 Similarity is the cosine of the bundled model's vectors from the cache when
 they are there; otherwise the Jaccard overlap of the two texts' words.
-Links live in the files' front matter, so they are reviewed and merged like
-everything else. Centrality (in-degree weighted by strength) is computed in
-the cache (`Index.centralities`) and feeds the ranking prior and decay.
+Links live in the new memory's front matter, so they are reviewed with it; the
+older memory's file is never touched (two branches linking to one memory
+would otherwise both edit it, and the second merge would conflict). The other
+direction is derived in the cache (`Index.neighbours`): `relates_to` reads
+both ways. Centrality (the links that touch a memory, weighted by strength)
+is computed in the cache (`Index.centralities`) and feeds the ranking prior
+and decay. Stores written before, with links on both memories, read the same.
 
 `supersedes` is a person's statement ("this replaces that"): automation
 (capture, consolidation, the LLM layer) that proposes one gets `contradicts`
@@ -208,7 +212,7 @@ def connect(store: Store, ids: Iterable[str], index: Any = None) -> LinkReport:
             continue
         done.add(rel)
         mine = records[rel]
-        already = {to for _r, to, _s in mine.get("links", ())}
+        already = {other for _r, other, _s in similarity.index.neighbours().get(memory_id, ())}
         others = [o for o in active if o not in done and records[o]["id"] not in already]
         scores = similarity.against(rel, others)
         band = sorted(((s, o) for s, o in zip(scores, others) if low <= s <= high), key=lambda p: (-p[0], p[1]))[:most]
@@ -216,7 +220,6 @@ def connect(store: Store, ids: Iterable[str], index: Any = None) -> LinkReport:
             strength = round(score, 2)
             other_id = records[other]["id"]
             new_links.setdefault(memory_id, []).append(Link("relates_to", other_id, strength))
-            new_links.setdefault(other_id, []).append(Link("relates_to", memory_id, strength))
             report.linked.append((memory_id, other_id, strength))
         pinned = json.loads(mine["meta"]).get("pinned", False)
         close = sorted(((s, o) for s, o in zip(scores, others) if s >= flag_at and records[o]["type"] == mine["type"]),

@@ -197,19 +197,21 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
     # One hop along source_of and strong relates_to links. Hops ignore the type and
     # branch filters: code comes back with its description whatever was asked.
     rel_of_id = index.rel_of_id()
+    neighbours = index.neighbours()
     shown = {h.memory.id for h in hits}
     out: list[Hit] = []
     for hit in hits:
         out.append(hit)
-        for link in hit.memory.links:
-            strong = link.rel == "relates_to" and (link.strength or 0.0) >= STRONG_LINK
-            target = rel_of_id.get(link.to)
-            if (link.rel == "source_of" or strong) and target and link.to not in shown \
-                    and records[target]["status"] in statuses:
-                shown.add(link.to)
-                factor = 1.0 if link.rel == "source_of" else float(link.strength or 0.0)
+        # Its own links and `relates_to` links newer memories made to it (the relation reads both ways).
+        links = sorted(neighbours.get(hit.memory.id, ()), key=lambda n: (-(n[2] if n[2] is not None else 1.0), n[0], n[1]))
+        for rel, to, strength in links:
+            strong = rel == "relates_to" and (strength or 0.0) >= STRONG_LINK
+            target = rel_of_id.get(to)
+            if (rel == "source_of" or strong) and target and to not in shown and records[target]["status"] in statuses:
+                shown.add(to)
+                factor = 1.0 if rel == "source_of" else float(strength or 0.0)
                 linked = memory_from_meta(index.manifest.meta(target), root / target)
-                out.append(Hit(linked, hit.score * factor * 0.99, store.label, via=f"{link.rel} of {hit.memory.id}"))
+                out.append(Hit(linked, hit.score * factor * 0.99, store.label, via=f"{rel} of {hit.memory.id}"))
     words = fulltext.query_words(query)
     for hit in out:
         try:

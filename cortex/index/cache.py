@@ -78,6 +78,7 @@ class Index:
         self._scan: Scan | None = None
         self._records: dict[str, dict[str, Any]] | None = None
         self._central: dict[str, float] | None = None
+        self._neighbours: dict[str, list[tuple[str, str, float | None]]] | None = None
         self._allowed: dict[Any, Any] = {}
         self._query_encoder: Any = None
         self._rel_of_id: dict[str, str] | None = None
@@ -162,7 +163,7 @@ class Index:
         self._forget_views()
 
     def _forget_views(self) -> None:
-        self._scan = self._vectors = self._records = self._central = self._rel_of_id = None
+        self._scan = self._vectors = self._records = self._central = self._rel_of_id = self._neighbours = None
         self._allowed = {}
         self.close_searcher()
 
@@ -449,15 +450,36 @@ class Index:
                 pass
             self._searcher = None
 
+    def neighbours(self) -> dict[str, list[tuple[str, str, float | None]]]:
+        """id -> (rel, other id, strength) of every link that touches it: its own, and `relates_to` links other
+        memories made to it (automatic links are written in the newer memory's file only; the relation reads
+        both ways). A link written on both ends, as older stores have it, counts once. Computed once per sync."""
+        if self._neighbours is None:
+            known = {entry["id"] for entry in self.records().values()}
+            out: dict[str, dict[tuple[str, str], float | None]] = {}
+            for entry in self.records().values():
+                for rel, to, strength in entry.get("links", ()):
+                    if to not in known:  # a link to a missing memory is a problem for `status`, not a neighbour
+                        continue
+                    out.setdefault(entry["id"], {}).setdefault((rel, to), strength)
+                    if rel == "relates_to":
+                        out.setdefault(to, {}).setdefault((rel, entry["id"]), strength)
+            self._neighbours = {memory_id: [(rel, other, strength) for (rel, other), strength in sorted(links.items())]
+                                for memory_id, links in out.items()}
+        return self._neighbours
+
     def centralities(self) -> dict[str, float]:
-        """In-degree weighted by link strength, normalised to 0..1 (computed once per sync)."""
+        """Links that reach a memory, weighted by strength, normalised to 0..1 (computed once per sync): a
+        `relates_to` counts for both its ends, once per pair; any other relation for its target."""
         if self._central is None:
             degree: dict[str, float] = {}
-            known = {entry["id"] for entry in self.records().values()}
-            for entry in self.records().values():
-                for _rel, to, strength in entry.get("links", ()):
-                    if to in known:  # a link to a missing memory is a problem for `status`, not a hub
-                        degree[to] = degree.get(to, 0.0) + (1.0 if strength is None else strength)
+            for memory_id, links in self.neighbours().items():
+                for rel, other, strength in links:
+                    weight = 1.0 if strength is None else strength
+                    if rel == "relates_to":
+                        degree[memory_id] = degree.get(memory_id, 0.0) + weight
+                    else:
+                        degree[other] = degree.get(other, 0.0) + weight
             top = max(degree.values(), default=0.0)
             self._central = {k: v / top for k, v in degree.items()} if top > 0 else {}
         return self._central
