@@ -85,7 +85,7 @@ def in_process_p50(store: object, calls: int) -> float:
     times = []
     for n in range(len(QUERIES) + calls):
         start = time.perf_counter()
-        recall([store], QUERIES[n % len(QUERIES)], limit=10, indexes=indexes, restore=False)  # type: ignore[list-item]
+        recall([store], QUERIES[n % len(QUERIES)], limit=10, indexes=indexes)  # type: ignore[list-item]
         times.append((time.perf_counter() - start) * 1000)
     return statistics.median(times[len(QUERIES):])
 

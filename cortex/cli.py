@@ -112,7 +112,7 @@ def _at(store: Any, rev: str | None) -> Any:
 @main.command()
 @click.option("--global", "use_global", is_flag=True, help="Create the global store instead ($CORTEX_HOME).")
 @click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), help="Create the store in this folder.")
-@click.option("--git-hooks", is_flag=True, help="Also install the pre-push, post-merge and post-checkout hooks and the projection merge driver.")
+@click.option("--git-hooks", is_flag=True, help="Also install the pre-push, post-merge, post-checkout and post-rewrite hooks and the projection merge driver.")
 @click.option("--claude", "claude_code", is_flag=True, help="Also add cortex's hooks to .claude/settings.json and write .claude/rules/cortex-memory.md.")
 @click.option("--agents", is_flag=True, help="Also keep a marked section of AGENTS.md holding the briefing (updated by the Stop hook).")
 def init(use_global: bool, directory: Path | None, git_hooks: bool, claude_code: bool, agents: bool) -> None:
@@ -365,6 +365,22 @@ def forget(store: Any, target: str, replaced_by: str | None, yes: bool, as_json:
         click.echo(f"{result.id} {verb}")
 
 
+@main.command()
+@click.argument("memory_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the restored record as JSON.")
+@store_options
+def restore(store: Any, memory_id: str, as_json: bool) -> None:
+    """Bring an archived or superseded memory back to active (the opposite of forget)."""
+    from cortex import events
+
+    before = store.get(memory_id).status
+    restored = events.restore(store, memory_id)
+    if as_json:
+        _print_json(restored.to_dict() | {"store": store.label})
+    else:
+        click.echo(f"{restored.id} restored (was {before})" if before != "active" else f"{restored.id} is already active")
+
+
 # ---------------------------------------------------------------- status
 
 
@@ -419,7 +435,7 @@ def status(store: Any, as_json: bool, strict: bool) -> None:
 @click.option("--limit", "-n", type=click.IntRange(1, 1000), help="How many results (default: recall.limit, 10).")
 @click.option("--type", "types", type=TYPE_CHOICE, multiple=True, help="Only this type (repeatable).")
 @click.option("--branch", help="Only memories made on this branch.")
-@click.option("--all", "include_all", is_flag=True, help="Include archived and superseded memories (a recalled archived one is restored).")
+@click.option("--all", "include_all", is_flag=True, help="Include archived and superseded memories, marked as such (reading changes nothing; `cortex restore ID` brings one back).")
 @click.option("--keyword", is_flag=True, help="Full-text only: skip the embedding model.")
 @click.option("--no-global", is_flag=True, help="Search the project store only.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
@@ -657,7 +673,7 @@ def uninstall(git_hooks: bool, claude_code: bool, agents: bool) -> None:
 
 
 HOOK_EVENTS = ("session-start", "prompt", "stop", "pre-compact", "session-end", "git-pre-push", "git-post-merge",
-               "git-post-checkout")
+               "git-post-checkout", "git-post-rewrite")
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
@@ -668,7 +684,7 @@ def hook(event: str, args: tuple[str, ...]) -> None:
 
     EVENT is a Claude Code hook (session-start, prompt, stop, pre-compact,
     session-end; JSON on stdin) or a git hook (git-pre-push, git-post-merge,
-    git-post-checkout; git's arguments follow).
+    git-post-checkout, git-post-rewrite; git's arguments follow).
     """
     from cortex import hooks
 

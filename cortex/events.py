@@ -2,7 +2,7 @@
 
 **Memories changed** (`memories_changed`): after capture (`capture_done`: the
 Stop hook, `cortex capture`, the LLM worker), `remember` (the CLI and the MCP
-tool), `forget`, and the detached upkeep (`cortex.maintain`): links for new memories (now, or queued for the upkeep), the
+tool), `forget`, `restore`, and the detached upkeep (`cortex.maintain`): links for new memories (now, or queued for the upkeep), the
 projections, AGENTS.md's section, staging under `git.on_stop`, and starting
 the upkeep when it is due. One sync and one `Index` per store, shared through
 an `Indexes` holder.
@@ -137,6 +137,18 @@ def forget(store: Store, memory_id: str, indexes: Indexes | None = None, replace
         paths = [old.path]
     memories_changed(store, indexes or Indexes(), [p for p in paths if p is not None], pages=False, upkeep="none")
     return old
+
+
+def restore(store: Store, memory_id: str, indexes: Indexes | None = None) -> Memory:
+    """Bring an archived or superseded memory back to active: a person's explicit act (reading never restores
+    anything). An active memory is returned unchanged."""
+    current = store.get(memory_id)
+    if current.status == "active":
+        return current
+    restored = store.restore(current.id)
+    assert restored.path is not None
+    memories_changed(store, indexes or Indexes(), [restored.path], pages=False, upkeep="none")
+    return restored
 
 
 # ---------------------------------------------------------------- starting the upkeep (`cortex maintain`)

@@ -9,7 +9,7 @@ pygit2 inside the function that needs it.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 
 def find_worktree_root(start: Path) -> Path | None:
@@ -62,11 +62,11 @@ def head_commit(worktree_root: Path | None) -> str | None:
 # ---------------------------------------------------------------- git hooks (installed like pre-commit does)
 
 HOOK_MARK = "# cortex-managed hook"
-HOOK_NAMES = ("pre-push", "post-merge", "post-checkout")
+HOOK_NAMES = ("pre-push", "post-merge", "post-checkout", "post-rewrite")
 CHAINED_SUFFIX = ".pre-cortex"
 MERGE_DRIVER = "cortex-projection"
 GITATTRIBUTES = (
-    "# cortex: projections merge without conflicts (ours is kept; the post-merge hook regenerates them)\n"
+    "# cortex: projections merge without conflicts (ours is kept; the post-merge and post-rewrite hooks regenerate them)\n"
     "decisions.md merge=cortex-projection\n"
     "decisions-archive.md merge=cortex-projection\n"
     "active-plan.md merge=cortex-projection\n"
@@ -432,46 +432,131 @@ def materialize_at(store_root: Path, rev: str) -> Path:
 ZERO_SHA = "0" * 40
 
 
-def pushed_changes(repo: Any, push_lines: str, prefix: str) -> list[tuple[str, str, bytes]]:
-    """Files under `prefix` added or changed by a push: (local ref, path, content), from pre-push's stdin.
+class PushedFile(NamedTuple):
+    """A file a push adds to the remote's history: the first pushed commit that added or changed it."""
 
-    Each stdin line is `<local ref> <local sha> <remote ref> <remote sha>`. A new remote
-    branch (zero remote sha) is compared with the empty tree; a deletion has nothing to scan.
+    ref: str  # the local ref pushed
+    commit: str  # full hex sha
+    path: str  # inside the repository, e.g. '.cortex/memories/context/x-3f9a1c07d2e4.md'
+    data: bytes
+
+
+def _pushed_commit(repo: Any, sha: str) -> Any:
+    """The commit `sha` names (an annotated tag peeled), or None when this repository does not have one."""
+    import pygit2
+
+    try:
+        return repo[sha].peel(pygit2.Commit)
+    except (KeyError, ValueError, pygit2.GitError):
+        return None
+
+
+def remote_tracking_tips(repo: Any, remote: str) -> list[Any]:
+    """The commits `refs/remotes/<remote>/*` point at: what this clone knows the remote already has."""
+    import pygit2
+
+    prefix = f"refs/remotes/{remote}/"
+    tips = []
+    for name in repo.references:
+        if remote and name.startswith(prefix):
+            try:
+                commit = _pushed_commit(repo, str(repo.references[name].resolve().target))
+            except (KeyError, ValueError, pygit2.GitError):
+                continue  # a dangling symbolic ref (origin/HEAD to a deleted branch)
+            if commit is not None:
+                tips.append(commit.id)
+    return tips
+
+
+def _subtree(repo: Any, tree: Any, prefix: str) -> Any:
+    if not prefix:
+        return tree
+    try:
+        entry = tree[prefix]
+    except KeyError:
+        return None
+    return repo[entry.id] if entry.type_str == "tree" else None
+
+
+def _added_under(repo: Any, commit: Any, prefix: str) -> list[tuple[str, Any]]:
+    """(path, blob id) of every blob under `prefix` that `commit` adds or changes relative to its parents.
+
+    A root commit adds all of them. A merge adds only what differs from every parent (what the
+    merge itself wrote); a blob it takes from one side was added by a commit on that side.
     """
     import pygit2
 
-    out: list[tuple[str, str, bytes]] = []
-    seen: set[Any] = set()
+    sub = _subtree(repo, commit.tree, prefix)
+    if sub is None:
+        return []
+    parents = commit.parents
+    parent_subs = [_subtree(repo, parent.tree, prefix) for parent in parents]
+    if any(old is not None and old.id == sub.id for old in parent_subs):
+        return []  # nothing under the prefix changed: the usual commit
+    first = parent_subs[0] if parent_subs else None
+    diff = first.diff_to_tree(sub) if first is not None else sub.diff_to_tree(swap=True)
+    blob_modes = (pygit2.enums.FileMode.BLOB, pygit2.enums.FileMode.BLOB_EXECUTABLE)
+    found = []
+    for delta in diff.deltas:
+        if delta.status_char() not in ("A", "M", "T", "R", "C") or delta.new_file.mode not in blob_modes:
+            continue
+        path = f"{prefix}/{delta.new_file.path}" if prefix else delta.new_file.path
+        if not any(_entry_id(parent.tree, path) == delta.new_file.id for parent in parents[1:]):
+            found.append((path, delta.new_file.id))
+    return found
+
+
+def _entry_id(tree: Any, path: str) -> Any:
+    try:
+        return tree[path].id
+    except KeyError:
+        return None
+
+
+def pushed_changes(repo: Any, push_lines: str, prefix: str, remote: str = "") -> list[PushedFile]:
+    """Every file under `prefix` that a push adds to the remote's history, from pre-push's stdin.
+
+    Each stdin line is `<local ref> <local sha> <remote ref> <remote sha>`; `remote` is the hook's
+    first argument (the remote's name, or its URL for a push by URL). Every commit of
+    `git rev-list <local sha> --not <remote sha> refs/remotes/<remote>/*` is read, not only the
+    pushed tip: a file added in one commit and deleted in a later one still reaches the remote's
+    history. Each blob under `prefix` that one of those commits adds or changes is returned once,
+    with the earliest commit that brought it. A deleted ref (zero local sha) adds nothing.
+    """
+    import pygit2
+
+    out: list[PushedFile] = []
+    known: list[Any] | None = None
+    seen_commits: set[Any] = set()
+    seen_blobs: set[Any] = set()
     for line in push_lines.splitlines():
         parts = line.split()
         if len(parts) != 4 or parts[1] == ZERO_SHA:
             continue
         local_ref, local_sha, _remote_ref, remote_sha = parts
-        try:
-            new_tree = repo[local_sha].peel(pygit2.Commit).tree
-        except (KeyError, ValueError):
+        tip = _pushed_commit(repo, local_sha)
+        if tip is None:
             continue
-        old_tree = None
-        if remote_sha != ZERO_SHA:
-            try:
-                old_tree = repo[remote_sha].peel(pygit2.Commit).tree
-            except (KeyError, ValueError):
-                old_tree = None  # the remote has commits we never fetched: scan everything
-        try:
-            new_sub = repo[new_tree[prefix].id]
-        except KeyError:
-            continue
-        try:
-            old_sub = repo[old_tree[prefix].id] if old_tree is not None else None
-        except KeyError:
-            old_sub = None
-        if old_sub is not None and old_sub.id == new_sub.id:
-            continue  # nothing under the prefix changed: the usual push
-        diff = old_sub.diff_to_tree(new_sub) if old_sub is not None else new_sub.diff_to_tree(swap=True)
-        for delta in diff.deltas:
-            if delta.status_char() in ("A", "M", "R", "C", "T") and delta.new_file.id not in seen:
-                seen.add(delta.new_file.id)
-                out.append((local_ref, f"{prefix}/{delta.new_file.path}", repo[delta.new_file.id].data))
+        if known is None:
+            known = remote_tracking_tips(repo, remote)
+        hide = list(known)
+        base = _pushed_commit(repo, remote_sha) if remote_sha != ZERO_SHA else None
+        if base is not None:
+            hide.append(base.id)
+        # With nothing known of the remote (a new branch pushed by URL or to a remote never fetched,
+        # so no remote-tracking refs, and no remote sha we have), `hide` is empty and every commit
+        # reachable from the local sha is scanned: slower, never less safe.
+        walker = repo.walk(tip.id, pygit2.enums.SortMode.TOPOLOGICAL | pygit2.enums.SortMode.REVERSE)
+        for oid in hide:
+            walker.hide(oid)
+        for commit in walker:
+            if commit.id in seen_commits:
+                continue
+            seen_commits.add(commit.id)
+            for path, blob_id in _added_under(repo, commit, prefix):
+                if blob_id not in seen_blobs:
+                    seen_blobs.add(blob_id)
+                    out.append(PushedFile(local_ref, str(commit.id), path, repo[blob_id].data))
     return out
 
 

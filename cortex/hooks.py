@@ -42,26 +42,34 @@ def git_pre_push(args: list[str], stdin: str) -> int:
     from cortex.gitops import commit_paths, open_repository, pushed_changes
 
     store = _store_here()
-    if store is None:
-        return 0
     try:
         if stdin.strip():
-            # Only what this push adds under .cortex/ matters; most pushes add nothing there.
-            repo = open_repository(store.root.parent)
-            prefix = Path(store.root).resolve().relative_to(Path(repo.workdir).resolve()).as_posix()
-            changes = pushed_changes(repo, stdin, prefix)
+            # Only what this push adds to the remote's history under .cortex/ matters; most pushes add nothing there.
+            if store is not None:
+                repo = open_repository(store.root.parent)
+                prefix = Path(store.root).resolve().relative_to(Path(repo.workdir).resolve()).as_posix()
+            else:
+                # A worktree without the store (`git worktree add` of a commit from before `.cortex/`) can still
+                # push commits that add memories: the scan reads only git objects, at the default layout's place.
+                repo = open_repository(Path.cwd())
+                prefix = STORE_DIRNAME
+            changes = pushed_changes(repo, stdin, prefix, args[0] if args else "")
             if not changes:
                 return 0
             from cortex.guard import scan_text
 
-            found = [(path, finding) for _ref, path, data in changes
-                     for finding in scan_text(data.decode("utf-8", errors="replace"), Path(path).name)]
+            found = [(change, finding) for change in changes
+                     for finding in scan_text(change.data.decode("utf-8", errors="replace"))]
             if found:
-                for path, finding in found:
-                    print(f"cortex: possible secret in {path}:{finding.line} ({finding.kind})", file=sys.stderr)
-                print("cortex: push stopped: remove the secret from those memory files (and from the commits "
-                      "that added them), then push again", file=sys.stderr)
+                for change, finding in found:
+                    print(f"cortex: possible secret in {change.path}:{finding.line} ({finding.kind}), "
+                          f"added in commit {change.commit[:12]}", file=sys.stderr)
+                print("cortex: push stopped: those commits would put the secret in the remote's history, and deleting "
+                      "the file in a later commit does not take it out; remove it from history (e.g. `git rebase -i "
+                      "<commit>^` and edit or drop each commit named above), then push again", file=sys.stderr)
                 return 1
+        if store is None:
+            return 0  # no store in this worktree: no memories on disk to render projections from
         from cortex.index import Index
 
         index = Index(store).ensure()
@@ -91,31 +99,71 @@ def git_pre_push(args: list[str], stdin: str) -> int:
         print(f"cortex: projections updated in {sha[:12]}; push again", file=sys.stderr)
         return 1
     except Exception as exc:  # never block a push on cortex's own failure
+        if store is None:
+            print(f"cortex: pre-push check skipped ({exc})", file=sys.stderr)
+            return 0
         store.log(f"git pre-push: {exc!r}")
         print(f"cortex: pre-push check skipped ({exc}); see .cortex/state/cortex.log", file=sys.stderr)
         return 0
 
 
 def git_refresh(event: str, args: list[str]) -> int:
-    """post-merge / post-checkout: sync the cache, regenerate projections. Always 0."""
+    """post-checkout, post-merge, post-rewrite: bring the cache in step; after a merge or a rebase, the pages.
+
+    A checkout never writes a tracked file: a page is a function of the memory files of the commit, so a
+    commit whose pages were current still has them. A merge (or a rebase) can join memories from two sides
+    while the merge driver kept one side's page: the pages that are tracked and stale are regenerated and,
+    under `git.pre_push: commit` (the default), committed on their own, so the tree is clean afterwards. A
+    page never committed is never created here (it would block a later merge that brings the committed one).
+    Always 0.
+    """
     if event == "post-checkout" and len(args) >= 3 and args[2] != "1":
         return 0  # a file checkout, not a branch switch
+    rebased = event == "post-rewrite" and bool(args) and args[0] == "rebase"  # not `commit --amend`
     store = _store_here()
     if store is None:
         return 0
     try:
-        from cortex import projections
         from cortex.index import Index
 
         index = Index(store)
         index.sync(full=True, progress=False)
-        changed = projections.refresh(store, index)
-        if changed:
-            names = ", ".join(path.name for path in changed)
-            print(f"cortex: regenerated {names} for this branch; commit it with your next change", file=sys.stderr)
+        if event == "post-merge" or rebased:
+            _refresh_tracked_pages(store, index, "merge" if event == "post-merge" else "rebase")
     except Exception as exc:
         store.log(f"git {event}: {exc!r}")
     return 0
+
+
+def _refresh_tracked_pages(store: Store, index: Any, after: str) -> None:
+    from cortex import projections
+    from cortex.gitops import commit_paths, open_repository
+
+    repo = open_repository(store.root.parent)
+    if repo.head_is_unborn or repo.head_is_detached:
+        return
+    workdir = Path(repo.workdir)
+    tree = repo.head.peel().tree
+    stale = []
+    for page in projections.build(store, index=index):
+        rel = page.path.relative_to(workdir).as_posix()
+        try:
+            tree[rel]
+        except KeyError:
+            continue  # never committed: not ours to create here
+        if not page.is_current():
+            stale.append((rel, page))
+    if not stale:
+        return
+    projections.write(store, [page for _rel, page in stale], index)
+    names = ", ".join(page.name for _rel, page in stale)
+    if str(store.config().get("git.pre_push")) == "check":
+        print(f"cortex: regenerated {names} after the {after}; commit it", file=sys.stderr)
+        return
+    sha = commit_paths(repo, {rel: page.text.encode("utf-8") for rel, page in stale},
+                       f"cortex: update projections after {after} ({names})\n\n"
+                       f"Regenerated from .cortex/memories/ by the post-{'merge' if after == 'merge' else 'rewrite'} hook.")
+    print(f"cortex: {names} regenerated after the {after} and committed in {sha[:12]}", file=sys.stderr)
 
 
 # ---------------------------------------------------------------- Claude Code hooks

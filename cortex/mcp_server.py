@@ -57,6 +57,7 @@ else:
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 ADDITIVE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False)
+RESTORING = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False)
 BODY_CHARS = 2000  # a search hit's text is cut here even when the budget would allow more
 INSTRUCTIONS = """\
@@ -153,7 +154,7 @@ class Backend:
         try:
             with self.lock:
                 stores = self.stores()
-                recall(stores, "warm up", limit=1, indexes=self.synced(stores), restore=False)
+                recall(stores, "warm up", limit=1, indexes=self.synced(stores))
         except CortexError:
             pass  # no store yet: the first call says so
         except Exception as exc:
@@ -356,7 +357,7 @@ def _plan_page(store: Store, memories: list[Memory], branch: str | None) -> str:
     """`active-plan.md` as `cortex project` would write it for these memories."""
     from cortex import projections
 
-    pages = projections.build(store, memories=memories, branch=branch)
+    pages = projections.build(store, memories=memories)
     return next(p.text for p in pages if p.name == "active-plan.md")
 
 
@@ -532,7 +533,7 @@ def _add_search_tools(tool: Register, backend: Backend) -> None:
         Results reached through a link (code behind a description) are marked `via`."""
         stores = backend.stores(scope)
         result = recall(stores, query, limit=limit, types=types or (), branch=branch,
-                        indexes=backend.synced(stores), restore=False)
+                        indexes=backend.synced(stores))
         rows, used, omitted = _hit_rows(result.hits, budget_tokens)
         return _result({"query": query, "results": rows, "tokens": used, "omitted": omitted, "notes": result.notes})
 
@@ -549,7 +550,7 @@ def _add_search_tools(tool: Register, backend: Backend) -> None:
         stores = backend.stores()
         indexes = backend.synced(stores)
         result = recall(stores, query, limit=limit * 2, types=("decision", "architecture"),
-                        include_all=include_superseded, indexes=indexes, restore=False)
+                        include_all=include_superseded, indexes=indexes)
         rows = _decision_rows(indexes, stores, result.hits, limit)
         return _result({"query": query, "decisions": rows, "notes": result.notes})
 
@@ -649,6 +650,19 @@ def _add_write_tools(tool: Register, backend: Backend) -> None:
         backend.wrote(store)
         return _result({"id": old.id, "title": old.title, "status": old.status,
                         "replaced_by": store.get(replaced_by).id if replaced_by else None, "store": store.label})
+
+
+    @tool("cortex_restore", RESTORING, "Restore an archived memory")
+    def restore(
+        id: Annotated[str, Field(min_length=4, max_length=12, pattern=r"^[0-9a-fA-F]+$",
+                                 description="Id (or unique prefix) of the archived or superseded memory.")],
+    ) -> CallToolResult:
+        """Bring an archived or superseded memory back to active (searching with include_superseded finds
+        them; reading never restores one). Returns its id, title and status."""
+        store, item = _find(backend, id)
+        restored = events.restore(store, item.id, backend.indexes)
+        backend.wrote(store)
+        return _result({"id": restored.id, "title": restored.title, "status": restored.status, "store": store.label})
 
 
 def _add_resources(resource: Register, backend: Backend) -> None:

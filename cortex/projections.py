@@ -2,7 +2,7 @@
 
     .cortex/decisions.md           every active decision (and architecture records tagged `decision`/`adr`), by tag
     .cortex/decisions-archive.md   superseded and archived decisions, with what replaced them
-    .cortex/active-plan.md         the plan and progress of the current branch
+    .cortex/active-plan.md         the active plans and progress notes, by the branch they were made on
 
 Rendered with Jinja2 from `templates/*.md.j2`; a project overrides one by
 placing a file of the same name in `.cortex/templates/`. Byte-deterministic:
@@ -131,7 +131,7 @@ class _Lookup(dict):  # type: ignore[type-arg]
         return item
 
 
-def _load(store: Store, branch: str | None, index: Any = None) -> tuple[list[Memory], dict[str, Memory]]:
+def _load(store: Store, index: Any = None) -> tuple[list[Memory], dict[str, Memory]]:
     """The memories the pages show, read in full; other memories (link targets) from the cache on demand."""
     from cortex.index import Index
     from cortex.index.manifest import memory_from_meta
@@ -143,8 +143,7 @@ def _load(store: Store, branch: str | None, index: Any = None) -> tuple[list[Mem
         if kind == "architecture":
             if not RECORD_TAGS & set(index.manifest.meta(rel).get("tags", ())):
                 continue
-        elif kind != "decision" and not (kind in ("plan", "progress") and entry["branch"] == branch
-                                          and entry["status"] == "active"):
+        elif kind != "decision" and not (kind in ("plan", "progress") and entry["status"] == "active"):
             continue
         path = store.memories_dir / rel
         try:
@@ -154,14 +153,16 @@ def _load(store: Store, branch: str | None, index: Any = None) -> tuple[list[Mem
     return out, _Lookup(index, out)
 
 
-def build(store: Store, memories: list[Memory] | None = None, branch: str | None = None,
-          index: Any = None) -> list[Projection]:
-    """Render the three pages from the memories (read through the cache unless given)."""
-    if branch is None:
-        branch = store.current_branch()
+def build(store: Store, memories: list[Memory] | None = None, index: Any = None) -> list[Projection]:
+    """Render the three pages from the memories (read through the cache unless given).
+
+    Every page is a function of the memory files alone — not of the checked-out branch, the clock or the
+    file order — so regenerating on a commit whose pages are current writes nothing, and a checkout or a
+    merge never finds a page to rewrite.
+    """
     by_id: dict[str, Memory]
     if memories is None:
-        memories, by_id = _load(store, branch, index)
+        memories, by_id = _load(store, index)
     else:
         by_id = {m.id: m for m in memories}
     superseded_by: dict[str, list[Memory]] = {}
@@ -194,23 +195,30 @@ def build(store: Store, memories: list[Memory] | None = None, branch: str | None
         tags = [t for t in m.tags if t not in RECORD_TAGS]  # the first tag, as written, is the group
         groups.setdefault(tags[0] if tags else "general", []).append(decision(m))
     archived = sorted((m for m in memories if is_decision(m) and m.status != "active"), key=_sort_key)
-    plans = sorted((m for m in memories if m.type == "plan" and m.status == "active" and m.branch == branch), key=_sort_key)
-    progress = sorted((m for m in memories if m.type == "progress" and m.status == "active" and m.branch == branch),
-                      key=_sort_key)
     env = _environment(store)
     context: dict[str, dict[str, Any]] = {
         "decisions.md": {"groups": [{"name": name, "decisions": groups[name]} for name in sorted(groups)]},
         "decisions-archive.md": {"decisions": [decision(m) for m in archived]},
-        "active-plan.md": {
-            "branch": branch,
-            "plans": [{"id": m.id, "title": m.title, "date": _date(m), "link": _link(store, m), "body": m.body.strip()}
-                      for m in plans],
-            "progress": [{"id": m.id, "title": m.title, "date": _date(m),
-                          "summary": " ".join(m.body.split())[:200].strip()} for m in progress],
-        },
+        "active-plan.md": {"branches": _branches(store, memories)},
     }
     return [Projection(name, store.root / name, _tidy(env.get_template(f"{name}.j2").render(**context[name])))
             for name in PAGES]
+
+
+def _branches(store: Store, memories: list[Memory]) -> list[dict[str, Any]]:
+    """The active plans and progress notes of each branch they were made on, branches by name."""
+    by_branch: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for m in sorted(memories, key=_sort_key):
+        if m.type not in ("plan", "progress") or m.status != "active":
+            continue
+        branch = by_branch.setdefault(m.branch or "", {"plans": [], "progress": []})
+        if m.type == "plan":
+            branch["plans"].append({"id": m.id, "title": m.title, "date": _date(m), "link": _link(store, m),
+                                    "body": m.body.strip()})
+        else:
+            branch["progress"].append({"id": m.id, "title": m.title, "date": _date(m),
+                                       "summary": " ".join(m.body.split())[:200].strip()})
+    return [{"name": name or None, **lists} for name, lists in sorted(by_branch.items())]
 
 
 def write(store: Store, projections: list[Projection], index: Any = None) -> list[Path]:
@@ -266,7 +274,7 @@ def _inputs_digest(store: Store, index: Any = None) -> str | None:
     index = (index or Index(store)).ensure()
     if index.manifest is None:
         return None
-    h = hashlib.sha1(f"{__version__}\0{store.current_branch()}\0".encode())
+    h = hashlib.sha1(f"{__version__}\0".encode())
     for folder in (store.root / "templates", _templates_dir()):
         if folder.is_dir():
             for path in sorted(folder.glob("*.j2")):

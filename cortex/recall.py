@@ -225,10 +225,10 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
 
 def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[str] = (), branch: str | None = None,
            include_all: bool = False, keyword_only: bool = False, now: float | None = None,
-           indexes: Any = None, restore: bool = True) -> RecallResult:
+           indexes: Any = None) -> RecallResult:
     """Recall across stores (project first): at most `limit` hits, linked ones (`via`) included, each right
-    after the hit it was reached from. Archived hits found with `include_all` are restored to active
-    (unless `restore` is False: a read-only caller). `indexes` (a `cortex.index.Indexes`) holds the warm
+    after the hit it was reached from. Archived and superseded hits come back with `include_all`, as they are:
+    reading never changes a memory (`cortex restore` brings one back). `indexes` (a `cortex.index.Indexes`) holds the warm
     indexes of a resident process, or of one command: each store is synced at most once through it."""
     from cortex.index import Indexes
 
@@ -261,11 +261,6 @@ def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[
             final.append(parent)
             final.extend(h for h in linked if id(h) in chosen and h.store == parent.store
                          and h.via is not None and h.via.endswith(f" of {parent.memory.id}"))
-    by_label = {store.label: store for store in stores}
-    for hit in final:
-        store = by_label[hit.store]
-        if hit.memory.status == "archived" and include_all and restore:
-            hit.memory = store.restore(hit.memory.id)
     for store in stores:
         store.record_access(h.memory.id for h in final if h.store == store.label)
     return RecallResult(final, notes)

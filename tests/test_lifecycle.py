@@ -15,7 +15,7 @@ from cortex.lifecycle import DAY, epoch, half_life, iso
 from cortex.memory import Memory
 from cortex.lifecycle import decayed_confidence
 from cortex.store import Store
-from tests.helpers import checkout_new_branch, commit_all, cortex_json, remember
+from tests.helpers import checkout_new_branch, commit_all, cortex, cortex_json, remember
 
 T0 = epoch("2026-01-01T00:00:00Z")
 
@@ -88,15 +88,20 @@ def test_an_uncommitted_archived_memory_is_kept(project):
     assert Path(str(gone.path)).exists()
 
 
-def test_recall_all_restores_an_archived_memory(project):
+def test_recall_all_shows_an_archived_memory_and_only_restore_brings_it_back(project):
     item = _write(project, "gotcha", "The staging database rejects connections without TLS", 0.9,
                   "2026-01-01T00:00:00Z")
-    Store.locate(project).archive(item.id)
+    archived = Store.locate(project).archive(item.id)
+    before = Path(str(archived.path)).read_bytes()
     assert item.id not in {h["id"] for h in cortex_json("recall", "staging database TLS", cwd=project)}
     hits = cortex_json("recall", "staging database TLS", "--all", cwd=project)
-    assert hits[0]["id"] == item.id
+    assert hits[0]["id"] == item.id and hits[0]["status"] == "archived"  # shown, marked as such ...
+    assert "(archived)" in cortex("recall", "staging database TLS", "--all", cwd=project).stdout
+    assert Path(str(archived.path)).read_bytes() == before  # ... and reading changed no tracked file
+    assert cortex("restore", item.id, cwd=project).stdout.strip() == f"{item.id} restored (was archived)"
     restored = cortex_json("show", item.id, cwd=project)
     assert restored["status"] == "active" and "archived" not in restored.get("extra", {})
+    assert cortex("restore", item.id, cwd=project).stdout.strip() == f"{item.id} is already active"
 
 
 def test_progress_of_a_merged_branch_is_archived(project):

@@ -19,11 +19,12 @@ from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 
-from tests.helpers import EXAMPLE_STORE, cortex, cortex_command, make_repo
+from cortex.store import Store
+from tests.helpers import EXAMPLE_STORE, cortex, cortex_command, make_repo, remember
 
 READ_ONLY = {"cortex_search", "cortex_search_decisions", "cortex_get_memory", "cortex_get_plan", "cortex_get_recent",
              "cortex_get_status", "cortex_get_briefing"}
-WRITES = {"cortex_remember", "cortex_forget"}
+WRITES = {"cortex_remember", "cortex_forget", "cortex_restore"}
 
 
 class Client:
@@ -180,11 +181,14 @@ def test_remember_then_search_round_trip_then_forget(mcp):
     assert "status: superseded" in path.read_text(encoding="utf-8")
     after = [row["id"] for row in mcp.call("cortex_search", query="where do CSV exports read from?")["results"]]
     assert saved["id"] not in after and newer["id"] in after
+    back = mcp.call("cortex_restore", id=saved["id"])  # only an explicit restore brings it back
+    assert back == {"id": saved["id"], "title": saved["title"], "status": "active", "store": "project"}
+    assert "status: active" in path.read_text(encoding="utf-8")
 
 
 def test_a_file_changed_by_another_process_is_found_by_the_next_search(mcp):
-    made = cortex("remember", "Feature flags live in flags.toml, read once at start-up; a change needs a restart.",
-                  "--type", "gotcha", cwd=mcp.project, env=mcp.env).stdout.strip()
+    made = remember(mcp.project, "Feature flags live in flags.toml, read once at start-up; a change needs a restart.",
+                    type="gotcha").id  # written by this process, not the server's
     import time
 
     deadline = time.monotonic() + 10  # the watchdog event arrives within a moment
@@ -220,7 +224,7 @@ def test_bad_calls_are_errors_naming_the_field_and_the_server_stays_up(mcp):
 
 def test_the_server_init_claude_declares_finds_the_store_from_claude_project_dir(repo, isolated_env):
     cortex("init", "--claude", cwd=repo)
-    cortex("remember", "Invoices are numbered per shop, without gaps", "--type", "decision", cwd=repo)
+    remember(repo, "Invoices are numbered per shop, without gaps", type="decision")
     server = json.loads((repo / ".mcp.json").read_text(encoding="utf-8"))["mcpServers"]["cortex"]
     env = server_env(isolated_env) | {"CLAUDE_PROJECT_DIR": str(repo)}
     elsewhere = isolated_env / "elsewhere"  # Claude Code may start it anywhere; it passes CLAUDE_PROJECT_DIR
@@ -238,8 +242,8 @@ def test_a_server_started_before_cortex_init_says_so_and_works_once_the_store_ex
         with connect(portal, command[0], [*command[1:], "mcp"], repo, server_env(isolated_env)) as session:
             before = portal.call(session.call_tool, "cortex_get_status", {})
             assert before.is_error and "run `cortex init` first" in before.content[0].text
-            cortex("init", cwd=repo)
-            cortex("remember", "Deploys go out on Tuesdays only", cwd=repo)
+            Store.init(repo / ".cortex")  # as `cortex init` makes it
+            remember(repo, "Deploys go out on Tuesdays only")
             after = portal.call(session.call_tool, "cortex_search", {"query": "when do we deploy?"})
             assert not after.is_error and "Deploys go out on Tuesdays only" in after.content[0].text
 
@@ -264,8 +268,8 @@ def test_a_memories_folder_replaced_under_the_server_is_watched_again(mcp):
     assert _search_until(mcp, "webhooks idempotent raw event", None) == []
     kept.rename(memories)  # a new folder (another inode) with the memories back
     assert "711a50b8e669" in _search_until(mcp, "webhooks idempotent raw event", "711a50b8e669")
-    made = cortex("remember", "Webhook secrets rotate every 90 days; the old one stays valid for a day.",
-                  "--type", "gotcha", cwd=mcp.project, env=mcp.env).stdout.strip()
+    made = remember(mcp.project, "Webhook secrets rotate every 90 days; the old one stays valid for a day.",
+                    type="gotcha").id
     assert made in _search_until(mcp, "webhook secrets rotate", made)  # the new folder is watched
     # deleted and made again at once, as git does: the file system may hand back the same inode
     shutil.copytree(memories, kept)
@@ -275,7 +279,7 @@ def test_a_memories_folder_replaced_under_the_server_is_watched_again(mcp):
     for folder in kept.iterdir():
         shutil.copytree(folder, memories / folder.name)
     shutil.rmtree(kept)
-    later = cortex("remember", "Refund webhooks arrive before the refund API call returns; handle both orders.",
-                   "--type", "gotcha", cwd=mcp.project, env=mcp.env).stdout.strip()
+    later = remember(mcp.project, "Refund webhooks arrive before the refund API call returns; handle both orders.",
+                     type="gotcha").id
     assert later in _search_until(mcp, "refund webhooks arrive before", later)
 

@@ -14,7 +14,7 @@ from cortex import memory as fmt
 from cortex import projections
 from cortex.memory import Link, Memory
 from cortex.store import Store
-from tests.helpers import EXAMPLE_STORE, cortex
+from tests.helpers import checkout_new_branch, EXAMPLE_STORE, cortex, remember
 
 
 def _copy_example(tmp_path: Path) -> Path:
@@ -42,22 +42,26 @@ def test_project_writes_the_three_pages_from_the_example(tmp_path):
     assert "generated at" not in decisions.lower()
 
 
-def test_active_plan_is_the_current_branch_s(tmp_path, repo):
+def test_active_plan_lists_each_branch_and_does_not_follow_the_checkout(tmp_path, repo):
     store = Store.init(repo / ".cortex")
     store.create(Memory(id="", type="plan", title="Ship search", body="- [x] index\n- [ ] rank\n"))
     store.create(Memory(id="", type="progress", title="Index built", body="Whoosh index in place."))
     store.create(Memory(id="", type="plan", title="Other branch plan", branch="feature/x"))
     cortex("project", cwd=repo)
     page = (repo / ".cortex" / "active-plan.md").read_text(encoding="utf-8")
-    assert page.startswith("# Active plan: `main`")
-    assert "## Ship search" in page and "- [ ] rank" in page and "**Index built**" in page
-    assert "Other branch plan" not in page
+    assert page.startswith("# Active plans")
+    main, feature = page.index("## Branch `main`"), page.index("## Branch `feature/x`")
+    assert feature < main  # branches by name
+    assert "### Ship search" in page[main:] and "- [ ] rank" in page[main:] and "**Index built**" in page[main:]
+    assert "### Other branch plan" in page[feature:main]
+    checkout_new_branch(repo, "feature/y")  # the same memories on another branch: the same page
+    assert "up to date" in cortex("project", "--check", cwd=repo).stdout
 
 
 def test_check_names_stale_pages_and_exits_1(project):
     assert cortex("project", cwd=project).returncode == 0
     assert "up to date" in cortex("project", "--check", cwd=project).stdout
-    cortex("remember", "Use uv to manage environments", "--type", "decision", "--tag", "tooling", cwd=project)
+    remember(project, "Use uv to manage environments", type="decision", tags=["tooling"])  # a new memory file
     stale = cortex("project", "--check", cwd=project, check=False)
     assert stale.returncode == 1 and "decisions.md is out of date" in stale.stderr
     assert "decisions-archive.md" not in stale.stderr
@@ -67,7 +71,7 @@ def test_check_names_stale_pages_and_exits_1(project):
 
 
 def test_a_project_template_overrides_the_packaged_one(project):
-    cortex("remember", "Prefer small PRs", "--type", "decision", cwd=project)
+    remember(project, "Prefer small PRs", type="decision")
     templates = project / ".cortex" / "templates"
     templates.mkdir()
     (templates / "decisions.md.j2").write_text(
@@ -111,7 +115,7 @@ def test_same_memories_in_any_order_and_mtime_give_the_same_bytes(tmp_path_facto
         env_lang = os.environ.get("LC_ALL")
         os.environ["LC_ALL"] = "C" if attempt == 0 else "tr_TR.UTF-8"
         try:
-            pages.append([p.text for p in projections.build(store, branch="main")])
+            pages.append([p.text for p in projections.build(store)])
         finally:
             if env_lang is None:
                 os.environ.pop("LC_ALL", None)

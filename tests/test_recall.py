@@ -72,13 +72,13 @@ def test_keyword_flag_skips_the_model(example, tmp_path):
     assert result.returncode == 0 and result.stderr == "" and "sqlite" in result.stdout.lower()
 
 
-def test_archived_only_with_all_and_recalling_restores(project):
+def test_archived_only_with_all_and_recalling_changes_nothing(project):
     memory_id = remember(project, "Feature flags live in LaunchDarkly").id
     Store.locate(project).archive(memory_id)
     assert memory_id not in [h["id"] for h in cortex_json("recall", "feature flags launchdarkly", cwd=project)]
     hits = cortex_json("recall", "feature flags launchdarkly", "--all", cwd=project)
-    assert hits[0]["id"] == memory_id and hits[0]["status"] == "active"
-    assert Store.locate(project).get(memory_id).status == "active"  # the file says so, not just the answer
+    assert hits[0]["id"] == memory_id and hits[0]["status"] == "archived"
+    assert Store.locate(project).get(memory_id).status == "archived"  # the file is as it was
 
 
 def test_filters_by_type_and_branch(example, tmp_path):
