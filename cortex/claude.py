@@ -7,11 +7,18 @@ kept), and writes `.claude/rules/cortex-memory.md` (Claude Code loads
 `.claude/rules/` at startup), which teaches the assistant the `[MEMORY: …]`
 tags and the `cortex` commands. `cortex uninstall --claude` removes only what
 cortex added.
+
+Both files are committed, so they name no path of this machine: the hooks and
+the server run `cortex` from PATH, and a hook on a clone without cortex skips
+with one line on stderr and exit 0. Entries older versions wrote (`cortex hook
+stop`, or `"/path/to/python" -m cortex hook stop`) are recognised: a re-init
+replaces them and an uninstall removes them.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -45,25 +52,44 @@ ends. Help it:
 """
 
 
+MISSING = ("cortex: not installed; skipping the {event} hook "
+           "(install cortex-memory, or remove the cortex hooks from .claude/settings.json)")
+_EVENT_NAMES = "|".join(HOOK_EVENTS.values())
+# This version's command, whatever its message says; and the two shapes older versions wrote.
+_PORTABLE = re.compile(rf"command -v cortex >/dev/null 2>&1 \|\| \{{ .* \}}; exec cortex hook ({_EVENT_NAMES})")
+_OLDER = re.compile(rf'(?:cortex|"(?:[^"]*[/\\])?python[^"/\\]*" -m cortex) hook ({_EVENT_NAMES})')
+
+
 def _command(event: str) -> str:
-    found = shutil.which("cortex")
-    prefix = "cortex" if found else f'"{sys.executable}" -m cortex'
-    return f"{prefix} hook {event}"
+    """The hook's shell command (Claude Code runs it with `sh -c`): `cortex hook EVENT` when cortex is on PATH,
+    else one line on stderr and exit 0.
+
+    `exec` hands cortex the hook's stdin and leaves its exit status unmasked; only a missing command skips.
+    """
+    return f"command -v cortex >/dev/null 2>&1 || {{ echo '{MISSING.format(event=event)}' >&2; exit 0; }}; " \
+           f"exec cortex hook {event}"
+
+
+def _hook_event(handler: Any) -> str | None:
+    """The cortex event a settings handler runs, when cortex wrote it (this version or an older one)."""
+    if not isinstance(handler, dict):
+        return None
+    command = str(handler.get("command", ""))
+    match = _PORTABLE.fullmatch(command) or _OLDER.fullmatch(command)
+    return match.group(1) if match else None
 
 
 def _mcp_server() -> dict[str, Any]:
-    """The `.mcp.json` entry: `cortex mcp`, or this Python's `-m cortex mcp` when `cortex` is not on PATH.
+    """The `.mcp.json` entry: `cortex mcp` from PATH (a clone without cortex lists the server as failed).
 
     No `${CLAUDE_PROJECT_DIR}` in it: Claude Code does not expand it in a project's `.mcp.json`, but
     passes it to the server's environment, where `cortex mcp` looks for it.
     """
-    if shutil.which("cortex"):
-        return {"type": "stdio", "command": "cortex", "args": ["mcp"]}
-    return {"type": "stdio", "command": sys.executable, "args": ["-m", "cortex", "mcp"]}
+    return {"type": "stdio", "command": "cortex", "args": ["mcp"]}
 
 
 def _is_our_server(entry: Any) -> bool:
-    """Exactly what `_mcp_server` writes: `cortex mcp`, or `<a python> -m cortex mcp`."""
+    """What `_mcp_server` writes, or what older versions wrote: `cortex mcp`, or `<a python> -m cortex mcp`."""
     if not isinstance(entry, dict) or not isinstance(entry.get("args"), list):
         return False
     command, args = str(entry.get("command", "")), [str(a) for a in entry["args"]]
@@ -79,13 +105,16 @@ def _install_mcp(project_root: Path) -> list[str]:
         from cortex.errors import CortexError
 
         raise CortexError(f"{path}: mcpServers is not a JSON object; fix it and run again")
+    done = f"added the {MCP_NAME} MCP server to {path}"
     if MCP_NAME in servers:
-        if _is_our_server(servers[MCP_NAME]):
+        if servers[MCP_NAME] == _mcp_server():
             return []
-        return [f"left the other {MCP_NAME!r} server in {path} as it is (cortex's MCP server not added)"]
+        if not _is_our_server(servers[MCP_NAME]):
+            return [f"left the other {MCP_NAME!r} server in {path} as it is (cortex's MCP server not added)"]
+        done = f"updated the {MCP_NAME} MCP server in {path} to run `cortex mcp` from PATH"
     servers[MCP_NAME] = _mcp_server()
     atomic_write(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
-    return [f"added the {MCP_NAME} MCP server to {path}"]
+    return [done]
 
 
 def _uninstall_mcp(project_root: Path) -> list[str]:
@@ -102,10 +131,6 @@ def _uninstall_mcp(project_root: Path) -> list[str]:
         return [f"removed the {MCP_NAME} MCP server from {path}"]
     path.unlink()
     return [f"removed {path}"]
-
-
-def _is_ours(handler: Any) -> bool:
-    return isinstance(handler, dict) and " hook " in str(handler.get("command", "")) and "cortex" in str(handler.get("command", ""))
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -136,6 +161,38 @@ def _check_shapes(project_root: Path) -> None:
         raise CortexError(f"{mcp_path}: mcpServers is not a JSON object; fix it and run again")
 
 
+def _install_hook(settings_path: Path, hooks: dict[str, Any], event: str, name: str) -> str | None:
+    """Make cortex's handler for `event` the portable command, once: "added", "updated" (an older cortex entry,
+    e.g. one with this machine's interpreter path, rewritten in place and any second one dropped), or None."""
+    groups = hooks.setdefault(event, [])
+    if not isinstance(groups, list):
+        from cortex.errors import CortexError
+
+        raise CortexError(f"{settings_path}: hooks.{event} is not a list; fix it and run again")
+    wanted, found, changed, emptied = _command(name), False, False, []
+    for group in groups:
+        if not isinstance(group, dict) or not isinstance(group.get("hooks"), list):
+            continue
+        kept = []
+        for handler in group["hooks"]:
+            if _hook_event(handler) != name:
+                kept.append(handler)
+            elif not found:
+                found, changed = True, handler.get("command") != wanted
+                kept.append(handler | {"command": wanted})
+            else:
+                changed = True  # a second cortex entry for the event: Claude Code would run both
+        if group["hooks"] and not kept:
+            emptied.append(group)
+        group["hooks"] = kept
+    if emptied:
+        hooks[event] = [g for g in groups if not any(g is e for e in emptied)]
+    if not found:
+        hooks[event].append({"hooks": [{"type": "command", "command": wanted}]})
+        return "added"
+    return "updated" if changed else None
+
+
 def install(project_root: Path) -> list[str]:
     """Merge cortex's hooks into .claude/settings.json and write the rules file; returns what changed."""
     settings_path = project_root / ".claude" / "settings.json"
@@ -144,12 +201,9 @@ def install(project_root: Path) -> list[str]:
     hooks = settings.setdefault("hooks", {})
     done = []
     for event, name in HOOK_EVENTS.items():
-        groups = hooks.setdefault(event, [])
-        present = any(_is_ours(h) and str(h.get("command", "")).endswith(f"hook {name}")
-                      for group in groups if isinstance(group, dict) for h in group.get("hooks", []))
-        if not present:
-            groups.append({"hooks": [{"type": "command", "command": _command(name)}]})
-            done.append(f"added the {event} hook")
+        change = _install_hook(settings_path, hooks, event, name)
+        if change:
+            done.append(f"{change} the {event} hook")
     if done:
         atomic_write(settings_path, json.dumps(settings, indent=2, ensure_ascii=False) + "\n")
     done += _install_mcp(project_root)
@@ -157,7 +211,17 @@ def install(project_root: Path) -> list[str]:
     if not rules.exists() or rules.read_text(encoding="utf-8") != RULES:
         atomic_write(rules, RULES)
         done.append(f"wrote {rules}")
-    return done or ["Claude Code integration already installed"]
+    return (done or ["Claude Code integration already installed"]) + _path_note()
+
+
+def _path_note() -> list[str]:
+    """A warning when this machine's own sessions would not find `cortex` (e.g. run from a venv not activated)."""
+    if shutil.which("cortex"):
+        return []
+    here = Path(sys.executable).parent
+    fix = f"put {here} on PATH" if (here / "cortex").exists() else "install cortex where PATH finds it (pipx)"
+    return [f"note: `cortex` is not on PATH, so Claude Code here will skip its hooks and not start its MCP server; "
+            f"{fix}"]
 
 
 def uninstall(project_root: Path) -> list[str]:
@@ -174,7 +238,7 @@ def uninstall(project_root: Path) -> list[str]:
             kept_groups = []
             for group in groups:
                 if isinstance(group, dict) and isinstance(group.get("hooks"), list):
-                    kept = [h for h in group["hooks"] if not _is_ours(h)]
+                    kept = [h for h in group["hooks"] if _hook_event(h) is None]
                     if len(kept) != len(group["hooks"]):
                         done.append(f"removed the {event} hook")
                     if kept:

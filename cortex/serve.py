@@ -110,23 +110,43 @@ def serve(store: "Store", idle: float = 900.0, debounce: float = 0.3) -> str:
         lock.close()
 
 
+def _written_stamp(store: "Store") -> int:
+    """The mtime of `state/changed`, which every cortex write touches (one stat: no waiting for the watcher)."""
+    try:
+        return os.stat(os.path.join(store.state_dir, "changed")).st_mtime_ns
+    except OSError:
+        return 0
+
+
+def _follow(indexes: "Indexes", watched: "list[tuple[Store, threading.Event, Any]]", written: dict[str, int],
+            debounce: float) -> None:
+    """Mark a store stale and sync it when its watcher saw a change (after `debounce`, so a burst of changes is
+    one sync) or cortex itself wrote to it since the last sync."""
+    for each, changed, _observer in watched:
+        stamp = _written_stamp(each)
+        if changed.is_set() or stamp != written[str(each.root)]:
+            if changed.is_set() and debounce:
+                time.sleep(debounce)
+            changed.clear()
+            written[str(each.root)] = stamp
+            indexes.stale(each)
+            indexes.synced(each, full=True)
+
+
 def _loop(store: "Store", server: socket.socket, indexes: "Indexes",
           watched: "list[tuple[Store, threading.Event, Any]]", idle: float, debounce: float) -> str:
     """Answer requests until `idle` seconds pass without one; a store whose files changed is synced again."""
     from cortex.events import prompt_context
 
     last = time.monotonic()
+    written = {str(each.root): _written_stamp(each) for each, _changed, _observer in watched}
     while time.monotonic() - last < idle:
-        for each, changed, _observer in watched:
-            if changed.is_set():
-                time.sleep(debounce)
-                changed.clear()
-                indexes.stale(each)
-                indexes.synced(each, full=True)
+        _follow(indexes, watched, written, debounce)
         try:
             connection, _ = server.accept()
         except socket.timeout:
             continue
+        _follow(indexes, watched, written, 0.0)  # what was written since the last look, before answering
         last = time.monotonic()
         with connection:
             connection.settimeout(2.0)
