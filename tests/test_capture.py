@@ -1,4 +1,5 @@
-"""Capture: the real `cortex hook stop` on real transcripts, and each layer on small transcripts written here."""
+"""Capture: the real `cortex hook stop` on real transcripts, and the local layers on small transcripts written here
+(the LLM layer, run detached from a queue, is tests/test_worker.py)."""
 
 from __future__ import annotations
 
@@ -322,5 +323,5 @@ def test_session_end_returns_at_once_and_captures_in_the_background(project, tmp
     assert result.returncode == 0 and result.stdout == "" and time.time() - started < 5
     deadline = time.time() + 60
     while time.time() < deadline and not _memories(project):
-        time.sleep(0.2)
+        time.sleep(0.1)
     assert [r["title"] for r in _list(project)] == ["Session-end captures the last turn too"]

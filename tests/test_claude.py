@@ -54,7 +54,9 @@ def test_the_installed_stop_hook_command_captures(project, tmp_path):
     payload = json.dumps({"session_id": "s", "transcript_path": str(transcript), "cwd": str(project)})
     result = subprocess.run(command, shell=True, cwd=project, input=payload, capture_output=True, text=True, env=env)
     assert result.returncode == 0 and result.stdout == ""
-    titles = [json.loads(cortex("list", "--json", cwd=project).stdout)[0]["title"]]
+    from cortex.store import Store
+
+    titles = [m.title for m in Store.locate(project).list()]
     assert titles == ["Tokens live in the session cookie, not localStorage"]
 
 

@@ -229,13 +229,8 @@ def test_hook_help_lists_every_event(tmp_path):
         assert event in text
 
 
-def test_recall_limit_counts_linked_hits(tmp_path):
-    import shutil
-
-    from tests.helpers import EXAMPLE_STORE
-
-    store = tmp_path / "example"
-    shutil.copytree(EXAMPLE_STORE, store, ignore=shutil.ignore_patterns("cache", "state"))
+def test_recall_limit_counts_linked_hits(tmp_path, example_store):
+    store = example_store  # a copy of .cortex-example, its cache built once per session
     query = "write-transaction helper"  # its description is the best hit, and the code comes with it (source_of)
     hits = cortex_json("recall", query, "--limit", "2", "--keyword", "--dir", str(store), cwd=tmp_path)
     assert [(h["id"], h["via"]) for h in hits] == [("407cf71b5a22", None), ("281cc644d441", "source_of of 407cf71b5a22")]

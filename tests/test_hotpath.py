@@ -6,11 +6,12 @@ Declining (False) means `cortex hook …` goes on to the full hook, so each decl
 
 from __future__ import annotations
 
+import fcntl
 import json
-import os
 import subprocess
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pygit2
 import pytest
@@ -38,21 +39,18 @@ def _fast(raw: str, capsys: pytest.CaptureFixture[str]) -> tuple[bool, str]:
     return answered, capsys.readouterr().out
 
 
-def _settle(project: Path) -> None:
-    """Date the memory files 10 s back, as files written a while ago: outside the index's 2 s "racy" window,
-    so the sync of a `cortex serve` the hook starts in the background has nothing to redo (and no reason to
-    rewrite the manifest the cache key covers while a test is looking)."""
-    past = time.time() - 10
-    for path in (project / ".cortex" / "memories").rglob("*.md"):
-        os.utime(path, (past, past))
-
-
 @pytest.fixture
-def briefed(project: Path) -> Path:
-    """A project with a pinned memory, written a while ago."""
+def briefed(project: Path) -> Iterator[Path]:
+    """A project with a pinned memory, and its `cortex serve` lock held as a running server holds it.
+
+    So the hooks start no server: one would sync the index in the background and rewrite the manifest the
+    cache key covers at a moment no test can predict (the cache is then stale, rightly, but not when asserted).
+    """
     remember(project, "Never log request bodies: they hold card data", type="pattern", pinned=True)
-    _settle(project)
-    return project
+    lock = project / ".cortex" / "state" / "serve.lock"
+    with open(lock, "a+b") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        yield project
 
 
 def test_a_current_cache_is_printed_as_the_full_hook_printed_it(briefed, capsys):
@@ -73,7 +71,6 @@ def test_a_new_memory_makes_the_cache_stale_until_the_full_hook_runs(briefed, ca
     _full_hook(briefed)
     remember(briefed, "Feature flags are read once at startup", type="gotcha", link=False)
     assert _declines(_payload(briefed), capsys)
-    _settle(briefed)
     assert "Feature flags are read once at startup" in _full_hook(briefed)
     assert _fast(_payload(briefed), capsys)[0] is True
 

@@ -45,7 +45,7 @@ def _links(store: Store, memory_id: str) -> set[tuple[str, str]]:
     return {(link.rel, link.to) for link in store.get(memory_id).links}
 
 
-def test_queued_memories_are_linked_both_ways_the_queue_drained_and_the_change_staged(project):
+def test_queued_memories_are_linked_the_queue_drained_and_the_change_staged(project):
     store, ids = _unlinked_store(project)
     new = remember(store, INVOICE_TOTALS, type="decision", link=False).id
     (project / "app.py").write_text("print('the person is mid-edit')\n", encoding="utf-8")
@@ -56,8 +56,6 @@ def test_queued_memories_are_linked_both_ways_the_queue_drained_and_the_change_s
     assert counts["linked"] == len(linked) >= 1 and {rel for rel, _ in linked} == {"relates_to"}
     invoices = {ids[text] for text, _ in TOPICS if "nvoice" in text or "cents" in text}
     assert {to for _, to in linked} <= invoices  # backups and Vite are not related
-    for _, other in linked:
-        assert ("relates_to", new) in _links(store, other)  # the other side links back
     assert queued_links(store) == [] and not upkeep_due(store)  # drained, and the day's gc is done
     staged = git(project, "diff", "--cached", "--name-only").stdout.split()
     assert ".cortex/decisions.md" in staged and store.get(new).path.relative_to(project).as_posix() in staged

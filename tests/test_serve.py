@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from cortex import serve
-from tests.helpers import cortex, cortex_command
+from tests.helpers import cortex, cortex_command, remember
 
 
 def _wait(predicate, seconds: float = 60.0) -> bool:
@@ -28,8 +28,7 @@ def _prompt(project: Path, text: str) -> str:
 
 
 def test_served_answers_equal_the_in_process_ones_and_follow_edits(project):
-    memory_id = cortex("remember", "Redis OOM on staging: rate-limit keys were created without a TTL", "--type", "gotcha",
-                       cwd=project).stdout.strip()
+    memory_id = remember(project, "Redis OOM on staging: rate-limit keys were created without a TTL", type="gotcha").id
     in_process = _prompt(project, "redis out of memory on staging")
     assert memory_id in in_process
     proc = subprocess.Popen([*cortex_command(), "serve", "--idle", "30"], cwd=project, stderr=subprocess.PIPE, text=True)
@@ -41,8 +40,7 @@ def test_served_answers_equal_the_in_process_ones_and_follow_edits(project):
         assert _prompt(project, "redis out of memory on staging") == in_process
         second = cortex("serve", "--idle", "1", cwd=project, check=False)
         assert second.returncode == 1 and "already runs" in second.stderr
-        fresh = cortex("remember", "Kafka consumer lag alerts page the on-call after ten minutes", "--type", "context",
-                       cwd=project).stdout.strip()
+        fresh = remember(project, "Kafka consumer lag alerts page the on-call after ten minutes").id  # another process
         assert _wait(lambda: fresh in str((serve.ask(root, {"op": "prompt", "prompt": "kafka consumer lag alerts"},
                                                      timeout=10) or {}).get("context")), 30)
     finally:
@@ -53,12 +51,12 @@ def test_served_answers_equal_the_in_process_ones_and_follow_edits(project):
 
 
 def test_serve_exits_when_idle_and_session_start_starts_it(project):
-    cortex("remember", "Pinned rule: never log card numbers", "--pin", cwd=project)
+    remember(project, "Pinned rule: never log card numbers", pinned=True)
     started = time.time()
     result = cortex("serve", "--idle", "1", cwd=project)
     assert "stopped (idle)" in result.stderr and time.time() - started < 30
     payload = json.dumps({"session_id": "s", "cwd": str(project), "hook_event_name": "SessionStart", "source": "startup"})
-    cortex("hook", "session-start", cwd=project, input=payload)
+    cortex("hook", "session-start", cwd=project, input=payload, env={"CORTEX_SERVE_IDLE": "2"})
     root = str(project / ".cortex")
     assert _wait(lambda: serve.ask(root, {"op": "ping"}) is not None, 60)
-    assert _wait(lambda: not Path(serve.socket_path(root)).exists(), 60)  # CORTEX_SERVE_IDLE=4: it leaves by itself
+    assert _wait(lambda: not Path(serve.socket_path(root)).exists(), 60)  # CORTEX_SERVE_IDLE=2: it leaves by itself
