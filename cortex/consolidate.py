@@ -5,10 +5,12 @@ the centred cosine links use) names candidates: each memory's 5 nearest of
 its type at least `consolidate.candidate_threshold` (0.5) similar — the
 same pairs graph.connect flags when a memory is written. Then the duplicate
 score (`Judge`: BERTScore on the bundled contextual model, `cortex.contextual`)
-decides whether a candidate pair says one thing or only shares a subject.
+decides whether a candidate pair says one thing or only shares a subject,
+and `conflict` whether the two differ in a claim (a number, a version, a
+name, an identifier, a negation): such a pair is never grouped automatically.
 Groups are memories of the same type, active and not pinned (code is never
-consolidated), started by two memories that are each other's best candidate,
-every pair in a group at least the threshold: `consolidate.manual_threshold`
+consolidated), joined by complete linkage: every pair in a group at least
+the threshold and none differing in a claim: `consolidate.manual_threshold`
 (0.55) for `cortex consolidate`, which asks per group, and
 `consolidate.auto_threshold` (0.64) for the automatic run, which takes only
 the pairs flagged when memories were written and runs after capture once
@@ -20,7 +22,8 @@ A group becomes one new memory: the best-written member's text (highest
 priority, then confidence, then the longest) plus the sentences only the
 others hold — or, with `capture.llm` on and its command present, the LLM's
 merged text (the LLM may also answer that they differ: the group is then not
-merged); the union of tags, files and links; the highest priority and
+merged) — plus any member's sentence holding a claim the text lacks, so no
+fact is lost; the union of tags, files and links; the highest priority and
 confidence; `derived_from` links to every original. The originals are
 archived.
 
@@ -48,6 +51,7 @@ from cortex import memory as fmt
 from cortex.errors import CortexError
 from cortex.files import atomic_write, file_lock
 from cortex.graph import NO_LINK_TYPES, Similarity, candidate_floor, clear_flagged_pairs, clear_flags, flagged
+from cortex.claims import Claims, claims, conflict, present
 from cortex.memory import Link, Memory
 from cortex.store import Store
 from cortex.text import words
@@ -63,6 +67,9 @@ class Group:
     members: list[Memory]
     similarity: float  # the lowest duplicate score between two members (Judge; the static similarity without it)
     found: dict[Path, bytes] = field(default_factory=dict)  # each member's bytes when it was read
+    conflict: str | None = None  # why the members are not one memory (`conflict`): merged only if a person says so
+    merged: Memory | None = None  # the memory that would replace the group (`preview`)
+    settled: bool = False  # `merged` is what `apply` writes (the LLM was asked, when it may run)
 
     @classmethod
     def read(cls, kind: str, paths: list[Path], similarity: float) -> Group:
@@ -71,8 +78,11 @@ class Group:
         return cls(kind, members, similarity, raw)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": self.type, "similarity": round(self.similarity, 3),
-                "members": [{"id": m.id, "title": m.title} for m in self.members]}
+        out = {"type": self.type, "similarity": round(self.similarity, 3), "conflict": self.conflict,
+               "members": [{"id": m.id, "title": m.title} for m in self.members]}
+        if self.merged is not None:
+            out["merged"] = {"title": self.merged.title, "text": self.merged.body.strip()}
+        return out
 
 
 @dataclass
@@ -99,18 +109,65 @@ def _eligible(records: dict[str, dict[str, Any]], automatic: bool = False) -> di
     return by_type
 
 
-def _pairs(pairs: list[tuple[float, str, str]], nearest: dict[str, str]) -> list[tuple[list[str], float]]:
-    """Groups from candidate pairs at the threshold, strictest first: two memories that are each other's best
-    candidate (mutual nearest neighbours: a memory that merely shares a topic with several others is nobody's
-    twin). Every group is a pair, so three copies of one fact merge over two runs (the merged memory and the
-    third are then each other's best). Measured in bench/consolidate.py."""
-    placed: set[str] = set()
-    groups = []
+def _clusters(pairs: list[tuple[float, str, str]], score_of: Any, conflict_of: Any, threshold: float
+              ) -> tuple[list[tuple[list[str], float]], list[tuple[float, str, str, str]]]:
+    """Groups from candidate pairs at the threshold, strictest first, by complete linkage: two groups (or
+    memories) join only when every pair across them scores at least the threshold and no pair differs in a
+    claim, so six copies of one fact become one group, and a chain A~B~C whose ends are not alike stays apart
+    (B goes with its closer twin). A memory whose closest partner differs from it in a claim joins no group:
+    which of the two a third memory repeats is for a person to decide (and the third would otherwise take
+    whichever came first). Returns the groups with their lowest score, and the pairs at the threshold that
+    were not grouped because they differ in a claim (score, a, b, the reason). Measured in
+    bench/consolidate.py and bench/consolidate_claims.py."""
+    group_of: dict[str, int] = {}
+    members: dict[int, list[str]] = {}
+    lowest: dict[int, float] = {}
+    clashes: list[tuple[float, str, str, str]] = []
+    contested: set[str] = set()
+    seen: set[str] = set()
+    for _score, a, b in pairs:  # strictest first: a memory's first pair is its closest
+        if (a not in seen or b not in seen) and conflict_of(a, b):
+            contested |= {a, b} - seen
+        seen |= {a, b}
+    next_key = 0
     for score, a, b in pairs:
-        if a not in placed and b not in placed and nearest.get(a) == b and nearest.get(b) == a:
-            placed |= {a, b}
-            groups.append(([a, b], score))
-    return groups
+        first, second = group_of.get(a), group_of.get(b)
+        if first is not None and first == second:
+            continue
+        reason = conflict_of(a, b)
+        if reason:
+            clashes.append((score, a, b, reason))
+            continue
+        if a in contested or b in contested:
+            continue
+        left = members[first] if first is not None else [a]
+        right = members[second] if second is not None else [b]
+        worst = min([score] + [lowest[g] for g in (first, second) if g is not None])
+        joined = True
+        for x in left:
+            for y in right:
+                if {x, y} == {a, b}:
+                    continue
+                other = score_of(x, y)
+                if other < threshold or conflict_of(x, y):
+                    joined = False
+                    break
+                worst = min(worst, other)
+            if not joined:
+                break
+        if not joined:
+            continue
+        key = next_key
+        next_key += 1
+        for g in (first, second):
+            if g is not None:
+                members.pop(g)
+                lowest.pop(g)
+        members[key] = sorted(set(left) | set(right))
+        lowest[key] = worst
+        for rel in members[key]:
+            group_of[rel] = key
+    return [(members[g], lowest[g]) for g in sorted(members)], clashes
 
 
 class Judge:
@@ -404,9 +461,42 @@ def _within_budget(judge: Judge, edges: set[tuple[str, str]], budget: int, simil
     return ready, waiting
 
 
+class _ClaimCheck:
+    """`conflict` between two memories (by path), each memory's claims read once; `off` answers None always."""
+
+    def __init__(self, store: Store, referee: Judge | None, off: bool) -> None:
+        self.store, self.referee, self.off = store, referee, off
+        self._claims: dict[str, Claims] = {}
+        self._reasons: dict[tuple[str, str], str | None] = {}
+
+    def claims_of(self, rel: str) -> Claims:
+        if rel not in self._claims:
+            text = self.referee.text(rel) if self.referee is not None else _memory_text(self.store, rel)
+            self._claims[rel] = claims(text)
+        return self._claims[rel]
+
+    def __call__(self, a: str, b: str) -> str | None:
+        if self.off:
+            return None
+        if (a, b) not in self._reasons:
+            self._reasons[(a, b)] = conflict(self.claims_of(a), self.claims_of(b))
+        return self._reasons[(a, b)]
+
+
+def _memory_text(store: Store, rel: str) -> str:
+    """A memory's text as the index embeds it (title and body), "" when it cannot be read."""
+    from cortex.index.manifest import embed_text
+
+    path = store.memories_dir / rel
+    try:
+        return embed_text(fmt.parse(path.read_text(encoding="utf-8"), path))
+    except (OSError, UnicodeDecodeError, CortexError):
+        return ""
+
+
 def find_groups(store: Store, threshold: float | None = None, only_flagged: bool = False,
                 similarity: Similarity | None = None, judge: bool | Judge = True, progress: bool = False,
-                report: dict[str, Any] | None = None) -> list[Group]:
+                report: dict[str, Any] | None = None, conflicts: str = "skip") -> list[Group]:
     """Groups of near-duplicates, most similar first (`only_flagged`: from the pairs flagged at write time).
 
     The static similarity names each memory's candidates (its `CANDIDATES` nearest of the same type, at least
@@ -417,7 +507,14 @@ def find_groups(store: Store, threshold: float | None = None, only_flagged: bool
     memories whose decision was put off because some candidate pairs could not be judged within
     `consolidate.max_judged` (automatic) or `max_judged_by_hand` encoded memories, and of the memories paired
     with those — the automatic run keeps their flags for the next run, `cortex consolidate` says to run again.
+
+    Two memories that differ in a claim (`conflict`: a number, a version, a name, an identifier, a negation)
+    are never grouped, and the pair is logged. `conflicts="show"` (`cortex consolidate`, which asks a person)
+    also returns such pairs, as groups of two with `conflict` set to the reason; `conflicts="allow"`
+    (`cortex consolidate --allow-conflicts`, and the benchmark's comparison) does not check claims.
     """
+    if conflicts not in ("skip", "show", "allow"):
+        raise ValueError(f"conflicts must be skip, show or allow, not {conflicts!r}")
     config = store.config()
     if threshold is None:
         threshold = float(config.get("consolidate.manual_threshold"))
@@ -445,6 +542,8 @@ def find_groups(store: Store, threshold: float | None = None, only_flagged: bool
         if only_flagged else set()
     marked = {rel for pair in flagged_pairs for rel in pair}  # the automatic run starts only from these
     found: list[tuple[list[str], float]] = []
+    shown: list[tuple[list[str], float, str]] = []
+    differ = _ClaimCheck(store, referee, off=conflicts == "allow")
     for kind, rels in sorted(by_type.items()):
         rels = sorted(rels)
         eligible = set(rels)
@@ -466,27 +565,38 @@ def find_groups(store: Store, threshold: float | None = None, only_flagged: bool
         unsure = postponed | {rel for edge in edges for rel in edge if rel not in complete}
         held = postponed | {rel for edge in edges | waiting for rel in edge if set(edge) & postponed}
         out["waiting"].update(records[rel]["id"] for rel in held)
-        nearest: dict[str, str] = {}
-        best: dict[str, float] = {}
-        for (a, b), score in scored.items():
-            for one, other in ((a, b), (b, a)):
-                if score > best.get(one, -2.0) or (score == best[one] and other < nearest[one]):
-                    best[one], nearest[one] = score, other
         pairs = sorted(((s, a, b) for (a, b), s in scored.items()
                         if s >= threshold and a not in unsure and b not in unsure
                         and (not only_flagged or a in marked or b in marked)),
                        key=lambda p: (-p[0], p[1], p[2]))
-        found.extend(_pairs(pairs, nearest))
+
+        def pair_score(a: str, b: str) -> float:  # a pair inside a group that was no candidate is scored now
+            edge = (a, b) if a < b else (b, a)
+            if edge not in scored:
+                scored[edge] = score_of(*edge)
+            return scored[edge]
+
+        groups_here, clashes = _clusters(pairs, pair_score, differ, threshold)
+        found.extend(groups_here)
+        placed = {rel for rels, _low in groups_here for rel in rels}
+        for score, a, b, reason in clashes:
+            if conflicts == "skip":
+                store.log(f"consolidate: {records[a]['id']} and {records[b]['id']} differ ({reason}): not merged")
+            if conflicts == "show" and a not in placed and b not in placed:
+                placed |= {a, b}
+                shown.append(([a, b], score, reason))
     if referee is not None:
         referee.save()
     root = store.memories_dir
     groups = []
-    for rels, low in found:
+    every: list[tuple[list[str], float, str | None]] = [(rels, low, None) for rels, low in found]
+    for rels, low, why in every + list(shown):
         try:
             group = Group.read("", [root / rel for rel in sorted(rels)], low)
         except (OSError, UnicodeDecodeError, CortexError):
             continue  # changed under us since the cache saw it: the next run looks again
         group.type = group.members[0].type
+        group.conflict = why
         groups.append(group)
     groups.sort(key=lambda g: (-g.similarity, g.members[0].id))
     return groups
@@ -523,6 +633,7 @@ def merged_memory(group: Group, llm_text: str | None = None) -> Memory:
                     covered |= new_words
         if extra:
             body += "\n\n" + " ".join(extra)
+    body = _keep_claims(title, body, [m for m in members if llm_text or m is not best])
     ids = {m.id for m in members}
     links: dict[tuple[str, str], Link] = {}
     for member in members:
@@ -546,6 +657,55 @@ def merged_memory(group: Group, llm_text: str | None = None) -> Memory:
         source={"kind": "consolidation", "from": sorted(ids)},
         links=derived + list(links.values()),
     )
+
+
+def _missing_claims(sentence: str, kept: Claims, every_name: bool = False) -> bool:
+    """Whether a sentence states something the merged text does not: a number, version, name (not a capital
+    that merely opens a sentence, unless `every_name`), identifier, or a negation."""
+    said = claims(sentence)
+    if any(not present(item, kept) for item in said.items
+           if every_name or not (item.kind == "name" and item.initial)):
+        return True
+    negated = {stem for _before, stem in kept.negated}
+    return any(stem not in negated for _before, stem in said.negated)
+
+
+def _keep_claims(title: str, body: str, others: list[Memory]) -> str:
+    """The merged text with every claim of the members: a member's sentence holding a claim the text lacks (an
+    extra number, name, version, identifier or negation another member does not contradict) is appended."""
+    from cortex.index.manifest import embed_text
+
+    kept = claims(f"{title}\n{body}")
+    extra: list[str] = []
+    for member in others:
+        # a member that differs from the text (merged by a person's choice) keeps even a name opening a sentence
+        differs = conflict(claims(embed_text(member)), kept) is not None
+        for sentence in _sentences(embed_text(member)):
+            if sentence not in extra and _missing_claims(sentence, kept, every_name=differs):
+                extra.append(sentence)
+                kept = claims(f"{title}\n{body}\n" + " ".join(extra))
+    if not extra:
+        return body
+    return body + "\n\n" + " ".join(extra)
+
+
+def preview(store: Store, group: Group, use_llm: bool = True) -> Memory | None:
+    """The memory that would replace the group, kept on it (`group.merged`) for a person to read before it is
+    written. With `use_llm` the LLM writes the text when `capture.llm` lets it, and `apply` then writes exactly
+    this; None when the LLM answers that the memories differ. Without, the text cortex makes itself (what
+    `apply` writes unless the LLM is on)."""
+    if group.settled:
+        return group.merged
+    llm_text = _llm_merge(store, group) if use_llm else None
+    if llm_text is not None and _says_different(llm_text):
+        store.log(f"consolidate: the LLM says {', '.join(m.id for m in group.members)} differ: not merged")
+        group.merged, group.settled = None, True
+        return None
+    if llm_text is not None and not llm_text.lstrip().lower().startswith("title:"):
+        store.log("consolidate: the LLM's answer is not 'Title: …' then the text: merged without it")
+        llm_text = None
+    group.merged, group.settled = merged_memory(group, llm_text), use_llm
+    return group.merged
 
 
 def _llm_merge(store: Store, group: Group) -> str | None:
@@ -670,14 +830,10 @@ def _prepare(store: Store, groups: list[Group], use_llm: bool) -> list[tuple[Gro
                 snapshot = {m.path: m.path.read_bytes() for m in group.members if m.path is not None}
             except OSError:
                 continue
-        llm_text = _llm_merge(store, group) if use_llm else None
-        if llm_text is not None and _says_different(llm_text):
-            store.log(f"consolidate: the LLM says {', '.join(m.id for m in group.members)} differ: not merged")
-            continue  # a second opinion that vetoes a false merge
-        if llm_text is not None and not llm_text.lstrip().lower().startswith("title:"):
-            store.log("consolidate: the LLM's answer is not 'Title: …' then the text: merged without it")
-            llm_text = None
-        prepared.append((group, snapshot, merged_memory(group, llm_text)))
+        merged = preview(store, group, use_llm)  # what a person was shown, when the LLM was asked then
+        if merged is None:
+            continue  # the LLM's second opinion vetoed a false merge
+        prepared.append((group, snapshot, merged))
     return prepared
 
 
