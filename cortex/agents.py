@@ -14,6 +14,7 @@ from typing import Any
 
 from cortex.errors import CortexError
 from cortex.files import atomic_write
+from cortex.guard import redact
 from cortex.store import Store
 
 FILE = "AGENTS.md"
@@ -62,7 +63,13 @@ def update(store: Store, create: bool = False, index: Any = None) -> str | None:
     parts = _split(text, path) if text is not None else None
     if parts is None and not create:
         return None
-    section = render(store, index)
+    # AGENTS.md is committed and pushed like the memories it copies: a secret that reached one (a file edited
+    # by hand, a memory written before the guard knew its format) goes no further. Text outside the markers
+    # is the person's and is left alone.
+    section, found = redact(render(store, index))
+    if found:
+        store.log(f"agents: {len(found)} possible secret(s) redacted from the section of {path} "
+                  f"({', '.join(sorted({f.kind for f in found}))}); run `cortex scan` on .cortex/memories")
     if parts is None:
         new = (text.rstrip("\n") + "\n\n" if text else "") + section + "\n"
         done = f"added the cortex section to {path}" if text else f"wrote {path}"

@@ -19,8 +19,11 @@ The pipeline behind `cortex hook stop` and `cortex capture TRANSCRIPT`:
      then succeeded → a `gotcha` candidate;
    - *keyword*: conservative decision markers in assistant text.
 4. **Guard**: `<private>…</private>` and text cortex injected itself are
-   skipped; secrets are redacted as `[REDACTED:<kind>]` (a candidate whose
-   title holds one is dropped).
+   skipped; secrets are redacted as `[REDACTED:<kind>]`, the whole secret
+   over all its lines (a candidate whose title holds one is dropped); one
+   message is read up to `capture.max_message_chars` and no body is longer.
+   The LLM layer's slice is redacted and stripped of `<private>` text before
+   it is queued (`cortex.guard`, as every write).
 5. **Dedup** against active memories of the same type (normalised text, then
    word-set Jaccard ≥ 0.7): a duplicate refreshes nothing and writes nothing.
 """
@@ -35,12 +38,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from cortex.guard import redact, scan_text
 from cortex.memory import CAPTURE_TYPES, Memory, title_from_text
 from cortex.store import Store
 from cortex.text import INJECTED_MARK, words
 
 LAYERS = ("structural", "keyword", "self_report")  # the local layers `capture.layers` chooses from
 MAX_SLICE = 65_000  # characters of the session the LLM layer is sent
+DEFAULT_MAX_MESSAGE = 20_000  # `capture.max_message_chars`: what capture reads of one message, a body's longest
 SKIP_PROMPT_PREFIXES = ("<command-name>", "<command-message>", "<local-command-stdout>", "<task-notification>",
                         "<system-reminder>", "Stop hook feedback:", "[Request interrupted by user", "Caveat:")
 TAG = re.compile(r"\[MEMORY:\s*([a-z_]+)((?:\s+[a-z]+=[^\s:\]]+)*)\s*:\s*(.+?)\]", re.S)
@@ -463,26 +468,45 @@ def keyword(items: list[Event]) -> Iterator[Candidate]:
 # ---------------------------------------------------------------- guard, dedup, write
 
 
-def _redact(candidate: Candidate, report: CaptureReport) -> Candidate | None:
-    from cortex.guard import scan_text
-
+def _redact(candidate: Candidate, report: CaptureReport, max_chars: int = DEFAULT_MAX_MESSAGE) -> Candidate | None:
+    """The candidate with every secret in its body replaced, all of its lines, by `[REDACTED:<kind>]` and the body
+    cut to `max_chars`; None when the secret is the point (in the title, on the title's line, or all there is)."""
     if scan_text(candidate.title):
         return None
-    findings = scan_text(candidate.body)
-    if not findings:
+    body, findings = redact(candidate.body)
+    if not findings and len(body) <= max_chars:
         return candidate
-    lines = candidate.body.splitlines()
-    stem = candidate.title.rstrip("…").strip()
-    for finding in findings:
-        if 0 < finding.line <= len(lines):
-            if stem and (stem in lines[finding.line - 1] or lines[finding.line - 1].strip() in stem):
-                return None  # the title was cut from the secret's own line: the secret is the point
-            lines[finding.line - 1] = f"[REDACTED:{finding.kind}]"
-    report.redacted += len(findings)
-    candidate.body = "\n".join(lines) + "\n"
-    if not re.sub(r"\[REDACTED:[^\]]*\]", "", candidate.body).strip():
-        return None  # nothing left but the secret: the secret was the point
+    if findings:
+        stem = candidate.title.rstrip("…").strip()
+        for finding in findings:
+            around = candidate.body.rfind("\n", 0, finding.start) + 1
+            line_end = candidate.body.find("\n", finding.end)
+            for line in candidate.body[around:len(candidate.body) if line_end < 0 else line_end].splitlines():
+                if stem and line.strip() and (stem in line or line.strip() in stem):
+                    return None  # the title was cut from the secret's own line: the secret is the point
+        report.redacted += len(findings)
+        if not re.sub(r"[\w.\-]*[ \t]*[:=]?[ \t]*[\"'`]?\[REDACTED:[^\]]*\][\"'`]?|[\W_]", "", body):
+            return None  # nothing left but the secret (and its name): the secret was the point
+    if len(body) > max_chars:
+        body = _capped(body, max_chars).rstrip() + "\n[…]"
+    candidate.body = body.rstrip("\n") + "\n"
     return candidate if not scan_text(candidate.body) else None
+
+
+def _capped(text: str, limit: int) -> str:
+    """At most `limit` characters of `text`, cut at a line break or a space so no token is cut in two (the head
+    of a cut key would no longer look like one)."""
+    if len(text) <= limit:
+        return text
+    cut = max(text.rfind("\n", 0, limit + 1), text.rfind(" ", 0, limit + 1))
+    return text[:cut if cut > limit // 2 else limit]
+
+
+def _max_message(store: Store) -> int:
+    try:
+        return max(1000, int(store.config().get("capture.max_message_chars")))
+    except (KeyError, TypeError, ValueError):
+        return DEFAULT_MAX_MESSAGE
 
 
 def _active_of_types(store: Store, index: Any, types: set[str]) -> list[Memory]:
@@ -550,8 +574,9 @@ def write_candidates(store: Store, candidates: list[Candidate], session: str, co
 
     vectors = _Vectors.open(indexes.synced(store))
     cosine_duplicate = float(store.config().get("capture.dedup_cosine"))
+    max_chars = _max_message(store)
     for candidate in candidates:
-        guarded = _redact(candidate, report)
+        guarded = _redact(candidate, report, max_chars)
         if guarded is None:
             continue
         destination, existing = target(guarded.scope)
@@ -654,6 +679,12 @@ def capture(store: Store, transcript: Path, session: str | None = None, last_mes
     records, report.skipped_lines, cursor = read_new_records(store, transcript, from_start)
     report.records = len(records)
     items = events(records)
+    max_chars = _max_message(store)
+    for event in items:  # one huge reply (50 MB) must not cost the Stop hook minutes or become a huge memory
+        if event.kind in ("text", "human") and len(event.text) > max_chars:
+            event.text = _capped(event.text, max_chars)
+    if last_message and len(last_message) > max_chars:
+        last_message = _capped(last_message, max_chars)
     pending = cursor.pop("pending", None)
     if pending:  # the reply the last run took from the hook payload has reached the file since: already captured
         items = [e for e in items if not (e.kind == "text" and _digest(e.text) == pending)]
@@ -700,27 +731,49 @@ def queue_dir(store: Store) -> Path:
 
 
 def render_slice(items: list[Event]) -> str:
-    """The session events as plain text for the model, the newest kept when it is too long."""
-    lines = []
-    for event in items:
+    """The session events as plain text for the model, the newest kept when it is too long: `<private>` text
+    removed and secrets redacted (`[REDACTED:<kind>]`) in each event before it is cut or its spaces folded (a key
+    wrapped over lines, folded onto one, would no longer read as one)."""
+
+    def guarded(text: str) -> str:
+        return redact(_without_private(text))[0]
+
+    lines: list[str] = []
+    size = 0
+    for event in reversed(items):  # newest first, and only as many as are kept: old turns are never scanned
         if event.kind == "human":
-            lines.append(f"USER: {event.text}")
+            lines.append(f"USER: {guarded(event.text)}")
         elif event.kind == "text":
-            lines.append(f"ASSISTANT: {event.text}")
+            lines.append(f"ASSISTANT: {guarded(event.text)}")
         elif event.kind == "tool":
             detail = event.tool_input.get("command") or event.tool_input.get("file_path") or ""
             status = " (failed)" if event.failed else ""
-            result = " ".join(event.result.split())[:300]
-            lines.append(f"TOOL {event.tool} {detail}{status}: {result}")
-    return "\n".join(lines)[-MAX_SLICE:]
+            result = " ".join(guarded(event.result).split())[:300]
+            lines.append(f"TOOL {event.tool} {guarded(str(detail))}{status}: {result}")
+        else:
+            continue
+        size += len(lines[-1]) + 1
+        if size > MAX_SLICE:
+            break
+    return "\n".join(reversed(lines))[-MAX_SLICE:]
+
+
+def _without_private(text: str) -> str:
+    """`<private>…</private>` removed, and everything after a `<private>` that is never closed."""
+    text = PRIVATE.sub("", text)
+    opened = text.lower().find("<private>")
+    return text if opened < 0 else text[:opened]
 
 
 def enqueue(store: Store, session: str, slice_text: str, context: str) -> Path | None:
-    """Queue a job for `cortex worker` (nothing when the slice is empty)."""
+    """Queue a job for `cortex worker` (nothing when the slice is empty). The slice and context are guarded here,
+    where they are written: `<private>` text removed, secrets redacted."""
     import time
 
     from cortex.files import atomic_write
 
+    slice_text = redact(_without_private(slice_text))[0]
+    context = redact(_without_private(context))[0]
     if not slice_text.strip():
         return None
     name = f"{time.strftime('%Y%m%dT%H%M%S')}-{time.time_ns() % 10**9:09d}-{session[:40]}.json"

@@ -99,7 +99,7 @@ def process_queue(store: Store, timeout: float = 600.0) -> dict[str, int]:
                 continue
             prompt = (PROMPT.replace("{types}", "|".join(CAPTURE_TYPES))
                       .replace("{context}", str(job.get("context", ""))).replace("{known}", _known(store))
-                      .replace("{slice}", str(job.get("slice", ""))))
+                      .replace("{slice}", _guarded(str(job.get("slice", "")))))
             try:
                 items = _parse_answer(llm.run(store, prompt, timeout))
             except Exception as exc:
@@ -127,6 +127,15 @@ def process_queue(store: Store, timeout: float = 600.0) -> dict[str, int]:
         for each in iter_stores(store):
             maintain.run(each, indexes)
     return counts
+
+
+def _guarded(text: str) -> str:
+    """The slice as it may be sent: `<private>` text and secrets removed again (a job queued by an older cortex
+    may hold them raw; capture removes them before queueing)."""
+    from cortex.capture import PRIVATE
+    from cortex.guard import redact
+
+    return redact(PRIVATE.sub("", text))[0]
 
 
 def _candidates(items: list[dict[str, Any]], known_ids: set[str]) -> list[Any]:

@@ -87,7 +87,7 @@ def test_the_files_cortex_writes_itself_pass_the_guard(repo):
                 "commit": "3f9a1c07d2e4b5a6c7d8e9f00112233445566778"},
         links=[Link("relates_to", first.id, 0.42)]))
     for item in (first, second):
-        assert scan_text(item.path.read_text(encoding="utf-8"), item.path.name) == []
+        assert scan_text(item.path.read_text(encoding="utf-8")) == []
 
 
 def test_scan_command_and_pre_commit_hooks_file(tmp_path):
