@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -26,14 +27,48 @@ TYPE_CHOICE = click.Choice(TYPES)
 
 
 def _fail(message: str) -> None:
-    click.echo(f"cortex: {message}", err=True)
+    click.echo(f"cortex: {_one_line_safe(message)}", err=True)
     sys.exit(1)
 
 
 def _print_json(data: Any) -> None:
-    # Indented for a person at a terminal; compact (and ~10x faster to encode) in a pipe.
+    # Indented for a person at a terminal; compact (and ~10x faster to encode) in a pipe. json escapes C0
+    # controls; DEL and the C1 ones (U+0080-U+009F, which some terminals obey) are escaped here, as JSON allows.
     indent = 2 if sys.stdout.isatty() else None
-    click.echo(json.dumps(data, indent=indent, ensure_ascii=False))
+    text = json.dumps(data, indent=indent, ensure_ascii=False)
+    click.echo(_DEL_C1.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
+
+
+# What a memory's text may not send to a terminal: C0 controls (a body keeps newline and tab), DEL and C1
+# controls. An escape sequence's introducer is among them, so a title cannot recolour, retitle or clear the
+# terminal; each is shown as a visible escape (\x1b) instead, so a person sees that something is there.
+_DEL_C1 = re.compile("[\x7f-\x9f]")
+_CONTROL_LINE = re.compile("[\x00-\x1f\x7f-\x9f]")
+_CONTROL_BODY = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _safe(text: str) -> str:
+    """One line of text (a title, a path, a tag) as it may be printed: every control character escaped."""
+    return _CONTROL_LINE.sub(_escape, text)
+
+
+def _safe_body(text: str) -> str:
+    """Many lines (a memory's file): newlines and tabs kept, every other control character escaped."""
+    return _CONTROL_BODY.sub(_escape, text.replace("\r\n", "\n"))
+
+
+def _escape(match: re.Match[str]) -> str:
+    return f"\\x{ord(match.group()):02x}"
+
+
+def _echo(line: str) -> None:
+    """Print one line of a report on stdout, its control characters escaped."""
+    click.echo(_safe(line))
+
+
+def _one_line_safe(message: str) -> str:
+    """An error message as one printable line (it may quote a title or a file name)."""
+    return _safe(message.replace("\n", " "))
 
 
 def store_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -50,13 +85,24 @@ def store_options(func: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(use_global: bool, directory: Path | None, **kwargs: Any) -> Any:
         from cortex.store import Store
 
+        store = None
         try:
             store = Store.locate(use_global=use_global, directory=directory)
             return func(store=store, **kwargs)
         except CortexError as exc:
             _fail(str(exc))
+        finally:
+            if func.__name__ != "status":  # status lists them among its problems
+                _warn_config(store)
 
     return wrapper
+
+
+def _warn_config(store: Any) -> None:
+    """A setting the command read that was wrong (its default was used): one line each on stderr."""
+    config = getattr(store, "_config", None)  # only when the command loaded it: never read it just for this
+    for problem in getattr(config, "invalid", ()):
+        click.echo(f"cortex: warning: {_safe(problem)}", err=True)
 
 
 class CortexGroup(click.Group):
@@ -78,6 +124,13 @@ class CortexGroup(click.Group):
             _fail(_one_line(exc.format_message()))
         except click.Abort:  # Ctrl-C or end of input at a prompt
             _fail("aborted")
+        except OSError as exc:  # the machine refused: a read-only store, no permission, a full disk
+            from cortex.files import write_problem
+
+            problem = write_problem(exc)
+            if problem is None:
+                raise
+            _fail(problem)
         sys.exit(result if isinstance(result, int) else 0)  # an int only from --help/--version (click's Exit)
 
 
@@ -219,7 +272,7 @@ def list_command(store: Any, types: tuple[str, ...], statuses: tuple[str, ...], 
     index.sync(full=False)
     assert index.manifest is not None
     for path, reason in index.problems():
-        click.echo(f"cortex: skipped {path}: {reason}", err=True)
+        click.echo(f"cortex: skipped {_safe(str(path))}: {_safe(reason)}", err=True)
     wanted_status = set() if show_all else set(statuses or ("active",))
     root = str(store.memories_dir)
     rows = []
@@ -246,7 +299,7 @@ def list_command(store: Any, types: tuple[str, ...], statuses: tuple[str, ...], 
     for m in rows:
         flags = ("*" if m["pinned"] else " ") + (" " if m["status"] == "active" else m["status"][0].upper())
         prefix = f"{m['id']}  {m['type']:<{type_width}}  p{m['priority']:<2} {flags} "
-        title = m["title"]
+        title = _safe(m["title"])
         if len(prefix) + len(title) > width:
             title = title[: max(10, width - len(prefix) - 1)] + "…"
         click.echo(prefix + title)
@@ -267,8 +320,8 @@ def show(store: Any, memory_id: str, as_json: bool, at: str | None) -> None:
         _print_json(item.to_dict() | {"store": store.label})
         return
     assert item.path is not None
-    click.echo(f"{item.path}")
-    click.echo(item.path.read_text(encoding="utf-8").rstrip("\n"))
+    click.echo(_safe(str(item.path)))
+    click.echo(_safe_body(item.path.read_text(encoding="utf-8").rstrip("\n")))
 
 
 # ---------------------------------------------------------------- edit
@@ -280,8 +333,9 @@ def show(store: Any, memory_id: str, as_json: bool, at: str | None) -> None:
 def edit(store: Any, memory_id: str) -> None:
     """Open a memory in $EDITOR; it is checked before it replaces the file."""
     from cortex import memory as fmt
-    from cortex.errors import MalformedMemory
+    from cortex.errors import MalformedMemory, SecretDetected
     from cortex.files import atomic_write
+    from cortex.store import guard_text
 
     item = store.get(memory_id)
     assert item.path is not None
@@ -311,6 +365,15 @@ def edit(store: Any, memory_id: str) -> None:
             if sys.stdin.isatty() and click.confirm("Edit again?", default=True):
                 continue
             _fail(f"{item.path} unchanged; your draft is kept at {draft}")
+        try:
+            guard_text(text, item.path)  # the guard every other write goes through: memories are pushed
+        except SecretDetected as exc:
+            where = f"{item.path}" + (f" line {exc.line}" if exc.line else "")
+            if sys.stdin.isatty():
+                click.echo(f"cortex: {where}: looks like a secret ({exc.rule})", err=True)
+                if click.confirm("Edit again?", default=True):
+                    continue
+            _fail(f"{where}: looks like a secret ({exc.rule}); not saved, your draft is kept at {draft}")
         break
     with store.lock():
         try:
@@ -394,37 +457,48 @@ def status(store: Any, as_json: bool, strict: bool) -> None:
     from cortex.index import Index
 
     report = store_status.report(store, Index(store).ensure())
+    _config_problems(store, report)
     if as_json:
         _print_json(report)
     else:
-        click.echo(f"store:    {report['root']} ({report['store']})")
+        _echo(f"store:    {report['root']} ({report['store']})")
         if report["store"] == "project":
             git = f"branch {report['branch']}" if report["branch"] else ("detached HEAD" if report["git"] else "off (not a git repository)")
-            click.echo(f"git:      {git}")
-        click.echo(f"memories: {report['total']} ({report['pinned']} pinned)")
+            _echo(f"git:      {git}")
+        _echo(f"memories: {report['total']} ({report['pinned']} pinned)")
         semantic = report["semantic"]
         if semantic["on"]:
-            click.echo(f"search:   full-text + semantic ({semantic['model']})")
+            _echo(f"search:   full-text + semantic ({semantic['model']})")
         else:
-            click.echo(f"search:   full-text only: {semantic['problem']}")
+            _echo(f"search:   full-text only: {semantic['problem']}")
         for name, count in report["by_status"].items():
-            click.echo(f"  {name:<18} {count}")
-        click.echo("by type:")
+            _echo(f"  {name:<18} {count}")
+        _echo("by type:")
         for name, count in report["by_type"].items():
-            click.echo(f"  {name:<18} {count}")
+            _echo(f"  {name:<18} {count}")
         if report["flagged_pairs"]:
-            click.echo(f"possible duplicates flagged: {report['flagged_pairs']} pairs, judged by the next automatic "
-                       f"consolidation (`cortex consolidate --auto --dry-run`)")
+            _echo(f"possible duplicates flagged: {report['flagged_pairs']} pairs, judged by the next automatic "
+                  f"consolidation (`cortex consolidate --auto --dry-run`)")
         for warning in report["warnings"]:
-            click.echo(f"warning: {warning}")
+            _echo(f"warning: {warning}")
         if report["problems"]:
-            click.echo(f"problems ({len(report['problems'])}):")
+            _echo(f"problems ({len(report['problems'])}):")
             for problem in report["problems"]:
-                click.echo(f"  {problem}")
+                _echo(f"  {problem}")
         else:
-            click.echo("problems: none")
+            _echo("problems: none")
     if strict and report["problems"]:
         sys.exit(1)
+
+
+def _config_problems(store: Any, report: dict[str, Any]) -> None:
+    """A setting with a wrong value is a problem (`--strict` fails on it), not only a warning."""
+    try:
+        invalid = list(store.config().invalid)
+    except CortexError:
+        return  # an unreadable config.yaml is already among the problems
+    report["warnings"] = [line for line in report["warnings"] if line not in invalid]
+    report["problems"] = invalid + [line for line in report["problems"] if line not in invalid]
 
 
 # ---------------------------------------------------------------- recall and the cache
@@ -455,7 +529,7 @@ def recall(store: Any, query: str, limit: int | None, types: tuple[str, ...], br
     result = run_recall(stores, query, limit=limit, types=types, branch=branch, include_all=include_all,
                         keyword_only=keyword)
     for note in result.notes:
-        click.echo(f"cortex: {note}", err=True)
+        click.echo(f"cortex: {_safe(note)}", err=True)
     if as_json:
         _print_json([hit.to_dict() for hit in result.hits])
         return
@@ -467,9 +541,9 @@ def recall(store: Any, query: str, limit: int | None, types: tuple[str, ...], br
         label = "" if hit.store == "project" else f" [{hit.store}]"
         via = f"  (via {hit.via})" if hit.via else ""
         status = "" if m.status == "active" else f" ({m.status})"
-        click.echo(f"{hit.score:5.3f}  {m.id}  {m.type:<12} {m.title}{status}{label}{via}")
+        click.echo(_safe(f"{hit.score:5.3f}  {m.id}  {m.type:<12} {m.title}{status}{label}{via}"))
         if hit.snippet:
-            click.echo(f"       {hit.snippet}")
+            click.echo(f"       {_safe(hit.snippet)}")
 
 
 @main.command()
@@ -482,28 +556,38 @@ def reindex(store: Any) -> None:
     report = index.rebuild()
     if index.encoder_problem:
         click.echo(f"cortex: semantic search off ({index.encoder_problem})", err=True)
-    count = len(index.manifest.files) if index.manifest else 0
-    click.echo(f"reindexed {count} files ({report.embedded} embedded) in {report.seconds:.1f}s")
+    files = index.manifest.files if index.manifest else {}
+    skipped = sum(1 for entry in files.values() if "error" in entry)
+    note = f"; {skipped} skipped as malformed, see `cortex status`" if skipped else ""
+    click.echo(f"reindexed {len(files)} files ({report.embedded} embedded{note}) in {report.seconds:.1f}s")
 
 
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the digest and differences as JSON.")
 @store_options
 def verify(store: Any, as_json: bool) -> None:
-    """Print the cache's digest and check it against the files (exit 1 if they differ)."""
+    """Print the cache's digest and check it against the files, every vector recomputed (exit 1 if they differ)."""
     from cortex.index import Index
 
     index = Index(store)
-    index.sync(full=True)
+    index.sync(full=True)  # damaged parts it finds are rebuilt, and reported below
     digest = index.digest()
-    differences = index.check()
+    remaining = index.check()
+    differences = [f"damaged, rebuilt now: {line}" for line in index.repaired] + remaining
     if as_json:
-        _print_json(digest | {"differences": differences, "ok": not differences})
+        _print_json(digest | {"differences": differences, "repaired": index.repaired,
+                              "vectors_checked": index.vectors_checked, "ok": not differences})
     else:
-        click.echo(f"digest {digest['digest']}  ({digest['memories']} memories, vectors {'on' if digest['vectors'] else 'off'})")
+        vectors = f"vectors on, {index.vectors_checked} recomputed and compared" if digest["vectors"] else "vectors off"
+        click.echo(f"digest {digest['digest']}  ({digest['memories']} memories, {vectors})")
         for line in differences:
             click.echo(f"  {line}")
-        click.echo("cache matches the files" if not differences else "cache does NOT match the files; run `cortex reindex`")
+        if not differences:
+            click.echo("cache matches the files")
+        elif not remaining:
+            click.echo("cache did NOT match the files; the damaged parts were rebuilt (`cortex verify` again to confirm)")
+        else:
+            click.echo("cache does NOT match the files; run `cortex reindex`")
     if differences:
         sys.exit(1)
 
@@ -570,13 +654,15 @@ def gc(store: Any, dry_run: bool, as_json: bool) -> None:
 
 
 @main.command()
-@click.option("--dry-run", is_flag=True, help="Print the proposed groups; change nothing.")
-@click.option("--yes", "-y", is_flag=True, help="Merge every group without asking.")
+@click.option("--dry-run", is_flag=True, help="Print the proposed groups and their merged text; change nothing.")
+@click.option("--yes", "-y", is_flag=True, help="Merge every group without asking (not those whose memories differ in a claim).")
+@click.option("--allow-conflicts", is_flag=True, help="Also merge memories that differ in a claim (a number, version, name, negation).")
 @click.option("--threshold", type=click.FloatRange(0, 1), help="Duplicate score a group needs (default: consolidate.manual_threshold, 0.55).")
 @click.option("--auto", "auto", is_flag=True, help="What runs after capture: only pairs flagged when written, at consolidate.auto_threshold (0.64).")
 @click.option("--json", "as_json", is_flag=True, help="Print the groups (and what was merged) as JSON.")
 @store_options
-def consolidate(store: Any, dry_run: bool, yes: bool, threshold: float | None, auto: bool, as_json: bool) -> None:
+def consolidate(store: Any, dry_run: bool, yes: bool, allow_conflicts: bool, threshold: float | None, auto: bool,
+                as_json: bool) -> None:
     """Merge near-duplicate memories of the same type into one (the originals are archived, linked derived_from)."""
     from cortex import consolidate as merging
 
@@ -585,7 +671,9 @@ def consolidate(store: Any, dry_run: bool, yes: bool, threshold: float | None, a
     if auto and threshold is None:
         threshold = float(store.config().get("consolidate.auto_threshold"))
     report: dict[str, Any] = {}
-    groups = merging.find_groups(store, threshold, only_flagged=auto, progress=sys.stderr.isatty(), report=report)
+    conflicts = "allow" if allow_conflicts else "skip" if auto else "show"
+    groups = merging.find_groups(store, threshold, only_flagged=auto, progress=sys.stderr.isatty(), report=report,
+                                 conflicts=conflicts)
     if report.get("by") == "static similarity":
         click.echo(f"the contextual model could not be loaded (see .cortex/state/cortex.log): judged by the static "
                    f"similarity at {report['threshold']:.2f} or more", err=True)
@@ -593,22 +681,43 @@ def consolidate(store: Any, dry_run: bool, yes: bool, threshold: float | None, a
         key, again = ("max_judged", "cortex consolidate --auto") if auto else ("max_judged_by_hand", "cortex consolidate")
         click.echo(f"{len(report['waiting'])} memories wait for a decision (at most consolidate.{key} memories are "
                    f"encoded per run): run `{again}` again", err=True)
-    if not as_json:
-        for n, group in enumerate(groups, start=1):
-            click.echo(f"group {n} ({group.type}, {report.get('by', 'duplicate score')} {group.similarity:.2f}):")
+    asking = not yes and not dry_run
+    if asking and groups and not sys.stdin.isatty():
+        _fail("not a terminal: pass --yes to merge every group, or --dry-run to see them")
+    chosen = []
+    for n, group in enumerate(groups, start=1):
+        merged = merging.preview(store, group, use_llm=asking)  # what would be written (the LLM's, when asking)
+        if not as_json:
+            differ = f"; they differ, {group.conflict}" if group.conflict else ""
+            click.echo(f"group {n} ({group.type}, {report.get('by', 'duplicate score')} {group.similarity:.2f}{differ}):")
             for member in group.members:
                 click.echo(f"  {member.id} {member.title}")
-        if not groups:
-            click.echo("no near-duplicates found")
-    if dry_run or not groups:
+            if merged is not None and (dry_run or asking):
+                click.echo(f"  merged: {merged.title}")
+                for line in merged.body.strip().splitlines():
+                    click.echo(f"    {line}" if line.strip() else "")
+        if merged is None:
+            if not as_json:
+                click.echo("  the LLM says these memories differ: not merged")
+            continue
+        if dry_run:
+            continue
+        if asking:
+            question = f"merge group {n} anyway?" if group.conflict else f"merge group {n}?"
+            if click.confirm(question, default=not group.conflict):
+                chosen.append(group)
+        elif group.conflict:
+            if not as_json:
+                click.echo(f"  not merged: they differ ({group.conflict}); answer yes without --yes, or pass "
+                           f"--allow-conflicts")
+        else:
+            chosen.append(group)
+    if not as_json and not groups:
+        click.echo("no near-duplicates found")
+    if dry_run or not chosen:
         if as_json:
             _print_json({"groups": [g.to_dict() for g in groups], "merged": []})
         return
-    chosen = groups
-    if not yes:
-        if not sys.stdin.isatty():
-            _fail("not a terminal: pass --yes to merge every group, or --dry-run to see them")
-        chosen = [g for n, g in enumerate(groups, start=1) if click.confirm(f"merge group {n}?", default=True)]
     try:
         result = merging.apply(store, chosen)
     except CortexError as exc:
@@ -775,7 +884,7 @@ def scan(paths: tuple[Path, ...]) -> None:
             text = path.read_text(encoding="utf-8", errors="replace")
         except OSError as exc:
             _fail(f"{path}: cannot read ({exc.strerror})")
-        for finding in scan_text(text, path.name):
+        for finding in scan_text(text):  # the text alone: a file's name never changes the rules
             click.echo(f"{path}:{finding.line}: possible secret ({finding.kind})")
             found += 1
     if found:
@@ -787,8 +896,9 @@ def scan(paths: tuple[Path, ...]) -> None:
 @click.argument("transcript", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--from-start", is_flag=True, help="Ignore the cursor: read the whole transcript again (duplicates are still skipped).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--dry-run", is_flag=True, help="Print what would be written (layer, source record) and write nothing.")
 @store_options
-def capture_command(store: Any, transcript: Path, from_start: bool, as_json: bool) -> None:
+def capture_command(store: Any, transcript: Path, from_start: bool, as_json: bool, dry_run: bool) -> None:
     """Capture memories from a Claude Code transcript (what the Stop hook runs), from where the last run stopped."""
     from cortex import events, maintain
     from cortex.capture import capture
@@ -796,7 +906,18 @@ def capture_command(store: Any, transcript: Path, from_start: bool, as_json: boo
     from cortex.store import iter_stores
 
     indexes = Indexes()
-    report = capture(store, transcript, from_start=from_start, indexes=indexes)
+    report = capture(store, transcript, from_start=from_start, indexes=indexes, dry_run=dry_run)
+    if dry_run:
+        rows = [{"type": c.type, "title": c.title, "layer": c.layer, "record": c.record, "index": c.index,
+                 "files": c.files,
+                 "tags": c.tags, "body": c.body} for c in report.candidates]
+        if as_json:
+            _print_json({"records": report.records, "dry_run": True, "candidates": rows})
+        else:
+            click.echo(f"{report.records} new records: {len(rows)} candidates (dry run, nothing written)")
+            for row in rows:
+                click.echo(f"  {row['type']:<12} {row['layer']:<11} {row['record'] or '-':<38} {row['title']}")
+        return
     events.capture_done(store, report, indexes, upkeep="none")  # projections and AGENTS.md, as the Stop hook
     for each in iter_stores(store):  # links for what was written (global-scope memories too); gc, consolidation
         maintain.run(each, indexes, stage=False)

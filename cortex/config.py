@@ -1,7 +1,12 @@
 """`.cortex/config.yaml`: documented defaults, merged with what a person sets.
 
 Every key is optional. Unknown keys are reported as warnings, never fatal,
-so a config written by a newer cortex still works with an older one.
+so a config written by a newer cortex still works with an older one. Every
+value is checked when the file loads (its type, its range, its words): a bad
+one is reported ("config.yaml: recall.limit must be an integer from 1 to
+1000, got 'ten' (default 10 used)") and its default used, so a read or a hook
+never breaks on it; `cortex status --strict` fails on it. A file that is not
+UTF-8 YAML holding a mapping raises `ConfigError`.
 """
 
 from __future__ import annotations
@@ -14,6 +19,9 @@ from typing import Any
 from cortex.errors import ConfigError
 
 DEFAULTS: dict[str, Any] = {
+    "store": {
+        "max_memory_bytes": 65536,
+    },
     "briefing": {
         "budget_tokens": 500,
     },
@@ -42,6 +50,7 @@ DEFAULTS: dict[str, Any] = {
         "llm": "off",
         "llm_command": "claude -p",
         "dedup_cosine": 0.9,
+        "max_message_chars": 20_000,
     },
     "graph": {
         "link_min": 0.1,
@@ -76,6 +85,9 @@ TEMPLATE = """\
 # cortex configuration. Every key is optional: these are the defaults.
 # Unknown keys are reported by `cortex status`, never fatal.
 
+store:
+  max_memory_bytes: 65536   # a memory file larger than this is refused on write and reported (not read) by status
+
 briefing:
   budget_tokens: 500        # session-start briefing size (about 4 characters a token)
 
@@ -103,6 +115,7 @@ capture:
   llm: off                  # off | auto | on: LLM extraction, run detached
   llm_command: claude -p
   dedup_cosine: 0.9         # a candidate this close (cosine) to a memory of its type is a duplicate
+  max_message_chars: 20000  # capture reads at most this much of one message, and no captured body is longer
 
 graph:                      # links made when a memory is written
   link_min: 0.1             # similarity (cosine, or word overlap without vectors) from which memories are related
@@ -135,7 +148,8 @@ embedding:
 @dataclass
 class Config:
     data: dict[str, Any]
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # every line `cortex status` shows: unknown keys, bad values
+    invalid: list[str] = field(default_factory=list)  # the bad values among them (their defaults are used)
 
     def get(self, dotted: str) -> Any:
         node: Any = self.data
@@ -144,7 +158,9 @@ class Config:
         return node
 
 
-def _merge(defaults: dict[str, Any], given: dict[str, Any], prefix: str, warnings: list[str]) -> dict[str, Any]:
+def _merge(defaults: dict[str, Any], given: dict[str, Any], prefix: str, warnings: list[str],
+           invalid: list[str]) -> dict[str, Any]:
+    """The defaults with what `given` sets, each value checked (`_checked`): a bad one keeps its default."""
     out = copy.deepcopy(defaults)
     for key, value in given.items():
         name = f"{prefix}{key}"
@@ -153,12 +169,99 @@ def _merge(defaults: dict[str, Any], given: dict[str, Any], prefix: str, warning
             continue
         if isinstance(defaults[key], dict):
             if isinstance(value, dict):
-                out[key] = _merge(defaults[key], value, f"{name}.", warnings)
+                out[key] = _merge(defaults[key], value, f"{name}.", warnings, invalid)
             else:
-                warnings.append(f"'{name}' should be a mapping (default used)")
+                invalid.append(f"{name} must be a mapping, got {_shown(value)} (defaults used)")
+            continue
+        checked, problem = _checked(name, value, defaults[key])
+        if problem is None:
+            out[key] = checked
         else:
-            out[key] = value
+            invalid.append(f"{name} must be {problem}, got {_shown(value)} (default {_shown(defaults[key])} used)")
     return out
+
+
+# What a setting may be beyond its default's type (an int, a number, a word, a list of words): numbers
+# within (low, high), None for no bound; words from a list. Anything else falls back to the default.
+RANGES: dict[str, tuple[float | None, float | None]] = {
+    "store.max_memory_bytes": (1024, None),
+    "briefing.budget_tokens": (1, None),
+    "recall.limit": (1, 1000),
+    "recall.rrf_k": (0, None),
+    "recall.bm25_floor": (0, 1),
+    "prompt.min_cosine": (-1, 1),
+    "prompt.min_cosine_with_words": (-1, 1),
+    "capture.dedup_cosine": (0, 1),
+    "capture.max_message_chars": (1000, None),
+    "graph.link_min": (0, 1),
+    "graph.link_max": (0, 1),
+    "consolidate.auto_threshold": (0, 1),
+    "consolidate.manual_threshold": (0, 1),
+    "consolidate.candidate_threshold": (0, 1),
+    "consolidate.max_judged": (1, None),
+    "consolidate.max_judged_by_hand": (1, None),
+    "consolidate.every_captures": (1, None),
+    "gc.archive_below": (0, 1),
+}
+CHOICES: dict[str, tuple[str, ...]] = {
+    "capture.llm": ("off", "auto", "on"),
+    "git.on_stop": ("stage", "commit", "off"),
+    "git.pre_push": ("commit", "check"),
+}
+CAPTURE_LAYERS = ("structural", "keyword", "self_report")  # the local layers of cortex.capture
+NO_BOUND = (0, None)  # every other number: counts, weights, days and token budgets are never negative
+
+
+def _checked(name: str, value: Any, default: Any) -> tuple[Any, str | None]:
+    """(the value as cortex uses it, None) or (None, what it must be)."""
+    if isinstance(default, bool):  # pragma: no cover - no setting is a flag yet
+        return (value, None) if isinstance(value, bool) else (None, "true or false")
+    if isinstance(default, (int, float)):
+        return _number(name, value, integer=isinstance(default, int))
+    if name in CHOICES:
+        words = CHOICES[name]
+        if isinstance(value, bool):  # `llm: false`, `on_stop: false`: YAML's booleans for on and off
+            value = "on" if value else "off"
+        if isinstance(value, str):
+            word = {"true": "on", "false": "off"}.get(value.lower(), value.lower())
+            if word in words:
+                return word, None
+        return None, "one of " + ", ".join(words)
+    if isinstance(default, str):
+        return (value, None) if isinstance(value, str) and value.strip() else (None, "a non-empty string")
+    if name == "capture.layers":
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            return None, "a list of layers (" + ", ".join(CAPTURE_LAYERS) + ")"
+        unknown = [v for v in value if v.replace("-", "_") not in CAPTURE_LAYERS]
+        return (value, None) if not unknown else (None, "a list of layers from " + ", ".join(CAPTURE_LAYERS))
+    return value, None  # pragma: no cover - every setting is one of the kinds above
+
+
+def _number(name: str, value: Any, integer: bool) -> tuple[Any, str | None]:
+    low, high = RANGES.get(name, NO_BOUND)
+    kind = "an integer" if integer else "a number"
+    if low is not None and high is not None:
+        kind += f" from {low:g} to {high:g}"
+    elif low is not None:
+        kind += f" of at least {low:g}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None, kind
+    if integer and not (isinstance(value, int) or float(value).is_integer()):
+        return None, kind
+    number = int(value) if integer else float(value)
+    if (low is not None and not low <= number) or (high is not None and not number <= high):  # NaN fails both
+        return None, kind
+    return number, None
+
+
+def _shown(value: Any) -> str:
+    """A value as a person wrote it, short: 'ten', 5, [1, 2], nothing."""
+    if value is None:
+        return "nothing"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    text = repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= 40 else text[:39] + "…"
 
 
 def load_config(path: Path, cache_dir: Path | None = None) -> Config:
@@ -179,6 +282,8 @@ def load_config(path: Path, cache_dir: Path | None = None) -> Config:
         return cached
     try:
         text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}); it should hold YAML settings") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
     config = _parse(path, text)
@@ -187,7 +292,7 @@ def load_config(path: Path, cache_dir: Path | None = None) -> Config:
     return config
 
 
-SCHEMA = 9  # bump when DEFAULTS change shape, so cached configs are re-read
+SCHEMA = 12  # bump when DEFAULTS change shape, so cached configs are re-read
 
 
 def _cache_file(cache_dir: Path) -> Path:
@@ -203,10 +308,10 @@ def _read_cached(cache_dir: Path, key: tuple[int, ...]) -> Config | None:
         magic = importlib.util.MAGIC_NUMBER
         if not raw.startswith(magic):
             return None
-        stored_key, data, warnings = marshal.loads(raw[len(magic):])
+        stored_key, data, warnings, invalid = marshal.loads(raw[len(magic):])
     except (OSError, ValueError, EOFError, TypeError):
         return None
-    return Config(data, list(warnings)) if tuple(stored_key) == key else None
+    return Config(data, list(warnings), list(invalid)) if tuple(stored_key) == key else None
 
 
 def _write_cached(cache_dir: Path, key: tuple[int, ...], config: Config) -> None:
@@ -216,7 +321,8 @@ def _write_cached(cache_dir: Path, key: tuple[int, ...], config: Config) -> None
     from cortex.files import atomic_write
 
     try:
-        atomic_write(_cache_file(cache_dir), importlib.util.MAGIC_NUMBER + marshal.dumps((key, config.data, config.warnings)))
+        record = (key, config.data, config.warnings, config.invalid)
+        atomic_write(_cache_file(cache_dir), importlib.util.MAGIC_NUMBER + marshal.dumps(record))
     except (OSError, ValueError):
         pass  # not cacheable (read-only store, odd values): read it each time
 
@@ -232,9 +338,11 @@ def _parse(path: Path, text: str) -> Config:
     if not isinstance(given, dict):
         raise ConfigError(f"{path}: expected a mapping of settings")
     warnings: list[str] = []
+    invalid: list[str] = []
     _migrate(given)
-    data = _merge(DEFAULTS, given, "", warnings)
-    return Config(data, [f"{path.name}: {w}" for w in warnings])
+    data = _merge(DEFAULTS, given, "", warnings, invalid)
+    invalid = [f"{path.name}: {line}" for line in invalid]
+    return Config(data, [f"{path.name}: {w}" for w in warnings] + invalid, invalid)
 
 
 def _migrate(given: dict[str, Any]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import _thread
 import contextlib
+import errno
 import os
 
 TYPE_CHECKING = False
@@ -16,12 +17,16 @@ def atomic_write(path: Path, data: str | bytes, durable: bool = True) -> None:
     """Write `data` to `path` so a reader sees the old file or the new one, never half.
 
     `durable=False` skips the fsync: for caches, where a file lost in a power cut is simply rebuilt.
+    An OSError (a full disk, a read-only folder) names `path`, not the temp file, and leaves no temp file.
     """
     import tempfile
 
     path.parent.mkdir(parents=True, exist_ok=True)
     raw = data.encode("utf-8") if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise _naming(exc, path) from None
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(raw)
@@ -33,10 +38,24 @@ def atomic_write(path: Path, data: str | bytes, durable: bool = True) -> None:
         else:
             os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise _naming(exc, path) from None
         raise
+
+
+def is_temp_name(name: str) -> bool:
+    """Whether a file name is an unfinished `atomic_write` (`.<name>.<random>.tmp`): never a memory, never staged."""
+    return name.startswith(".") and name.endswith(".tmp")
+
+
+def _naming(exc: OSError, path: Path) -> OSError:
+    """The same error (same errno, same subclass) about `path`: what a person can act on."""
+    if exc.errno is None:
+        return exc
+    return OSError(exc.errno, exc.strerror, str(path))
 
 
 def _umask() -> int:
@@ -52,20 +71,27 @@ def _held_paths() -> set[str]:
     return _held.setdefault(_thread.get_ident(), set())
 
 
+# A folder a lock file cannot be made in: a read-only store (a CI checkout, a mounted volume) or one owned by
+# someone else. Readers then read without the lock; a writer fails at its first write, naming the file.
+CANNOT_WRITE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
+NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
 @contextlib.contextmanager
 def file_lock(path: Path) -> Iterator[None]:
     """An exclusive advisory lock (flock) held for the `with` block; re-entrant within a thread.
 
     Used by every writer of a store, so two hooks writing at once queue up
-    instead of interleaving. Readers never take it.
+    instead of interleaving. Readers never take it. When the lock's folder cannot be written (a read-only
+    store), the lock is taken on a stand-in in a per-user temp folder (`stand_in_lock`), so the writer fails
+    at the write it attempts, naming that file, and a writer that needs to write nothing goes on.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
     key = os.path.realpath(path)
     held = _held_paths()
     if key in held:
         yield
         return
-    handle = open(path, "a+b")
+    handle = _open_lock(path)
     try:
         try:
             import fcntl
@@ -83,16 +109,64 @@ def file_lock(path: Path) -> Iterator[None]:
         handle.close()
 
 
+def _open_lock(path: Path) -> IO[bytes]:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return open(path, "a+b")
+    except OSError as exc:
+        if exc.errno not in CANNOT_WRITE:
+            raise
+        try:
+            return open(stand_in_lock(path), "a+b")
+        except OSError:
+            raise exc from None
+
+
+def stand_in_lock(path: Path | str) -> str:
+    """Where the lock `path` is taken when its own folder is read-only: a file in this user's private temp
+    folder keyed by the lock's real path (two processes of theirs still queue)."""
+    import hashlib
+
+    digest = hashlib.sha256(os.path.realpath(path).encode()).hexdigest()[:32]
+    return os.path.join(private_folder("locks"), f"{digest}.lock")
+
+
+def private_folder(name: str) -> str:
+    """`<temp>/cortex-<uid>/<name>`, made when missing, in a folder only this user can write: where cortex
+    keeps what a read-only store cannot hold (its locks, its cache). Raises OSError when that cannot be."""
+    import stat
+    import tempfile
+
+    top = os.path.join(tempfile.gettempdir(), f"cortex-{os.getuid()}")
+    for folder in (top, os.path.join(top, name)):
+        try:
+            os.mkdir(folder, 0o700)
+        except FileExistsError:
+            pass
+        info = os.lstat(folder)
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
+            raise PermissionError(errno.EACCES, "not a private folder", folder)  # someone else's: never use it
+    return os.path.join(top, name)
+
+
 @contextlib.contextmanager
 def try_lock(path: Path, wait: bool = False) -> Iterator[bool]:
     """Yield True holding an exclusive lock on `path`, or False at once if another process has it.
 
-    With `wait` it waits for the lock instead (and always yields True).
+    With `wait` it waits for the lock instead (and yields True), unless the lock cannot even be made: its
+    folder is read-only or full. Then it yields False too: nothing can be written there, so the caller works
+    from what is on disk without writing (the cache builds what it needs in memory).
     """
     import fcntl
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle = open(path, "a+b")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(path, "a+b")
+    except OSError as exc:
+        if exc.errno not in CANNOT_WRITE | NO_SPACE:
+            raise
+        yield False
+        return
     try:
         if not _flock(handle.fileno(), wait):
             yield False
@@ -145,3 +219,21 @@ def lock_held(path: str) -> bool:
             return False
     except OSError:
         return False
+
+
+def write_problem(exc: OSError) -> str | None:
+    """One line for a person on why the machine refused a file operation (a read-only store, no permission,
+    a full disk), naming the file when the error does; None for any other error (a bug, better shown whole)."""
+    where = f"{exc.filename}: " if exc.filename is not None else ""
+    if exc.errno == errno.EROFS:
+        if exc.filename is None:
+            return "the file system is read-only; this command writes to the store (commands that only read it work)"
+        return f"{exc.filename} is read-only; this command writes to the store (commands that only read it work)"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return f"{where}permission denied"
+    if exc.errno in NO_SPACE:
+        changed = "files being written were left as they were" if exc.filename is None else "that file was not changed"
+        return f"{where}no space left on the device; {changed}: free some space and run it again"
+    if exc.errno in (errno.EIO, errno.EFBIG, errno.EMFILE, errno.ENFILE):
+        return f"{where}{exc.strerror}"
+    return None

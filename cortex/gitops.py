@@ -565,37 +565,54 @@ def record_cortex_changes(store_root: Path, policy: str = "stage", message: str 
 
     `stage`: add them to the index, so they go with the person's next commit.
     `commit`: a separate commit holding only them (the index keeps whatever else was staged).
-    `off`: nothing. Never touches a path outside `.cortex/`; ignored files (cache/, state/) stay out.
-    Returns the paths recorded.
+    `off`: nothing. Never touches a path outside `.cortex/`; ignored files (cache/, state/) stay out, and so do
+    other writers' temp files (`.<name>.<random>.tmp`). Another process may write at the same time: a path
+    that appears or vanishes between `git status` and staging is taken as it is then (a file gone since is
+    staged as removed only when git tracks it). Returns the paths recorded.
     """
     import pygit2
+
+    from cortex.files import is_temp_name
 
     if policy == "off":
         return []
     repo = open_repository(store_root.parent)
     workdir = Path(repo.workdir).resolve()
     prefix = store_root.resolve().relative_to(workdir).as_posix() + "/"
-    paths = []
-    for path, flags in repo.status().items():
-        if not path.startswith(prefix) or flags & pygit2.enums.FileStatus.IGNORED:
-            continue
-        if flags & (pygit2.enums.FileStatus.WT_NEW | pygit2.enums.FileStatus.WT_MODIFIED
-                    | pygit2.enums.FileStatus.WT_DELETED | pygit2.enums.FileStatus.WT_RENAMED
-                    | pygit2.enums.FileStatus.WT_TYPECHANGE):
-            paths.append(path)
+    changed = (pygit2.enums.FileStatus.WT_NEW | pygit2.enums.FileStatus.WT_MODIFIED | pygit2.enums.FileStatus.WT_DELETED
+               | pygit2.enums.FileStatus.WT_RENAMED | pygit2.enums.FileStatus.WT_TYPECHANGE)
+    paths = sorted(path for path, flags in repo.status().items()
+                   if path.startswith(prefix) and not flags & pygit2.enums.FileStatus.IGNORED and flags & changed
+                   and not is_temp_name(path.rsplit("/", 1)[-1]))
     if not paths:
         return []
     if policy == "commit":
-        contents: dict[str, bytes | None] = {p: (workdir / p).read_bytes() if (workdir / p).is_file() else None
-                                             for p in paths}
+        contents = {p: _read_if_there(workdir / p) for p in paths}
+        contents = {p: data for p, data in contents.items() if data is not None or p in repo.index}
         if contents and not repo.head_is_unborn and not repo.head_is_detached:
             commit_paths(repo, contents, message)
         return sorted(contents)
     index = repo.index
+    recorded = []
     for path in paths:
-        if (workdir / path).exists():
-            index.add(path)
-        else:
+        try:
+            if (workdir / path).is_file():
+                index.add(path)
+            elif path in index:
+                index.remove(path)
+            else:
+                continue  # new, then gone again (another writer's file): nothing to record
+        except OSError:  # it vanished between the check and the add
+            if path not in index:
+                continue
             index.remove(path)
+        recorded.append(path)
     index.write()
-    return sorted(paths)
+    return recorded
+
+
+def _read_if_there(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes() if path.is_file() else None
+    except FileNotFoundError:
+        return None

@@ -23,7 +23,10 @@ store is looked up on each call until found, so a server started before
 Errors: arguments that fail a tool's input schema, and an unknown tool, are
 JSON-RPC errors (-32602, invalid params) naming the field; a cortex error
 inside a tool (an unknown id, a secret in `remember`) is a tool result with
-`isError` and the one-line message. The server never writes anything but
+`isError` and the one-line message. A line that is not UTF-8 JSON gets -32700
+Parse error, and JSON that is not one JSON-RPC message (a batch array, params
+that are not an object) -32600 Invalid Request, both with id null; the server
+reads on (`CortexMCPServer.run_stdio_async`). The server never writes anything but
 protocol to stdout (the SDK points fd 1 at stderr while serving); problems go
 to `.cortex/state/cortex.log`.
 """
@@ -36,7 +39,7 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Callable, Literal
+from typing import TYPE_CHECKING, Annotated, Any, AsyncIterator, Callable, Literal, cast
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
@@ -437,6 +440,93 @@ class CortexMCPServer(MCPServer):
                 problems.append(f"{field}: {error['msg']}")
             raise MCPError(INVALID_PARAMS, f"{name}: invalid arguments: " + "; ".join(problems),
                            {"tool": name, "fields": fields}) from None
+
+    async def run_stdio_async(self) -> None:
+        """Serve over stdio, answering the lines the SDK's reader drops without a word: one that is not JSON
+        (or not UTF-8) gets -32700 Parse error, JSON that is not one JSON-RPC message (a batch array, params
+        that are not an object, no method) -32600 Invalid Request, both with id null; the server reads on.
+        A blank line is skipped."""
+        import anyio
+        from mcp.server.stdio import stdio_server
+        from mcp.shared.message import SessionMessage
+
+        try:
+            wire = _claim_stdin()
+        except (ImportError, OSError):  # no fcntl (Windows), or no usable fd 0: the SDK's own reader
+            await super().run_stdio_async()
+            return
+        try:
+            async with stdio_server(stdin=cast(Any, _stdin_lines(wire))) as (read_stream, write_stream):
+                send, receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+                async with anyio.create_task_group() as tasks:
+                    tasks.start_soon(_answer_malformed, read_stream, send, write_stream)
+                    lowlevel = self._lowlevel_server
+                    await lowlevel.run(receive, write_stream, lowlevel.create_initialization_options())
+                    tasks.cancel_scope.cancel()
+        finally:
+            _release_stdin(wire)
+
+
+NOT_UTF8 = "\x00 (not UTF-8)\n"  # what a line of invalid UTF-8 is handed on as: not JSON, so a Parse error
+
+
+def _claim_stdin() -> int:
+    """A private copy of fd 0 to read the protocol from, with fd 0 itself pointed at the null device (as the
+    SDK does when it reads stdin itself): a child process never reads the client's messages."""
+    import fcntl
+
+    private = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3)
+    null = os.open(os.devnull, os.O_RDONLY)
+    try:
+        os.dup2(null, 0)
+    finally:
+        os.close(null)
+    return private
+
+
+def _release_stdin(private: int) -> None:
+    # The private copy stays open: a reader thread may still block on it after the server stops.
+    try:
+        os.dup2(private, 0)
+    except OSError:
+        pass
+
+
+async def _stdin_lines(fd: int) -> AsyncIterator[str]:
+    """The client's lines as text: strict UTF-8 (a bad line becomes NOT_UTF8), blank lines skipped."""
+    import anyio
+
+    async with anyio.wrap_file(os.fdopen(fd, "rb", closefd=False)) as wire:
+        async for raw in wire:
+            if not raw.strip():
+                continue
+            try:
+                yield raw.decode("utf-8")
+            except UnicodeDecodeError:
+                yield NOT_UTF8
+
+
+async def _answer_malformed(source: Any, sink: Any, write_stream: Any) -> None:
+    """Pass the SDK reader's messages on to the server; answer each line it could not read (an exception)
+    with the JSON-RPC error the line deserves."""
+    import anyio
+    from mcp.shared.message import SessionMessage
+    from mcp_types import INVALID_REQUEST, PARSE_ERROR, ErrorData, JSONRPCError
+
+    async with sink:
+        async for item in source:
+            if not isinstance(item, Exception):
+                await sink.send(item)
+                continue
+            kinds = {error.get("type") for error in item.errors()} if isinstance(item, ValidationError) else set()
+            error = (ErrorData(code=PARSE_ERROR, message="Parse error: not a line of UTF-8 JSON")
+                     if "json_invalid" in kinds else
+                     ErrorData(code=INVALID_REQUEST, message="Invalid Request: not one JSON-RPC 2.0 message (a "
+                               "request or notification object with a method, and params an object)"))
+            try:
+                await write_stream.send(SessionMessage(JSONRPCError(jsonrpc="2.0", id=None, error=error)))
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                return
 
 
 Register = Callable[..., Callable[[Callable[..., Any]], Any]]

@@ -5,7 +5,8 @@ Layout of a store folder:
     config.yaml               settings (cortex.config)
     .gitignore                ignores cache/ and state/
     memories/<type>/<slug>-<id>.md
-    cache/                    derived, rebuildable (index, vectors, manifest)
+    cache/                    derived, rebuildable (index, vectors, manifest); for a read-only
+                              store, a per-user temp folder instead (`Store.cache_dir`)
     state/                    local and private (access counts, log, locks)
 
 Readers never write tracked files; writers hold `state/write.lock` and
@@ -14,21 +15,30 @@ replace files atomically.
 
 from __future__ import annotations
 
+import builtins
+import contextlib
 import json
 import os
 import re
+import stat as _stat
+import time
 from dataclasses import dataclass, field
-import builtins
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from cortex import memory as fmt
 from cortex.errors import AmbiguousId, CortexError, MalformedMemory, MemoryNotFound, NotInitialised
-from cortex.files import atomic_write, file_lock
+from cortex.files import atomic_write, file_lock, is_temp_name
 from cortex.layout import STORE_DIRNAME, global_root
 from cortex.memory import Link, Memory
+
+STALE_TEMP_SECONDS = 600
+_swept: dict[str, float] = {}  # store root -> when this process last removed its stale temp files
 GITIGNORE = "# derived and private state: rebuilt by cortex, never committed\ncache/\nstate/\n"
 MIN_PREFIX = 4
+MAX_MEMORY_BYTES = 65536  # the default of `store.max_memory_bytes` (cortex.config)
+SYMLINK = "is a symbolic link; memory files must be regular files"
+NOT_REGULAR = "is not a regular file"
 
 
 @dataclass
@@ -52,6 +62,23 @@ def global_home() -> Path:
     return Path(global_root())
 
 
+def _cache_folder(root: Path) -> Path:
+    """The store's cache folder (see `Store.cache_dir`)."""
+    import hashlib
+
+    from cortex.files import private_folder
+
+    own = root / "cache"
+    if os.access(own if own.is_dir() else root, os.W_OK) or not root.is_dir():
+        return own
+    try:
+        folder = Path(private_folder("cache"), hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:24])
+        folder.mkdir(exist_ok=True)
+    except OSError:
+        return own  # nowhere to write: the cache is read as it is, what changed parsed in memory
+    return folder
+
+
 class Store:
     """One store folder and the operations on its memories."""
 
@@ -59,6 +86,7 @@ class Store:
         self.root = root
         self.label = label
         self._config: Any = None
+        self._cache_dir: Path | None = None
 
     def __repr__(self) -> str:
         return f"Store({str(self.root)!r}, {self.label!r})"
@@ -90,11 +118,13 @@ class Store:
 
     @classmethod
     def init(cls, root: Path, label: str = "project") -> Store:
-        """Create the store layout; existing files are left as they are."""
+        """Create the store layout (config.yaml, .gitignore, memories/, cache/, state/); existing files are
+        left as they are. The same for a project store and the global one."""
         from cortex.config import TEMPLATE
 
         root.mkdir(parents=True, exist_ok=True)
-        (root / "memories").mkdir(exist_ok=True)
+        for folder in ("memories", "cache", "state"):
+            (root / folder).mkdir(exist_ok=True)
         if not (root / "config.yaml").exists():
             atomic_write(root / "config.yaml", TEMPLATE)
         if not (root / ".gitignore").exists():
@@ -109,7 +139,11 @@ class Store:
 
     @property
     def cache_dir(self) -> Path:
-        return self.root / "cache"
+        """`cache/`; for a store this process cannot write (a read-only checkout or volume), a private
+        per-user folder keyed by the store's path, so reads still get a full, current cache."""
+        if self._cache_dir is None:
+            self._cache_dir = _cache_folder(self.root)
+        return self._cache_dir
 
     @property
     def state_dir(self) -> Path:
@@ -142,9 +176,35 @@ class Store:
             self._config = load_config(self.config_path, self.cache_dir if self.cache_dir.is_dir() else None)
         return self._config
 
-    def lock(self) -> Any:
-        """The store's write lock (`state/write.lock`): hold it to read-modify-write memory files."""
-        return file_lock(self.state_dir / "write.lock")
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """The store's write lock (`state/write.lock`): hold it to read-modify-write memory files.
+
+        When a process takes it (at most once every STALE_TEMP_SECONDS), temp files a killed writer left
+        under memories/ are removed.
+        """
+        with file_lock(self.state_dir / "write.lock"):
+            now = time.monotonic()
+            if now - _swept.get(str(self.root), -STALE_TEMP_SECONDS) >= STALE_TEMP_SECONDS:
+                _swept[str(self.root)] = now
+                self._remove_stale_temp_files()
+            yield
+
+    def _remove_stale_temp_files(self) -> None:
+        """`.<name>.<random>.tmp` files (`atomic_write`'s) older than STALE_TEMP_SECONDS: a writer killed
+        between writing and renaming. Only a writer holding the lock calls this; a live write lasts
+        milliseconds, so nothing that old is still being written."""
+        cutoff = time.time() - STALE_TEMP_SECONDS
+        for dirpath, _dirnames, filenames in os.walk(self.memories_dir):
+            for name in filenames:
+                if not is_temp_name(name):
+                    continue
+                path = os.path.join(dirpath, name)
+                try:
+                    if os.lstat(path).st_mtime < cutoff:
+                        os.unlink(path)
+                except OSError:
+                    pass  # gone already, or a read-only store: the next writer tries again
 
     def reload_config(self) -> None:
         """Read `config.yaml` again at the next `config()` (a resident process saw it change)."""
@@ -153,44 +213,42 @@ class Store:
     # ------------------------------------------------------------ reading
 
     def memory_paths(self) -> list[Path]:
-        """Every memory file, sorted (temp and hidden files skipped)."""
+        """Every memory file, sorted (temp and hidden files, symbolic links and other odd entries skipped)."""
+        return self.walk()[0]
+
+    def walk(self, keep: Callable[[str], bool] | None = None) -> tuple[list[Path], list[Problem]]:
+        """(memory files, sorted; odd entries as problems): a file or folder that is a symbolic link, or a `.md`
+        that is not a regular file (a FIFO would block a reader), is never read, written or descended into."""
         if not self.memories_dir.is_dir():
-            return []
-        found = []
-        for dirpath, dirnames, filenames in os.walk(self.memories_dir):
-            dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-            for name in filenames:
-                if name.endswith(".md") and not name.startswith("."):
-                    found.append((dirpath, name))
-        found.sort()  # as strings: sorting 10,000 Path objects costs ~0.2 s
-        return [Path(dirpath, name) for dirpath, name in found]
+            return [], []
+        files, odd = walk_memory_files(str(self.memories_dir), keep)
+        files.sort()  # by (folder, name), as strings: sorting 10,000 Paths costs ~0.2 s
+        return [Path(folder, name) for folder, name, _, _ in files], [Problem(self.memories_dir / rel, reason)
+                                                                      for rel, reason in sorted(odd)]
 
     def _paths_named(self, key: str) -> list[Path]:
         """Files whose name ends in -<id starting with key>.md (cortex's naming), without listing into Paths."""
         pattern = re.compile(rf"-{key}[0-9a-f]*\.md$")
-        out: list[Path] = []
-        for dirpath, dirnames, filenames in os.walk(self.memories_dir):
-            dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-            out.extend(Path(dirpath, name) for name in filenames if not name.startswith(".") and pattern.search(name))
-        return sorted(out)
+        return self.walk(keep=lambda name: pattern.search(name) is not None)[0]
+
+    def max_memory_bytes(self) -> int:
+        """`store.max_memory_bytes`: the largest memory file written or read (the default when the config is broken)."""
+        try:
+            return int(self.config().get("store.max_memory_bytes"))
+        except (CortexError, KeyError, TypeError, ValueError):
+            return MAX_MEMORY_BYTES
 
     def read(self, path: Path) -> Memory:
-        """Parse one file; raises `MalformedMemory`."""
-        try:
-            text = path.read_text(encoding="utf-8")
-        except UnicodeDecodeError:
-            raise MalformedMemory(path, "not UTF-8 text") from None
-        except OSError as exc:
-            raise MalformedMemory(path, f"cannot read ({exc.strerror})") from None
-        if "\n<<<<<<< " in f"\n{text}" and "\n>>>>>>> " in text:
-            raise MalformedMemory(path, "has git conflict markers; resolve the merge conflict")
-        return fmt.parse(text, path)
+        """Parse one file; raises `MalformedMemory` (a symbolic link, an oversized file and odd YAML included)."""
+        raw, _ = read_memory_bytes(path, self.max_memory_bytes())
+        return parse_bytes(raw, path, universal_newlines=True)
 
     def scan(self) -> Scan:
         """Read every memory; malformed files become problems, not errors."""
         result = Scan()
         seen: dict[str, Path] = {}
-        for path in self.memory_paths():
+        paths, result.problems = self.walk()
+        for path in paths:
             try:
                 item = self.read(path)
             except MalformedMemory as exc:
@@ -295,8 +353,11 @@ class Store:
             if self.label == "global":
                 item.scope = "global"
             path = self._path_for(item)
+            if path.parent.is_symlink():  # writing through it would put the memory outside the repository
+                raise CortexError(f"{path.parent}: {SYMLINK}; remove the link")
             item.path = path
             text = fmt.render_new(item)
+            self._check_size(text, path)
             guard_text(text, path)
             atomic_write(path, text)
             self.mark_changed()
@@ -320,12 +381,20 @@ class Store:
             if touch:
                 changes.setdefault("updated", fmt.now_iso())
             new_text = fmt.edit_text(text, changes, body, current.path)
+            self._check_size(new_text, current.path)
             fmt.parse(new_text, current.path)  # validate before anything is written
             if body is not None or {"title", "tags", "files", "source"} & set(changes):
                 guard_text(new_text, current.path)
             atomic_write(current.path, new_text)
             self.mark_changed()
         return self.read(current.path)
+
+    def _check_size(self, text: str, path: Path) -> None:
+        """Refuse a memory over `store.max_memory_bytes` (before the secret scan, which a 10 MB text would stall)."""
+        limit = self.max_memory_bytes()
+        size = len(text.encode("utf-8"))
+        if size > limit:
+            raise CortexError(f"{path.name}: not written: the memory {too_large(size, limit)}")
 
     def add_links(self, memory_id: str, links: builtins.list[Link], path: Path | None = None) -> Memory:
         """Add links a memory does not have yet, read and written under the lock (two writers lose none)."""
@@ -448,13 +517,109 @@ class Store:
 
 
 def guard_text(text: str, path: Path) -> None:
-    """Refuse to write text that looks like it holds a secret (see cortex.guard)."""
+    """Refuse to write text that looks like it holds a secret (see cortex.guard). The text alone is scanned:
+    `path` only names the file in the error, so no file name can change the rules."""
     from cortex.errors import SecretDetected
     from cortex.guard import scan_text
 
-    findings = scan_text(text, path.name)
+    findings = scan_text(text)
     if findings:
         raise SecretDetected(path, findings[0].kind, findings[0].line)
+
+
+Found = tuple[str, str, str, os.DirEntry[str]]  # a memory file: folder, name, its folder relative to the root, entry
+
+
+def walk_memory_files(root: str, keep: Callable[[str], bool] | None = None) -> tuple[
+        builtins.list[Found], builtins.list[tuple[str, str]]]:
+    """The one walk over a memories folder (the store's and the manifest's): (folder, name, relative folder
+    prefix, entry) of every regular `.md` file whose name `keep` accepts, and (relative path, reason) of every odd
+    entry — a `.md` or folder that is a symbolic link, a `.md` that is not a regular file (a FIFO would block
+    a reader). Hidden entries are skipped; odd ones are never read, written or descended into."""
+    files: builtins.list[Found] = []
+    odd: builtins.list[tuple[str, str]] = []
+    _walk_folder(root, "", keep, files, odd)
+    return files, odd
+
+
+def _walk_folder(folder: str, prefix: str, keep: Callable[[str], bool] | None,
+                 files: builtins.list[Found], odd: builtins.list[tuple[str, str]]) -> None:
+    try:
+        with os.scandir(folder) as listing:
+            entries = list(listing)
+    except OSError:
+        return  # vanished or unreadable while we looked
+    for entry in entries:  # the types come from the listing (d_type): no system call per regular file
+        name = entry.name
+        if name.startswith("."):
+            continue
+        if name.endswith(".md") and entry.is_file(follow_symlinks=False):  # the common case first
+            if keep is None or keep(name):
+                files.append((folder, name, prefix, entry))
+        elif entry.is_symlink():
+            if name.endswith(".md") or _points_to_folder(entry):
+                odd.append((prefix + name, SYMLINK))
+        elif entry.is_dir(follow_symlinks=False):
+            _walk_folder(entry.path, f"{prefix}{name}/", keep, files, odd)
+        elif name.endswith(".md"):
+            odd.append((prefix + name, NOT_REGULAR))
+
+
+def _points_to_folder(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
+
+
+def too_large(size: int, limit: int) -> str:
+    return (f"is {size:,} bytes, over store.max_memory_bytes ({limit:,}); split or shorten it, "
+            f"or raise the limit in config.yaml")
+
+
+def read_memory_bytes(path: Path, max_bytes: int) -> tuple[bytes, os.stat_result]:
+    """The bytes of one memory file and its stat; `MalformedMemory` for a symbolic link, anything but a
+    regular file, or a file over `max_bytes` (not read: a 50 MB file would be parsed, indexed and embedded)."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)  # NONBLOCK: a FIFO must not hang
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if path.is_symlink():  # O_NOFOLLOW's ELOOP
+            raise MalformedMemory(path, SYMLINK) from None
+        raise MalformedMemory(path, f"cannot read ({exc.strerror})") from None
+    try:
+        info = os.fstat(fd)
+        if not _stat.S_ISREG(info.st_mode):
+            raise MalformedMemory(path, NOT_REGULAR)
+        if info.st_size > max_bytes:
+            raise MalformedMemory(path, too_large(info.st_size, max_bytes))
+        chunks = [os.read(fd, info.st_size + 1)]
+        size = len(chunks[0])
+        while size > info.st_size and chunks[-1] and size <= max_bytes:  # it grew since the stat
+            chunks.append(os.read(fd, max_bytes + 1 - size))
+            size += len(chunks[-1])
+    except OSError as exc:
+        raise MalformedMemory(path, f"cannot read ({exc.strerror})") from None
+    finally:
+        os.close(fd)
+    if size > max_bytes:
+        raise MalformedMemory(path, too_large(size, max_bytes))
+    return b"".join(chunks) if len(chunks) > 1 else chunks[0], info
+
+
+def parse_bytes(raw: bytes, path: Path, universal_newlines: bool = False) -> Memory:
+    """A memory file's bytes as a `Memory`; raises `MalformedMemory` (not UTF-8, conflict markers, bad front matter).
+
+    `universal_newlines` reads `\\r\\n` and `\\r` as `\\n`, as `Path.read_text` does."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise MalformedMemory(path, "not UTF-8 text") from None
+    if universal_newlines and "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    if "\n<<<<<<< " in f"\n{text}" and "\n>>>>>>> " in text:
+        raise MalformedMemory(path, "has git conflict markers; resolve the merge conflict")
+    return fmt.parse(text, path)
 
 
 def iter_stores(project: Store | None, include_global: bool = True) -> Iterator[Store]:
