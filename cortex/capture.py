@@ -54,6 +54,7 @@ DECISION = re.compile(
     r"|(?:i|we) (?:decided|chose) (?:to )?\b|\bdecision:\s)"
 )
 PRIVATE = re.compile(r"<private>.*?</private>", re.S | re.I)
+SUBAGENT_TOOLS = ("Task", "Agent")  # the tools that run a sub-agent; their result is the sub-agent's report
 
 
 @dataclass
@@ -69,6 +70,8 @@ class Event:
     failed: bool = False
     sidechain: bool = False
     cwd: str | None = None
+    index: int = -1  # the record's position in the transcript slice (with `uuid`, where a memory came from)
+    queued: bool = False  # a prompt typed while Claude was busy (queue-operation enqueue)
 
 
 @dataclass
@@ -86,6 +89,8 @@ class Candidate:
     scope: str = "project"  # "global": the LLM layer's confident, project-independent knowledge
     update_only: bool = False  # with `key`: refresh the memory if it exists, never create it
     links: list[Any] = field(default_factory=list)  # Link objects proposed by the LLM layer (never `supersedes`)
+    record: str = ""  # the transcript record it came from (uuid) ...
+    index: int = -1  # ... and its position among the records read (0 = the first record of the slice)
 
 
 @dataclass
@@ -98,6 +103,7 @@ class CaptureReport:
     redacted: int = 0
     by_layer: dict[str, int] = field(default_factory=dict)
     paths: dict[str, list[Path]] = field(default_factory=dict)  # files written or updated, by store root
+    candidates: list[Candidate] = field(default_factory=list)  # a dry run: what would be written, guarded
 
 
 # ---------------------------------------------------------------- reading
@@ -182,7 +188,7 @@ def events(records: list[dict[str, Any]]) -> list[Event]:
     tools: dict[str, Event] = {}
     seen: set[str] = set()
     texts_by_message: dict[str, Event] = {}
-    for record in records:
+    for index, record in enumerate(records):
         uuid = str(record.get("uuid") or "")
         if uuid:
             if uuid in seen:
@@ -206,7 +212,7 @@ def events(records: list[dict[str, Any]]) -> list[Event]:
                     if message_id in texts_by_message:  # one response split over records
                         texts_by_message[message_id].text += "\n" + str(block["text"])
                     else:
-                        event = Event("text", str(block["text"]), uuid, branch, sidechain=sidechain)
+                        event = Event("text", str(block["text"]), uuid, branch, sidechain=sidechain, index=index)
                         texts_by_message[message_id] = event
                         out.append(event)
                 elif block.get("type") == "tool_use":
@@ -214,7 +220,7 @@ def events(records: list[dict[str, Any]]) -> list[Event]:
                     event = Event("tool", "", uuid, branch, tool=str(block.get("name", "")),
                                   tool_id=str(block.get("id", "")),
                                   tool_input=given if isinstance(given, dict) else {}, sidechain=sidechain,
-                                  cwd=str(record.get("cwd")) if record.get("cwd") else None)
+                                  cwd=str(record.get("cwd")) if record.get("cwd") else None, index=index)
                     tools[event.tool_id] = event
                     out.append(event)
         elif kind == "user":
@@ -223,20 +229,26 @@ def events(records: list[dict[str, Any]]) -> list[Event]:
                 for block in content:
                     if isinstance(block, dict) and block.get("type") == "tool_result":
                         target = tools.get(str(block.get("tool_use_id", "")))
-                        if target is not None:
-                            target.result = _text_of(block.get("content"))[:4000]
+                        if target is not None:  # a sub-agent's report is its whole answer; other output its head
+                            limit = 20_000 if target.tool in SUBAGENT_TOOLS else 4000
+                            target.result = _text_of(block.get("content"))[:limit]
                             target.failed = bool(block.get("is_error"))
                 continue
-            if record.get("isMeta") or record.get("isCompactSummary") or sidechain:
+            if record.get("isCompactSummary") and not sidechain:
+                out.append(Event("summary", _text_of(content).strip(), uuid, branch, index=index))
+                continue
+            if record.get("isMeta") or sidechain:
                 continue
             text = _text_of(content).strip()
             if text and not text.startswith(SKIP_PROMPT_PREFIXES):
-                out.append(Event("human", text, uuid, branch))
+                out.append(Event("human", text, uuid, branch, index=index))
         elif kind == "queue-operation" and record.get("operation") == "enqueue" and isinstance(record.get("content"), str):
             text = record["content"].strip()
             if text and not text.startswith(SKIP_PROMPT_PREFIXES):
-                out.append(Event("human", text, uuid, branch))
-    return out
+                out.append(Event("human", text, uuid, branch, index=index, queued=True))
+    # A queued prompt usually comes back as a user record once dequeued: keep it only when it never did.
+    typed = [" ".join(e.text.split()) for e in out if e.kind == "human" and not e.queued]
+    return [e for e in out if not (e.queued and any(" ".join(e.text.split()) in t for t in typed))]
 
 
 # ---------------------------------------------------------------- layers
@@ -264,19 +276,44 @@ def self_report(items: list[Event]) -> Iterator[Candidate]:
                 elif name == "tags":
                     tags = [t for t in value.split(",") if t]
             yield Candidate(kind, title_from_text(body), body + "\n", "self-report", 0.9, priority, tags,
-                            branch=event.branch)
+                            branch=event.branch, **_origin(event))
 
 
-def _relative(path: str, root: Path | None) -> str:
-    """Repository-relative path; "" for a file outside the repository (plans under ~/.claude, /tmp...)."""
+WINDOWS_PATH = re.compile(r"^(?:([A-Za-z]):[\\/]|/([A-Za-z])/|\\\\)")  # C:\…, C:/…, /c/… (Git Bash), \\server
+
+
+def _absolute_form(path: str) -> str | None:
+    """A path in one absolute form to compare on any platform ("c:/users/ana/app" for C:\\Users\\ana\\app and
+    /c/Users/ana/app; POSIX paths as they are), or None when it is relative."""
+    match = WINDOWS_PATH.match(path)
+    if match:
+        drive = (match.group(1) or match.group(2) or "").lower()
+        rest = path[match.end():].replace("\\", "/")
+        return f"{drive}:/{rest}".lower() if drive else "//" + rest.lower()
+    if path.startswith("/"):
+        return path
+    return None
+
+
+def _relative(path: str, root: Path | None, cwd: str | None = None) -> str:
+    """Repository-relative path (POSIX separators) of a file a session touched; "" for a file outside the
+    repository (plans under ~/.claude, /tmp…) and for any absolute path that cannot be made relative."""
     if not path:
         return ""
-    if root is None:
-        return "" if Path(path).is_absolute() else path
-    try:
-        return Path(path).resolve().relative_to(root.resolve()).as_posix()
-    except ValueError:
-        return "" if Path(path).is_absolute() else path
+    absolute = _absolute_form(path)
+    if absolute is None:
+        return path.replace("\\", "/")
+    bases = [str(root.resolve()) if root is not None and _absolute_form(path) == path else "", cwd or ""]
+    for base in bases:
+        base_form = _absolute_form(base) if base else None
+        if not base_form:
+            continue
+        windows = absolute != path
+        mine, theirs = (absolute, base_form.lower()) if windows else (absolute, base_form)
+        if mine.startswith(theirs.rstrip("/") + "/"):
+            tail = path.replace("\\", "/")[-(len(mine) - len(theirs.rstrip("/")) - 1):]
+            return tail
+    return ""
 
 
 # A failing test run before a passing one is ordinary work, and so is a push without an upstream.
@@ -310,34 +347,45 @@ def _task_list(items: list[Event]) -> list[dict[str, str]]:
     return tasks
 
 
+HEREDOC = re.compile(r"<<-?\s*['\"]?(\w+)['\"]?[^\n]*\n(.*?)\n\s*\1\b", re.S)
+
+
+def commit_message(command: str) -> str:
+    """The first line of the message a `git commit` command gives: `-m "…"`, `-m '…'`, or Claude Code's
+    `-m "$(cat <<'EOF' … EOF)"` heredoc; "" when the message comes from an editor or a file."""
+    heredoc = HEREDOC.search(command)
+    if heredoc and re.search(r"\s-[a-zA-Z]*m\s*[\"']?\$\(cat", command):
+        text = heredoc.group(2)
+    else:
+        match = re.search(r"\s-[a-zA-Z]*m\s*(?:\"((?:[^\"\\]|\\.)+)\"|'([^']+)'|(\S+))", command)
+        text = next((g for g in match.groups() if g), "") if match else ""
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return first[:120]
+
+
 def _commits(items: list[Event]) -> list[str]:
-    """Messages of the git commits the session made (successful `git commit -m …`)."""
+    """Messages of the git commits the session made (successful `git commit`)."""
     out = []
     for event in items:
         if event.kind == "tool" and event.tool == "Bash" and not event.failed:
             command = str(event.tool_input.get("command", ""))
             if re.search(r"\bgit\s+commit\b", command):
-                match = re.search(r"\s-[a-zA-Z]*m\s*(?:\"([^\"]+)\"|'([^']+)'|(\S+))", command)
-                message = next((g for g in match.groups() if g), "") if match else ""
-                out.append(message.splitlines()[0][:120] if message else "(message from an editor or file)")
+                out.append(commit_message(command) or "(message from an editor or file)")
     return out
 
 
-def _inside(path: str, root: Path) -> bool:
-    try:
-        Path(path).resolve().relative_to(root.resolve())
-        return True
-    except ValueError:
-        return False
+def _edited(items: list[Event], root: Path | None) -> list[str]:
+    """The files these events created or changed, relative to the repository (or to the session's cwd when the
+    transcript comes from another machine)."""
+    return sorted({_relative(str(e.tool_input.get("file_path") or e.tool_input.get("notebook_path") or ""), root, e.cwd)
+                   for e in items if e.kind == "tool" and not e.failed
+                   and e.tool in ("Edit", "Write", "MultiEdit", "NotebookEdit")} - {""})
 
 
 def structural(items: list[Event], session: str, root: Path | None) -> Iterator[Candidate]:
     # Paths are absolute in transcripts: relative to the repository, or to the session's own cwd
     # (the project it ran in) when the transcript comes from elsewhere.
-    edited = sorted({_relative(str(e.tool_input.get("file_path") or e.tool_input.get("notebook_path") or ""),
-                               root if e.cwd is None or root is None or _inside(e.cwd, root) else Path(e.cwd))
-                     for e in items if e.kind == "tool" and not e.failed
-                     and e.tool in ("Edit", "Write", "MultiEdit", "NotebookEdit")} - {""})
+    edited = _edited(items, root)
     todos = [e for e in items if e.kind == "tool" and e.tool == "TodoWrite" and not e.failed
              and isinstance(e.tool_input.get("todos"), list)]
     tasks = _task_list(items)
@@ -360,60 +408,79 @@ def structural(items: list[Event], session: str, root: Path | None) -> Iterator[
             # A plan first seen already finished is a record of work (the progress memory has it), not a plan.
             yield Candidate("plan", title_from_text(title, 100), "\n".join(lines) + "\n", "structural", 0.8, 6,
                             files=edited[:20], branch=latest.branch, key=f"plan:{session}", update_only=first is None)
-    # What the session changed: one progress memory per session, updated as the work goes on.
-    summary = ""
-    if edited:
-        source_text = next((e.text for e in reversed(items) if e.kind == "text" and not e.sidechain
-                            and len(_substance(e.text)) > 40), "")
-        summary = _substance(source_text)[:400]
-    if edited and summary:  # files alone are what git already shows: only with words on what was done
-        title = title_from_text(summary, 90)
-        listing = "\n".join(f"- {path}" for path in edited[:30])
-        kept = _clean(source_text).strip()
-        if len(kept) > 800:  # the gist, cut at a line boundary
-            kept = kept[:800].rsplit("\n", 1)[0].rstrip() + "\n…"
-        body = f"{kept}\n\nFiles changed in this session:\n{listing}\n"
-        commits = _commits(items)
-        failures = sum(1 for e in items if e.kind == "tool" and e.tool == "Bash" and e.failed)
-        if commits:
-            body += "\nCommits:\n" + "\n".join(f"- {message}" for message in commits[-10:]) + "\n"
-        if failures:
-            body += f"\nCommands that failed on the way: {failures}\n"
-        branch = next((e.branch for e in reversed(items) if e.branch), None)
-        yield Candidate("progress", title, body, "structural", 0.7, 4, files=edited[:30], branch=branch,
-                        key=f"progress:{session}")
-    # A command that failed and later succeeded: what was learned on the way is a gotcha candidate.
-    commands = [e for e in items if e.kind == "tool" and e.tool == "Bash"]
+    yield from request_reports(items, session, root)
+    yield from compaction_summaries(items)
+    yield from subagent_reports(items)
+    yield from command_gotchas(items)
+
+
+# Looking around (listing, reading, searching) fails all the time without teaching anything.
+INSPECTION = {"ls", "cat", "find", "grep", "rg", "head", "tail", "echo", "pwd", "which", "wc", "sed", "awk", "tree",
+              "file", "stat", "du", "df", "ps", "type", "command", "test", "[", "diff", "jq", "sleep", "kill", "true"}
+
+
+def command_gotchas(items: list[Event]) -> Iterator[Candidate]:
+    """A command that failed and then worked once its own words changed (a flag, an option, a path to it): the
+    error and the form that works. The same command run again after edits is ordinary work, and so is a
+    different command of the same program (`uv run ruff` failing is not fixed by `uv run pytest`)."""
+    commands = [e for e in items if e.kind == "tool" and e.tool in ("Bash", "PowerShell")]
     reported: set[str] = set()
     for i, failed in enumerate(commands):
         command = str(failed.tool_input.get("command", "")).strip()
-        if not failed.failed or not command or "<tool_use_error>" in failed.result:
+        if not failed.failed or not command or "<tool_use_error>" in failed.result or "\n" in command:
             continue
-        head = _program(command)
-        if head in reported or ROUTINE_FAILURE.search(command):
+        identity = _command_identity(command)
+        if not identity or identity in reported or ROUTINE_FAILURE.search(command) or identity.split()[0] in INSPECTION:
             continue
-        fix = next((c for c in commands[i + 1:] if not c.failed and _program(str(c.tool_input.get("command", ""))) == head), None)
         error = _error_line(failed.result)
-        if fix is None or not error:
+        if not error:
             continue
-        reported.add(head)
-        body = (f"`{command[:200]}` failed with:\n\n    {error[:300]}\n\n"
-                f"What worked afterwards: `{str(fix.tool_input.get('command', ''))[:200]}`\n")
-        yield Candidate("gotcha", title_from_text(f"{head}: {error}", 90), body, "structural", 0.5, 5,
-                        branch=failed.branch)
+        fix = None
+        for later in commands[i + 1:i + 9]:
+            text = str(later.tool_input.get("command", "")).strip()
+            if _command_identity(text) != identity:
+                continue
+            if later.failed:
+                if text != command:
+                    break  # another form failed too: not a clean failure and fix
+                continue
+            if text != command:
+                fix = later
+            break
+        if fix is None:
+            continue
+        reported.add(identity)
+        fixed = str(fix.tool_input.get("command", "")).strip()
+        body = (f"`{command[:300]}` fails with:\n\n    {error[:300]}\n\nWhat works instead: `{fixed[:300]}`\n")
+        title = title_from_text(f"{identity} fails with \"{error}\"", 110).rstrip("…\"") + ("\"" if len(error) < 70 else "…\"")
+        yield Candidate("gotcha", title, body, "structural", 0.55, 5, branch=failed.branch, **_origin(failed))
 
 
-def _program(command: str) -> str:
-    """The program a shell command runs, past `cd dir &&` prefixes and VAR=value assignments."""
-    last = re.split(r"&&|;", command)
-    for part in last:
-        words = [w for w in part.split() if not re.match(r"^[A-Z_][A-Z0-9_]*=", w)]
-        if words and words[0] != "cd":
-            return words[0]
-    return command.split()[0] if command.split() else ""
+def _command_identity(command: str) -> str:
+    """What a shell command runs, in words: the program and its subcommands (`git commit`, `uv run ruff check`,
+    `npm run build`), past `cd dir &&` prefixes and VAR=value assignments; flags and arguments with paths,
+    quotes or values are not part of it."""
+    for part in re.split(r"&&|;|\|\|", command):
+        tokens = [w for w in part.split() if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", w)]
+        if not tokens or tokens[0] in ("cd", "source", ".", "export", "set"):
+            continue
+        kept = [tokens[0].rsplit("/", 1)[-1]]
+        for token in tokens[1:]:
+            if token[:1] in ("'", '"', "$", "<", ">", "`") or len(kept) == 4:
+                break  # a message, a substitution, a redirection: the rest is data
+            if re.fullmatch(r"[a-z][a-z0-9_:-]*", token):
+                kept.append(token)
+            # flags, paths and values are skipped: `alembic -c app/alembic.ini upgrade head` is `alembic upgrade head`
+        return " ".join(kept)
+    return ""
 
 
 _ERROR_WORDS = re.compile(r"(?i)\b(error|fatal|failed|failure|exception|not found|no such|denied|refused|invalid|cannot|can't|unable)\b")
+
+
+def _origin(event: Event) -> dict[str, Any]:
+    """Where a candidate came from: the record's uuid and its position in the slice read."""
+    return {"record": event.uuid, "index": event.index}
 
 
 def _error_line(output: str) -> str:
@@ -423,46 +490,211 @@ def _error_line(output: str) -> str:
     return matching[-1] if matching else ""
 
 
-GOTCHA = re.compile(r"(?i)\b(the (?:root )?(?:problem|issue|cause|bug) (?:was|is) that|turns out|watch out|gotcha:|"
-                    r"note that .{3,80}\b(?:fails?|breaks?|doesn't|does not|won't|cannot|can't))\b")
+FILLER = re.compile(r"(?i)^(perfect|great|excellent|awesome|good|ok|okay|sure|done|all done|now|next|let me|let's|"
+                    r"i'll|i will|i'm going to|here's|here is|here are|looking at|thanks?|you're (?:absolutely )?right|yes|got it|"
+                    r"based on|i notice|i now have|i can see|i see|from the|it's actually|the .{3,30} should now be open)\b")
+MIN_REPORT = 160  # characters of substance a request's final report needs to be worth keeping
+
+
+def summary_title(text: str, limit: int = 120) -> str:
+    """A title for a report: its first prose sentence that says something (no filler, no heading, no table row,
+    no code), whole; a clause of it only when the sentence is longer than `limit`."""
+    in_code = False
+    fallback = ""
+    for raw in _clean(text).splitlines():
+        line = raw.strip()
+        if line.startswith("```"):
+            in_code = not in_code
+            continue
+        if in_code or not line or line.startswith(("|", ">", "<")) or len(re.sub(r"[\W_]", "", line)) < len(line) / 2:
+            continue
+        heading = line.startswith("#") or (line.endswith(":") and len(line) < 60)
+        line = re.sub(r"^#+\s*|^[-*•]\s+|^\d+[.)]\s+|\*\*|__|`", "", line).strip()
+        if heading:
+            fallback = fallback or line.rstrip(":")
+            continue
+        for sentence in re.split(r"(?<![A-Z]\.)(?<=[.!?])\s+", line):
+            sentence = sentence.strip().rstrip(":")
+            if len(sentence) < 25 or FILLER.match(sentence) or sentence.endswith("?"):
+                continue
+            if len(sentence) <= limit:
+                return sentence.rstrip(".")
+            clause = re.split(r"(?<=[;:—])\s|,\s(?=(?:and|but|so|which|because)\b)", sentence)[0].rstrip(";:— ,")
+            return clause if 25 <= len(clause) <= limit else title_from_text(sentence, limit)
+    return title_from_text(fallback or " ".join(_clean(text).split()), limit)
+
+
+def _turns(items: list[Event]) -> list[tuple[Event | None, list[Event]]]:
+    """The session cut into requests: each human prompt with the events that answer it."""
+    turns: list[tuple[Event | None, list[Event]]] = [(None, [])]
+    for event in items:
+        if event.kind == "human":
+            turns.append((event, []))
+        else:
+            turns[-1][1].append(event)
+    return [t for t in turns if t[0] is not None or t[1]]
+
+
+def _report_of(answer: list[Event]) -> Event | None:
+    """The request's final report: the last main-thread message with substance (a closing "Done." is not one;
+    a shorter one will do when the request changed files). A message with a [MEMORY: …] tag has said what to keep."""
+    acted = any(e.kind == "tool" and not e.failed and e.tool in ("Edit", "Write", "MultiEdit", "NotebookEdit", "Bash")
+                for e in answer)
+    for event in reversed(answer):
+        if event.kind == "text" and not event.sidechain:
+            if TAG.search(_clean(event.text)):
+                return None
+            if len(_substance(event.text)) >= (40 if acted else MIN_REPORT):
+                return event
+    return None
+
+
+def request_reports(items: list[Event], session: str, root: Path | None) -> Iterator[Candidate]:
+    """One memory per request whose final report says something lasting: what was asked, what was found or done,
+    the files changed and the commits made (a `progress` memory when files changed, `context` otherwise)."""
+    for prompt, answer in _turns(items):
+        report = _report_of(answer)
+        if report is None:
+            continue
+        edited, commits = _edited(answer, root), _commits(answer)
+        text = _capped(_clean(report.text).strip(), 6000)
+        # Redacted before its lines are folded: a key wrapped over lines, folded onto one, no longer reads as one.
+        asked = " ".join(redact(_clean(prompt.text))[0].split()) if prompt is not None else ""
+        body = (f"Asked: {_capped(asked, 400)}{' […]' if len(asked) > 400 else ''}\n\n" if asked else "") + text + "\n"
+        if edited:
+            body += "\nFiles changed:\n" + "\n".join(f"- {path}" for path in edited[:30]) + "\n"
+        if commits:
+            body += "\nCommits:\n" + "\n".join(f"- {message}" for message in commits[-10:]) + "\n"
+        key = f"report:{session}:{prompt.uuid or prompt.index}" if prompt is not None else f"report:{session}:{report.uuid}"
+        yield Candidate("progress" if edited or commits else "context", summary_title(report.text), body, "structural",
+                        0.6, 4, files=edited[:30], branch=report.branch, key=key, **_origin(report))
+
+
+SECTION = re.compile(r"(?m)^\s*(\d+)\.\s+([A-Z][A-Za-z /&-]{3,60}):\s*$")
+SECTION_TYPES = (("error", "gotcha"), ("fix", "gotcha"), ("problem", "context"), ("concept", "architecture"),
+                 ("pending", "progress"), ("current work", "progress"), ("next step", "plan"), ("intent", "context"))
+SKIPPED_SECTIONS = ("user messages", "files and code", "optional")
+
+
+def compaction_summaries(items: list[Event]) -> Iterator[Candidate]:
+    """A compaction summary is the session's own account of itself: one memory per section that carries knowledge
+    (errors and fixes, problem solving, key concepts, pending work), typed by the section's name."""
+    for event in items:
+        if event.kind != "summary":
+            continue
+        text = _clean(event.text)
+        text = text.split("\nSummary:", 1)[-1]  # the analysis before it is the model thinking aloud
+        heads = list(SECTION.finditer(text))
+        for n, head in enumerate(heads):
+            name = head.group(2).strip()
+            section = text[head.end():heads[n + 1].start() if n + 1 < len(heads) else len(text)].strip()
+            lowered = name.lower()
+            if any(s in lowered for s in SKIPPED_SECTIONS) or len(section) < 80:
+                continue
+            kind = next((t for word, t in SECTION_TYPES if word in lowered), "context")
+            body = f"From a compaction summary ({name}):\n\n{_capped(section, 6000)}\n"
+            title = f"{name}: {summary_title(section, 100)}"
+            yield Candidate(kind, title, body, "structural", 0.6, 5, tags=["compaction"], branch=event.branch,
+                            **_origin(event))
+
+
+def subagent_reports(items: list[Event]) -> Iterator[Candidate]:
+    """What a sub-agent (Task/Agent tool) found, in its own final report, with the sub-agent as the source."""
+    for event in items:
+        if event.kind != "tool" or event.tool not in SUBAGENT_TOOLS or event.failed:
+            continue
+        result = re.sub(r"(?m)^agentId: .*$", "", _clean(event.result)).strip()
+        if len(_substance(result)) < MIN_REPORT:
+            continue
+        agent = str(event.tool_input.get("subagent_type") or "sub-agent")
+        task = " ".join(str(event.tool_input.get("description") or "").split())
+        body = f"Sub-agent `{agent}` ({task}) reported:\n\n{_capped(result, 6000)}\n" if task else \
+            f"Sub-agent `{agent}` reported:\n\n{_capped(result, 6000)}\n"
+        yield Candidate("context", summary_title(result), body, "structural", 0.55, 4, tags=["subagent", agent],
+                        branch=event.branch, **_origin(event))
+
+
+GOTCHA = re.compile(r"(?i)\b(the (?:root )?(?:problem|issue|cause|bug|culprit) (?:was|is|here is)\b|root cause|"
+                    r"turns out|it seems that .{3,80} (?:doesn't|does not|isn't|is not|only)|watch out|gotcha:|"
+                    r"found the (?:problem|issue|bug|cause|culprit)|the reason (?:is|was)|this (?:happens|happened|fails|failed) because|"
+                    r"note that .{3,80}\b(?:fails?|breaks?|doesn't|does not|won't|cannot|can't)|"
+                    r"(?:doesn't|does not|won't|cannot|can't) (?:work|support|accept|handle|find|resolve)\b.{0,80}\bbecause)")
+DECIDED = re.compile(r"(?i)\b(?:i'll use|i'll go with|we(?:'ll| will)? (?:use|go with)|we chose|i chose|(?:i|we) decided|"
+                     r"switched (?:to|from)|instead of|rather than|decision:|chose .{3,60} over|opted (?:for|to))\b")
 CORRECTION = re.compile(r"(?i)^(no[,. !]|nope\b|don't\b|do not\b|stop\b|actually[, ]|instead[, ]|that's (?:wrong|not)|"
                         r"revert\b|wrong\b|not like that)")
-HEDGES = re.compile(r"(?i)^(let me|i'll|i will|now i|first,? i|maybe|perhaps|if )")
+RULE = re.compile(r"(?i)(^(?:no[,.!]|nope\b|don't\b|do not\b|never\b|always\b|stop\b|actually[, ]|instead[, ])|"
+                  r"\b(?:always|never|must(?: not)?|mustn't|should(?:n't| not)?|don't|do not|make sure|"
+                  r"(?:it|this|that) (?:needs|has) to be|needs to be|has to be|instead of|rather than|"
+                  r"i (?:want|prefer|need)|we (?:use|want|need|prefer))\b)")
+HEDGES = re.compile(r"(?i)^(let me|i'll (?!use|go with|switch|keep|stick)|i will|now,? (?:i|let)|first,? i|maybe|perhaps|if |i notice)")
 
 
 def _sentences(text: str) -> Iterator[str]:
     for sentence in re.split(r"(?<=[.!?])\s+|\n+", text):
-        sentence = sentence.strip().strip("*-•> `")
-        if 40 <= len(sentence) <= 300 and "?" not in sentence and not HEDGES.match(sentence):
+        sentence = sentence.strip().strip("*-•> `#")
+        sentence = re.sub(r"\*\*|__", "", sentence).strip()
+        if 40 <= len(sentence) <= 400 and "?" not in sentence and not HEDGES.match(sentence) and "|" not in sentence:
             yield sentence
 
 
-def keyword(items: list[Event]) -> Iterator[Candidate]:
-    """Explicit decisions and gotchas in the assistant's words (in messages without a [MEMORY: …] tag); the person's
-    corrections. Confidence by cue strength."""
+def _paragraph(text: str, sentence: str) -> str:
+    """The paragraph of `text` a sentence sits in (with the list that follows a line ending in a colon), so a
+    cue's memory says what it says in full and not one sentence cut from its reason."""
+    blocks = re.split(r"\n\s*\n", text)
+    probe = sentence[:60]
+    for n, block in enumerate(blocks):
+        if probe in re.sub(r"\*\*|__", "", block):
+            if block.rstrip().endswith(":") and n + 1 < len(blocks):
+                block += "\n\n" + blocks[n + 1]
+            return _capped(block.strip(), 1500)
+    return sentence
+
+
+def user_rules(items: list[Event]) -> Iterator[Candidate]:
+    """The person's own rules and corrections ("never edit the generated files", "no, keep …", "it needs to be …"):
+    a `pattern` memory with the prompt as they wrote it. Long pasted text (logs, documents) is not a rule."""
     acted = False
     for event in items:
         if event.kind == "tool":
             acted = True
+        if event.kind != "human":
             continue
-        if event.kind == "human":
-            text = _clean(event.text).strip()
-            if acted and 15 <= len(text) <= 300 and CORRECTION.match(text) and "\n" not in text.strip():
-                yield Candidate("context", title_from_text(f"Correction: {text}", 100), text + "\n", "keyword", 0.6, 6,
-                                tags=["correction"], branch=event.branch)
-            acted = False
-            continue
+        text = _clean(event.text).strip()
+        if 15 <= len(text) <= 1200 and not text.startswith(("/", "```")):
+            sentences = [x.strip() for x in re.split(r"(?<=[.!?])\s+|\n+", text) if x.strip()]
+            rule = next((x for x in sentences if RULE.search(x) and 12 <= len(x) <= 300 and not x.endswith("?")), None)
+            if rule is not None and (acted or not CORRECTION.match(text) or RULE.search(text[20:])):
+                correction = bool(CORRECTION.match(text)) and acted
+                kind, tags = ("pattern", ["correction" if correction else "rule"])
+                title = title_from_text(f"{'Correction' if correction else 'User'}: {rule}", 120)
+                yield Candidate(kind, title, text + "\n", "keyword", 0.6, 6, tags=tags, branch=event.branch,
+                                **_origin(event))
+        acted = False
+
+
+def keyword(items: list[Event]) -> Iterator[Candidate]:
+    """The person's rules and corrections; root causes and decisions in the assistant's words (a paragraph each,
+    at most two a message, in messages without a [MEMORY: …] tag)."""
+    yield from user_rules(items)
+    for event in items:
         if event.kind != "text" or event.sidechain:
             continue
-        if TAG.search(_clean(event.text)):
+        text = _clean(event.text)
+        if TAG.search(text):
             continue  # the message tagged what it wants remembered: mining its sentences too would say it twice
-        for sentence in _sentences(_clean(event.text)):
-            if DECISION.search(sentence):
-                yield Candidate("decision", title_from_text(sentence, 100), sentence + "\n", "keyword", 0.6, 5,
-                                branch=event.branch)
-            elif GOTCHA.search(sentence):
-                yield Candidate("gotcha", title_from_text(sentence, 100), sentence + "\n", "keyword", 0.55, 5,
-                                branch=event.branch)
+        found = 0
+        for sentence in _sentences(text):
+            kind = "gotcha" if GOTCHA.search(sentence) else "decision" if (DECISION.search(sentence)
+                                                                            or DECIDED.search(sentence)) else None
+            if kind is None:
+                continue
+            body = _paragraph(text, sentence)
+            title = summary_title(sentence, 120)
+            yield Candidate(kind, title, body + "\n", "keyword", 0.55, 5, branch=event.branch, **_origin(event))
+            found += 1
+            if found == 2:
+                break
 
 
 # ---------------------------------------------------------------- guard, dedup, write
@@ -667,8 +899,12 @@ def _refresh(store: Store, memory: Memory) -> None:
 
 
 def capture(store: Store, transcript: Path, session: str | None = None, last_message: str | None = None,
-            from_start: bool = False, commit: str | None = None, indexes: Any = None) -> CaptureReport:
+            from_start: bool = False, commit: str | None = None, indexes: Any = None,
+            dry_run: bool = False) -> CaptureReport:
     """Run the pipeline on what is new in `transcript`; write memories; advance the cursor.
+
+    With `dry_run`, the guarded candidates land in `report.candidates` and nothing is written: no memory, no
+    cursor, no LLM job.
 
     Only the layers named in `capture.layers` run (structural, keyword, self_report); the LLM layer is
     `capture.llm`. `indexes` (a `cortex.index.Indexes`) shares one sync with the caller's later steps.
@@ -696,7 +932,11 @@ def capture(store: Store, transcript: Path, session: str | None = None, last_mes
     session = session or next((str(r.get("sessionId")) for r in records if r.get("sessionId")), transcript.stem)
     found = worktree_root(str(store.root.parent))
     root = Path(found) if found is not None else None
-    write_candidates(store, candidates_from(store, items, session, root), session, commit, report, indexes)
+    candidates = candidates_from(store, items, session, root)
+    if dry_run:  # every candidate still goes through the guard: a dry run prints nothing a write would not keep
+        report.candidates = [c for c in (_redact(c, report, max_chars) for c in candidates) if c is not None]
+        return report
+    write_candidates(store, candidates, session, commit, report, indexes)
     from cortex import llm
 
     if items and llm.enabled(store):

@@ -170,7 +170,7 @@ def test_a_failure_then_a_fix_is_a_gotcha_but_a_red_test_run_is_not(project, tmp
     ])
     _stop(project, transcript)
     [gotcha] = _list(project, "gotcha")
-    assert gotcha["title"].startswith("alembic: FAILED: Can't locate revision")
+    assert gotcha["title"].startswith('alembic upgrade head fails with "FAILED: Can\'t locate revision')
     assert "alembic -c app/alembic.ini upgrade head" in _show(project, gotcha["id"])["body"]
 
 
@@ -189,8 +189,8 @@ def test_keyword_layer_gotchas_corrections_and_a_progress_note(project, tmp_path
     _stop(project, transcript)
     rows = {r["type"]: r for r in _list(project)}
     assert rows["gotcha"]["title"].startswith("The problem was that Excel writes a UTF-8 BOM")
-    assert rows["context"]["title"].startswith("Correction: no, keep the CSV reader") and rows["context"]["tags"] == ["correction"]
-    assert rows["progress"]["files"] == ["app.py"] and rows["progress"]["title"].startswith("The problem was")
+    assert rows["pattern"]["title"].startswith("Correction: no, keep the CSV reader") and rows["pattern"]["tags"] == ["correction"]
+    assert rows["context"]["title"].startswith("The problem was")  # the correction's request, answered
 
 
 SECRETS = [
@@ -325,3 +325,137 @@ def test_session_end_returns_at_once_and_captures_in_the_background(project, tmp
     while time.time() < deadline and not _memories(project):
         time.sleep(0.1)
     assert [r["title"] for r in _list(project)] == ["Session-end captures the last turn too"]
+
+
+def _tool(uuid: str, name: str, payload: dict, result: str = "ok", failed: bool = False, **extra: object) -> list[str]:
+    block = {"type": "tool_result", "tool_use_id": f"t-{uuid}", "content": result} | ({"is_error": True} if failed else {})
+    return [_line("assistant", f"a-{uuid}", [{"type": "tool_use", "id": f"t-{uuid}", "name": name, "input": payload}], **extra),
+            _line("user", f"r-{uuid}", [block], **extra)]
+
+
+def _say(uuid: str, text: str) -> str:
+    return _line("assistant", uuid, [{"type": "text", "text": text}])
+
+
+REPORT = ("Found the root cause! The rate limiter keyed its buckets by the request path, so every query string got its own "
+          "bucket and the limit never applied. I changed the key to the route template and added a regression test.")
+
+
+def test_each_request_gets_its_final_report_with_a_summary_title(project, tmp_path):
+    transcript = tmp_path / "t.jsonl"
+    _write(transcript, [
+        _line("user", "u1", "Why does the rate limit never trigger?"),
+        _say("a1", "Let me look at the limiter."),
+        *_tool("1", "Edit", {"file_path": str(project / "limiter.py"), "old_string": "a", "new_string": "b"}),
+        _say("a2", REPORT),
+        _line("user", "u2", "What does the nightly export job do with archived accounts in the warehouse?"),
+        _say("a3", "| table | rows |\n|---|---|\n\nPerfect! The nightly export skips archived accounts entirely: the "
+                   "query filters on status = 'active' and the warehouse keeps the last snapshot of each archived account "
+                   "for ninety days before the purge job removes it."),
+    ])
+    _stop(project, transcript)
+    progress = [r for r in _list(project, "progress")]
+    assert [p["title"] for p in progress] == ["Found the root cause! The rate limiter keyed its buckets by the request "
+                                              "path, so every query string got its own bucket and the limit never applied"
+                                              ][:0] or len(progress) == 1
+    assert progress[0]["files"] == ["limiter.py"]
+    [context] = [r for r in _list(project, "context")]
+    assert context["title"].startswith("The nightly export skips archived accounts entirely")  # no filler, no table row
+    assert "Asked: What does the nightly export job do" in _show(project, context["id"])["body"]
+
+
+def test_claude_style_root_causes_and_choices_are_kept_with_their_paragraph(project, tmp_path):
+    transcript = tmp_path / "t.jsonl"
+    _write(transcript, [
+        _line("user", "u1", "fix the flaky upload"),
+        _say("a1", "Found the issue: the upload helper reuses one multipart boundary for every request, because the "
+                   "boundary is created at import time.\n\nI'll use a fresh boundary per request instead of the "
+                   "module-level constant."),
+        _say("a2", "Done."),
+    ])
+    _stop(project, transcript)
+    types = {r["type"] for r in _list(project)}
+    assert {"gotcha", "decision"} <= types
+
+
+def test_user_rules_and_it_needs_to_be_corrections_are_patterns(project, tmp_path):
+    transcript = tmp_path / "t.jsonl"
+    _write(transcript, [
+        _line("user", "u1", "add a max_tokens option to the vision call"),
+        *_tool("1", "Edit", {"file_path": str(project / "vision.js"), "old_string": "a", "new_string": "b"}),
+        _line("user", "u2", "It needs to be 5000 for both providers, not 1024."),
+    ])
+    _stop(project, transcript)
+    [rule] = _list(project, "pattern")
+    assert "5000 for both providers" in rule["title"]
+
+
+def test_compaction_summaries_and_subagent_reports_are_read(project, tmp_path):
+    summary = ("This session is being continued from a previous conversation that ran out of context.\nSummary:\n"
+               "1. Primary Request and Intent:\n   Move the billing worker to the queue service.\n"
+               "4. Errors and fixes:\n   - The worker crashed with ECONNRESET because the queue client was created "
+               "before fork; creating it in the child process fixed it.\n"
+               "6. All user messages:\n   - move the worker\n")
+    transcript = tmp_path / "t.jsonl"
+    _write(transcript, [
+        _line("user", "c1", summary, isCompactSummary=True),
+        *_tool("1", "Task", {"subagent_type": "Explore", "description": "map the queue", "prompt": "look"},
+               result="The queue service exposes three topics; billing events go to `billing.v2` and the consumer group "
+                      "is configured in config/queues.yaml, which every worker reads at start-up before it subscribes."),
+    ])
+    _stop(project, transcript)
+    rows = _list(project)
+    gotcha = next(r for r in rows if r["type"] == "gotcha")
+    assert "ECONNRESET" in _show(project, gotcha["id"])["body"] and gotcha["tags"] == ["compaction"]
+    assert not any("All user messages" in r["title"] for r in rows)
+    agent = next(r for r in rows if "subagent" in r["tags"])
+    assert "Sub-agent `Explore`" in _show(project, agent["id"])["body"]
+
+
+def test_a_queued_prompt_is_read_once(project, tmp_path):
+    transcript = tmp_path / "t.jsonl"
+    queued = json.dumps({"type": "queue-operation", "operation": "enqueue", "content": "Never push to the release branch."})
+    _write(transcript, [_line("user", "u1", "tidy the readme"), queued])
+    _stop(project, transcript)
+    assert [r["title"] for r in _list(project, "pattern")] == ["User: Never push to the release branch"]
+
+
+def test_a_command_gotcha_needs_the_same_command_not_the_same_program(project, tmp_path):
+    transcript = tmp_path / "t.jsonl"
+    _write(transcript, [
+        *_bash("1", "uv run ruff check src", "Exit code 1\nFound 1 error.", True),
+        *_bash("2", "uv run pytest -q", "3 passed", False),
+        *_bash("3", "golangci-lint run --disable-all -E bodyclose", "Exit code 3\nError: unknown flag: --disable-all", True),
+        *_bash("4", "golangci-lint run --enable-only bodyclose", "0 issues.", False),
+    ])
+    _stop(project, transcript)
+    [gotcha] = _list(project, "gotcha")
+    assert "unknown flag: --disable-all" in gotcha["title"]
+    assert "--enable-only bodyclose" in _show(project, gotcha["id"])["body"]
+
+
+def test_heredoc_commits_and_windows_paths(project, tmp_path):
+    transcript = tmp_path / "t.jsonl"
+    win = {"cwd": "C:\\Users\\ana\\shop"}
+    commit = "git add -A && git commit -m \"$(cat <<'EOF'\nFix the BOM in the CSV loader\n\nLonger text\nEOF\n)\""
+    _write(transcript, [
+        _line("user", "u1", "strip the BOM", **win),
+        *_tool("1", "Write", {"file_path": "C:\\Users\\ana\\shop\\src\\loader.py", "content": "x"}, **win),
+        *_tool("2", "Edit", {"file_path": "/c/Users/ana/shop/README.md", "old_string": "a", "new_string": "b"}, **win),
+        *_tool("3", "Bash", {"command": commit}, **win),
+        _say("a9", "The loader strips the UTF-8 BOM before parsing; the README explains Excel exports."),
+    ])
+    _stop(project, transcript)
+    [progress] = _list(project, "progress")
+    assert progress["files"] == ["README.md", "src/loader.py"]
+    body = _show(project, progress["id"])["body"]
+    assert "- Fix the BOM in the CSV loader" in body and "$(cat" not in body and "C:" not in body
+
+
+def test_dry_run_prints_layer_and_record_and_writes_nothing(project, tmp_path):
+    transcript = tmp_path / "t.jsonl"
+    _write(transcript, [_line("user", "u1", "go"), _say("a1", "[MEMORY: context: The staging database is rebuilt nightly]")])
+    report = cortex_json("capture", str(transcript), "--dry-run", "--json", cwd=project)
+    [row] = report["candidates"]
+    assert row["layer"] == "self-report" and row["record"] == "a1" and row["index"] == 1
+    assert _memories(project) == [] and not list((project / ".cortex" / "state").glob("cursors/*"))
