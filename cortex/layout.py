@@ -29,6 +29,8 @@ def find_store(cwd: str) -> str | None:
     explicit = os.environ.get("CORTEX_DIR")
     if explicit:
         return os.path.abspath(explicit) if os.path.isdir(explicit) else None
+    if "\x00" in cwd:
+        return None  # not a path any folder can have (a garbled hook payload)
     home = os.path.realpath(global_root())
     folder = os.path.realpath(cwd)
     while True:
