@@ -20,7 +20,7 @@ from cortex.errors import ConfigError
 
 DEFAULTS: dict[str, Any] = {
     "store": {
-        "max_memory_bytes": 65536,
+        "max_memory_bytes": 262144,
     },
     "briefing": {
         "budget_tokens": 500,
@@ -86,7 +86,7 @@ TEMPLATE = """\
 # Unknown keys are reported by `cortex status`, never fatal.
 
 store:
-  max_memory_bytes: 65536   # a memory file larger than this is refused on write and reported (not read) by status
+  max_memory_bytes: 262144  # 256 KiB: a larger memory file is refused on write, and reported (never read) by status
 
 briefing:
   budget_tokens: 500        # session-start briefing size (about 4 characters a token)
@@ -292,7 +292,7 @@ def load_config(path: Path, cache_dir: Path | None = None) -> Config:
     return config
 
 
-SCHEMA = 12  # bump when DEFAULTS change shape, so cached configs are re-read
+SCHEMA = 13  # bump when DEFAULTS change shape, so cached configs are re-read
 
 
 def _cache_file(cache_dir: Path) -> Path:

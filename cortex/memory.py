@@ -8,10 +8,11 @@ Three ways through the format:
 - `parse(text, path)` reads a file into a `Memory`. It uses a small reader
   for the plain YAML subset cortex itself writes (one key per line, plain or
   quoted scalars, flow lists and maps, a block list of flow maps) and hands
-  anything else — comments, block scalars, anchors — to ruamel.yaml, which
-  stays the authority. Reading 10,000 files through ruamel alone takes
-  about 25 s on the reference machine; the subset reader makes it well under
-  one.
+  anything else — comments, block scalars — to ruamel.yaml, which stays the
+  authority. Reading 10,000 files through ruamel alone takes about 25 s on
+  the reference machine; the subset reader makes it well under one. Anchors
+  and aliases are refused (a 700-byte "billion laughs" expands to gigabytes),
+  and whatever the text, `parse` raises `MalformedMemory` and nothing else.
 - `render_new(memory)` writes a new file with ruamel.yaml.
 - `edit_text(text, changes, body)` changes fields of an existing file with
   ruamel.yaml in round-trip mode, so a person's comments, key order and
@@ -210,6 +211,14 @@ _CANONICAL_STAMP = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-
 def iso_timestamp(value: Any) -> str:
     """Normalise a YAML timestamp (datetime, date or ISO string) to `YYYY-MM-DDTHH:MM:SSZ`."""
     if isinstance(value, str) and _CANONICAL_STAMP.match(value):
+        if "01" <= value[5:7] <= "12" and "01" <= value[8:10] <= "28" and value[11:13] <= "23" \
+                and value[14:16] <= "59" and value[17:19] <= "59" and value[:4] != "0000":
+            return value  # plainly a real moment: string comparisons, 20x cheaper than building a datetime
+        try:  # the pattern lets 2026-02-30 through; later readers (decay, epoch) would fail on it
+            _dt.datetime(int(value[:4]), int(value[5:7]), int(value[8:10]), int(value[11:13]), int(value[14:16]),
+                         int(value[17:19]))
+        except ValueError:
+            raise ValueError(f"not a timestamp: {value!r}") from None
         return value
     if isinstance(value, _dt.datetime):
         moment = value if value.tzinfo else value.replace(tzinfo=_dt.timezone.utc)
@@ -328,10 +337,19 @@ def _scalar(token: str, in_flow: bool = False) -> Any:
             value = json.loads(token)
         except ValueError:
             raise _NotSimple from None
-        if not isinstance(value, str):
+        if not isinstance(value, str) or ("\\u" in token and not _encodable(value)):
             raise _NotSimple
         return value
     return _plain(token, in_flow)
+
+
+def _encodable(text: str) -> bool:
+    """False for a string holding a lone surrogate (`"\\ud800"`): it cannot be written, hashed or indexed."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _flow_items(inner: str) -> list[str]:
@@ -398,13 +416,17 @@ def _read_simple(yaml_text: str) -> dict[str, Any]:
     return data
 
 
+class _Unsupported(Exception):
+    """A YAML value a memory file cannot hold (binary, set)."""
+
+
 def _to_plain(value: Any) -> Any:
     """ruamel/YAML objects → plain Python (timestamps as ISO strings)."""
     if isinstance(value, (_dt.datetime, _dt.date)):
         return iso_timestamp(value)
     if isinstance(value, dict):
-        return {str(k): _to_plain(v) for k, v in value.items()}
-    if isinstance(value, list):
+        return {_to_plain(str(k)): _to_plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
         return [_to_plain(v) for v in value]
     if isinstance(value, bool) or value is None:
         return value
@@ -413,31 +435,89 @@ def _to_plain(value: Any) -> Any:
     if isinstance(value, float):
         return float(value)
     if isinstance(value, str):
+        if not _encodable(value):
+            raise _Unsupported("text with a lone surrogate escape (\\ud800-\\udfff)")
         return str(value)
-    return value
+    raise _Unsupported(f"a {type(value).__name__} value (a memory holds text, numbers, lists and mappings)")
+
+
+def _no_alias_yaml() -> Any:
+    """ruamel.yaml (safe, pure) refusing anchors and aliases as it composes, before anything is expanded.
+
+    A memory file never needs them, and nine nested aliases in 700 bytes ("billion laughs") expand to
+    gigabytes when the data is walked.
+    """
+    from ruamel.yaml import YAML
+    from ruamel.yaml.composer import Composer
+    from ruamel.yaml.events import AliasEvent
+
+    class NoAliasComposer(Composer):  # type: ignore[misc]
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            event = self.parser.peek_event()
+            if isinstance(event, AliasEvent) or getattr(event, "anchor", None) is not None:
+                raise _AnchorFound
+            return super().compose_node(parent, index)
+
+    yaml = YAML(typ="safe", pure=True)
+    yaml.Composer = NoAliasComposer
+    return yaml
+
+
+MAX_FLOW_DEPTH = 64  # ruamel's scanner is quadratic in `[`/`{` depth (5,000 deep: 3.6 s); ~400 deep it fails anyway
+
+
+def _flow_depth(yaml_text: str) -> int:
+    """How deep `[` and `{` nest (quotes not considered: an over-estimate), counted only when there are many."""
+    if yaml_text.count("[") + yaml_text.count("{") <= MAX_FLOW_DEPTH:
+        return 0
+    depth = deepest = 0
+    for char in yaml_text:
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}" and depth:
+            depth -= 1
+    return deepest
+
+
+class _AnchorFound(Exception):
+    """The front matter uses a YAML anchor or alias."""
 
 
 def load_front_matter(yaml_text: str, path: Path | None = None) -> dict[str, Any]:
-    """Front matter as plain Python data, via the fast reader or ruamel.yaml."""
+    """Front matter as plain Python data, via the fast reader or ruamel.yaml; raises `MalformedMemory` only.
+
+    Anchors and aliases are refused before ruamel expands anything; the fast reader never accepts them
+    (a value starting with `&` or `*` is not simple).
+    """
     try:
         return _read_simple(yaml_text)
-    except _NotSimple:
+    except (_NotSimple, ValueError):  # ValueError: a timestamp-shaped value that is no date; ruamel decides
         pass
-    from ruamel.yaml import YAML
     from ruamel.yaml.error import YAMLError
 
+    if _flow_depth(yaml_text) > MAX_FLOW_DEPTH:
+        raise MalformedMemory(path, "front matter is nested too deeply")
     try:
-        data = YAML(typ="safe", pure=True).load(yaml_text)
+        data = _no_alias_yaml().load(yaml_text)
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise MalformedMemory(path, "front matter must be a mapping of keys to values")
+        return dict(_to_plain(data))
+    except _AnchorFound:
+        raise MalformedMemory(path, "YAML anchors and aliases are not allowed in a memory file") from None
     except YAMLError as exc:
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 2})" if mark is not None else ""
         raise MalformedMemory(path, f"front matter is not valid YAML: {problem}{where}") from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise MalformedMemory(path, "front matter must be a mapping of keys to values")
-    return _to_plain(data)
+    except RecursionError:
+        raise MalformedMemory(path, "front matter is nested too deeply") from None
+    except _Unsupported as exc:
+        raise MalformedMemory(path, f"front matter holds {exc}") from None
+    except ValueError as exc:  # a constructor refusing a value (a date that does not exist, ...)
+        raise MalformedMemory(path, f"front matter is not valid YAML: {exc}") from None
 
 
 # ---------------------------------------------------------------- validation

@@ -36,7 +36,7 @@ STALE_TEMP_SECONDS = 600
 _swept: dict[str, float] = {}  # store root -> when this process last removed its stale temp files
 GITIGNORE = "# derived and private state: rebuilt by cortex, never committed\ncache/\nstate/\n"
 MIN_PREFIX = 4
-MAX_MEMORY_BYTES = 65536  # the default of `store.max_memory_bytes` (cortex.config)
+MAX_MEMORY_BYTES = 262144  # the default of `store.max_memory_bytes` (cortex.config)
 SYMLINK = "is a symbolic link; memory files must be regular files"
 NOT_REGULAR = "is not a regular file"
 

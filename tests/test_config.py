@@ -45,7 +45,7 @@ def test_the_template_is_the_defaults_and_valid(tmp_path):
     ("git: {on_stop: push}", "git.on_stop", "stage", "git.on_stop must be one of stage, commit, off, got 'push'"),
     ("git: {pre_push: [commit]}", "git.pre_push", "commit", "got ['commit']"),
     ("embedding: {model: 5}", "embedding.model", "bundled", "embedding.model must be a non-empty string, got 5"),
-    ("store: {max_memory_bytes: 10}", "store.max_memory_bytes", 65536, "must be an integer of at least 1024"),
+    ("store: {max_memory_bytes: 10}", "store.max_memory_bytes", 262144, "must be an integer of at least 1024"),
 ])
 def test_a_bad_value_falls_back_to_its_default_with_one_line(tmp_path, text, key, default, message):
     config = _load(tmp_path, text)

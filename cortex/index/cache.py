@@ -7,6 +7,11 @@
 
 `Index.sync()` is incremental and cheap when nothing changed (one stat per
 file); a missing, stale-schema or corrupt cache is rebuilt, never an error.
+A part changed behind cortex's back (the manifest keeps the stat of the
+Whoosh files and of the vectors as its writer left them), a Whoosh segment
+that fails to read, or a vectors file shorter than the manifest says is
+rebuilt by the next sync that uses it, and named in `Index.repaired`
+(`cortex status` and `cortex verify` report it).
 Writers hold `cache/sync.lock`; a reader that finds it taken works on the
 last committed state (plus what it parsed itself) instead of waiting.
 """
@@ -18,6 +23,7 @@ import hashlib
 import shutil
 import sys
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -29,6 +35,7 @@ from cortex.store import Problem, Scan, Store
 
 
 SMALL_BATCH = 16  # up to this many new texts are embedded by the pure-Python encoder
+VECTOR_TOLERANCE = 1e-4  # largest difference `check` accepts between a cached vector and one computed now
 
 
 @dataclass
@@ -37,6 +44,7 @@ class SyncReport:
     removed: int = 0
     embedded: int = 0
     rebuilt: bool = False
+    repaired: list[str] = field(default_factory=list)  # damaged parts found and rebuilt, one line each
     locked_out: bool = False  # another process held the lock: results are from the last committed cache
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
@@ -86,6 +94,9 @@ class Index:
         self.trust_watcher = True  # the watcher itself sets this False
         self._ix: Any = None
         self._vectors: Any = None
+        self.repaired: list[str] = []  # every damaged part this object's syncs found and rebuilt
+        self._vectors_crc: tuple[int, int] | None = None  # (size, CRC-32) of vectors.f32 after this sync's append
+        self.vectors_checked = 0  # rows `check` recomputed from the memories' text
 
     # ------------------------------------------------------------ paths
 
@@ -125,9 +136,13 @@ class Index:
 
     def sync(self, full: bool = True, progress: bool = True, vectors: bool = False) -> SyncReport:
         report = self._sync(full, progress, vectors or full)
+        for line in report.repaired:
+            self.repaired.append(line)
+            self.store.log(f"cache: {line}")
         if not report.locked_out:  # locked out: answered from the committed cache; the next `ensure` tries again
             self._synced = max(self._synced or 0, _level(full, vectors))
-        if report.changed or report.removed or report.rebuilt or report.embedded or report.locked_out or self._scan is None:
+        if report.changed or report.removed or report.rebuilt or report.embedded or report.locked_out or report.repaired \
+                or self._scan is None:
             self._forget_views()
         return report
 
@@ -155,7 +170,7 @@ class Index:
         for path in paths:
             rel = path.relative_to(self.store.memories_dir).as_posix()
             if path.is_file():
-                self.manifest.files[rel] = read_entry(path)
+                self.manifest.files[rel] = read_entry(path, None, self.store.max_memory_bytes())
             elif self.manifest.files.pop(rel, None) is not None:
                 self.manifest.pending_deletes.append(rel)
         if self._synced is not None:
@@ -178,6 +193,7 @@ class Index:
         report = SyncReport()
         seen_version = _file_version(self.manifest_path)
         manifest = Manifest.load(self.manifest_path)
+        max_bytes = self.store.max_memory_bytes()
         if manifest is None:
             manifest, report.rebuilt = Manifest(), True
         elif self.trust_watcher and self._watched(manifest, with_vectors):
@@ -193,7 +209,7 @@ class Index:
             if not locked:
                 # Someone else is writing: use the committed manifest, re-parsing changes in memory only.
                 report.locked_out = True
-                manifest.refresh(self.store.memories_dir)  # in memory only
+                manifest.refresh(self.store.memories_dir, max_bytes)  # in memory only
                 self.manifest = manifest
                 report.seconds = time.monotonic() - started
                 return report
@@ -206,14 +222,18 @@ class Index:
                     manifest, report.rebuilt = Manifest(), True
             if report.rebuilt:
                 # Nothing trustworthy: start over so Whoosh and vectors are rebuilt with the manifest.
+                if Manifest.damaged(self.manifest_path):
+                    report.repaired.append("manifest.bin was unreadable (truncated, garbage or damaged); rebuilt")
                 self._clear()
-            changed, removed, rehashed = manifest.refresh(self.store.memories_dir)
+            changed, removed, rehashed = manifest.refresh(self.store.memories_dir, max_bytes)
             report.changed, report.removed = len(changed), len(removed)
             dirty = bool(rehashed or removed or report.rebuilt)
             if full:
                 dirty = self._sync_fulltext(manifest, report, progress) or dirty
             if with_vectors:
                 dirty = self._sync_vectors(manifest, report, progress) or dirty
+            # The parts as this writer leaves them (only those this sync checked): a later change is damage.
+            dirty = self._note_parts(manifest, full, with_vectors) or dirty
             if dirty:
                 atomic_write(self.manifest_path, manifest.dumps(), durable=False)
         self.manifest = manifest
@@ -241,6 +261,47 @@ class Index:
             self.vectors_path.unlink()
 
     def _sync_fulltext(self, manifest: Manifest, report: SyncReport, progress: bool) -> bool:
+        """Bring Whoosh in step; a damaged index (changed behind cortex's back, or failing to read while it
+        is updated: a truncated segment raises struct.error or EOFError) is dropped and built again."""
+        damage = self._fulltext_damage(manifest)
+        if damage:
+            report.repaired.append(f"full-text index {damage}; rebuilt")
+            self._drop_fulltext(manifest)
+        try:
+            return self._update_fulltext(manifest, report, progress)
+        except Exception as exc:  # Whoosh raises many kinds on a damaged segment
+            if damage:
+                raise  # built from nothing and still failing: not damage (a full disk, permissions)
+            report.repaired.append(f"full-text index failed to read ({type(exc).__name__}: {exc}); rebuilt")
+            self._drop_fulltext(manifest)
+        return self._update_fulltext(manifest, report, progress)
+
+    def _fulltext_damage(self, manifest: Manifest) -> str | None:
+        """Why the Whoosh files are not what the manifest's writer left (None when they are, or unknown)."""
+        from cortex.index import fulltext
+
+        if fulltext.marked_damaged(self.whoosh_dir):
+            return "failed to read during a search"
+        recorded = manifest.parts.get("whoosh")
+        if recorded is None:
+            return None  # no index committed yet, or a manifest from before parts were recorded
+        files = fulltext.part_files(self.whoosh_dir)
+        if files is None:
+            return "was missing"
+        if _changed_behind(files, recorded):
+            return "changed outside cortex (a segment truncated, overwritten or removed)"
+        return None
+
+    def _drop_fulltext(self, manifest: Manifest) -> None:
+        """Remove the Whoosh index: the next update builds it from every file."""
+        self.close_searcher()
+        self._ix = None
+        shutil.rmtree(self.whoosh_dir, ignore_errors=True)
+        manifest.pending_deletes = []
+        for entry in manifest.files.values():
+            entry["ft"] = "error" in entry
+
+    def _update_fulltext(self, manifest: Manifest, report: SyncReport, progress: bool) -> bool:
         from cortex.index import fulltext
 
         todo = [rel for rel, entry in manifest.files.items() if not entry.get("ft")]
@@ -290,7 +351,10 @@ class Index:
                 return False
             identity = encoder.identity
         reset = False
-        if manifest.model != identity or not vectors.fits(self.vectors_path, len(manifest.vector_keys), manifest.dim):
+        damage = self._vectors_damage(manifest) if manifest.model == identity else None
+        if damage:
+            report.repaired.append(f"{damage}; re-embedded")
+        if manifest.model != identity or damage:
             reset = True
             manifest.model, manifest.dim, manifest.vector_keys = identity, 0, []
             with contextlib.suppress(FileNotFoundError):
@@ -327,10 +391,55 @@ class Index:
         if bar:
             bar(len(wanted))
             bar.close()
-        vectors.append(self.vectors_path, len(manifest.vector_keys), encoder.dim, matrix)
+        recorded = (manifest.parts.get("vectors") or {}).get(self.vectors_path.name)
+        committed = len(manifest.vector_keys) * int(encoder.dim) * 4
+        crc = 0 if committed == 0 else recorded[2] if recorded and recorded[0] == committed else None
+        appended_crc = vectors.append(self.vectors_path, len(manifest.vector_keys), encoder.dim, matrix, crc)
+        if appended_crc is not None:
+            self._vectors_crc = (committed + int(matrix.shape[0]) * int(encoder.dim) * 4, appended_crc)
         manifest.vector_keys.extend(wanted)
         report.embedded = len(wanted)
         return True
+
+    def _vectors_damage(self, manifest: Manifest) -> str | None:
+        """Why vectors.f32 is not what the manifest's writer left (None when it is, or unknown)."""
+        from cortex.index import vectors
+
+        if not manifest.vector_keys:
+            return None
+        if not vectors.fits(self.vectors_path, len(manifest.vector_keys), manifest.dim):
+            return "vectors.f32 is shorter than the manifest says (truncated or removed)"
+        recorded = manifest.parts.get("vectors")
+        if recorded is not None and _changed_behind(self._vector_files(), recorded):
+            return "vectors.f32 changed outside cortex (rows overwritten)"
+        return None
+
+    def _vector_files(self) -> dict[str, Path]:
+        return {self.vectors_path.name: self.vectors_path} if self.vectors_path.exists() else {}
+
+    def _note_parts(self, manifest: Manifest, fulltext_checked: bool, vectors_checked: bool) -> bool:
+        """Record (size, mtime, CRC-32) of the files of the parts this sync checked or wrote; True when the
+        record changed. A CRC is computed only for a file that is new or changed (vectors: carried over the
+        append), so a sync that wrote one memory reads no big file."""
+        from cortex.index import fulltext
+
+        before = dict(manifest.parts)
+        if fulltext_checked:
+            files = fulltext.part_files(self.whoosh_dir)
+            manifest.parts["whoosh"] = _marks(files, manifest.parts.get("whoosh") or {}) if files is not None else None
+        if vectors_checked:
+            manifest.parts["vectors"] = _marks(self._vector_files(), manifest.parts.get("vectors") or {},
+                                               self._vectors_crc)
+        self._vectors_crc = None
+        return manifest.parts != before
+
+    def damaged_parts(self) -> list[str]:
+        """The parts of the committed cache that are not what its writer left, by stat alone (no lock): what
+        the next full sync will rebuild. For `cortex status`, whose own sync reads only the manifest."""
+        if self.manifest is None:
+            return []
+        found = [f"full-text index {why}" for why in [self._fulltext_damage(self.manifest)] if why]
+        return found + [why for why in [self._vectors_damage(self.manifest)] if why]
 
     def rebuild(self) -> SyncReport:
         """Drop the cache and build it again from the files."""
@@ -439,7 +548,18 @@ class Index:
             ix = self.fulltext_index()
             if ix is None:
                 return None
-            self._searcher = ix.searcher()
+            try:
+                self._searcher = ix.searcher()
+            except Exception:  # a segment that will not open (or a writer replacing it just now): look again
+                try:
+                    self._searcher = ix.searcher()
+                except Exception as exc:
+                    from cortex.index import fulltext
+
+                    if not isinstance(exc, OSError):  # a missing file is a writer's commit racing us, not damage
+                        fulltext.mark_damaged(self.whoosh_dir)  # the next sync rebuilds it
+                    self._ix = None
+                    return None
         return self._searcher
 
     def close_searcher(self) -> None:
@@ -506,57 +626,150 @@ class Index:
         return self._vectors
 
     def digest(self) -> dict[str, Any]:
-        """A digest of the cache's logical content: sorted ids, content hashes and vectors."""
-        import numpy as np
-
+        """A digest of the cache's logical content: each memory's id, path, content hash and embedded-text hash,
+        and the model identity when there are vectors. Equal for equal files however the cache was built
+        (vectors from the batch and the one-text encoder differ in the 8th decimal); whether the vectors
+        themselves match their text is `check`'s job."""
         if self.manifest is None:
             self.sync(full=True)
         assert self.manifest is not None
         rows = self.vector_matrix()
         h = hashlib.sha256()
+        if rows is not None:
+            h.update(f"model\0{self.manifest.model}\0{self.manifest.dim}\0".encode())
         count = 0
         for rel, entry in sorted(self.manifest.files.items()):
             if "error" in entry:
                 continue
             count += 1
-            h.update(f"{entry['id']}\0{rel}\0{entry['hash']}\0".encode())
-            if rows is not None and entry.get("vhash") in rows[1]:
-                h.update(np.asarray(rows[0][rows[1][entry["vhash"]]], dtype="<f4").tobytes())
+            embedded = rows is not None and entry.get("vhash") in rows[1]
+            h.update(f"{entry['id']}\0{rel}\0{entry['hash']}\0{entry.get('vhash') if embedded else ''}\0".encode())
         return {"digest": h.hexdigest(), "memories": count, "vectors": rows is not None}
 
     def check(self) -> list[str]:
-        """Compare the cache with the files by content; returns the differences (none when in step)."""
-        from cortex.index import fulltext
+        """Compare the cache with the files by content; returns the differences (none when in step).
+
+        Every file is hashed, the full-text index read through, and every vector recomputed from its memory's
+        text with the model and compared (`VECTOR_TOLERANCE`); `vectors_checked` says how many."""
         from cortex.index.manifest import read_entry
+        from cortex.store import walk_memory_files
 
         assert self.manifest is not None
         differences = []
-        on_disk = {str(p.relative_to(self.store.memories_dir)) for p in self.store.memory_paths()}
+        files, odd = walk_memory_files(str(self.store.memories_dir)) if self.store.memories_dir.is_dir() else ([], [])
+        on_disk = {prefix + name for _, name, prefix, _ in files} | {rel for rel, _ in odd}
         for rel in sorted(on_disk - set(self.manifest.files)):
             differences.append(f"not in cache: {rel}")
         for rel in sorted(set(self.manifest.files) - on_disk):
             differences.append(f"in cache but gone: {rel}")
+        max_bytes = self.store.max_memory_bytes()
         for rel in sorted(on_disk & set(self.manifest.files)):
-            if read_entry(self.store.memories_dir / rel)["hash"] != self.manifest.files[rel]["hash"]:
+            if read_entry(self.store.memories_dir / rel, None, max_bytes)["hash"] != self.manifest.files[rel]["hash"]:
                 differences.append(f"stale in cache: {rel}")
+        differences += self._check_fulltext()
+        differences += self._check_vectors()
+        return differences
+
+    def _check_fulltext(self) -> list[str]:
+        from cortex.index import fulltext
+
+        assert self.manifest is not None
         ix = fulltext.open_index(self.whoosh_dir)
         if ix is None:
-            differences.append("full-text index missing or unreadable")
-        else:
-            with ix.searcher() as searcher:
-                indexed = {fields["path"] for fields in searcher.all_stored_fields()}
-            expected = {rel for rel, entry in self.manifest.files.items() if "error" not in entry}
-            if indexed != expected:
-                differences.append(f"full-text index holds {len(indexed)} files, expected {len(expected)}")
+            return ["full-text index missing or unreadable"]
+        damage = fulltext.readable(ix)
+        if damage:
+            return [f"full-text index unreadable ({damage})"]
+        with ix.searcher() as searcher:
+            indexed = {fields["path"] for fields in searcher.all_stored_fields()}
+        expected = {rel for rel, entry in self.manifest.files.items() if "error" not in entry}
+        if indexed != expected:
+            return [f"full-text index holds {len(indexed)} files, expected {len(expected)}"]
+        return []
+
+    def _check_vectors(self) -> list[str]:
+        """Recompute every memory's vector from its text and compare it with the cached row."""
+        import numpy as np
+
+        assert self.manifest is not None
+        self.vectors_checked = 0
+        encoder = self.encoder()
+        wanted: dict[str, str] = {}  # text hash -> one file with that text
+        for rel, entry in sorted(self.manifest.files.items()):
+            if entry.get("vhash") and "error" not in entry:
+                wanted.setdefault(entry["vhash"], rel)
+        if encoder is None or not wanted:
+            return []
         rows = self.vector_matrix()
-        if self.encoder() is not None:
-            if rows is None:
-                differences.append("vectors missing")
+        if rows is None:
+            return ["vectors missing"]
+        matrix, row_of = rows
+        missing = [vhash for vhash in wanted if vhash not in row_of]
+        if missing:
+            return [f"{len(missing)} memories have no vector"]
+        if self.manifest.model != getattr(encoder, "identity", self.manifest.model):
+            return [f"vectors are from model {self.manifest.model}, not {encoder.identity}"]
+        texts = []
+        for rel in wanted.values():
+            item = memory_from_meta(self.manifest.meta(rel), self.store.memories_dir / rel)
+            item.body = read_body(self.store.memories_dir / rel)
+            texts.append(embed_text(item))
+        fresh = np.asarray(encoder.encode(texts), dtype=np.float32)
+        cached = np.asarray(matrix[[row_of[vhash] for vhash in wanted]], dtype=np.float32)
+        with np.errstate(invalid="ignore", over="ignore"):
+            worst = np.nan_to_num(np.abs(fresh - cached), nan=np.inf).max(axis=1) if len(texts) else np.zeros(0)
+        self.vectors_checked = len(texts)
+        bad = [rel for rel, diff in zip(wanted.values(), worst) if not diff <= VECTOR_TOLERANCE]
+        if not bad:
+            return []
+        shown = ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        return [f"{len(bad)} of {len(texts)} vectors differ from their memory's text by more than "
+                f"{VECTOR_TOLERANCE:g} (damaged vectors.f32 rows): {shown}"]
+
+
+def _crc(path: Path) -> int:
+    crc = 0
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            crc = zlib.crc32(chunk, crc)
+    return crc
+
+
+def _changed_behind(files: dict[str, Path], recorded: dict[str, Any]) -> bool:
+    """Whether `files` are not those recorded: a name or a size differs, or the content where only the mtime
+    does (a copy or a touch is not damage)."""
+    if set(files) != set(recorded):
+        return True
+    for name, path in files.items():
+        size, mtime, crc = recorded[name]
+        try:
+            info = path.stat()
+            if info.st_size != size or (info.st_mtime_ns != mtime and _crc(path) != crc):
+                return True
+        except OSError:
+            return True
+    return False
+
+
+def _marks(files: dict[str, Path], recorded: dict[str, Any],
+           known: tuple[int, int] | None = None) -> dict[str, tuple[int, int, int]]:
+    """name -> (size, mtime_ns, CRC-32); the CRC is taken from `recorded` when size and mtime did not change,
+    or from `known` (size, CRC) for a file this process just wrote."""
+    out = {}
+    for name, path in files.items():
+        try:
+            info = path.stat()
+            old = recorded.get(name)
+            if old is not None and old[0] == info.st_size and old[1] == info.st_mtime_ns:
+                crc = old[2]
+            elif known is not None and known[0] == info.st_size:
+                crc = known[1]
             else:
-                missing = [rel for rel, e in self.manifest.files.items() if e.get("vhash") and e["vhash"] not in rows[1]]
-                if missing:
-                    differences.append(f"{len(missing)} memories have no vector")
-        return differences
+                crc = _crc(path)
+        except OSError:
+            continue  # gone: the next check finds the record and the files differ
+        out[name] = (info.st_size, info.st_mtime_ns, crc)
+    return out
 
 
 def _level(full: bool, vectors: bool) -> int:

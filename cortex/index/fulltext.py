@@ -15,6 +15,7 @@ query syntax (AND, *, field:) cannot break it.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from pathlib import Path
@@ -62,6 +63,31 @@ def open_index(folder: Path, create: bool = False) -> Any:
         return index.open_dir(str(folder))
     except Exception:  # missing, truncated or garbage: Whoosh raises many kinds
         return None
+
+
+def part_files(folder: Path) -> dict[str, Path] | None:
+    """The index's files by name; None without an index folder. Whoosh's lock file is left out: taking the
+    lock changes nothing."""
+    try:
+        with os.scandir(folder) as listing:
+            return {entry.name: Path(entry.path) for entry in listing if "LOCK" not in entry.name}
+    except OSError:
+        return None
+
+
+def readable(ix: Any) -> str | None:
+    """Read every stored field and posting of the index; the reason it failed, or None (for `cortex verify`)."""
+    try:
+        with ix.searcher() as searcher:
+            reader = searcher.reader()
+            for _ in reader.all_stored_fields():
+                pass
+            for fieldname, text in reader.all_terms():
+                for _ in reader.postings(fieldname, text).all_ids():
+                    pass
+    except Exception as exc:  # a damaged segment: struct.error, EOFError, zlib.error, ...
+        return f"{type(exc).__name__}: {exc}"
+    return None
 
 
 def document(rel: str, meta: dict[str, Any], body: str) -> dict[str, Any]:
@@ -120,8 +146,31 @@ def search(ix: Any, text: str, limit: int, statuses: Iterable[str] = (), types: 
         filters.append(q.Term("branch", branch))
     allow = q.And(filters) if filters else None
     if searcher is not None:
-        hits = searcher.search(parsed, limit=limit, filter=allow)
-        return [(hit["path"], float(hit.score)) for hit in hits]
-    with ix.searcher() as own:
-        hits = own.search(parsed, limit=limit, filter=allow)
-        return [(hit["path"], float(hit.score)) for hit in hits]
+        try:
+            hits = searcher.search(parsed, limit=limit, filter=allow)
+            return [(hit["path"], float(hit.score)) for hit in hits]
+        except Exception:
+            pass  # a writer replaced the index under this searcher, or a segment is damaged: look again
+    try:
+        with ix.searcher() as own:  # reads the latest table of contents
+            hits = own.search(parsed, limit=limit, filter=allow)
+            return [(hit["path"], float(hit.score)) for hit in hits]
+    except Exception as exc:
+        folder = getattr(getattr(ix, "storage", None), "folder", None)
+        if folder and not isinstance(exc, OSError):  # a missing file is a writer's commit racing us, not damage
+            mark_damaged(Path(folder))  # unreadable on a fresh look too: the next sync rebuilds it
+        raise
+
+
+def marked_damaged(folder: Path) -> bool:
+    """An index folder without its schema stamp: `mark_damaged` was here (or a build never finished)."""
+    return folder.is_dir() and not _version_file(folder).exists()
+
+
+def mark_damaged(folder: Path) -> None:
+    """Remove the schema stamp: the index no longer opens (searches answer from the vectors), and the next
+    sync that uses it sees a changed index and rebuilds it. For a reader, which may not rebuild itself."""
+    try:
+        _version_file(folder).unlink()
+    except OSError:
+        pass

@@ -8,9 +8,16 @@ is malformed) and whether the full-text index holds this version. It is the
 cache's commit point: written last, atomically, after Whoosh and the vectors.
 
 It is stored with `marshal` (this Python's own format, tagged with its
-magic number): loading 10,000 entries takes ~25 ms against ~110 ms for
-JSON, and a hook pays that on every run. A cache from another Python, a
-truncated or garbage file is simply rebuilt.
+magic number) after a CRC-32 of the payload: loading 10,000 entries takes
+~25 ms against ~110 ms for JSON, and a hook pays that on every run. A cache
+from another Python, a truncated, garbage or bit-flipped file is simply
+rebuilt. It also records the stat of the Whoosh files and of the vectors as
+this writer left them (`parts`), so a part changed behind cortex's back is
+noticed by a stat and rebuilt.
+
+A symbolic link, a `.md` that is not a regular file and a file over
+`store.max_memory_bytes` are entries with an `error` (reported by status,
+never read past the stat).
 
 `refresh()` brings it in step with the files by stat alone, re-reading only
 files whose (mtime, size) changed — or whose mtime is so recent that an edit
@@ -25,15 +32,16 @@ import json
 import marshal
 import os
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cortex import memory as fmt
 from cortex.errors import MalformedMemory
 from cortex.memory import Link, Memory
+from cortex.store import MAX_MEMORY_BYTES, parse_bytes, read_memory_bytes, too_large, walk_memory_files
 
-SCHEMA = 4
+SCHEMA = 5
 MAGIC = b"CXM" + bytes([SCHEMA]) + importlib.util.MAGIC_NUMBER
 RACY_NS = 2_000_000_000  # files modified within 2 s of the last sync are re-hashed next time
 
@@ -60,37 +68,55 @@ class Manifest:
     dim: int = 0
     vector_keys: list[str] = field(default_factory=list)  # row i holds the vector of text hash vector_keys[i]
     pending_deletes: list[str] = field(default_factory=list)  # paths still to remove from Whoosh
+    parts: dict[str, Any] = field(default_factory=dict)  # part name -> its stat as the last writer left it
 
     @classmethod
     def load(cls, path: Path) -> Manifest | None:
-        """The committed manifest, or None when missing, unreadable or of another schema or Python."""
+        """The committed manifest, or None when missing, unreadable, damaged or of another schema or Python."""
         try:
             raw = path.read_bytes()
             if not raw.startswith(MAGIC):
                 return None
-            data = marshal.loads(raw[len(MAGIC) :])
-            return cls(
+            start = len(MAGIC) + 4
+            if zlib.crc32(raw[start:]) != int.from_bytes(raw[len(MAGIC) : start], "little"):
+                return None
+            data = marshal.loads(raw[start:])
+            manifest = cls(
                 files=data["files"],
                 synced_ns=int(data["synced_ns"]),
                 model=data["model"],
                 dim=int(data["dim"]),
                 vector_keys=list(data["vector_keys"]),
                 pending_deletes=list(data["pending_deletes"]),
+                parts=dict(data.get("parts") or {}),
             )
+            return manifest
         except Exception:  # missing, truncated, garbage: all mean "rebuild"
             return None
 
+    @staticmethod
+    def damaged(path: Path) -> bool:
+        """Whether an unloadable manifest file is damage (not just missing, or made by another cortex or Python)."""
+        try:
+            with open(path, "rb") as handle:
+                head = handle.read(len(MAGIC))
+        except OSError:
+            return False
+        return head == MAGIC or not head.startswith(MAGIC[:3])
+
     def dumps(self) -> bytes:
-        return MAGIC + marshal.dumps(
+        payload = marshal.dumps(
             {
                 "synced_ns": self.synced_ns,
                 "model": self.model,
                 "dim": self.dim,
                 "vector_keys": self.vector_keys,
                 "pending_deletes": sorted(set(self.pending_deletes)),
+                "parts": self.parts,
                 "files": self.files,
             }
         )
+        return MAGIC + zlib.crc32(payload).to_bytes(4, "little") + payload
 
     def meta(self, rel: str) -> dict[str, Any]:
         """The parsed metadata of one valid file."""
@@ -98,18 +124,24 @@ class Manifest:
 
     # ------------------------------------------------------------ sync by stat
 
-    def refresh(self, memories_dir: Path) -> tuple[list[str], list[str], int]:
+    def refresh(self, memories_dir: Path, max_bytes: int = MAX_MEMORY_BYTES) -> tuple[list[str], list[str], int]:
         """Re-read what changed on disk; returns (changed paths, removed paths, files re-hashed)."""
-        seen: dict[str, os.stat_result] = {}
-        if memories_dir.is_dir():
-            _walk(memories_dir, "", seen)
+        seen, odd = _walk(memories_dir) if memories_dir.is_dir() else ({}, {})
         changed: list[str] = []
-        removed = [rel for rel in self.files if rel not in seen]
+        removed = [rel for rel in self.files if rel not in seen and rel not in odd]
         for rel in removed:
             del self.files[rel]
             self.pending_deletes.append(rel)
-        racy_before = self.synced_ns - RACY_NS
         rehashed = 0
+        for rel, reason in odd.items():  # symbolic links and the like: a problem, never read
+            entry = self.files.get(rel)
+            if entry is None or entry.get("error") != reason:
+                if entry is not None and "error" not in entry:
+                    self.pending_deletes.append(rel)  # a memory replaced by a link leaves the full-text index
+                self.files[rel] = {"mtime": 0, "size": 0, "hash": "", "error": reason, "ft": True}
+                changed.append(rel)
+                rehashed += 1
+        racy_before = self.synced_ns - RACY_NS
         for rel, stat in seen.items():
             entry = self.files.get(rel)
             if (
@@ -119,7 +151,7 @@ class Manifest:
                 and stat.st_mtime_ns < racy_before
             ):
                 continue
-            new_entry = read_entry(memories_dir / rel, stat)
+            new_entry = read_entry(memories_dir / rel, stat, max_bytes)
             rehashed += 1
             if entry is not None and entry.get("hash") == new_entry["hash"]:
                 entry["mtime"], entry["size"] = new_entry["mtime"], new_entry["size"]
@@ -150,36 +182,34 @@ class Manifest:
         return items, problems
 
 
-def _walk(folder: Path, prefix: str, out: dict[str, os.stat_result]) -> None:
-    with os.scandir(folder) as entries:
-        for entry in entries:
-            if entry.name.startswith("."):
-                continue
-            if entry.is_dir(follow_symlinks=False):
-                _walk(Path(entry.path), f"{prefix}{entry.name}/", out)
-            elif entry.name.endswith(".md"):
-                try:
-                    out[f"{prefix}{entry.name}"] = entry.stat()
-                except OSError:
-                    continue  # vanished while we looked
+def _walk(memories_dir: Path) -> tuple[dict[str, os.stat_result], dict[str, str]]:
+    """`Store.walk`'s entries with their stat: {relative path: stat} of the memory files, {relative path:
+    reason} of the links and other odd entries."""
+    files, odd = walk_memory_files(str(memories_dir))
+    seen: dict[str, os.stat_result] = {}
+    for _, name, prefix, entry in files:
+        try:
+            seen[prefix + name] = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue  # vanished while we looked
+    return seen, dict(odd)
 
 
-def read_entry(path: Path, stat: os.stat_result | None = None) -> dict[str, Any]:
-    """Read and parse one file into a manifest entry."""
+def read_entry(path: Path, stat: os.stat_result | None = None, max_bytes: int = MAX_MEMORY_BYTES) -> dict[str, Any]:
+    """Read and parse one file into a manifest entry (never raises: a bad file is an entry with an `error`)."""
+    if stat is not None and stat.st_size > max_bytes:  # never read: reported from the stat alone
+        return {"mtime": stat.st_mtime_ns, "size": stat.st_size, "hash": "", "ft": True,
+                "error": too_large(stat.st_size, max_bytes)}
     try:
-        raw = path.read_bytes()
-        stat = stat or path.stat()
-    except OSError as exc:
-        return {"mtime": 0, "size": -1, "hash": "", "error": f"cannot read ({exc.strerror})", "ft": True}
+        raw, info = read_memory_bytes(path, max_bytes)
+    except MalformedMemory as exc:
+        stat = stat or _lstat(path)
+        return {"mtime": stat.st_mtime_ns if stat else 0, "size": stat.st_size if stat else -1, "hash": "",
+                "error": exc.reason, "ft": True}
+    stat = stat or info
     entry: dict[str, Any] = {"mtime": stat.st_mtime_ns, "size": stat.st_size, "hash": hashlib.sha1(raw).hexdigest()}
     try:
-        text = raw.decode("utf-8")
-        if "\n<<<<<<< " in f"\n{text}" and "\n>>>>>>> " in text:
-            raise MalformedMemory(path, "has git conflict markers; resolve the merge conflict")
-        item = fmt.parse(text, path)
-    except UnicodeDecodeError:
-        entry.update(error="not UTF-8 text", ft=True)
-        return entry
+        item = parse_bytes(raw, path)
     except MalformedMemory as exc:
         entry.update(error=exc.reason, ft=True)
         return entry
@@ -197,6 +227,13 @@ def read_entry(path: Path, stat: os.stat_result | None = None) -> dict[str, Any]
         ft=False,  # not yet in the full-text index
     )
     return entry
+
+
+def _lstat(path: Path) -> os.stat_result | None:
+    try:
+        return path.lstat()
+    except OSError:
+        return None
 
 
 def memory_from_meta(meta: dict[str, Any], path: Path) -> Memory:

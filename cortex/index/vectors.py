@@ -37,14 +37,21 @@ def fits(path: Path, rows: int, dim: int) -> bool:
         return False
 
 
-def append(path: Path, committed_rows: int, dim: int, matrix: Any) -> None:
-    """Append rows after the committed ones (dropping any rows a crashed writer left beyond them)."""
+def append(path: Path, committed_rows: int, dim: int, matrix: Any, crc: int | None = None) -> int | None:
+    """Append rows after the committed ones (dropping any rows a crashed writer left beyond them).
+
+    With `crc`, the CRC-32 of the committed rows, returns the CRC-32 of the file after the append (so the
+    manifest can record it without reading the file again)."""
+    import zlib
+
     import numpy as np
 
-    data = np.ascontiguousarray(matrix, dtype="<f4")
+    data = np.ascontiguousarray(matrix, dtype="<f4").tobytes()
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "ab") as handle:
         handle.truncate(committed_rows * dim * 4)
         handle.seek(committed_rows * dim * 4)
-        handle.write(data.tobytes())
+        handle.write(data)
         handle.flush()  # no fsync: a cache lost in a power cut is rebuilt
+    return None if crc is None else zlib.crc32(data, crc)
+
