@@ -43,7 +43,6 @@ from cortex.memory import CAPTURE_TYPES, Memory, title_from_text
 from cortex.store import Store
 from cortex.text import INJECTED_MARK, words
 
-LAYERS = ("structural", "keyword", "self_report")  # the local layers `capture.layers` chooses from
 MAX_SLICE = 65_000  # characters of the session the LLM layer is sent
 DEFAULT_MAX_MESSAGE = 20_000  # `capture.max_message_chars`: what capture reads of one message, a body's longest
 SKIP_PROMPT_PREFIXES = ("<command-name>", "<command-message>", "<local-command-stdout>", "<task-notification>",

@@ -328,11 +328,14 @@ def _write_cached(cache_dir: Path, key: tuple[int, ...], config: Config) -> None
 
 
 def _parse(path: Path, text: str) -> Config:
-    from ruamel.yaml import YAML
     from ruamel.yaml.error import YAMLError
 
+    from cortex.memory import AnchorFound, no_alias_yaml
+
     try:
-        given = YAML(typ="safe", pure=True).load(text) or {}
+        given = no_alias_yaml().load(text) or {}
+    except AnchorFound:
+        raise ConfigError(f"{path}: YAML anchors and aliases are not allowed in config.yaml") from None
     except YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
     if not isinstance(given, dict):

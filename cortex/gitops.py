@@ -561,6 +561,26 @@ def pushed_changes(repo: Any, push_lines: str, prefix: str, remote: str = "") ->
 
 
 def record_cortex_changes(store_root: Path, policy: str = "stage", message: str = "cortex: memory update") -> list[str]:
+    """`_record` under the store's staging lock, retried while git's own `index.lock` is held (a concurrent Stop,
+    the upkeep, or the person's git command) for up to ~3 s; after that the next Stop records what is left."""
+    import time
+
+    import pygit2
+
+    from cortex.files import file_lock
+
+    deadline = time.monotonic() + 3.0
+    while True:
+        try:
+            with file_lock(store_root / "state" / "stage.lock"):
+                return _record(store_root, policy, message)
+        except pygit2.GitError as exc:
+            if "index is locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def _record(store_root: Path, policy: str, message: str) -> list[str]:
     """What the Stop hook does with new and changed `.cortex/` files (`git.on_stop`).
 
     `stage`: add them to the index, so they go with the person's next commit.

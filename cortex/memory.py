@@ -441,11 +441,11 @@ def _to_plain(value: Any) -> Any:
     raise _Unsupported(f"a {type(value).__name__} value (a memory holds text, numbers, lists and mappings)")
 
 
-def _no_alias_yaml() -> Any:
+def no_alias_yaml() -> Any:
     """ruamel.yaml (safe, pure) refusing anchors and aliases as it composes, before anything is expanded.
 
-    A memory file never needs them, and nine nested aliases in 700 bytes ("billion laughs") expand to
-    gigabytes when the data is walked.
+    A memory file never needs them (nor does `config.yaml`, which is read the same way), and nine nested
+    aliases in 700 bytes ("billion laughs") expand to gigabytes when the data is walked. Raises `AnchorFound`.
     """
     from ruamel.yaml import YAML
     from ruamel.yaml.composer import Composer
@@ -455,7 +455,7 @@ def _no_alias_yaml() -> Any:
         def compose_node(self, parent: Any, index: Any) -> Any:
             event = self.parser.peek_event()
             if isinstance(event, AliasEvent) or getattr(event, "anchor", None) is not None:
-                raise _AnchorFound
+                raise AnchorFound
             return super().compose_node(parent, index)
 
     yaml = YAML(typ="safe", pure=True)
@@ -480,7 +480,7 @@ def _flow_depth(yaml_text: str) -> int:
     return deepest
 
 
-class _AnchorFound(Exception):
+class AnchorFound(Exception):
     """The front matter uses a YAML anchor or alias."""
 
 
@@ -499,13 +499,13 @@ def load_front_matter(yaml_text: str, path: Path | None = None) -> dict[str, Any
     if _flow_depth(yaml_text) > MAX_FLOW_DEPTH:
         raise MalformedMemory(path, "front matter is nested too deeply")
     try:
-        data = _no_alias_yaml().load(yaml_text)
+        data = no_alias_yaml().load(yaml_text)
         if data is None:
             data = {}
         if not isinstance(data, dict):
             raise MalformedMemory(path, "front matter must be a mapping of keys to values")
         return dict(_to_plain(data))
-    except _AnchorFound:
+    except AnchorFound:
         raise MalformedMemory(path, "YAML anchors and aliases are not allowed in a memory file") from None
     except YAMLError as exc:
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]

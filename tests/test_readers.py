@@ -22,7 +22,7 @@ from cortex.index import Index
 from cortex.index.manifest import Manifest
 from cortex.memory import Memory
 from cortex.store import Store
-from tests.helpers import cortex_command, cortex_json, remember
+from tests.helpers import cortex, cortex_command, cortex_json, remember
 
 ALIAS_BOMB = "---\nid: aaaaaaaaaaaa\ntype: context\ntitle: nine nested aliases\nlol: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
     f"{name}: &{name} [{', '.join([f'*{prev}'] * 9)}]\n" for prev, name in zip("abcdefgh", "bcdefghi")
@@ -327,3 +327,15 @@ def test_an_incremental_cache_and_a_rebuilt_one_have_the_same_digest(project):
     assert incremental["ok"] and rebuilt["ok"] and incremental["vectors"]
     assert incremental["digest"] == rebuilt["digest"]
     assert incremental["vectors_checked"] == rebuilt["vectors_checked"] == 4
+
+
+def test_an_alias_bomb_in_config_yaml_is_a_one_line_error(project):
+    """config.yaml is tracked and arrives with a pull: the same nested aliases must not take the store down."""
+    lines = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for n in "bcdefghi":
+        previous = chr(ord(n) - 1)
+        lines.append(f"{n}: &{n} [*{previous},*{previous},*{previous},*{previous},*{previous},*{previous},*{previous},*{previous},*{previous}]")
+    (project / ".cortex" / "config.yaml").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    result = cortex("status", cwd=project, check=False)
+    assert result.returncode == 1 and "anchors and aliases are not allowed in config.yaml" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
