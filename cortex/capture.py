@@ -534,28 +534,39 @@ def _turns(items: list[Event]) -> list[tuple[Event | None, list[Event]]]:
     return [t for t in turns if t[0] is not None or t[1]]
 
 
-def _report_of(answer: list[Event]) -> Event | None:
+def _report_of(answer: list[Event]) -> tuple[Event | None, bool]:
     """The request's final report: the last main-thread message with substance (a closing "Done." is not one;
-    a shorter one will do when the request changed files). A message with a [MEMORY: …] tag has said what to keep."""
+    a shorter one will do when the request changed files). A message with a [MEMORY: …] tag has said what to
+    keep: it is a report only of the work, when the request changed files, and without its tags (second value
+    True)."""
+    from dataclasses import replace
+
     acted = any(e.kind == "tool" and not e.failed and e.tool in ("Edit", "Write", "MultiEdit", "NotebookEdit", "Bash")
                 for e in answer)
     for event in reversed(answer):
         if event.kind == "text" and not event.sidechain:
             if TAG.search(_clean(event.text)):
-                return None
+                rest = TAG.sub("", _clean(event.text)).strip()
+                return (replace(event, text=rest), True) if acted and len(_substance(rest)) >= 40 else (None, True)
             if len(_substance(event.text)) >= (40 if acted else MIN_REPORT):
-                return event
-    return None
+                return event, False
+    return None, False
 
 
 def request_reports(items: list[Event], session: str, root: Path | None) -> Iterator[Candidate]:
     """One memory per request whose final report says something lasting: what was asked, what was found or done,
     the files changed and the commits made (a `progress` memory when files changed, `context` otherwise)."""
+    from dataclasses import replace
+
     for prompt, answer in _turns(items):
-        report = _report_of(answer)
-        if report is None:
-            continue
+        report, tagged = _report_of(answer)
         edited, commits = _edited(answer, root), _commits(answer)
+        if report is None:
+            last = next((e for e in reversed(answer) if e.kind == "text" and not e.sidechain), None)
+            if not (edited or commits) or prompt is None or last is None:
+                continue
+            # Files changed and the reply says little (or only tags): the work itself is the progress.
+            report, tagged = replace(last, text=TAG.sub("", _clean(last.text)).strip()), True
         text = _capped(_clean(report.text).strip(), 6000)
         # Redacted before its lines are folded: a key wrapped over lines, folded onto one, no longer reads as one.
         asked = " ".join(redact(_clean(prompt.text))[0].split()) if prompt is not None else ""
@@ -565,7 +576,9 @@ def request_reports(items: list[Event], session: str, root: Path | None) -> Iter
         if commits:
             body += "\nCommits:\n" + "\n".join(f"- {message}" for message in commits[-10:]) + "\n"
         key = f"report:{session}:{prompt.uuid or prompt.index}" if prompt is not None else f"report:{session}:{report.uuid}"
-        yield Candidate("progress" if edited or commits else "context", summary_title(report.text), body, "structural",
+        # A tagged message's claims are the tags' memories: its report is titled by the work asked for.
+        title = f"Done: {title_from_text(asked, 100)}" if tagged and asked else summary_title(report.text)
+        yield Candidate("progress" if edited or commits else "context", title, body, "structural",
                         0.6, 4, files=edited[:30], branch=report.branch, key=key, **_origin(report))
 
 
