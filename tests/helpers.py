@@ -18,6 +18,31 @@ from cortex.store import Store
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_STORE = REPO_ROOT / ".cortex-example"
 
+# A memory file as DESIGN.md §2 shows it: every field, a flow list, a link.
+CANONICAL_MEMORY = """\
+---
+id: 3f9a1c07d2e4
+type: decision
+title: Use SQLite, not Postgres, for the local cache
+status: active
+confidence: 0.9
+priority: 7
+pinned: false
+scope: project
+branch: main
+tags: [storage, cache]
+files: [cortex/index/store.py]
+created: 2026-11-21T20:50:00Z
+updated: 2026-11-21T20:50:00Z
+source: {kind: transcript, session: 5c1e, layer: self-report}
+links:
+  - {rel: relates_to, to: 8b0d52e1aa90, strength: 0.42}
+---
+We keep the cache in SQLite because ...
+
+Rejected: Postgres (needs a server), JSON files (no FTS).
+"""
+
 
 def cortex_command() -> list[str]:
     """The installed `cortex` console script next to this Python, else `python -m cortex`."""
@@ -44,6 +69,18 @@ def cortex(*args: str, cwd: Path, input: str | None = None, check: bool = True,
 
 def cortex_json(*args: str, cwd: Path, **kwargs: Any) -> Any:
     return json.loads(cortex(*args, "--json", cwd=cwd, **kwargs).stdout)
+
+
+def wait_for(predicate: Any, seconds: float = 60.0) -> bool:
+    """Poll `predicate` every 0.1 s until it holds (True) or `seconds` pass (False)."""
+    import time
+
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return False
 
 
 def git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

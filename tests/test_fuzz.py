@@ -21,33 +21,13 @@ from hypothesis import strategies as st
 from cortex import hooks, hotpath
 from cortex import memory as fmt
 from cortex.errors import MalformedMemory
-from tests.helpers import remember
+from tests.helpers import CANONICAL_MEMORY, remember
 
 FUZZ = settings(max_examples=80, deadline=3000, suppress_health_check=[HealthCheck.too_slow])
 HOOK_FUZZ = settings(max_examples=40, deadline=None,
                      suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
-VALID = """\
----
-id: 3f9a1c07d2e4
-type: decision
-title: Use SQLite, not Postgres, for the local cache
-status: active
-confidence: 0.9
-priority: 7
-pinned: false
-scope: project
-branch: main
-tags: [storage, cache]
-files: [cortex/index/store.py]
-created: 2026-11-21T20:50:00Z
-updated: 2026-11-21T20:50:00Z
-source: {kind: transcript, session: 5c1e, layer: self-report}
-links:
-  - {rel: relates_to, to: 8b0d52e1aa90, strength: 0.42}
----
-We keep the cache in SQLite because ...
-"""
+VALID = CANONICAL_MEMORY.split("\n\nRejected:")[0] + "\n"  # the body's first paragraph
 
 # ------------------------------------------------------------------ front matter
 

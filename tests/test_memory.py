@@ -12,30 +12,9 @@ from hypothesis import strategies as st
 from cortex import memory as fmt
 from cortex.errors import MalformedMemory
 from cortex.memory import Link, Memory
+from tests.helpers import CANONICAL_MEMORY
 
-CANONICAL = """\
----
-id: 3f9a1c07d2e4
-type: decision
-title: Use SQLite, not Postgres, for the local cache
-status: active
-confidence: 0.9
-priority: 7
-pinned: false
-scope: project
-branch: main
-tags: [storage, cache]
-files: [cortex/index/store.py]
-created: 2026-11-21T20:50:00Z
-updated: 2026-11-21T20:50:00Z
-source: {kind: transcript, session: 5c1e, layer: self-report}
-links:
-  - {rel: relates_to, to: 8b0d52e1aa90, strength: 0.42}
----
-We keep the cache in SQLite because ...
-
-Rejected: Postgres (needs a server), JSON files (no FTS).
-"""
+CANONICAL = CANONICAL_MEMORY
 
 
 def test_parse_reads_every_field_of_the_design_example():

@@ -8,16 +8,7 @@ import time
 from pathlib import Path
 
 from cortex import serve
-from tests.helpers import cortex, cortex_command, remember
-
-
-def _wait(predicate, seconds: float = 60.0) -> bool:
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return False
+from tests.helpers import cortex, cortex_command, remember, wait_for
 
 
 def _prompt(project: Path, text: str) -> str:
@@ -34,14 +25,14 @@ def test_served_answers_equal_the_in_process_ones_and_follow_edits(project):
     proc = subprocess.Popen([*cortex_command(), "serve", "--idle", "30"], cwd=project, stderr=subprocess.PIPE, text=True)
     try:
         root = str(project / ".cortex")
-        assert _wait(lambda: serve.ask(root, {"op": "ping"}) is not None)
+        assert wait_for(lambda: serve.ask(root, {"op": "ping"}) is not None)
         answer = serve.ask(root, {"op": "prompt", "prompt": "redis out of memory on staging"}, timeout=10)
         assert answer is not None and memory_id in str(answer["context"])
         assert _prompt(project, "redis out of memory on staging") == in_process
         second = cortex("serve", "--idle", "1", cwd=project, check=False)
         assert second.returncode == 1 and "already runs" in second.stderr
         fresh = remember(project, "Kafka consumer lag alerts page the on-call after ten minutes").id  # another process
-        assert _wait(lambda: fresh in str((serve.ask(root, {"op": "prompt", "prompt": "kafka consumer lag alerts"},
+        assert wait_for(lambda: fresh in str((serve.ask(root, {"op": "prompt", "prompt": "kafka consumer lag alerts"},
                                                      timeout=10) or {}).get("context")), 30)
     finally:
         proc.terminate()
@@ -58,5 +49,5 @@ def test_serve_exits_when_idle_and_session_start_starts_it(project):
     payload = json.dumps({"session_id": "s", "cwd": str(project), "hook_event_name": "SessionStart", "source": "startup"})
     cortex("hook", "session-start", cwd=project, input=payload, env={"CORTEX_SERVE_IDLE": "2"})
     root = str(project / ".cortex")
-    assert _wait(lambda: serve.ask(root, {"op": "ping"}) is not None, 60)
-    assert _wait(lambda: not Path(serve.socket_path(root)).exists(), 60)  # CORTEX_SERVE_IDLE=2: it leaves by itself
+    assert wait_for(lambda: serve.ask(root, {"op": "ping"}) is not None, 60)
+    assert wait_for(lambda: not Path(serve.socket_path(root)).exists(), 60)  # CORTEX_SERVE_IDLE=2: it leaves by itself

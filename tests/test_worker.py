@@ -7,7 +7,6 @@ process, the detached worker, the guard, the store, the global store.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ import pytest
 from cortex import worker
 from cortex.capture import enqueue
 from cortex.store import Store
-from tests.helpers import cortex, fake_claude, hook, remember
+from tests.helpers import cortex, fake_claude, hook, remember, wait_for
 
 # Logs each call, fails while the `broken` file exists, answers with `answer.json` when it exists.
 FAKE_CLAUDE = """
@@ -72,15 +71,6 @@ def _jobs(project: Path) -> list[Path]:
     return sorted((project / ".cortex" / "state" / "queue").glob("*.json"))
 
 
-def _wait_for(predicate, seconds: float = 60.0) -> bool:
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return False
-
-
 def _titles(store: Store, every: bool = False) -> dict[str, object]:
     return {m.title: m for m in store.list(statuses=() if every else ("active",))}
 
@@ -93,7 +83,7 @@ def test_the_stop_hook_queues_the_session_and_a_detached_worker_writes_through_t
     transcript = _transcript(tmp_path, "Should we keep RabbitMQ? Let's move the queue to Redis streams.")
     result = _stop(project, transcript, env)
     assert result.returncode == 0 and result.stdout == ""
-    assert _wait_for(lambda: _calls(tmp_path) and not _jobs(project)), "the worker did not finish the job"
+    assert wait_for(lambda: _calls(tmp_path) and not _jobs(project)), "the worker did not finish the job"
     store = Store.locate(project)
     titles = _titles(store, every=True)
     decision = titles["Queue jobs in Redis streams, not RabbitMQ"]
@@ -113,14 +103,14 @@ def test_a_failing_llm_keeps_the_job_until_the_next_session_start(project, tmp_p
     env = _llm_on(project, tmp_path)
     (tmp_path / "claude-broken").write_text("down", encoding="utf-8")
     _stop(project, _transcript(tmp_path, "We should queue with Redis streams."), env)
-    assert _wait_for(lambda: any(json.loads(p.read_text())["attempts"] >= 1 for p in _jobs(project)))
+    assert wait_for(lambda: any(json.loads(p.read_text())["attempts"] >= 1 for p in _jobs(project)))
     store = Store.locate(project)
     assert store.list() == []
     (tmp_path / "claude-broken").unlink()
     started = hook("session-start", project, {"cwd": str(project), "source": "startup"}, env=env)
     assert started.returncode == 0
     assert json.loads(started.stdout)["hookSpecificOutput"]["hookEventName"] == "SessionStart"
-    assert _wait_for(lambda: not _jobs(project))  # retried by the worker the session start launched
+    assert wait_for(lambda: not _jobs(project))  # retried by the worker the session start launched
     assert "Queue jobs in Redis streams, not RabbitMQ" in _titles(store)
 
 
