@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1039,8 +1038,3 @@ def spawn_worker(store: Store) -> None:
     from cortex.spawn import detached
 
     detached(["worker", "--dir", str(store.root)], str(store.state_dir), env={"CORTEX_NESTED": "0"})
-
-
-def nested() -> bool:
-    """True inside a `claude -p` that cortex started: cortex's hooks must do nothing there."""
-    return os.environ.get("CORTEX_NESTED") == "1"

@@ -177,7 +177,7 @@ def _claude_hook(name: str, raw: str, body: Callable[[Store, dict[str, Any]], No
     at its `cwd`, and exit 0 whatever happens, with a log line for an internal error."""
     import json
 
-    from cortex.capture import nested
+    from cortex.spawn import nested
 
     if nested():
         return 0
@@ -247,11 +247,12 @@ def claude_session_start(raw: str) -> int:
 
     def body(store: Store, payload: dict[str, Any]) -> None:
         from cortex import briefing, serve
-        from cortex.capture import spawn_worker
         from cortex.layout import queued_jobs
 
         emit("SessionStart", briefing.get(store).text)
         if queued_jobs(str(store.root)):
+            from cortex.capture import spawn_worker
+
             spawn_worker(store)
         serve.start_detached(str(store.root))  # prompt-time recall from a warm process
 

@@ -29,3 +29,8 @@ def detached(args: list[str], state_dir: str, log_name: str = "worker.log", cwd:
                 child.communicate(stdin, timeout=wait)
             except subprocess.TimeoutExpired:
                 pass  # it carries on in its own session
+
+
+def nested() -> bool:
+    """True inside a `claude -p` that cortex started (`CORTEX_NESTED=1`): cortex's hooks must do nothing there."""
+    return os.environ.get("CORTEX_NESTED") == "1"
