@@ -1,13 +1,16 @@
 """The Stop hook on the shared transcripts: records, memories by layer, whole-process time.
 
-    python bench/capture.py [--runs 5] [--transcripts ../shared/data/transcripts]
+    python bench/capture.py [--runs 5] [--transcripts ../shared/data/transcripts] [--store-size 10000] [--only NAME]
 
 For each transcript: a fresh store in a fresh git repository; `cortex hook
 stop` from cold (no cursor: the whole transcript) and, after appending one
 more turn, the incremental Stop. Medians of `--runs` fresh processes (byte
 code compiled first). Before each timing the bench waits for the detached
 upkeep (`cortex maintain`: links, daily gc) a previous Stop started, as a
-person's next turn would come seconds later.
+person's next turn would come seconds later. `--store-size N` starts each
+project from a copy of one repository holding N generated memories,
+committed and indexed (the Stop then dedups against, and stages into, a
+real store); `--only` keeps the transcripts whose path contains NAME.
 """
 
 from __future__ import annotations
@@ -51,6 +54,17 @@ def stop(root: Path, transcript: Path, env: dict[str, str]) -> float:
     return elapsed
 
 
+def template_project(root: Path, size: int, env: dict[str, str]) -> None:
+    """A repository with `size` generated memories, committed, its cache built (copied for each run)."""
+    from bench.gen_store import generate
+
+    fresh_project(root, env)
+    generate(root / ".cortex", size)
+    subprocess.run(["git", "add", "-A"], cwd=root, env=env, check=True, capture_output=True)
+    subprocess.run(["git", "commit", "-q", "-m", "store"], cwd=root, env=env, check=True, capture_output=True)
+    subprocess.run([*CORTEX, "reindex"], cwd=root, env=env, check=True, capture_output=True)
+
+
 def settle(root: Path, limit: float = 30.0) -> None:
     """Wait until no detached `cortex maintain` runs in this project (so it does not share the CPU with a timing)."""
     import time
@@ -68,6 +82,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="cortex Stop hook on real transcripts")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--transcripts", type=Path, default=DEFAULT)
+    parser.add_argument("--store-size", type=int, default=0, help="memories already in the store (committed)")
+    parser.add_argument("--only", default="", help="only transcripts whose path contains this")
     args = parser.parse_args()
     warm_bytecode()
     env = bench_env() | {"GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "b@example.com",
@@ -76,13 +92,21 @@ def main() -> None:
     print(f"python -c pass: {median_ms([sys.executable, '-c', 'pass'], args.runs, env=env):.0f} ms")
     print("| transcript | bytes | records | memories (by layer) | Stop, cold, ms | Stop, one more turn, ms |")
     print("|---|---|---|---|---|---|")
-    sources = sorted([*args.transcripts.rglob("*.jsonl"), *args.transcripts.rglob("chat.json")])
+    sources = sorted(p for p in [*args.transcripts.rglob("*.jsonl"), *args.transcripts.rglob("chat.json")]
+                     if args.only in str(p))
     with tempfile.TemporaryDirectory() as tmp:
+        template = Path(tmp) / "template"
+        if args.store_size:
+            template_project(template, args.store_size, env)
+            print(f"store: {args.store_size:,} memories, committed and indexed")
         for source in sources:
             cold, warm, layers, records = [], [], {}, 0
             for run in range(args.runs):
                 root = Path(tmp) / f"{source.stem}-{run}"
-                fresh_project(root, env)
+                if args.store_size:
+                    shutil.copytree(template, root, symlinks=True)
+                else:
+                    fresh_project(root, env)
                 transcript = root.parent / f"{source.stem}-{run}{source.suffix}"
                 shutil.copy(source, transcript)
                 cold.append(stop(root, transcript, env))
@@ -91,6 +115,8 @@ def main() -> None:
                                                        cwd=root, env=env, capture_output=True, check=True).stdout)
                     records = report["records"]
                     for path in (root / ".cortex" / "memories").rglob("*.md"):
+                        if args.store_size and (template / path.relative_to(root)).exists():
+                            continue  # one of the generated memories
                         text = path.read_text(encoding="utf-8")
                         layer = text.split("layer: ", 1)[1].split("}", 1)[0].split(",")[0] if "layer: " in text else "?"
                         layers[layer] = layers.get(layer, 0) + 1
