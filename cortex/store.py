@@ -335,10 +335,29 @@ class Store:
     def _path_for(self, item: Memory) -> Path:
         return self.memories_dir / item.type / fmt.file_name(item)
 
+    def _ids_named(self) -> set[str]:
+        """The ids in the memory files' names (`<slug>-<id>.md`), from folder listings alone: no path objects, no
+        stat, no parse (a create at 10,000 memories walked and checked every file: ~0.15 s a memory)."""
+        found: set[str] = set()
+        stack = [str(self.memories_dir)]
+        while stack:
+            try:
+                entries = list(os.scandir(stack.pop()))
+            except OSError:
+                continue
+            for entry in entries:
+                if entry.name.startswith("."):
+                    continue
+                if entry.name.endswith(".md"):
+                    found.add(entry.name.rsplit("-", 1)[-1][:-3])
+                elif entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+        return found
+
     def create(self, item: Memory) -> Memory:
         """Write a new memory file. Fills in id, timestamps, branch and scope when empty."""
         with self.lock():
-            existing = {p.name.rsplit("-", 1)[-1][:-3] for p in self.memory_paths()}
+            existing = self._ids_named()
             if not item.id:
                 item.id = fmt.new_id()
                 while item.id in existing:
