@@ -278,7 +278,7 @@ class Index:
 
     def _fulltext_damage(self, manifest: Manifest) -> str | None:
         """Why the Whoosh files are not what the manifest's writer left (None when they are, or unknown)."""
-        from cortex.index import fulltext
+        import cortex.index.fulltext as fulltext
 
         if fulltext.marked_damaged(self.whoosh_dir):
             return "failed to read during a search"
@@ -302,7 +302,7 @@ class Index:
             entry["ft"] = "error" in entry
 
     def _update_fulltext(self, manifest: Manifest, report: SyncReport, progress: bool) -> bool:
-        from cortex.index import fulltext
+        import cortex.index.fulltext as fulltext
 
         todo = [rel for rel, entry in manifest.files.items() if not entry.get("ft")]
         deletes = list(manifest.pending_deletes)
@@ -339,7 +339,7 @@ class Index:
         return True
 
     def _sync_vectors(self, manifest: Manifest, report: SyncReport, progress: bool) -> bool:
-        from cortex.index import vectors
+        import cortex.index.vectors as vectors
 
         from cortex.embedding import model_identity
 
@@ -403,7 +403,7 @@ class Index:
 
     def _vectors_damage(self, manifest: Manifest) -> str | None:
         """Why vectors.f32 is not what the manifest's writer left (None when it is, or unknown)."""
-        from cortex.index import vectors
+        import cortex.index.vectors as vectors
 
         if not manifest.vector_keys:
             return None
@@ -421,7 +421,7 @@ class Index:
         """Record (size, mtime, CRC-32) of the files of the parts this sync checked or wrote; True when the
         record changed. A CRC is computed only for a file that is new or changed (vectors: carried over the
         append), so a sync that wrote one memory reads no big file."""
-        from cortex.index import fulltext
+        import cortex.index.fulltext as fulltext
 
         before = dict(manifest.parts)
         if fulltext_checked:
@@ -554,7 +554,7 @@ class Index:
                 try:
                     self._searcher = ix.searcher()
                 except Exception as exc:
-                    from cortex.index import fulltext
+                    import cortex.index.fulltext as fulltext
 
                     if not isinstance(exc, OSError):  # a missing file is a writer's commit racing us, not damage
                         fulltext.mark_damaged(self.whoosh_dir)  # the next sync rebuilds it
@@ -606,7 +606,7 @@ class Index:
 
     def fulltext_index(self) -> Any:
         """The Whoosh index (opened once), or None when it is missing or broken."""
-        from cortex.index import fulltext
+        import cortex.index.fulltext as fulltext
 
         if self._ix is None:
             self._ix = fulltext.open_index(self.whoosh_dir)
@@ -614,7 +614,7 @@ class Index:
 
     def vector_matrix(self) -> tuple[Any, dict[str, int]] | None:
         """(matrix, row of each text hash) for the committed vectors, or None without vectors."""
-        from cortex.index import vectors
+        import cortex.index.vectors as vectors
 
         if self.manifest is None or not self.manifest.vector_keys:
             return None
@@ -671,7 +671,7 @@ class Index:
         return differences
 
     def _check_fulltext(self) -> list[str]:
-        from cortex.index import fulltext
+        import cortex.index.fulltext as fulltext
 
         assert self.manifest is not None
         ix = fulltext.open_index(self.whoosh_dir)
