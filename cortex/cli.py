@@ -415,7 +415,7 @@ def forget(store: Any, target: str, replaced_by: str | None, yes: bool, as_json:
         if not matches:
             _fail(f"no active memory matches {target!r}")
         item = matches[0][1]
-        click.echo(f"best match: {item.id}  {item.type}  {item.title}", err=True)
+        click.echo(f"best match: {item.id}  {item.type}  {_safe(item.title)}", err=True)
         if not yes and not click.confirm("Forget it?", default=False, err=True):
             _fail("nothing changed")
     from cortex import events
@@ -648,7 +648,7 @@ def gc(store: Any, dry_run: bool, as_json: bool) -> None:
     verb = {"archive": "would archive" if dry_run else "archived", "remove": "would remove" if dry_run else "removed",
             "keep": "keeping"}
     for action in actions:
-        click.echo(f"{verb[action.kind]} {action.id} {action.title} ({action.reason})")
+        click.echo(f"{verb[action.kind]} {action.id} {_safe(action.title)} ({_safe(action.reason)})")
     if not actions:
         click.echo("nothing to do")
 
@@ -691,11 +691,11 @@ def consolidate(store: Any, dry_run: bool, yes: bool, allow_conflicts: bool, thr
             differ = f"; they differ, {group.conflict}" if group.conflict else ""
             click.echo(f"group {n} ({group.type}, {report.get('by', 'duplicate score')} {group.similarity:.2f}{differ}):")
             for member in group.members:
-                click.echo(f"  {member.id} {member.title}")
+                click.echo(f"  {member.id} {_safe(member.title)}")
             if merged is not None and (dry_run or asking):
-                click.echo(f"  merged: {merged.title}")
+                click.echo(f"  merged: {_safe(merged.title)}")
                 for line in merged.body.strip().splitlines():
-                    click.echo(f"    {line}" if line.strip() else "")
+                    click.echo(f"    {_safe(line)}" if line.strip() else "")
         if merged is None:
             if not as_json:
                 click.echo("  the LLM says these memories differ: not merged")
@@ -837,9 +837,9 @@ def log_command(store: Any, memory_id: str, limit: int, as_json: bool) -> None:
     if not entries:
         _fail(f"no commit touches memory {memory_id} (not committed yet?)")
     for entry in entries:
-        click.echo(f"{entry['commit'][:12]}  {entry['date']}  {entry['author']}  {entry['change']}  {entry['message']}")
+        click.echo(_safe(f"{entry['commit'][:12]}  {entry['date']}  {entry['author']}  {entry['change']}  {entry['message']}"))
         for detail in entry["details"]:
-            click.echo(f"    {detail}")
+            click.echo(f"    {_safe(detail)}")
 
 
 @main.command(name="diff")
@@ -869,7 +869,7 @@ def diff_command(store: Any, revisions: str, as_json: bool) -> None:
             click.echo(f"  {memory_type}:")
             for row in (r for r in rows if r["type"] == memory_type):
                 extra = f"  [{', '.join(row['fields'])}]" if row.get("fields") else ""
-                click.echo(f"    {row['id']}  {row['title']}{extra}")
+                click.echo(f"    {row['id']}  {_safe(row['title'])}{_safe(extra)}")
 
 
 @main.command()
@@ -916,7 +916,7 @@ def capture_command(store: Any, transcript: Path, from_start: bool, as_json: boo
         else:
             click.echo(f"{report.records} new records: {len(rows)} candidates (dry run, nothing written)")
             for row in rows:
-                click.echo(f"  {row['type']:<12} {row['layer']:<11} {row['record'] or '-':<38} {row['title']}")
+                click.echo(f"  {row['type']:<12} {row['layer']:<11} {row['record'] or '-':<38} {_safe(row['title'])}")
         return
     events.capture_done(store, report, indexes, upkeep="none")  # projections and AGENTS.md, as the Stop hook
     for each in iter_stores(store):  # links for what was written (global-scope memories too); gc, consolidation
@@ -930,7 +930,7 @@ def capture_command(store: Any, transcript: Path, from_start: bool, as_json: boo
                f"{report.duplicates} duplicates skipped, {report.redacted} secrets redacted")
     for memory_id in report.written:
         item = store.get(memory_id)
-        click.echo(f"  {item.id}  {item.type:<10} {item.title}")
+        click.echo(f"  {item.id}  {item.type:<10} {_safe(item.title)}")
 
 
 

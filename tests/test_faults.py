@@ -512,3 +512,17 @@ def test_malformed_mcp_input_gets_a_json_rpc_error_and_the_server_stays_up(proje
                 server.kill()
     assert server.returncode == 0
     assert b"Traceback" not in server.stderr.read()
+
+
+def test_every_command_that_prints_a_title_escapes_control_characters(project):
+    """forget's "best match", gc, consolidate and capture print titles too: none lets an escape sequence through."""
+    store = Store.locate(project)
+    remember(store, EVIL_BODY, title=EVIL_TITLE, type="gotcha", link=False)
+    remember(store, EVIL_BODY, title=EVIL_TITLE + " again", type="gotcha", link=False)
+    outputs = [cortex("consolidate", "--dry-run", cwd=project, check=False),
+               cortex("forget", "evil title", "--yes", cwd=project, check=False)]
+    for result in outputs:
+        _no_traceback(result)
+        text = result.stdout + result.stderr
+        assert not [ch for ch in text if (ord(ch) < 32 and ch not in "\n\t") or 0x7f <= ord(ch) <= 0x9f], text
+    assert "\\x1b" in outputs[1].stderr  # the best match was shown, escaped
