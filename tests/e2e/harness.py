@@ -252,6 +252,9 @@ class Sandbox:
             "CLAUDE_CODE_MAX_RETRIES": "0",
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
             "DISABLE_TELEMETRY": "1", "DISABLE_ERROR_REPORTING": "1", "DISABLE_AUTOUPDATER": "1",
+            # -p connects MCP servers in the background by default: a busy machine (two test workers) sees the
+            # server still "pending" at init. Wait for it, as a session that needs its tools would.
+            "MCP_CONNECTION_NONBLOCKING": "false",
         })
         run_env.update(env or {})
         started = time.monotonic()
