@@ -83,6 +83,14 @@ def wait_for(predicate: Any, seconds: float = 60.0) -> bool:
     return False
 
 
+def add_bare_remote(project: Path, folder: Path) -> Path:
+    """A bare repository `folder/remote.git`, added to `project` as `origin`."""
+    remote = folder / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
+    git(project, "remote", "add", "origin", str(remote))
+    return remote
+
+
 def git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     """Run the real git CLI in `repo`."""
     result = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=120)

@@ -9,14 +9,7 @@ from pathlib import Path
 import pygit2
 
 from cortex.store import Store
-from tests.helpers import commit_all, cortex, git, remember
-
-
-def _with_remote(project: Path, tmp_path: Path) -> Path:
-    remote = tmp_path / "remote.git"
-    subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
-    git(project, "remote", "add", "origin", str(remote))
-    return remote
+from tests.helpers import add_bare_remote, commit_all, cortex, git, remember
 
 
 def _decision(project: Path, text: str, *tags: str) -> str:
@@ -40,7 +33,7 @@ def test_install_keeps_a_foreign_hook_and_uninstall_restores_it(project, tmp_pat
     assert (project / ".cortex" / ".gitattributes").read_text(encoding="utf-8").count("merge=cortex-projection") == 3
     cortex("project", cwd=project)
     commit_all(project, "cortex store")
-    _with_remote(project, tmp_path)
+    add_bare_remote(project, tmp_path)
     git(project, "push", "-q", "origin", "main")
     assert marker.read_text() == "ran\n"
     cortex("init", "--git-hooks", cwd=project)  # twice: still one chained copy, ours on top
@@ -59,7 +52,7 @@ def test_pre_push_commits_stale_projections_and_stops_the_push(project, tmp_path
     cortex("init", "--git-hooks", cwd=project)
     cortex("project", cwd=project)
     commit_all(project, "cortex store")
-    remote = _with_remote(project, tmp_path)
+    remote = add_bare_remote(project, tmp_path)
     git(project, "push", "-q", "origin", "main")
     _decision(project, "Use uv to manage environments", "tooling")
     (project / "app.py").write_text("print('changed, staged, not ours')\n", encoding="utf-8")
@@ -85,7 +78,7 @@ def test_pre_push_check_mode_only_fails(project, tmp_path):
     cortex("init", "--git-hooks", cwd=project)
     _decision(project, "Prefer small pull requests")
     commit_all(project, "memories without projections")
-    _with_remote(project, tmp_path)
+    add_bare_remote(project, tmp_path)
     head = git(project, "rev-parse", "HEAD").stdout.strip()
     refused = git(project, "push", "origin", "main", check=False)
     assert refused.returncode != 0 and "projections out of date (decisions.md" in refused.stderr
@@ -214,7 +207,7 @@ def test_a_planted_secret_stops_the_push_naming_file_and_line(project, tmp_path)
     cortex("init", "--git-hooks", cwd=project)
     cortex("project", cwd=project)
     commit_all(project, "cortex store")
-    _with_remote(project, tmp_path)
+    add_bare_remote(project, tmp_path)
     git(project, "push", "-q", "origin", "main")
     path = _path(project, _decision(project, "CI deploys with a service account"))
     path.write_text(path.read_text(encoding="utf-8") + "\naws_access_key_id = AKIAIOSFODNN7EXAMPLE\n", encoding="utf-8")

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from cortex.memory import Memory, file_name, new_id, now_iso, render_new
-from tests.helpers import commit_all, cortex, git
+from tests.helpers import add_bare_remote, commit_all, cortex, git
 
 STRIPE_KEY = "sk_" + "live_" + "4eC39HqLyjWDarjtT1zdp7dc"  # split so this file does not read as holding a key
 
@@ -19,9 +18,7 @@ def pushed(project: Path, tmp_path: Path) -> Path:
     cortex("init", "--git-hooks", cwd=project)
     cortex("project", cwd=project)
     commit_all(project, "cortex store")
-    remote = tmp_path / "remote.git"
-    subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
-    git(project, "remote", "add", "origin", str(remote))
+    add_bare_remote(project, tmp_path)
     git(project, "push", "-q", "origin", "main")
     return project
 

@@ -24,7 +24,7 @@ from cortex.errors import SecretDetected
 from cortex.guard import redact, scan_text
 from cortex.memory import Memory, file_name, new_id, now_iso, render_new
 from cortex.store import Store
-from tests.helpers import commit_all, cortex, fake_claude, git, hook
+from tests.helpers import add_bare_remote, commit_all, cortex, fake_claude, git, hook
 
 _RANDOM = random.Random(18)
 _ALNUM = string.ascii_letters + string.digits
@@ -377,15 +377,11 @@ def test_a_swagger_named_memory_is_scanned_like_any_other(project):
 
 
 def test_the_pre_push_hook_stops_a_swagger_named_memory_with_a_key(project, tmp_path):
-    import subprocess
-
     plant = PLANTED["swagger-named memory"]
     cortex("init", "--git-hooks", cwd=project)
     cortex("project", cwd=project)
     commit_all(project, "cortex store")
-    remote = tmp_path / "remote.git"
-    subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
-    git(project, "remote", "add", "origin", str(remote))
+    add_bare_remote(project, tmp_path)
     git(project, "push", "-q", "origin", "main")
     leaky = _hand_written(Store.locate(project), "context", plant.title, plant.text + "\n")
     assert leaky.path is not None and "swagger" in leaky.path.name
