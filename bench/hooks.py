@@ -57,7 +57,7 @@ def wait_for_server(root: Path) -> bool:
 
     deadline = time.time() + 120
     while time.time() < deadline:
-        if serve.ask(str(root / ".cortex"), {"op": "prompt", "prompt": "warm up"}, timeout=30) is not None:
+        if serve.ask(str(root / ".cortex"), {"op": "ping"}, timeout=30) is not None:  # answered once warm
             return True
         time.sleep(0.2)
     return False

@@ -10,11 +10,20 @@ from __future__ import annotations
 import sys
 
 CLAUDE_EVENTS = {"stop": "claude_stop", "pre-compact": "claude_stop", "session-start": "claude_session_start",
-                 "prompt": "claude_prompt", "session-end": "claude_session_end"}
+                 "prompt": "claude_prompt", "session-end": "claude_session_end",
+                 "subagent-start": "claude_subagent_start", "subagent-stop": "claude_subagent_stop"}
 
 
 def run() -> None:
     args = sys.argv[1:]
+    if len(args) >= 2 and args[0] == "hook" and args[1] == "pre-tool-use":
+        from cortex import hotpath
+
+        try:
+            hotpath.pre_tool_use(sys.stdin.read() if not sys.stdin.isatty() else "")
+        except Exception:
+            pass  # a hook never breaks the session
+        sys.exit(0)
     if len(args) >= 2 and args[0] == "hook" and args[1] in CLAUDE_EVENTS:
         raw = sys.stdin.read() if not sys.stdin.isatty() else ""
         if args[1] in ("session-start", "prompt"):

@@ -18,7 +18,11 @@ over `briefing.budget_tokens` (500) nor 10,000 characters.
 
 Reality check: a memory whose files all no longer exist is left out; one whose
 file changed after the memory's `updated` is marked "(may be stale: file
-changed)". Each line carries the memory's id.
+changed)", and one naming a setting its files now hold with another value (or
+no longer hold) says which (`lifecycle.setting_drift`). Each line is the
+memory's short form (`cortex.render.short`: type, title, summary, id), marked
+"(low confidence 0.42)" under 0.5 decayed confidence; two memories linked by
+`contradicts` are both marked, the newer first when both are in one section.
 
 Cached in `state/briefing.json` by (branch, HEAD, store signature): a
 SessionStart with nothing changed reads one small file and the git HEAD.
@@ -30,6 +34,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from cortex.render import short
 from cortex.store import Store
 from cortex.text import INJECTED_MARK, estimate_tokens
 
@@ -137,16 +142,27 @@ def build(store: Store, budget_tokens: int | None = None, now: float | None = No
         facts.update(head=None, commits=[], changed=[])
     candidates = _candidates(store, index, facts, Prior(store, index, now, facts["branch"]), stable)
     page = _Page(int(budget_tokens or store.config().get("briefing.budget_tokens")), _header(facts, stable))
+    # The committed form (stable) marks the confidence as written: decay would change AGENTS.md with time alone.
+    page.confidence = {} if stable else _confidence(candidates, now, store, index)
+    page.conflicts = _conflicts(candidates)
     by_prior = sorted(candidates, key=lambda c: (-c[1], c[0].id))
     for item, _prior, stale, _touches in (c for c in by_prior if c[0].pinned):
         page.add("Pinned", item, stale, capped=False)
-    for item, _prior, stale, _touches in (c for c in by_prior if (c[0].type in BRANCH_SCOPED and c[0].type != "plan") or c[3]):
+    if not stable:  # the hot tier (cortex.salience): the most used memories, always shown; learned per clone
+        from cortex.salience import hot_ids
+
+        hot = {memory_id: n for n, memory_id in enumerate(hot_ids(store))}
+        for item, _prior, stale, _touches in sorted((c for c in by_prior if c[0].id in hot), key=lambda c: hot[c[0].id]):
+            page.add("Most used", item, stale, capped=False)
+    # Code outlines appear only under "Code in play", and only for files the branch touches.
+    for item, _prior, stale, _touches in (c for c in by_prior if ((c[0].type in BRANCH_SCOPED and c[0].type != "plan")
+                                                                   or c[3]) and c[0].type != "code_description"):
         page.add("This branch", item, stale, capped=True)
     for item, _prior, stale, _touches in (c for c in by_prior if c[0].type not in ("code_description", "plan")):
         page.add("Key memories", item, stale, capped=True)
     for item, _prior, stale, _touches in (c for c in by_prior if c[0].type == "code_description" and c[3]):
         page.add("Code in play", item, stale, capped=True)
-    for item, _prior, stale, _touches in (c for c in by_prior if c[0].type != "plan"):
+    for item, _prior, stale, _touches in (c for c in by_prior if c[0].type not in ("plan", "code_description")):
         page.add("Key memories", item, stale, capped=False)  # unused shares flow to the best remaining
     plans = [c[0] for c in by_prior if c[0].type == "plan"]
     if plans and plans[0].path is not None:
@@ -159,6 +175,7 @@ Candidate = tuple[Any, float, "bool | str", bool]  # memory, prior, stale mark, 
 
 def _candidates(store: Store, index: Any, facts: dict[str, Any], ranking: Any, stable: bool) -> list[Candidate]:
     """Active memories of this branch that may be shown, with their prior and the reality check."""
+    from cortex.lifecycle import setting_drift
     from cortex.memory import epoch
 
     branch, changed, root = facts["branch"], set(facts["changed"]), store.worktree
@@ -178,8 +195,37 @@ def _candidates(store: Store, index: Any, facts: dict[str, Any], ranking: Any, s
             elif not stable:
                 updated = epoch(item.updated)
                 stale = any(p.stat().st_mtime > updated + 1 for p in present)
+                stale = setting_drift(item, root) or stale  # a setting it names has another value now
         out.append((item, ranking(item), stale, bool(changed & set(item.files))))
     return out
+
+
+def _confidence(candidates: list[Candidate], now: float, store: Store, index: Any) -> dict[str, float]:
+    """Each candidate's confidence as decayed now (as the ranking reads it), for the low-confidence mark."""
+    from cortex.lifecycle import decayed_confidence
+
+    reads, central = store.access_counts(), index.centralities()
+    return {c[0].id: decayed_confidence(c[0], now, reads.get(c[0].id, 0), central.get(c[0].id, 0.0))
+            for c in candidates}
+
+
+def _conflicts(candidates: list[Candidate]) -> dict[str, list[tuple[str, bool]]]:
+    """`contradicts` links between memories that may be shown, read both ways: id -> (other, other is newer).
+
+    The link is written once, in one memory's file; either end shown marks the conflict, and the newer of
+    the two (by `created`, then `updated`) goes first when both are in one section."""
+    by_id = {c[0].id: c[0] for c in candidates}
+    out: dict[str, list[tuple[str, bool]]] = {}
+    for item in by_id.values():
+        for link in item.links:
+            other = by_id.get(link.to)
+            if link.rel != "contradicts" or other is None or other.id == item.id:
+                continue
+            item_newer = (item.created, item.updated, item.id) > (other.created, other.updated, other.id)
+            for one, two, newer in ((item.id, other.id, not item_newer), (other.id, item.id, item_newer)):
+                if (two, newer) not in out.setdefault(one, []):
+                    out[one].append((two, newer))
+    return {key: sorted(value) for key, value in out.items()}
 
 
 def _header(facts: dict[str, Any], stable: bool) -> str:
@@ -210,17 +256,27 @@ class _Page:
         self.sections: dict[str, list[str]] = {}
         self.spent: dict[str, int] = {}
         self.plan: list[str] = []
+        self.confidence: dict[str, float] = {}  # decayed confidence by id (`_confidence`)
+        self.conflicts: dict[str, list[tuple[str, bool]]] = {}  # id -> (other id, other is newer) (`_conflicts`)
+        self.order: dict[str, list[str]] = {}  # each section's ids, in the order of its entries
 
     def add(self, section: str, item: Any, stale: bool | str, capped: bool) -> bool:
         if item.id in self.chosen:
             return False
-        mark = f" (may be stale: {stale})" if isinstance(stale, str) else " (may be stale: file changed)" if stale else ""
-        entry = f"- [{item.type}] {item.title} `{item.id}`{mark}"
+        mark = f"(may be stale: {stale})" if isinstance(stale, str) else "(may be stale: file changed)" if stale else ""
+        conflicts = self.conflicts.get(item.id, [])
+        marks = [mark] + [f"(conflicts with newer `{other}`)" if newer else f"(newer; conflicts with `{other}`)"
+                          for other, newer in conflicts]
+        entry = "- " + short(item, marks, self.confidence.get(item.id))
         cost = estimate_tokens(entry + "\n") + (estimate_tokens(f"\n## {section}\n") if section not in self.sections else 0)
         cap = self.budget * TYPE_WEIGHTS.get(item.type, 10) / sum(TYPE_WEIGHTS.values())
         if self.used + cost > self.budget or (capped and self.spent.get(item.type, 0) + cost > cap):
             return False
-        self.sections.setdefault(section, []).append(entry)
+        ids = self.order.setdefault(section, [])
+        older = [ids.index(other) for other, newer in conflicts if not newer and other in ids]
+        at = min(older, default=len(ids))  # a newer decision goes before the older one it conflicts with
+        ids.insert(at, item.id)
+        self.sections.setdefault(section, []).insert(at, entry)
         self.chosen.append(item.id)
         self.spent[item.type] = self.spent.get(item.type, 0) + cost
         self.used += cost
@@ -243,7 +299,7 @@ class _Page:
 
     def briefing(self) -> Briefing:
         parts = [self.header]
-        for section in ("Pinned", "This branch", "Key memories", "Code in play"):
+        for section in ("Pinned", "Most used", "This branch", "Key memories", "Code in play"):
             if section in self.sections:
                 parts.append(f"## {section}\n" + "\n".join(self.sections[section]))
         if self.plan:
@@ -259,9 +315,15 @@ def get(store: Store) -> Briefing:
     hit = cached(store)
     if hit is not None:
         return hit
-    from cortex.files import atomic_write
+    import time
 
+    from cortex.files import atomic_write
+    from cortex.metrics import record
+
+    started = time.perf_counter()
     briefing = build(store)
+    record(store.state_dir, "briefing", {"builds": 1}, {"tokens": briefing.tokens, "chars": len(briefing.text),
+           "memories": len(briefing.ids), "ms": round((time.perf_counter() - started) * 1000, 1)})
     key = _cache_key(store)  # after the build: its sync may have rewritten the manifest
     try:
         atomic_write(store.state_dir / "briefing.json",

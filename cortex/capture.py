@@ -1,4 +1,5 @@
-"""Capture: memories from Claude Code session transcripts.
+"""Capture: memories from Claude Code session transcripts (and Codex CLI, Gemini CLI and Cursor ones, read as
+Claude Code's records by `cortex.transcripts`).
 
 The pipeline behind `cortex hook stop` and `cortex capture TRANSCRIPT`:
 
@@ -33,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -41,6 +43,7 @@ from cortex.guard import redact, scan_text
 from cortex.memory import CAPTURE_TYPES, Memory, title_from_text
 from cortex.store import Store
 from cortex.text import INJECTED_MARK, words
+from cortex.transcripts import normalise
 
 MAX_SLICE = 65_000  # characters of the session the LLM layer is sent
 DEFAULT_MAX_MESSAGE = 20_000  # `capture.max_message_chars`: what capture reads of one message, a body's longest
@@ -85,8 +88,10 @@ class Candidate:
     branch: str | None = None
     key: str | None = None  # a stable identity to update in place (the session's plan)
     scope: str = "project"  # "global": the LLM layer's confident, project-independent knowledge
+    project: str | None = None  # with scope global: the name of the project it was captured in
     update_only: bool = False  # with `key`: refresh the memory if it exists, never create it
     links: list[Any] = field(default_factory=list)  # Link objects proposed by the LLM layer (never `supersedes`)
+    origin: dict[str, Any] = field(default_factory=dict)  # more `source` fields: the sub-agent that reported it
     record: str = ""  # the transcript record it came from (uuid) ...
     index: int = -1  # ... and its position among the records read (0 = the first record of the slice)
 
@@ -618,11 +623,13 @@ def subagent_reports(items: list[Event]) -> Iterator[Candidate]:
         if len(_substance(result)) < MIN_REPORT:
             continue
         agent = str(event.tool_input.get("subagent_type") or "sub-agent")
+        agent_id = re.search(r"(?m)^agentId: *([\w-]+)", event.result)
+        origin = {"agent": agent_id.group(1) if agent_id else None, "agent_type": agent, "tool_use": event.tool_id}
         task = " ".join(str(event.tool_input.get("description") or "").split())
         body = f"Sub-agent `{agent}` ({task}) reported:\n\n{_capped(result, 6000)}\n" if task else \
             f"Sub-agent `{agent}` reported:\n\n{_capped(result, 6000)}\n"
         yield Candidate("context", summary_title(result), body, "structural", 0.55, 4, tags=["subagent", agent],
-                        branch=event.branch, **_origin(event))
+                        branch=event.branch, origin={k: v for k, v in origin.items() if v}, **_origin(event))
 
 
 GOTCHA = re.compile(r"(?i)\b(the (?:root )?(?:problem|issue|cause|bug|culprit) (?:was|is|here is)\b|root cause|"
@@ -752,47 +759,123 @@ def _max_message(store: Store) -> int:
         return DEFAULT_MAX_MESSAGE
 
 
-def _active_of_types(store: Store, index: Any, types: set[str]) -> list[Memory]:
-    """Active memories of these types, bodies included (through the cache: only those files are read)."""
-    out = []
-    for rel, entry in index.records().items():
-        if entry["type"] in types and entry["status"] == "active":
-            try:
-                out.append(store.read(store.memories_dir / rel))
-            except Exception:
-                continue
-    return out
-
-
 JACCARD_DUPLICATE = 0.7
+NEAREST_READ = 24  # memories closest in meaning whose words a candidate is compared with (bodies read)
 
 
-class _Vectors:
-    """Cosine between a candidate and existing memories, with the cache's vectors (only when the index has them)."""
+class _Existing:
+    """The active memories of the candidates' types in one store, as the duplicate check sees them.
 
-    def __init__(self, index: Any, encoder: Any) -> None:
-        self.index, self.encoder = index, encoder
-        self.matrix, self.row_of = index.vector_matrix()
+    Metadata and vectors come from the cache: a candidate is compared in one matrix product with every memory
+    of its type that has a vector, and only the `NEAREST_READ` closest are read from disk for the word
+    overlap. Memories without a vector yet (written since the last vector sync, or a store whose cache holds
+    none) are read and compared word by word, as are the memories this capture writes or updates.
+    """
 
-    @classmethod
-    def open(cls, index: Any) -> _Vectors | None:
-        if index.manifest is None or not index.manifest.vector_keys:
-            return None  # no index with vectors yet: words alone decide
-        encoder = index.query_encoder()
-        if encoder is None or index.vector_matrix() is None:
-            return None
-        return cls(index, encoder)
+    def __init__(self, store: Store, index: Any, types: set[str]) -> None:
+        self.store, self.index = store, index
+        files = index.manifest.files
+        self.rels = [rel for rel, entry in index.records().items() if entry["type"] in types
+                     and entry["status"] == "active"]
+        self.keyed: dict[str, str] = {}  # source key -> path, from the metadata (decoded only where a key is)
+        for rel in self.rels:
+            if '"key"' in files[rel]["meta"]:
+                key = (index.manifest.meta(rel).get("source") or {}).get("key")
+                if key:
+                    self.keyed[str(key)] = rel
+        self.fresh: list[Memory] = []  # written or updated by this capture: compared in full
+        self.changed: set[str] = set()  # paths this capture rewrote: their cached metadata is stale
+        self._read: dict[str, Memory | None] = {}
+        self._by_type: dict[str, tuple[list[str], Any, list[str]]] = {}
 
-    def embed(self, text: str) -> Any:
+    def read(self, rel: str) -> Memory | None:
+        """One memory: its metadata from the cache, its body from the file (no YAML parsed)."""
+        if rel not in self._read:
+            from cortex.index.cache import read_body
+            from cortex.index.manifest import memory_from_meta
+
+            path = self.store.memories_dir / rel
+            item = memory_from_meta(self.index.manifest.meta(rel), path)
+            item.body = read_body(path)
+            self._read[rel] = item
+        return self._read[rel]
+
+    def keyed_memory(self, key: str) -> Memory | None:
+        fresh = next((m for m in reversed(self.fresh) if m.source.get("key") == key), None)
+        if fresh is not None:
+            return fresh
+        rel = self.keyed.get(key)
+        return self.read(rel) if rel is not None and rel not in self.changed else None
+
+    def add(self, made: Memory, replaces: Memory | None = None) -> None:
+        if replaces is not None:
+            self.fresh = [m for m in self.fresh if m.id != replaces.id]
+            if replaces.path is not None:
+                self.changed.add(replaces.path.relative_to(self.store.memories_dir).as_posix())
+        self.fresh.append(made)
+
+    def of_type(self, kind: str) -> tuple[list[str], Any, list[str]]:
+        """(paths with a vector, their rows as one matrix or None, paths without a vector) for one type."""
+        if kind not in self._by_type:
+            files = self.index.manifest.files
+            rels = [rel for rel in self.rels if files[rel]["type"] == kind]
+            found = self.index.vector_matrix() if self.index.manifest.vector_keys else None
+            if found is None:
+                self._by_type[kind] = ([], None, rels)
+            else:
+                import numpy as np
+
+                matrix, row_of = found
+                with_rows = [rel for rel in rels if files[rel].get("vhash") in row_of]
+                rows = np.fromiter((row_of[files[rel]["vhash"]] for rel in with_rows), dtype=np.int64,
+                                   count=len(with_rows))
+                without = [rel for rel in rels if files[rel].get("vhash") not in row_of]
+                self._by_type[kind] = (with_rows, np.ascontiguousarray(matrix[rows]), without)
+        return self._by_type[kind]
+
+
+def _duplicate_of(existing: _Existing, candidate: Candidate, encoder: Any, cosine_duplicate: float) -> Memory | None:
+    """The active memory of the same type this candidate repeats: the same words, a word overlap of at least
+    JACCARD_DUPLICATE, or (with vectors) a cosine of at least `capture.dedup_cosine`."""
+    mine = words(candidate.title + " " + candidate.body)
+
+    def same_words(other: Memory) -> bool:
+        theirs = words(other.title + " " + other.body)
+        union = mine | theirs
+        return mine == theirs or bool(union and len(mine & theirs) / len(union) >= JACCARD_DUPLICATE)
+
+    for other in existing.fresh:
+        if other.type == candidate.type and same_words(other):
+            return other
+    with_rows, matrix, without = existing.of_type(candidate.type)
+    if matrix is not None and len(with_rows) and encoder is not None:
         import numpy as np
 
-        return np.asarray(self.encoder.encode_one(text), dtype=np.float32)
+        from cortex.index.manifest import embed_text  # as the index embeds memories
 
-    def similarity(self, vector: Any, other: Memory) -> float:
-        from cortex.index.manifest import embed_text, text_hash
-
-        row = self.row_of.get(text_hash(embed_text(other)))
-        return float(self.matrix[row] @ vector) if row is not None else 0.0
+        vector = np.asarray(encoder.encode_one(embed_text(Memory(id="", type=candidate.type, title=candidate.title,
+                                                                 body=candidate.body))), dtype=np.float32)
+        scores = matrix @ vector
+        top = min(NEAREST_READ, len(with_rows))
+        nearest = np.argpartition(-scores, top - 1)[:top]
+        for row in sorted(nearest, key=lambda i: (-scores[i], with_rows[i])):
+            rel = with_rows[row]
+            if rel in existing.changed:
+                continue
+            if scores[row] >= cosine_duplicate:
+                return existing.read(rel)
+            other = existing.read(rel)
+            if other is not None and same_words(other):
+                return other
+    elif matrix is not None:
+        without = without + with_rows  # no encoder: every memory by its words
+    for rel in without:
+        if rel in existing.changed:
+            continue
+        other = existing.read(rel)
+        if other is not None and same_words(other):
+            return other
+    return None
 
 
 def write_candidates(store: Store, candidates: list[Candidate], session: str, commit: str | None = None,
@@ -807,52 +890,62 @@ def write_candidates(store: Store, candidates: list[Candidate], session: str, co
     if not candidates:
         return []
     indexes = indexes or Indexes()
-    targets: dict[str, tuple[Store, list[Memory]]] = {}
+    targets: dict[str, _Existing] = {}
+    types = {c.type for c in candidates}
 
-    def target(scope: str) -> tuple[Store, list[Memory]]:
+    def target(scope: str) -> _Existing:
         if scope not in targets:
             chosen = Store.locate(use_global=True) if scope == "global" else store
-            targets[scope] = (chosen, _active_of_types(chosen, indexes.synced(chosen), {c.type for c in candidates}))
+            targets[scope] = _Existing(chosen, indexes.synced(chosen), types)
         return targets[scope]
 
-    vectors = _Vectors.open(indexes.synced(store))
+    encoder: list[Any] = []  # the query encoder, loaded when a candidate first needs it
+
+    def encode() -> Any:
+        if not encoder:
+            index = indexes.synced(store)
+            encoder.append(index.query_encoder() if index.manifest and index.manifest.vector_keys else None)
+        return encoder[0]
+
     cosine_duplicate = float(store.config().get("capture.dedup_cosine"))
     max_chars = _max_message(store)
     for candidate in candidates:
         guarded = _redact(candidate, report, max_chars)
         if guarded is None:
             continue
-        destination, existing = target(guarded.scope)
-        made = _write_one(destination, existing, guarded, session, commit, vectors, cosine_duplicate, report)
+        existing = target(guarded.scope)
+        if existing.store is not store:  # the global store: say which project it was learnt in
+            guarded.project = guarded.project or project_name(store)
+        made = _write_one(existing, guarded, session, commit, encode, cosine_duplicate, report)
         if made is not None:
-            existing.append(made)
+            existing.add(made)
             report.written.append(made.id)
             report.by_layer[guarded.layer] = report.by_layer.get(guarded.layer, 0) + 1
-            report.paths.setdefault(str(destination.root), []).append(made.path)  # type: ignore[arg-type]
+            report.paths.setdefault(str(existing.store.root), []).append(made.path)  # type: ignore[arg-type]
     if report.written:
         from cortex.graph import queue_links
 
-        for chosen, existing in targets.values():  # links are made by `cortex maintain`, off the hook's clock
-            queue_links(chosen, [m.id for m in existing if m.id in set(report.written)])
+        for existing in targets.values():  # links are made by `cortex maintain`, off the hook's clock
+            queue_links(existing.store, [m.id for m in existing.fresh if m.id in set(report.written)])
     return list(report.written)
 
 
-def _write_one(store: Store, existing: list[Memory], candidate: Candidate, session: str, commit: str | None,
-               vectors: _Vectors | None, cosine_duplicate: float, report: CaptureReport) -> Memory | None:
+def _write_one(existing: _Existing, candidate: Candidate, session: str, commit: str | None, encode: Any,
+               cosine_duplicate: float, report: CaptureReport) -> Memory | None:
     """Write one guarded candidate, or update its keyed memory in place, or refresh the duplicate it repeats."""
-    keyed = {str(m.source.get("key")): m for m in existing if m.source.get("key")}
-    if candidate.update_only and not (candidate.key and candidate.key in keyed):
+    store = existing.store
+    current = existing.keyed_memory(candidate.key) if candidate.key else None
+    if candidate.update_only and current is None:
         return None
-    if candidate.key and candidate.key in keyed:
-        current = keyed[candidate.key]
+    if current is not None:
         if current.body.strip() != candidate.body.strip() or current.title != candidate.title:
             updated = store.update(current.id, {"title": candidate.title, "files": candidate.files or current.files},
                                    body=candidate.body)
-            existing[existing.index(current)] = updated
+            existing.add(updated, replaces=current)
             report.updated.append(current.id)
             report.paths.setdefault(str(store.root), []).append(updated.path)  # type: ignore[arg-type]
         return None
-    duplicate = _duplicate_of(existing, candidate, vectors, cosine_duplicate)
+    duplicate = _duplicate_of(existing, candidate, encode(), cosine_duplicate)
     if duplicate is not None:
         report.duplicates += 1
         _refresh(store, duplicate)
@@ -862,36 +955,19 @@ def _write_one(store: Store, existing: list[Memory], candidate: Candidate, sessi
         source["commit"] = commit
     if candidate.key:
         source["key"] = candidate.key
+    source.update(candidate.origin)
     from cortex.graph import automatic_links
 
     return store.create(Memory(id="", type=candidate.type, title=candidate.title, body=candidate.body,
                                confidence=candidate.confidence, priority=candidate.priority, tags=candidate.tags,
                                files=candidate.files, branch=candidate.branch, source=source,
-                               links=automatic_links(candidate.links)))
+                               links=automatic_links(candidate.links), project=candidate.project))
 
 
-def _duplicate_of(existing: list[Memory], candidate: Candidate, vectors: _Vectors | None,
-                  cosine_duplicate: float) -> Memory | None:
-    """The active memory of the same type this candidate repeats: the same words, a word overlap of at least
-    JACCARD_DUPLICATE, or (with vectors) a cosine of at least `capture.dedup_cosine`."""
-    mine = words(candidate.title + " " + candidate.body)
-    vector = None
-    for other in existing:
-        if other.type != candidate.type:
-            continue
-        theirs = words(other.title + " " + other.body)
-        union = mine | theirs
-        if mine == theirs or (union and len(mine & theirs) / len(union) >= JACCARD_DUPLICATE):
-            return other
-        if vectors is not None:
-            if vector is None:
-                from cortex.index.manifest import embed_text  # as the index embeds memories
-
-                vector = vectors.embed(embed_text(Memory(id="", type=candidate.type, title=candidate.title,
-                                                         body=candidate.body)))
-            if vectors.similarity(vector, other) >= cosine_duplicate:
-                return other
-    return None
+def project_name(store: Store) -> str:
+    """The project's name as memories in the global store carry it: its git worktree's folder name (the
+    folder holding `.cortex/` outside git)."""
+    return (store.worktree or store.root.parent).name
 
 
 def _refresh(store: Store, memory: Memory) -> None:
@@ -922,9 +998,12 @@ def capture(store: Store, transcript: Path, session: str | None = None, last_mes
     """
     from cortex.gitfacts import branch_and_head, worktree_root
 
+    started = time.perf_counter()
     report = CaptureReport()
     records, report.skipped_lines, cursor = read_new_records(store, transcript, from_start)
     report.records = len(records)
+    # Codex, Gemini and Cursor transcripts are read as Claude Code's records: the same layers run on all of them.
+    records = normalise(records)
     items = events(records)
     max_chars = _max_message(store)
     for event in items:  # one huge reply (50 MB) must not cost the Stop hook minutes or become a huge memory
@@ -947,7 +1026,15 @@ def capture(store: Store, transcript: Path, session: str | None = None, last_mes
     if dry_run:  # every candidate still goes through the guard: a dry run prints nothing a write would not keep
         report.candidates = [c for c in (_redact(c, report, max_chars) for c in candidates) if c is not None]
         return report
+    from cortex import salience
+
+    salience.judge_quietly(store, session, items)  # were the memories shown before this turn used in it?
     write_candidates(store, candidates, session, commit, report, indexes)
+    from cortex import metrics
+
+    metrics.record(store.state_dir, "capture", {"runs": 1, "records": report.records, "written": len(report.written),
+                                                "updated": len(report.updated), "duplicates": report.duplicates},
+                   {"ms": round((time.perf_counter() - started) * 1000, 1), "written": len(report.written)})
     from cortex import llm
 
     if items and llm.enabled(store):

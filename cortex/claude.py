@@ -27,7 +27,10 @@ from typing import Any
 from cortex.files import atomic_write
 
 HOOK_EVENTS = {"SessionStart": "session-start", "UserPromptSubmit": "prompt", "Stop": "stop", "PreCompact": "pre-compact",
-               "SessionEnd": "session-end"}
+               "SessionEnd": "session-end", "PreToolUse": "pre-tool-use", "SubagentStart": "subagent-start",
+               "SubagentStop": "subagent-stop"}
+# PreToolUse only for the tools that start a sub-agent (it records the task for the sub-agent's briefing).
+HOOK_MATCHERS = {"PreToolUse": "Task|Agent"}
 MCP_NAME = "cortex"
 RULES = """# cortex: project memory
 
@@ -188,7 +191,8 @@ def _install_hook(settings_path: Path, hooks: dict[str, Any], event: str, name: 
     if emptied:
         hooks[event] = [g for g in groups if not any(g is e for e in emptied)]
     if not found:
-        hooks[event].append({"hooks": [{"type": "command", "command": wanted}]})
+        group = {"matcher": HOOK_MATCHERS[event]} if event in HOOK_MATCHERS else {}
+        hooks[event].append(group | {"hooks": [{"type": "command", "command": wanted}]})
         return "added"
     return "updated" if changed else None
 

@@ -168,7 +168,11 @@ def _at(store: Any, rev: str | None) -> Any:
 @click.option("--git-hooks", is_flag=True, help="Also install the pre-push, post-merge, post-checkout and post-rewrite hooks and the projection merge driver.")
 @click.option("--claude", "claude_code", is_flag=True, help="Also add cortex's hooks to .claude/settings.json and write .claude/rules/cortex-memory.md.")
 @click.option("--agents", is_flag=True, help="Also keep a marked section of AGENTS.md holding the briefing (updated by the Stop hook).")
-def init(use_global: bool, directory: Path | None, git_hooks: bool, claude_code: bool, agents: bool) -> None:
+@click.option("--codex", is_flag=True, help="Also add cortex's hooks and MCP server to .codex/ and its memory rules to AGENTS.md (OpenAI Codex CLI).")
+@click.option("--gemini", is_flag=True, help="Also add cortex's hooks and MCP server to .gemini/settings.json and its memory rules to GEMINI.md (Google Gemini CLI).")
+@click.option("--cursor", is_flag=True, help="Also add cortex's hooks, MCP server and rules file to .cursor/ (Cursor's agent).")
+def init(use_global: bool, directory: Path | None, git_hooks: bool, claude_code: bool, agents: bool, codex: bool,
+         gemini: bool, cursor: bool) -> None:
     """Create a .cortex/ store in this repository (or the global one)."""
     from cortex.gitops import find_worktree_root
     from cortex.store import STORE_DIRNAME, Store, global_home
@@ -185,6 +189,12 @@ def init(use_global: bool, directory: Path | None, git_hooks: bool, claude_code:
         store = Store.init(root, label="global" if use_global else "project")
     except OSError as exc:
         _fail(f"{root}: cannot create the store ({exc.strerror})")
+    if use_global:  # a git repository of its own: the Stop hook commits there, `cortex sync --global` pushes
+        from cortex import globalsync
+
+        if globalsync.ensure_repository(store)[1]:
+            globalsync.commit_changes(store, "cortex: global store")
+            click.echo(f"made {store.root} a git repository (`cortex sync --global --remote URL` to sync it)")
     if existed:
         click.echo(f"cortex store already set up at {store.root}")
     else:
@@ -199,6 +209,7 @@ def init(use_global: bool, directory: Path | None, git_hooks: bool, claude_code:
                 click.echo(line)
         except CortexError as exc:
             _fail(str(exc))
+    _assistants_init(store.root.parent, codex=codex, gemini=gemini, cursor=cursor)
     if agents:
         from cortex import agents as agents_file
 
@@ -218,6 +229,23 @@ def init(use_global: bool, directory: Path | None, git_hooks: bool, claude_code:
             _fail(f"{exc}: git hooks need a git repository")
 
 
+def _assistant_modules(codex: bool, gemini: bool, cursor: bool) -> list[Any]:
+    import importlib
+
+    return [importlib.import_module(f"cortex.{name}") for name, wanted in
+            (("codex", codex), ("gemini", gemini), ("cursor", cursor)) if wanted]
+
+
+def _assistants_init(project_root: Path, codex: bool, gemini: bool, cursor: bool) -> None:
+    """`init --codex / --gemini / --cursor`: each assistant's configuration merged in (cortex.codex, …)."""
+    for module in _assistant_modules(codex, gemini, cursor):
+        try:
+            for line in module.install(project_root):
+                click.echo(line)
+        except CortexError as exc:
+            _fail(str(exc))
+
+
 # ---------------------------------------------------------------- remember
 
 
@@ -225,6 +253,7 @@ def init(use_global: bool, directory: Path | None, git_hooks: bool, claude_code:
 @click.argument("text")
 @click.option("--type", "memory_type", type=TYPE_CHOICE, default="context", show_default=True, help="Kind of memory.")
 @click.option("--title", help="Short title (default: the first sentence of TEXT).")
+@click.option("--summary", help="One line for short renderings and the briefing (default: written from TEXT).")
 @click.option("--priority", type=click.IntRange(1, 10), default=5, show_default=True, help="Importance, 1..10.")
 @click.option("--confidence", type=click.FloatRange(0, 1), default=0.9, show_default=True, help="How sure, 0..1.")
 @click.option("--tag", "tags", multiple=True, help="A tag (repeat for more).")
@@ -233,14 +262,14 @@ def init(use_global: bool, directory: Path | None, git_hooks: bool, claude_code:
 @click.option("--json", "as_json", is_flag=True, help="Print the new record as JSON.")
 @store_options
 def remember(store: Any, text: str, memory_type: str, title: str | None, priority: int, confidence: float,
-             tags: tuple[str, ...], files: tuple[str, ...], pin: bool, as_json: bool) -> None:
+             tags: tuple[str, ...], files: tuple[str, ...], pin: bool, as_json: bool, summary: str | None) -> None:
     """Save a memory. TEXT is its content ('-' reads it from stdin)."""
     from cortex import events
 
     if text == "-":
         text = sys.stdin.read()
     created = events.remember(store, text, type=memory_type, title=title, priority=priority, confidence=confidence,
-                              tags=tags, files=files, pinned=pin)
+                              tags=tags, files=files, pinned=pin, summary=summary)
     if as_json:
         _print_json(created.to_dict() | {"store": store.label})
     else:
@@ -276,11 +305,10 @@ def list_command(store: Any, types: tuple[str, ...], statuses: tuple[str, ...], 
     wanted_status = set() if show_all else set(statuses or ("active",))
     root = str(store.memories_dir)
     rows = []
-    for rel, entry in index.records().items():
-        if (types and entry["type"] not in types) or (wanted_status and entry["status"] not in wanted_status) \
-                or (branch is not None and entry["branch"] != branch):
-            continue
-        meta = index.manifest.meta(rel)
+    rels = [rel for rel, entry in index.records().items()
+            if not ((types and entry["type"] not in types) or (wanted_status and entry["status"] not in wanted_status)
+                    or (branch is not None and entry["branch"] != branch))]
+    for rel, meta in zip(rels, index.manifest.metas(rels)):  # one decode for all of them
         if (tags and not set(tags) & set(meta["tags"])) or (pinned and not meta["pinned"]):
             continue
         meta["path"] = f"{root}/{rel}"
@@ -296,32 +324,80 @@ def list_command(store: Any, types: tuple[str, ...], statuses: tuple[str, ...], 
         return
     width = shutil.get_terminal_size((100, 20)).columns
     type_width = max(len(m["type"]) for m in rows)
+    lines = []
     for m in rows:
         flags = ("*" if m["pinned"] else " ") + (" " if m["status"] == "active" else m["status"][0].upper())
         prefix = f"{m['id']}  {m['type']:<{type_width}}  p{m['priority']:<2} {flags} "
         title = _safe(m["title"])
         if len(prefix) + len(title) > width:
             title = title[: max(10, width - len(prefix) - 1)] + "…"
-        click.echo(prefix + title)
-    click.echo(f"{len(rows)} memories  (* pinned, A archived, S superseded)")
+        lines.append(prefix + title)
+    lines.append(f"{len(rows)} memories  (* pinned, A archived, S superseded)")
+    click.echo("\n".join(lines))  # one write: 100,000 `echo` calls cost more than the rest of the command
 
 
 @main.command()
 @click.argument("memory_id")
 @click.option("--json", "as_json", is_flag=True, help="Print the record as JSON.")
 @click.option("--at", "at", metavar="REV", help="The memory as it was at a git revision.")
+@click.option("--raw", is_flag=True, help="Print the file as it is on disk instead of every field in order.")
 @store_options
-def show(store: Any, memory_id: str, as_json: bool, at: str | None) -> None:
-    """Show one memory by id (or unique id prefix), with its path."""
+def show(store: Any, memory_id: str, as_json: bool, at: str | None, raw: bool) -> None:
+    """Show one memory by id (or unique id prefix), with its path: every field, its links, its body."""
     store = _at(store, at)
     item = store.get(memory_id)
     store.record_access([item.id])
+    ranking = _ranking(store, item) if not at else None
     if as_json:
-        _print_json(item.to_dict() | {"store": store.label})
+        _print_json(item.to_dict() | {"store": store.label} | ({"ranking": ranking} if ranking else {}))
         return
     assert item.path is not None
     click.echo(_safe(str(item.path)))
-    click.echo(_safe_body(item.path.read_text(encoding="utf-8").rstrip("\n")))
+    if raw:
+        click.echo(_safe_body(item.path.read_text(encoding="utf-8").rstrip("\n")))
+    else:
+        from cortex.render import full
+
+        click.echo(_safe_body(full(item).rstrip("\n")))
+    if ranking:
+        from cortex.salience import explain_lines
+
+        click.echo("")
+        for line in explain_lines(ranking):
+            click.echo(_safe(line))
+
+
+def _ranking(store: Any, item: Any) -> dict[str, Any] | None:
+    """Why a memory ranks where it does (the prior's terms, its salience and tier); None when unknown."""
+    from cortex import salience
+    from cortex.index import Index
+    from cortex.memory import now_epoch
+    from cortex.recall import Prior
+
+    try:
+        prior = Prior(store, Index(store).ensure(), now_epoch(), store.current_branch())
+        return salience.explain(store, item, prior.parts(item))
+    except Exception as exc:  # the explanation is extra: a broken cache never hides the memory
+        store.log(f"show: no ranking explanation: {exc!r}")
+        return None
+
+
+@main.command()
+@click.argument("memory_id")
+@click.argument("rating", type=click.Choice(["up", "down"]))
+@click.option("--note", help="Why (kept in state/, shown by `cortex show`).")
+@click.option("--json", "as_json", is_flag=True, help="Print the memory's usage record as JSON.")
+@store_options
+def feedback(store: Any, memory_id: str, rating: str, note: str | None, as_json: bool) -> None:
+    """Rate a memory: up (it helped) or down (noise); feeds its salience and so the ranking."""
+    from cortex import salience
+
+    result = salience.feedback(store, memory_id, rating, note)
+    if as_json:
+        _print_json(result)
+        return
+    click.echo(_safe(f"rated {result['id']} {rating}: salience {result['salience']:.2f}, tier {result['tier']} "
+                     f"({result['title']})"))
 
 
 # ---------------------------------------------------------------- edit
@@ -411,13 +487,7 @@ def forget(store: Any, target: str, replaced_by: str | None, yes: bool, as_json:
         except MemoryNotFound:
             item = None
     if item is None:
-        matches = store.search_text(target)
-        if not matches:
-            _fail(f"no active memory matches {target!r}")
-        item = matches[0][1]
-        click.echo(f"best match: {item.id}  {item.type}  {_safe(item.title)}", err=True)
-        if not yes and not click.confirm("Forget it?", default=False, err=True):
-            _fail("nothing changed")
+        item = _forget_match(store, target, yes)
     from cortex import events
 
     result = events.forget(store, item.id, replaced_by=replaced_by)
@@ -426,6 +496,40 @@ def forget(store: Any, target: str, replaced_by: str | None, yes: bool, as_json:
         _print_json(result.to_dict() | {"store": store.label})
     else:
         click.echo(f"{result.id} {verb}")
+
+
+def _forget_match(store: Any, query: str, yes: bool) -> Any:
+    """The memory a `forget QUERY` means: recall's best hit when it is clearly ahead (a calibrated match of at
+    least `FORGET_MATCH` and `FORGET_LEAD` over the next), confirmed unless --yes; otherwise the candidates are
+    listed to choose from, and --yes refuses (it never archives on a weak or tied match)."""
+    from cortex.recall import recall, use_contextual
+
+    use_contextual("inline")
+    hits = [h for h in recall([store], query, limit=5).hits if h.via is None]
+    if not hits:
+        _fail(f"no active memory matches {query!r}")
+    best = hits[0]
+    second = hits[1].match if len(hits) > 1 and hits[1].match is not None else 0.0
+    clear = best.match is not None and best.match >= FORGET_MATCH and best.match - second >= FORGET_LEAD
+    if clear:
+        click.echo(f"best match: {best.memory.id}  {best.memory.type}  {_safe(best.memory.title)}  "
+                   f"(match {best.match:.2f})", err=True)
+        if not yes and not click.confirm("Forget it?", default=False, err=True):
+            _fail("nothing changed")
+        return best.memory
+    for n, hit in enumerate(hits, start=1):
+        shown = "?" if hit.match is None else f"{hit.match:.2f}"
+        click.echo(f"{n}. {hit.memory.id}  {hit.memory.type}  {_safe(hit.memory.title)}  (match {shown})", err=True)
+    if yes:
+        _fail(f"no memory clearly matches {query!r}: nothing archived; name one by id (cortex forget ID)")
+    choice = click.prompt("Forget which (number, or 0 for none)?", type=click.IntRange(0, len(hits)), default=0,
+                          err=True)
+    if choice == 0:
+        _fail("nothing changed")
+    return hits[choice - 1].memory
+
+
+FORGET_MATCH, FORGET_LEAD = 0.5, 0.15
 
 
 @main.command()
@@ -442,6 +546,59 @@ def restore(store: Any, memory_id: str, as_json: bool) -> None:
         _print_json(restored.to_dict() | {"store": store.label})
     else:
         click.echo(f"{restored.id} restored (was {before})" if before != "active" else f"{restored.id} is already active")
+
+
+@main.command()
+@click.argument("memory_id")
+@click.option("--archive", is_flag=True, help="Also archive the project memory (by default it stays, for the team).")
+@click.option("--json", "as_json", is_flag=True, help="Print the new global record as JSON.")
+@store_options
+def promote(store: Any, memory_id: str, archive: bool, as_json: bool) -> None:
+    """Copy a project memory into the global store; its source names the project and the original id."""
+    from cortex import events
+
+    created = events.promote(store, memory_id, archive=archive)
+    if as_json:
+        _print_json(created.to_dict() | {"store": "global"})
+    else:
+        click.echo(f"{created.id} (global, promoted from {created.source.get('id')})")
+
+
+@main.command(name="sync")
+@click.option("--global", "use_global", is_flag=True, help="Sync the global store ($CORTEX_HOME); required.")
+@click.option("--remote", metavar="URL", help="Set the global store's remote (origin) to this URL or path first.")
+@click.option("--resolve", "resolve", metavar="ID", multiple=True,
+              help="You merged a conflict into memory ID: remove its conflict copies (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Print what was done as JSON.")
+def sync_command(use_global: bool, remote: str | None, resolve: tuple[str, ...], as_json: bool) -> None:
+    """Commit the global store's memories, pull the remote's (rebase, file by file) and push (docs/git.md)."""
+    from cortex import globalsync
+    from cortex.store import Store
+
+    if not use_global:
+        _fail("only the global store syncs: `cortex sync --global` (a project's memories travel with its git push)")
+    try:
+        result = globalsync.sync(Store.locate(use_global=True), remote=remote, resolve=resolve)
+    except CortexError as exc:
+        _fail(str(exc))
+    if as_json:
+        _print_json(result.as_dict())
+        return
+    if result.created:
+        click.echo("made the global store a git repository (branch main)")
+    for copy in result.resolved:
+        _echo(f"resolved: removed {copy}")
+    click.echo(f"committed {len(result.committed)} files" if result.committed else "nothing new to commit")
+    if result.remote is None:
+        click.echo("no remote: set one with `cortex sync --global --remote URL`")
+        return
+    _echo(f"pulled {len(result.pulled)} files from {result.remote}" + (
+        f", {result.replayed} local commits replayed on top" if result.replayed else ""))
+    for conflict in result.conflicts:
+        _echo(f"conflict: {conflict.path} changed on both sides; this machine's version is in {conflict.copy}")
+    click.echo(f"pushed to {_safe(result.remote)}" if result.pushed else "nothing to push")
+    if result.conflicts:
+        click.echo("`cortex status --global` lists the conflicts and what to do", err=True)
 
 
 # ---------------------------------------------------------------- status
@@ -465,6 +622,8 @@ def status(store: Any, as_json: bool, strict: bool) -> None:
         if report["store"] == "project":
             git = f"branch {report['branch']}" if report["branch"] else ("detached HEAD" if report["git"] else "off (not a git repository)")
             _echo(f"git:      {git}")
+        if "sync" in report:
+            _echo(f"sync:     {_sync_line(report['sync'])}")
         _echo(f"memories: {report['total']} ({report['pinned']} pinned)")
         semantic = report["semantic"]
         if semantic["on"]:
@@ -476,6 +635,15 @@ def status(store: Any, as_json: bool, strict: bool) -> None:
         _echo("by type:")
         for name, count in report["by_type"].items():
             _echo(f"  {name:<18} {count}")
+        tiers = report.get("tiers")
+        if tiers:
+            _echo(f"tiers:    hot {report['pinned']} pinned + {len(tiers['hot'])} most used (within "
+                  f"{tiers['budget_tokens']} tokens), the rest cold; shown {tiers['shown']} times, used {tiers['used']}"
+                  + (f"; {len(tiers['muted'])} muted at prompt time" if tiers["muted"] else ""))
+            for change in tiers["changes"]:
+                _echo(f"  {'promoted' if change['to'] == 'hot' else 'demoted'} {change['id']} to {change['to']}: "
+                      f"{change['why']}")
+        _activity_lines(report["activity"])
         if report["flagged_pairs"]:
             _echo(f"possible duplicates flagged: {report['flagged_pairs']} pairs, judged by the next automatic "
                   f"consolidation (`cortex consolidate --auto --dry-run`)")
@@ -491,6 +659,42 @@ def status(store: Any, as_json: bool, strict: bool) -> None:
         sys.exit(1)
 
 
+def _activity_lines(activity: dict[str, Any]) -> None:
+    """`cortex status`: the last capture, the queues, the last briefing, the LLM's use (`state/metrics.json`)."""
+    counted = activity["metrics"]
+    capture = counted.get("capture", {})
+    runs = f" ({capture.get('runs', 0):g} runs, {capture.get('written', 0):g} memories written)" if capture else ""
+    _echo(f"last capture:  {activity['last_capture'] or 'never'}{runs}")
+    queue = activity["queue"]
+    _echo(f"queue:         {queue['llm_jobs']} LLM capture jobs, {queue['links']} memories waiting for links, "
+          f"{queue['suggested_links']} suggested links (`cortex links --suggested`)")
+    last = activity["last_briefing"]
+    if last:
+        built = f", built in {last['ms']:g} ms" if last.get("ms") is not None else ""
+        _echo(f"last briefing: {last['tokens']} tokens, {last['memories']} memories{built}")
+    else:
+        _echo("last briefing: none yet")
+    llm = counted.get("llm")
+    if llm:
+        failed = f" ({llm.get('failures', 0):g} failed)" if llm.get("failures") else ""
+        _echo(f"LLM calls:     {llm.get('calls', 0):g}{failed}, about {llm.get('input_tokens', 0):,.0f} tokens in, "
+              f"{llm.get('output_tokens', 0):,.0f} out")
+
+
+def _sync_line(sync: dict[str, Any]) -> str:
+    """The global store's repository in one line: remote, ahead/behind as of the last fetch, conflicts."""
+    if not sync["repository"]:
+        return "not a git repository yet (`cortex sync --global --remote URL` sets it up)"
+    parts = [f"branch {sync['branch']}" if sync["branch"] else "detached HEAD",
+             f"remote {sync['remote']}" if sync["remote"] else "no remote (`cortex sync --global --remote URL`)"]
+    if sync["remote"]:
+        parts.append(f"{sync['ahead']} ahead, {sync['behind']} behind at the last sync ({sync['last_sync'] or 'never'})")
+    if sync["uncommitted"]:
+        parts.append(f"{sync['uncommitted']} files not committed yet")
+    parts.append(f"{len(sync['conflicts'])} conflicts")
+    return "; ".join(parts)
+
+
 def _config_problems(store: Any, report: dict[str, Any]) -> None:
     """A setting with a wrong value is a problem (`--strict` fails on it), not only a warning."""
     try:
@@ -501,7 +705,46 @@ def _config_problems(store: Any, report: dict[str, Any]) -> None:
     report["problems"] = invalid + [line for line in report["problems"] if line not in invalid]
 
 
+@main.command(name="report")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the page here (default: state/report.html in the store; '-' for stdout).")
+@click.option("--json", "as_json", is_flag=True, help="Print the page's data as JSON instead of writing the page.")
+@store_options
+def report_command(store: Any, output: Path | None, as_json: bool) -> None:
+    """Write one self-contained HTML page: the memory graph, decisions, this branch, salience and decay, problems."""
+    from cortex import report
+
+    if as_json:
+        _print_json(report.build(store))
+        return
+    if output is not None and str(output) == "-":
+        click.echo(report.render(report.build(store)), nl=False)
+        return
+    try:
+        written = report.write(store, output)
+    except (FileExistsError, NotADirectoryError, IsADirectoryError) as exc:  # the path, not the machine, is wrong
+        _fail(f"{exc.filename or output}: cannot write the report there ({exc.strerror})")
+    click.echo(f"wrote {_safe(str(written))}\nopen {_safe(written.resolve().as_uri())}")
+
+
 # ---------------------------------------------------------------- recall and the cache
+
+
+RECALL_BUDGET = 2000  # tokens `cortex recall` prints at most (every recall path has a budget)
+
+
+def _within_budget(hits: list[Any], budget: int) -> tuple[list[Any], int]:
+    """The best hits whose rows fit in `budget` tokens (the best one always), and how many were left out."""
+    from cortex.text import estimate_tokens
+
+    kept, used = [], 0
+    for hit in hits:
+        cost = estimate_tokens(json.dumps(hit.to_dict(), ensure_ascii=False))
+        if kept and used + cost > budget:
+            break
+        kept.append(hit)
+        used += cost
+    return kept, len(hits) - len(kept)
 
 
 @main.command()
@@ -514,11 +757,14 @@ def _config_problems(store: Any, report: dict[str, Any]) -> None:
 @click.option("--no-global", is_flag=True, help="Search the project store only.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
 @click.option("--at", "at", metavar="REV", help="Search the memories as they were at a git revision (project store only).")
+@click.option("--budget", "budget", type=click.IntRange(50, 100_000), default=RECALL_BUDGET, show_default=True,
+              help="Token budget of the answer (~4 characters a token): results past it are left out, and said so.")
 @store_options
 def recall(store: Any, query: str, limit: int | None, types: tuple[str, ...], branch: str | None, include_all: bool,
-           keyword: bool, no_global: bool, as_json: bool, at: str | None) -> None:
+           keyword: bool, no_global: bool, as_json: bool, at: str | None, budget: int) -> None:
     """Find memories by meaning and by words (hybrid full-text + semantic)."""
     from cortex.recall import recall as run_recall
+    from cortex.recall import use_contextual
     from cortex.store import iter_stores
 
     if at:
@@ -526,24 +772,100 @@ def recall(store: Any, query: str, limit: int | None, types: tuple[str, ...], br
 
     stores = list(iter_stores(store, include_global=not no_global and store.label == "project"))
     limit = limit or int(store.config().get("recall.limit"))
+    if not keyword:
+        use_contextual("inline")
     result = run_recall(stores, query, limit=limit, types=types, branch=branch, include_all=include_all,
                         keyword_only=keyword)
+    hits, left_out = _within_budget(result.hits, budget)
     for note in result.notes:
         click.echo(f"cortex: {_safe(note)}", err=True)
+    if left_out:
+        click.echo(f"cortex: {left_out} more results left out (token budget {budget}; raise it with --budget)", err=True)
+    result.hits = hits
     if as_json:
         _print_json([hit.to_dict() for hit in result.hits])
         return
     if not result.hits:
         click.echo("no matching memories")
         return
-    for hit in result.hits:
-        m = hit.memory
-        label = "" if hit.store == "project" else f" [{hit.store}]"
+    from cortex.render import medium
+
+    for hit in result.hits:  # the medium form: heading, summary, snippet with the query's words marked, facts
+        project = f": {hit.memory.project}" if hit.memory.project else ""
+        label = "" if hit.store == "project" else f" [{hit.store}{project}]"
         via = f"  (via {hit.via})" if hit.via else ""
-        status = "" if m.status == "active" else f" ({m.status})"
-        click.echo(_safe(f"{hit.score:5.3f}  {m.id}  {m.type:<12} {m.title}{status}{label}{via}"))
-        if hit.snippet:
-            click.echo(f"       {_safe(hit.snippet)}")
+        click.echo(_safe_body(f"{hit.score:5.3f}  " + medium(hit.memory, hit.snippet, hit.spans, label + via,
+                                                              indent="       ")))
+
+
+@main.command()
+@click.option("--hard", is_flag=True, help="Also remove the transcript cursors and the LLM capture queue (asks first).")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask (with --hard).")
+@store_options
+def reset(store: Any, hard: bool, yes: bool) -> None:
+    """Remove the cache and local state (state/), keeping the memories; the next command rebuilds the cache."""
+    from cortex.lifecycle import reset as reset_store
+
+    if hard and not yes and not click.confirm(
+            f"Remove the cache and all of {store.state_dir}, transcript cursors included (the next capture reads "
+            f"whole transcripts again; duplicates are skipped)?", default=False):
+        _fail("reset cancelled: nothing removed")
+    removed = reset_store(store, hard=hard)
+    kept = "" if hard else "; kept the transcript cursors and the LLM queue (`--hard` removes them too)"
+    click.echo(f"removed {len(removed)} cache and state entries{kept}; memories untouched")
+
+
+@main.command()
+@click.argument("memory_id", required=False)
+@click.option("--suggested", is_flag=True, help="List the suggested links (similar, just under graph.link_min), for review.")
+@click.option("--accept", nargs=2, metavar="ID OTHER", help="Write a suggested link (relates_to, in ID's file).")
+@click.option("--dismiss", nargs=2, metavar="ID OTHER", help="Drop a suggested link without writing it.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+@store_options
+def links(store: Any, memory_id: str | None, suggested: bool, accept: tuple[str, str] | None,
+          dismiss: tuple[str, str] | None, as_json: bool) -> None:
+    """The links of a memory (or of the store), with strength now (decayed) and when made; --suggested for review."""
+    from cortex import graph
+    from cortex.index import Index
+    from cortex.memory import now_epoch
+
+    if accept or dismiss:
+        a, b = accept or dismiss  # type: ignore[misc]
+        made = graph.resolve_suggestion(store, a, b, accept=bool(accept))
+        click.echo(f"linked {made.to} from {a} (relates_to, strength {made.strength:g})" if made
+                   else f"dismissed the suggested link between {a} and {b}")
+        return
+    index = Index(store).ensure()
+    titles = {entry["id"]: json.loads(entry["meta"]).get("title", "") for entry in index.records().values()}
+    if suggested:
+        rows = [{"id": a, "other": b, "similarity": s, "title": titles.get(a, ""), "other_title": titles.get(b, "")}
+                for a, b, s in graph.pending_suggestions(store, index) if memory_id in (None, a, b)]
+        if as_json:
+            _print_json(rows)
+            return
+        for row in rows:
+            _echo(f"{row['id']} ~ {row['other']}  {row['similarity']:.2f}  {row['title']}  ~  {row['other_title']}")
+        click.echo(f"{len(rows)} suggested links (`cortex links --accept ID OTHER` writes one, `--dismiss` drops it)")
+        return
+    only = store.get(memory_id).id if memory_id else None
+    ages = graph.LinkAges(store, index, now_epoch())
+    rows = []
+    for entry in sorted(index.records().values(), key=lambda e: e["id"]):
+        meta = json.loads(entry["meta"])
+        for link in meta.get("links", ()):
+            if only not in (None, entry["id"], link["to"]):
+                continue
+            now = ages.strength(entry["id"], link["rel"], link["to"], link.get("strength"))
+            rows.append({"id": entry["id"], "rel": link["rel"], "to": link["to"], "strength": link.get("strength"),
+                         "strength_now": None if now is None else round(now, 3), "created": link.get("created")})
+    if as_json:
+        _print_json(rows)
+        return
+    for row in rows:
+        strength = "" if row["strength"] is None else f"  strength {row['strength']:g} (now {row['strength_now']:.2f})"
+        made = f"  made {row['created']}" if row["created"] else ""
+        _echo(f"{row['id']} {row['rel']} {row['to']}{strength}{made}")
+    click.echo(f"{len(rows)} links")
 
 
 @main.command()
@@ -756,14 +1078,20 @@ def index_code_command(store: Any, paths: tuple[Path, ...], force: bool, as_json
 @click.option("--git-hooks", is_flag=True, help="Remove cortex's git hooks (restoring any hook they chained) and merge driver.")
 @click.option("--claude", "claude_code", is_flag=True, help="Remove cortex's entries from .claude/settings.json and its rules file.")
 @click.option("--agents", is_flag=True, help="Remove cortex's section from AGENTS.md.")
-def uninstall(git_hooks: bool, claude_code: bool, agents: bool) -> None:
+@click.option("--codex", is_flag=True, help="Remove cortex's entries from .codex/ and its rules from AGENTS.md.")
+@click.option("--gemini", is_flag=True, help="Remove cortex's entries from .gemini/settings.json and its rules from GEMINI.md.")
+@click.option("--cursor", is_flag=True, help="Remove cortex's entries from .cursor/ and its rules file.")
+def uninstall(git_hooks: bool, claude_code: bool, agents: bool, codex: bool, gemini: bool, cursor: bool) -> None:
     """Remove what `cortex init` installed outside .cortex/ (memories are never touched)."""
     from cortex.errors import NotARepository
     from cortex.gitops import find_worktree_root, uninstall_git_hooks
 
-    if not git_hooks and not claude_code and not agents:
-        _fail("say what to remove: --git-hooks, --claude and/or --agents")
+    if not (git_hooks or claude_code or agents or codex or gemini or cursor):
+        _fail("say what to remove: --git-hooks, --claude, --agents, --codex, --gemini and/or --cursor")
     try:
+        for module in _assistant_modules(codex, gemini, cursor):
+            for line in module.uninstall(find_worktree_root(Path.cwd()) or Path.cwd()):
+                click.echo(line)
         if agents:
             from cortex import agents as agents_file
 
@@ -781,8 +1109,8 @@ def uninstall(git_hooks: bool, claude_code: bool, agents: bool) -> None:
         _fail(str(exc))
 
 
-HOOK_EVENTS = ("session-start", "prompt", "stop", "pre-compact", "session-end", "git-pre-push", "git-post-merge",
-               "git-post-checkout", "git-post-rewrite")
+HOOK_EVENTS = ("session-start", "prompt", "stop", "pre-compact", "session-end", "pre-tool-use", "subagent-start",
+               "subagent-stop", "git-pre-push", "git-post-merge", "git-post-checkout", "git-post-rewrite")
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
@@ -791,9 +1119,13 @@ HOOK_EVENTS = ("session-start", "prompt", "stop", "pre-compact", "session-end", 
 def hook(event: str, args: tuple[str, ...]) -> None:
     """Entry point for the hooks cortex installs.
 
-    EVENT is a Claude Code hook (session-start, prompt, stop, pre-compact,
-    session-end; JSON on stdin) or a git hook (git-pre-push, git-post-merge,
-    git-post-checkout, git-post-rewrite; git's arguments follow).
+    \b
+    EVENT is an assistant's hook, JSON on stdin:
+      session-start, prompt, stop, pre-compact, session-end
+        (Claude Code; Codex CLI, Gemini CLI and Cursor too),
+      pre-tool-use, subagent-start, subagent-stop (Claude Code's sub-agents);
+    or a git hook, git's arguments following:
+      git-pre-push, git-post-merge, git-post-checkout, git-post-rewrite.
     """
     from cortex import hooks
 
@@ -805,6 +1137,14 @@ def hook(event: str, args: tuple[str, ...]) -> None:
         sys.exit(hooks.claude_prompt(sys.stdin.read() if not sys.stdin.isatty() else ""))
     if event == "session-end":
         sys.exit(hooks.claude_session_end(sys.stdin.read() if not sys.stdin.isatty() else ""))
+    if event in ("subagent-start", "subagent-stop"):
+        handler = hooks.claude_subagent_start if event == "subagent-start" else hooks.claude_subagent_stop
+        sys.exit(handler(sys.stdin.read() if not sys.stdin.isatty() else ""))
+    if event == "pre-tool-use":
+        from cortex.hotpath import pre_tool_use
+
+        pre_tool_use(sys.stdin.read() if not sys.stdin.isatty() else "")
+        sys.exit(0)
     if event == "git-pre-push":
         code = hooks.git_pre_push(list(args), sys.stdin.read() if not sys.stdin.isatty() else "")
     else:
@@ -825,7 +1165,7 @@ def log_command(store: Any, memory_id: str, limit: int, as_json: bool) -> None:
     from cortex.errors import MemoryNotFound
     from cortex.gitops import memory_log, open_repository, store_prefix
 
-    repo = open_repository(store.root.parent)
+    repo = open_repository(store.root if store.label == "global" else store.root.parent)
     try:
         full_id = store.get(memory_id).id
     except MemoryNotFound:
@@ -853,7 +1193,7 @@ def diff_command(store: Any, revisions: str, as_json: bool) -> None:
     old, sep, new = revisions.partition("..")
     if not sep or not old:
         _fail("give two revisions as OLD..NEW, e.g. main..feature")
-    repo = open_repository(store.root.parent)
+    repo = open_repository(store.root if store.label == "global" else store.root.parent)
     changes = memory_diff(repo, old, new or "HEAD", store_prefix(repo, store.root))
     if as_json:
         _print_json(changes)
@@ -870,6 +1210,40 @@ def diff_command(store: Any, revisions: str, as_json: bool) -> None:
             for row in (r for r in rows if r["type"] == memory_type):
                 extra = f"  [{', '.join(row['fields'])}]" if row.get("fields") else ""
                 click.echo(f"    {row['id']}  {_safe(row['title'])}{_safe(extra)}")
+
+
+@main.command(name="review")
+@click.argument("revisions", metavar="BASE..HEAD")
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
+              help="The store folder inside the repository (default: the .cortex/ found here, or $CORTEX_DIR).")
+@click.option("--json", "as_json", is_flag=True, help="Print the whole review as JSON (no caps).")
+@click.option("--limit", type=click.IntRange(1, 100), default=5, show_default=True, help="Items shown per list in the markdown.")
+@click.option("--post", is_flag=True, help="Also post it as one pull-request comment (GitHub Actions, GitLab CI), updating cortex's earlier one "
+              "(environment: docs/review.md).")
+@click.option("--pr", type=click.IntRange(1), help="The pull or merge request number for --post (default: from the CI environment).")
+@click.option("--strict", is_flag=True, help="Exit 1 when the review has warnings.")
+def review_command(revisions: str, directory: Path | None, as_json: bool, limit: int, post: bool, pr: int | None,
+                   strict: bool) -> None:
+    """What a branch changes in memory, for a pull request: decisions, gotchas, conventions, the plan, warnings."""
+    from cortex import review
+    from cortex.gitops import open_repository
+
+    try:
+        base, head = review.parse_range(revisions)
+        repo = open_repository(Path.cwd())
+        report = review.build(repo, base, head, review.store_prefix(repo, directory))
+        text = review.render(report, limit)
+        if post:
+            done, url = review.post(text, os.environ, pr, empty=not review.has_findings(report))
+            click.echo(f"cortex: review comment {done}{' ' + url if url else ''}", err=True)
+    except CortexError as exc:
+        _fail(str(exc))
+    if as_json:
+        _print_json(report)
+    else:
+        click.echo(_safe_body(text), nl=False)
+    if strict and report["warnings"]:
+        sys.exit(1)
 
 
 @main.command()

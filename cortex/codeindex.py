@@ -16,8 +16,12 @@ Recall of the description returns the code right after it (one hop along
 Re-indexing an unchanged file does nothing (the source's git blob hash is in
 `source.sha`); a changed file, or `--force`, writes a new pair and marks the
 old pair superseded by it. Directories recurse, honouring `.gitignore`;
-binary files, files over 200 kB and files holding something that looks like a
-secret are skipped and reported.
+binary files, files over 200 kB, files holding something that looks like a
+secret and, in a folder, files that are not source (`py.typed`, `.gitignore`,
+`LICENSE`: see `is_source`) are skipped and reported. An outline lists each
+name once (an `@overload` or a property setter is not repeated), and the
+description's title says what the file does (its docstring's first sentence,
+or the names it defines), without backticks.
 """
 
 from __future__ import annotations
@@ -60,8 +64,9 @@ def blob_sha(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
-def _files(paths: list[Path], root: Path) -> Iterator[Path]:
-    """Files under `paths`, recursing into directories and skipping what git ignores (and .git, .cortex)."""
+def _files(paths: list[Path], root: Path) -> Iterator[tuple[Path, bool]]:
+    """(file, named by itself) under `paths`, recursing into directories (not hidden ones) and skipping what git
+    ignores (and .git, .cortex)."""
     repo = None
     try:
         import pygit2
@@ -84,14 +89,25 @@ def _files(paths: list[Path], root: Path) -> Iterator[Path]:
     for path in paths:
         if path.is_file():
             if not ignored(path):
-                yield path
+                yield path, True  # named by the person: indexed whatever it is
             continue
         for folder, dirs, names in os.walk(path):
             here = Path(folder)
-            dirs[:] = sorted(d for d in dirs if not ignored(here / d))
+            dirs[:] = sorted(d for d in dirs if not ignored(here / d) and not d.startswith("."))
             for name in sorted(names):
                 if not ignored(here / name):
-                    yield here / name
+                    yield here / name, False
+
+
+SOURCE_NAMES = frozenset({"Makefile", "Dockerfile", "Justfile", "Rakefile", "Gemfile", "CMakeLists.txt"})
+
+
+def is_source(name: str) -> bool:
+    """Whether a file found in a folder is source worth describing: a known language's extension (or a build
+    file such as a Makefile). Markers and dotfiles (`py.typed`, `.gitignore`, `LICENSE`) are not."""
+    if name.startswith("."):
+        return False
+    return name in SOURCE_NAMES or Path(name).suffix.lower() in LANGUAGES
 
 
 def outline(path: Path, text: str) -> str:
@@ -108,20 +124,29 @@ def outline(path: Path, text: str) -> str:
             doc = ast.get_docstring(tree)
             if doc:
                 lines.append(doc.strip().split("\n\n")[0].replace("\n", " "))
+            seen: set[str] = set()
             for node in tree.body:
-                lines.extend(_python_entry(node, ""))
+                lines.extend(_python_entry(node, "", seen))
     elif language == "markdown":
         lines.extend(line.strip() for line in text.splitlines() if line.startswith("#"))
     else:
         for line in text.splitlines():
             if DECLARATION.match(line):
-                lines.append("- `" + line.strip().rstrip("{").strip()[:120] + "`")
+                entry = "- `" + line.strip().rstrip("{").strip()[:120].replace("`", "'") + "`"
+                if entry not in lines:
+                    lines.append(entry)
     count = text.count("\n") + (0 if text.endswith("\n") else 1)
     head = f"{path.name}: {language}, {count} lines."
     return head + ("\n\n" + "\n".join(lines[:80]) if lines else "")
 
 
-def _python_entry(node: ast.AST, indent: str) -> list[str]:
+def _python_entry(node: ast.AST, indent: str, seen: set[str]) -> list[str]:
+    """The outline lines of one definition; a name already listed at this level (an `@overload`, a property's
+    setter, a redefinition) is not listed again."""
+    name = getattr(node, "name", None)
+    if name is None or f"{indent}{name}" in seen:
+        return []
+    seen.add(f"{indent}{name}")
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         args = ", ".join(a.arg for a in node.args.args if a.arg not in ("self", "cls"))
         doc = ast.get_docstring(node)
@@ -130,9 +155,10 @@ def _python_entry(node: ast.AST, indent: str) -> list[str]:
     if isinstance(node, ast.ClassDef):
         doc = ast.get_docstring(node)
         out = [f"{indent}- class `{node.name}`" + (f": {doc.strip().splitlines()[0]}" if doc else "")]
+        members: set[str] = set()
         for child in node.body:
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) and not child.name.startswith("_"):
-                out.extend(_python_entry(child, indent + "  "))
+                out.extend(_python_entry(child, indent + "  ", members))
         return out
     return []
 
@@ -157,7 +183,7 @@ def index_code(store: Store, paths: list[Path], force: bool = False) -> IndexRep
     descriptions = {link.to: item for item in store.list(types=("code_description",))
                     for link in item.links if link.rel == "source_of"}
     seen: set[str] = set()
-    for path in _files(paths, root):
+    for path, named in _files(paths, root):
         try:
             rel = path.resolve().relative_to(root.resolve()).as_posix()
         except ValueError:
@@ -176,6 +202,9 @@ def index_code(store: Store, paths: list[Path], force: bool = False) -> IndexRep
             text = data.decode("utf-8")
         except UnicodeDecodeError:
             report.skipped.append((rel, "not UTF-8 text"))
+            continue
+        if not named and not is_source(path.name):
+            report.skipped.append((rel, "not a source file"))
             continue
         sha = blob_sha(data)
         old = existing.get(rel, [])
@@ -217,11 +246,25 @@ def index_code(store: Store, paths: list[Path], force: bool = False) -> IndexRep
 
 
 def _summary_line(prose: str, rel: str) -> str:
+    """What the file does, for its description's title: the first sentence of its prose (a module docstring, an
+    LLM summary, a markdown heading), else the names it defines ("defines Index, sync, rebuild"). No backticks:
+    a title is shown inside markdown, where a stray one breaks the page."""
+    name = Path(rel).name
+    defined = []
     for line in prose.splitlines():
-        line = line.strip().lstrip("-# ").strip("`")
-        if line and not line.startswith(Path(rel).name + ":"):
-            return line[:100]
-    return "source file"
+        line = line.strip()
+        if not line or line.startswith(name + ":"):
+            continue
+        if line.startswith("- "):
+            found = re.search(r"`(?:(?:async\s+)?(?:def|fn|func|function|class)\s+)?([A-Za-z_][\w.]*)", line)
+            if found and not found.group(1).startswith("_") and found.group(1) not in defined:
+                defined.append(found.group(1))
+            continue
+        sentence = re.split(r"(?<=[.!?])\s", line.lstrip("# ").replace("`", ""), maxsplit=1)[0]
+        return sentence[:100]
+    if defined:
+        return "defines " + ", ".join(defined[:4]) + (" and more" if len(defined) > 4 else "")
+    return f"{LANGUAGES.get(Path(rel).suffix.lower(), 'text')} file"
 
 
 def describe(report: IndexReport) -> list[str]:

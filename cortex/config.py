@@ -30,6 +30,7 @@ DEFAULTS: dict[str, Any] = {
         "rrf_k": 60,
         "list_weights": {"bm25": 1.0, "dense": 0.5},
         "bm25_floor": 0.5,
+        "contextual": True,
         "prior_weight": 0.1,
         "weights": {
             "confidence": 0.5,
@@ -44,6 +45,12 @@ DEFAULTS: dict[str, Any] = {
         "budget_tokens": 300,
         "min_cosine": 0.48,
         "min_cosine_with_words": 0.3,
+        "min_match": 0.45,
+    },
+    "salience": {
+        "weight": 0.3,
+        "hot_tokens": 150,
+        "mute_after": 3,
     },
     "capture": {
         "layers": ["structural", "keyword", "self_report"],
@@ -56,6 +63,8 @@ DEFAULTS: dict[str, Any] = {
         "link_min": 0.1,
         "link_max": 0.5,
         "max_links": 5,
+        "suggest_min": 0.07,
+        "link_half_life_days": 90,
     },
     "consolidate": {
         "auto_threshold": 0.64,
@@ -96,6 +105,7 @@ recall:
   rrf_k: 60                 # reciprocal-rank-fusion constant for full-text + semantic
   list_weights: {bm25: 1.0, dense: 0.5}   # weight of each ranked list in the fusion
   bm25_floor: 0.5           # drop full-text hits scoring under this fraction of the best one
+  contextual: true          # re-rank with the bundled transformer in cortex serve, the MCP server and cortex recall
   prior_weight: 0.1         # score = relevance (0..1) + prior_weight x prior (0..1)
   weights:                  # the prior's parts (normalised by their sum)
     confidence: 0.5
@@ -109,6 +119,12 @@ prompt:                     # UserPromptSubmit: memories relevant to the prompt
   budget_tokens: 300
   min_cosine: 0.48          # this close in meaning to count without a word in common
   min_cosine_with_words: 0.3   # a shared word counts only this close in meaning (not another sense of it)
+  min_match: 0.45           # with the contextual model (cortex serve): inject only hits matching at least this (0..1)
+
+salience:                   # learned from use: was a memory the hooks showed used in the turns after? (docs/salience.md)
+  weight: 0.3               # the prior gains weight x (salience - 0.5); a memory never shown is unaffected
+  hot_tokens: 150           # the hot tier (the most used memories, besides pinned ones) always in the briefing, within this
+  mute_after: 3             # the prompt hook stops showing a memory shown this often and never used (0: never)
 
 capture:
   layers: [structural, keyword, self_report]   # from Claude Code transcripts
@@ -121,6 +137,8 @@ graph:                      # links made when a memory is written
   link_min: 0.1             # similarity (cosine, or word overlap without vectors) from which memories are related
   link_max: 0.5             # ... up to which (above: near-duplicates, flagged for consolidation instead)
   max_links: 5              # at most this many relates_to links per new memory (the strongest)
+  suggest_min: 0.07         # similarity from here up to link_min: a suggested link, listed by `cortex links --suggested`, not written
+  link_half_life_days: 90   # a link's strength halves over this many days in which neither end is recalled (read time only)
 
 consolidate:                # merging near-duplicate memories of the same type
   candidate_threshold: 0.5  # same-type memories this similar (as links measure) are possible duplicates ...
@@ -191,10 +209,13 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
     "recall.bm25_floor": (0, 1),
     "prompt.min_cosine": (-1, 1),
     "prompt.min_cosine_with_words": (-1, 1),
+    "prompt.min_match": (0, 1),
     "capture.dedup_cosine": (0, 1),
     "capture.max_message_chars": (1000, None),
     "graph.link_min": (0, 1),
     "graph.link_max": (0, 1),
+    "graph.suggest_min": (0, 1),
+    "graph.link_half_life_days": (1, None),
     "consolidate.auto_threshold": (0, 1),
     "consolidate.manual_threshold": (0, 1),
     "consolidate.candidate_threshold": (0, 1),
@@ -214,7 +235,7 @@ NO_BOUND = (0, None)  # every other number: counts, weights, days and token budg
 
 def _checked(name: str, value: Any, default: Any) -> tuple[Any, str | None]:
     """(the value as cortex uses it, None) or (None, what it must be)."""
-    if isinstance(default, bool):  # pragma: no cover - no setting is a flag yet
+    if isinstance(default, bool):
         return (value, None) if isinstance(value, bool) else (None, "true or false")
     if isinstance(default, (int, float)):
         return _number(name, value, integer=isinstance(default, int))
@@ -292,7 +313,7 @@ def load_config(path: Path, cache_dir: Path | None = None) -> Config:
     return config
 
 
-SCHEMA = 13  # bump when DEFAULTS change shape, so cached configs are re-read
+SCHEMA = 14  # bump when DEFAULTS change shape, so cached configs are re-read
 
 
 def _cache_file(cache_dir: Path) -> Path:

@@ -7,9 +7,10 @@ arguments": both are mostly the same Celery words. Consolidation needs that
 distinction (docs/graph.md has the measurements), so cortex also ships the
 6-layer transformer the static model was distilled from, with int8 weights
 (`scripts/build_contextual.py`, 23 MB), and runs it here with numpy alone —
-no torch, nothing downloaded. It is used only where a few hundred texts are
-compared, never on a hook's path: `cortex consolidate`, and the detached
-`cortex maintain`.
+no torch, nothing downloaded. It is used where a process is warm or a person
+waits, never in a one-shot hook's own process: `cortex consolidate`, the
+detached `cortex maintain`, and recall's re-ranking in `cortex serve`, the
+MCP server and `cortex recall` (`sentence_vectors`; `cortex.recall`).
 
 `Encoder.encode(texts)` returns per text its token states (the last layer,
 without [CLS]/[SEP], each L2-normalised) and the token ids; `mean` pools
@@ -29,6 +30,54 @@ from cortex.embedding import EncoderUnavailable, read_safetensors
 
 NAME = "minilm-l6"
 BATCH_TOKENS = 4096
+
+
+_BLAS: list[Any] = []  # [(set, get)] of numpy's OpenBLAS once looked up; [None] when there is none to call
+
+
+def _blas() -> Any:
+    """numpy's bundled OpenBLAS thread controls (set, get), or None (another BLAS, or not found)."""
+    if not _BLAS:
+        found = None
+        try:
+            import ctypes
+            import glob
+            import os
+
+            import numpy as np
+
+            base = os.path.dirname(np.__file__)
+            for path in sorted(glob.glob(base + ".libs/*openblas*") + glob.glob(os.path.join(base, ".libs", "*openblas*"))):
+                lib = ctypes.CDLL(path)
+                for prefix in ("scipy_openblas", "openblas"):
+                    for suffix in ("64_", ""):
+                        setter = getattr(lib, f"{prefix}_set_num_threads{suffix}", None)
+                        getter = getattr(lib, f"{prefix}_get_num_threads{suffix}", None)
+                        if setter is not None and getter is not None and found is None:
+                            setter.argtypes, getter.restype = [ctypes.c_int], ctypes.c_int
+                            found = (setter, getter)
+        except Exception:  # no ctypes, another BLAS build: encode with whatever threads there are
+            found = None
+        _BLAS.append(found)
+    return _BLAS[0]
+
+
+class one_blas_thread:
+    """Run a few tiny matrix products on one BLAS thread: encoding one short query is ~40 small products,
+    and on a busy 2-core machine OpenBLAS's second thread turns each into a wait for the other core (a
+    query took ~200 ms instead of ~6). Best effort: without numpy's OpenBLAS it changes nothing."""
+
+    def __enter__(self) -> None:
+        controls = _blas()
+        self.before = None
+        if controls is not None:
+            self.before = controls[1]()
+            controls[0](1)
+
+    def __exit__(self, *exc: Any) -> None:
+        controls = _blas()
+        if controls is not None and self.before:
+            controls[0](self.before)
 
 
 def model_path() -> Path:
@@ -82,6 +131,8 @@ class Encoder:
         self.eps = float(self.config["layer_norm_eps"])
         self.max_tokens = min(int(self.config.get("max_tokens", 256)), max_tokens or 10**6)
         self._tensors = tensors
+        self.dim = self.hidden
+        self.identity = f"{folder.name}:{(folder / 'model.safetensors').stat().st_size}:{self.max_tokens}"
 
         def matrix(name: str) -> Any:  # dequantised and transposed for x @ W
             return np.ascontiguousarray((tensors[name].astype(np.float32) * tensors[name + ".scale"][:, None]).T)
@@ -109,6 +160,15 @@ class Encoder:
         self.ln0 = (vector("embeddings.LayerNorm.weight"), vector("embeddings.LayerNorm.bias"))
         if self.tokenizer.token_to_id("[CLS]") is None or self.tokenizer.token_to_id("[SEP]") is None:
             raise EncoderUnavailable(f"{folder}: the tokenizer has no [CLS]/[SEP]")
+
+    def sentence_vectors(self, texts: Sequence[str]) -> Any:
+        """A float32 matrix of sentence vectors (mean-pooled, L2-normalised), one row per text: what recall
+        compares (`cortex.recall`)."""
+        import numpy as np
+
+        if not texts:
+            return np.zeros((0, self.hidden), dtype=np.float32)
+        return np.stack([e.mean for e in self.encode(texts)]).astype(np.float32)
 
     def _rows(self, ids: Any) -> Any:
         """Token-table rows for `ids`, read from the int8 table and scaled (the table stays memory-mapped)."""

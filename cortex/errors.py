@@ -39,6 +39,10 @@ class MemoryNotFound(CortexError):
     """No memory matches an id, id prefix or query."""
 
 
+class QueryRefused(CortexError):
+    """A query with nothing to search for (empty, or only common words)."""
+
+
 class AmbiguousId(CortexError):
     """An id prefix matches more than one memory."""
 

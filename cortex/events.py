@@ -27,6 +27,7 @@ from cortex.memory import Memory
 from cortex.store import Store, iter_stores
 
 UPKEEP = ("detached", "none")
+MATCH_SPREAD = 0.25  # the prompt hook injects hits within this much of the best match (0..1)
 
 
 @dataclass
@@ -60,7 +61,7 @@ def memories_changed(store: Store, indexes: Indexes, written: Iterable[Path] = (
         raise ValueError(f"upkeep: {upkeep!r} is not one of {', '.join(UPKEEP)}")
     changes = Changes()
     written = list(written)
-    index = indexes.synced(store)
+    index = indexes.get(store)  # synced by the first step that reads it: a Stop that wrote nothing walks nothing
     index.note_written(written)
     link = [memory_id for memory_id in link if memory_id]
     if link:
@@ -76,6 +77,14 @@ def memories_changed(store: Store, indexes: Indexes, written: Iterable[Path] = (
             from cortex.gitops import record_cortex_changes
 
             changes.staged = record_cortex_changes(store.root, str(store.config().get("git.on_stop")))
+    elif store.label == "global" and stage and (written or everything) \
+            and str(store.config().get("git.on_stop")) != "off":
+        from cortex.globalsync import commit_changes  # the global store is a repository of its own, once synced
+
+        try:
+            changes.staged = commit_changes(store, paths=None if everything else written)
+        except Exception as exc:  # the next Stop or `cortex sync --global` commits what is left
+            store.log(f"global store not committed: {exc!r}")
     if upkeep == "detached":
         changes.upkeep = [str(each.root) for each in iter_stores(store) if upkeep_due(each) and _spawn_upkeep(each)]
     return changes
@@ -102,16 +111,18 @@ def capture_done(store: Store, report: Any, indexes: Indexes, *, stage: bool = F
     """After a capture (`cortex.capture.CaptureReport`): each store it wrote to, and the upkeep, brought in step."""
     for root, paths in sorted(report.paths.items()):
         if Path(root) != store.root:  # global-scope memories went to the global store
-            memories_changed(Store(Path(root), "global"), indexes, paths, upkeep="none")
+            memories_changed(Store(Path(root), "global"), indexes, paths, stage=stage, upkeep="none")
     # Nothing written here still refreshes AGENTS.md (a branch switch) and starts the upkeep when due.
     return memories_changed(store, indexes, report.paths.get(str(store.root), []), stage=stage, upkeep=upkeep)
 
 
 def remember(store: Store, text: str, indexes: Indexes | None = None, *, type: str = "context",
              title: str | None = None, priority: int = 5, confidence: float = 0.9, tags: Iterable[str] = (),
-             files: Iterable[str] = (), pinned: bool = False, source: dict[str, Any] | None = None) -> Memory:
+             files: Iterable[str] = (), pinned: bool = False, source: dict[str, Any] | None = None,
+             summary: str | None = None) -> Memory:
     """Save a memory from a person's text (the CLI's `remember` and the MCP tool): written through the store
-    (the secret guard), linked to what it resembles, AGENTS.md refreshed (the pages follow at the next Stop)."""
+    (the secret guard), linked to what it resembles, AGENTS.md refreshed (the pages follow at the next Stop).
+    Without a `summary` the store writes one from the text (`cortex.memory.summary_from`)."""
     from cortex.errors import CortexError
     from cortex.memory import title_from_text
 
@@ -120,7 +131,7 @@ def remember(store: Store, text: str, indexes: Indexes | None = None, *, type: s
     created = store.create(Memory(id="", type=type, title=(title or title_from_text(text)).strip(),
                                   body=text.strip() + "\n", confidence=confidence, priority=priority, pinned=pinned,
                                   tags=list(dict.fromkeys(tags)), files=list(dict.fromkeys(files)),
-                                  source=source or {"kind": "manual"}))
+                                  source=source or {"kind": "manual"}, summary=" ".join((summary or "").split())))
     assert created.path is not None
     changes = memories_changed(store, indexes or Indexes(), [created.path], link=[created.id], pages=False,
                                upkeep="none")
@@ -151,6 +162,27 @@ def restore(store: Store, memory_id: str, indexes: Indexes | None = None) -> Mem
     return restored
 
 
+def promote(store: Store, memory_id: str, indexes: Indexes | None = None, archive: bool = False) -> Memory:
+    """Copy a project memory into the global store (`cortex promote`), its `source` naming the project and the
+    original id; linked there like a new memory and committed when the global store is a repository. With
+    `archive` the project memory is archived (`forget`)."""
+    from cortex.globalsync import promoted_copy
+
+    home = Store.locate(use_global=True)
+    if store.root.resolve() == home.root.resolve():
+        from cortex.errors import CortexError
+
+        raise CortexError("promote copies a project memory into the global store; this is the global store")
+    indexes = indexes or Indexes()
+    created = home.create(promoted_copy(store, memory_id, home))
+    assert created.path is not None
+    changes = memories_changed(home, indexes, [created.path], link=[created.id], pages=False, upkeep="none",
+                               stage=True)
+    if archive:
+        forget(store, memory_id, indexes)
+    return home.get(created.id) if changes.linked else created
+
+
 # ---------------------------------------------------------------- starting the upkeep (`cortex maintain`)
 
 
@@ -176,7 +208,9 @@ def prompt_context(store: Store, prompt: str, indexes: Indexes) -> str | None:
     """The additionalContext for a prompt: relevant memories of the project and global stores, not already in
     the briefing, or None.
 
-    Relevant means close in meaning (cosine ≥ `prompt.min_cosine`, 0.48), or a full-text match that is not
+    Relevant means, with the contextual model loaded (`cortex serve`): a calibrated match (`Hit.match`) of at
+    least `prompt.min_match` (0.45) and within `MATCH_SPREAD` of the best hit's. Without it (the hook's own
+    process): close in meaning (static cosine ≥ `prompt.min_cosine`, 0.48), or a full-text match that is not
     a word used in another sense (cosine ≥ `prompt.min_cosine_with_words`, 0.3; "write a haiku" matches
     "Write transactions…" at cosine 0.04). At most `prompt.max_memories`, within `prompt.budget_tokens`.
     """
@@ -194,22 +228,37 @@ def prompt_context(store: Store, prompt: str, indexes: Indexes) -> str | None:
         shown = set(json.loads((store.state_dir / "briefing.json").read_text(encoding="utf-8")).get("ids", []))
     except (OSError, ValueError):
         shown = set()
-    # Linked hits count against recall's limit but are not shown here: ask for room for them.
-    hits = recall(list(iter_stores(store)), prompt, limit=2 * limit + len(shown), indexes=indexes).hits
+    from cortex import salience
+    from cortex.errors import QueryRefused
+
+    shown |= salience.muted(store)  # shown often at prompt time and never used: recall still finds them
+    try:
+        # Linked hits count against recall's limit but are not shown here: ask for room for them.
+        hits = recall(list(iter_stores(store)), prompt, limit=2 * limit + len(shown), indexes=indexes).hits
+    except QueryRefused:  # "ok", "?": nothing to look for
+        return None
     header = INJECTED_MARK + "\nMemories that may bear on this request (cortex):\n"
     used = estimate_tokens(header)
     lines: list[str] = []
+    min_match = float(config.get("prompt.min_match"))
+    # With the contextual model (a resident `cortex serve`), its calibrated match decides: at least
+    # `prompt.min_match`, and not far behind the best hit (a clear answer is not padded with near-misses).
+    best_match = max((h.match for h in hits if h.via is None and "ctx" in h.raw and h.match is not None), default=None)
     for hit in hits:
         if hit.via is not None or hit.memory.id in shown or len(lines) >= limit:
             continue
-        cosine = hit.raw.get("dense")
-        if cosine is not None and cosine < (word_cosine if "bm25" in hit.raw else min_cosine):
-            continue  # a shared word in another sense, or not close enough in meaning
-        if cosine is None and "bm25" not in hit.raw:
-            continue
+        if best_match is not None:
+            if "ctx" not in hit.raw or hit.match is None or hit.match < max(min_match, best_match - MATCH_SPREAD):
+                continue
+        else:
+            cosine = hit.raw.get("dense")
+            if cosine is not None and cosine < (word_cosine if "bm25" in hit.raw else min_cosine):
+                continue  # a shared word in another sense, or not close enough in meaning
+            if cosine is None and "bm25" not in hit.raw:
+                continue
         label = f"- [{hit.memory.type}] {hit.memory.title} `{hit.memory.id}`"
         if hit.store != "project":
-            label += f" ({hit.store})"
+            label += f" ({hit.store}: {hit.memory.project})" if hit.memory.project else f" ({hit.store})"
         line = f"{label}: {hit.snippet}" if hit.snippet else label
         if used + estimate_tokens(line + "\n") > budget:
             line = label

@@ -316,6 +316,11 @@ def resolve(repo: Any, rev: str) -> Any:
         raise CortexError(f"unknown revision {rev!r}") from None
 
 
+def memory_blobs_at(repo: Any, commit: Any, prefix: str) -> dict[str, tuple[str, Any]]:
+    """id -> (path, blob id) of every memory in a commit: compare ids, read only the blobs needed."""
+    return _memory_blobs(repo, commit.tree, prefix)
+
+
 def memories_at(repo: Any, rev: str, prefix: str) -> dict[str, tuple[str, bytes]]:
     """id -> (path, file bytes) of every memory at a revision, read from git objects (no checkout)."""
     commit = resolve(repo, rev)
@@ -401,6 +406,44 @@ def memory_diff(repo: Any, old_rev: str, new_rev: str, prefix: str) -> dict[str,
                              if before is None or after is None or getattr(before, k) != getattr(after, k)]
             result["changed"].append(row)
     return result
+
+
+def merge_base(repo: Any, base: Any, head: Any) -> Any:
+    """Where `head` forked from `base` (what `git diff base...head` compares with); None for unrelated histories."""
+    return repo.merge_base(base.id, head.id)
+
+
+class PathChange(NamedTuple):
+    """One path a change between two commits touches: status 'A', 'M', 'D', 'R' (renamed), 'T' (type)."""
+
+    status: str
+    old_path: str
+    new_path: str
+
+
+def path_changes(repo: Any, old: Any, new: Any) -> list[PathChange]:
+    """Every file that differs between two commits' trees, renames found as git finds them (50% alike)."""
+    diff = repo.diff(old, new)
+    diff.find_similar()
+    return [PathChange(delta.status_char(), delta.old_file.path, delta.new_file.path) for delta in diff.deltas]
+
+
+def path_at(repo: Any, commit: Any, path: str) -> bool:
+    """Whether `path` (a file or a folder) is in `commit`'s tree."""
+    try:
+        commit.tree[path.strip("/")]
+    except (KeyError, ValueError):
+        return False
+    return bool(path.strip("/"))
+
+
+def blob_at(repo: Any, commit: Any, path: str) -> bytes | None:
+    """A file's bytes in `commit`, or None when it is not there (or is a folder)."""
+    try:
+        entry = commit.tree[path]
+    except KeyError:
+        return None
+    return repo[entry.id].data if entry.type_str == "blob" else None
 
 
 def materialize_at(store_root: Path, rev: str) -> Path:
@@ -622,7 +665,7 @@ def _record(store_root: Path, policy: str, message: str) -> list[str]:
                 index.remove(path)
             else:
                 continue  # new, then gone again (another writer's file): nothing to record
-        except OSError:  # it vanished between the check and the add
+        except (OSError, pygit2.GitError):  # it vanished between the check and the add (libgit2 says GitError)
             if path not in index:
                 continue
             index.remove(path)

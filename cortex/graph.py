@@ -26,20 +26,38 @@ and decay. Stores written before, with links on both memories, read the same.
 `supersedes` is a person's statement ("this replaces that"): automation
 (capture, consolidation, the LLM layer) that proposes one gets `contradicts`
 instead (`automatic_links`).
+
+A link is unique by (relation, target) and never points at its own memory:
+the store ignores a duplicate or a self-link with a line in the log, and
+`cortex status` warns about one written by hand. Every link cortex writes
+carries `created`.
+
+Similarity just under `graph.link_min`, from `graph.suggest_min` (0.07), is
+a **suggested** link: not written, but kept in `state/suggested.json` for a
+person to review (`cortex links --suggested`, `--accept A B`, `--dismiss A B`).
+
+A link's strength **decays at read time** while neither of its memories is
+recalled: `strength × 0.5^(idle days / graph.link_half_life_days)`, idle
+since the later of the link's `created` (or, for an older link without one,
+its memory's `created`) and the last recall of either end (`state/access.json`).
+Nothing is written back; recall's expansion reads the decayed strength
+(`LinkAges`), two hops deep along strong links (`expand`).
 """
 
 from __future__ import annotations
 
 import json
-
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from cortex.files import atomic_write, file_lock
-from cortex.memory import Link
+from cortex.memory import Link, epoch
 from cortex.store import Store
 from cortex.text import jaccard, words
 
+DAY = 86400.0
+STRONG_LINK = 0.4  # a relates_to link this strong (after decay) brings its other end into recall's results
 NO_LINK_TYPES = ("code",)  # source code is never compared or embedded
 FLAG_MOST = 5  # a new memory's possible duplicates: at most its 5 closest of its type (as consolidation looks)
 # A store's mean vector is unreliable while it holds few memories: it is blended with the mean of these
@@ -73,6 +91,7 @@ REFERENCE_TEXTS = (
 class LinkReport:
     linked: list[tuple[str, str, float]] = field(default_factory=list)  # (new id, other id, strength)
     flagged: list[tuple[str, str, float]] = field(default_factory=list)
+    suggested: list[tuple[str, str, float]] = field(default_factory=list)  # just under link_min: for review
     method: str = "cosine"
 
 
@@ -198,6 +217,7 @@ def connect(store: Store, ids: Iterable[str], index: Any = None) -> LinkReport:
     config = store.config()
     low, high = float(config.get("graph.link_min")), float(config.get("graph.link_max"))
     most = int(config.get("graph.max_links"))
+    suggest_from = min(float(config.get("graph.suggest_min")), low)
     similarity = Similarity(store, index)
     report.method = similarity.method
     flag_at = candidate_floor(float(config.get("consolidate.candidate_threshold")), similarity.method)
@@ -221,6 +241,9 @@ def connect(store: Store, ids: Iterable[str], index: Any = None) -> LinkReport:
             other_id = records[other]["id"]
             new_links.setdefault(memory_id, []).append(Link("relates_to", other_id, strength))
             report.linked.append((memory_id, other_id, strength))
+        near = sorted(((s, o) for s, o in zip(scores, others) if suggest_from <= s < low),
+                      key=lambda p: (-p[0], p[1]))[:most]
+        report.suggested += [(memory_id, records[o]["id"], round(s, 2)) for s, o in near]
         pinned = json.loads(mine["meta"]).get("pinned", False)
         close = sorted(((s, o) for s, o in zip(scores, others) if s >= flag_at and records[o]["type"] == mine["type"]),
                        key=lambda p: (-p[0], p[1]))
@@ -231,7 +254,159 @@ def connect(store: Store, ids: Iterable[str], index: Any = None) -> LinkReport:
         store.add_links(memory_id, links, path=store.memories_dir / rel_of[memory_id])
     if report.flagged:
         flag(store, report.flagged)
+    if report.suggested:
+        suggest(store, report.suggested)
     return report
+
+
+# ---------------------------------------------------------------- suggested links (state/suggested.json)
+
+
+def suggestions(store: Store) -> list[tuple[str, str, float]]:
+    """Suggested links as recorded: (new memory, other memory, similarity); use `pending_suggestions` to
+    leave out those made or gone since."""
+    try:
+        data = json.loads((store.state_dir / "suggested.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return [(str(a), str(b), float(s)) for a, b, s in data if isinstance(a, str)] if isinstance(data, list) else []
+
+
+def suggest(store: Store, pairs: list[tuple[str, str, float]]) -> None:
+    """Remember links just under the link threshold for a person to review (state/, never committed)."""
+    with file_lock(store.state_dir / "suggested.lock"):
+        known = {(a, b): s for a, b, s in suggestions(store)}
+        known.update({(a, b): s for a, b, s in pairs})
+        atomic_write(store.state_dir / "suggested.json",
+                     json.dumps([[a, b, s] for (a, b), s in sorted(known.items())]), durable=False)
+
+
+def pending_suggestions(store: Store, index: Any) -> list[tuple[str, str, float]]:
+    """Suggestions whose two memories are still active and not linked yet, strongest first."""
+    records = index.records()
+    active = {entry["id"] for entry in records.values() if entry["status"] == "active"}
+    neighbours = index.neighbours()
+    out = [(a, b, s) for a, b, s in suggestions(store) if a in active and b in active
+           and not any(other == b for _rel, other, _s in neighbours.get(a, ()))]
+    return sorted(out, key=lambda p: (-p[2], p[0], p[1]))
+
+
+def resolve_suggestion(store: Store, a: str, b: str, accept: bool) -> Link | None:
+    """Write a suggested link (`accept`) as `relates_to` in `a`'s file, or dismiss it; either way it leaves
+    the list. Raises `CortexError` when no such suggestion is pending."""
+    from cortex.errors import CortexError
+
+    a, b = store.get(a).id, store.get(b).id
+    matching = [(x, y, s) for x, y, s in suggestions(store) if {x, y} == {a, b}]
+    if not matching:
+        raise CortexError(f"no suggested link between {a} and {b} (`cortex links --suggested` lists them)")
+    made = None
+    if accept:
+        made = Link("relates_to", b, matching[0][2])
+        store.add_links(a, [made])
+    with file_lock(store.state_dir / "suggested.lock"):
+        kept = [[x, y, s] for x, y, s in suggestions(store) if {x, y} != {a, b}]
+        atomic_write(store.state_dir / "suggested.json", json.dumps(kept), durable=False)
+    return made
+
+
+# ---------------------------------------------------------------- decay and expansion (read time)
+
+
+class LastReads:
+    """When memories were last recalled or shown (`state/access.json`, as `Store.record_access` writes it),
+    looked up one id at a time in the file's text: recall needs two or three ids, and parsing the whole file of
+    a 10,000-memory store costs milliseconds on every query."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._text: str | None = None
+        self._seen: dict[str, float] = {}
+
+    def __call__(self, memory_id: str) -> float:
+        if memory_id not in self._seen:
+            if self._text is None:
+                try:
+                    self._text = (self.store.state_dir / "access.json").read_text(encoding="utf-8")
+                except OSError:
+                    self._text = ""
+            found = re.search(r'"' + re.escape(memory_id) + r'":\s*\{[^{}]*?"last":\s*"([^"]*)"', self._text)
+            try:
+                self._seen[memory_id] = epoch(found.group(1)) if found else 0.0
+            except ValueError:
+                self._seen[memory_id] = 0.0
+        return self._seen[memory_id]
+
+
+def decayed_strength(strength: float, since: float, now: float, half_life_days: float) -> float:
+    """`strength × 0.5^(idle days / half-life)`: idle since `since` (the link made, or an end recalled)."""
+    idle = max(0.0, (now - since) / DAY)
+    return strength * 0.5 ** (idle / half_life_days) if half_life_days > 0 else strength
+
+
+class LinkAges:
+    """Decayed link strengths of one store, for one read (see the module docstring)."""
+
+    def __init__(self, store: Store, index: Any, now: float) -> None:
+        self.store, self.index, self.now = store, index, now
+        self.half_life = float(store.config().get("graph.link_half_life_days"))
+        self.rel_of = index.rel_of_id()
+        self.reads = LastReads(store)  # read on the first link weighed: most recalls weigh none
+
+    def made(self, a: str, rel: str, b: str) -> float:
+        """When the link between `a` and `b` was made: its `created`, else its memory's; 0 when unknown."""
+        for owner, other in ((a, b), (b, a)):
+            path = self.rel_of.get(owner)
+            if path is None:
+                continue
+            meta = self.index.manifest.meta(path)
+            for link in meta.get("links", ()):
+                if link.get("rel") == rel and link.get("to") == other:
+                    try:
+                        return epoch(str(link.get("created") or meta.get("created") or ""))
+                    except ValueError:
+                        return 0.0
+        return 0.0
+
+    def strength(self, a: str, rel: str, b: str, strength: float | None) -> float | None:
+        """The link's strength now (a link without one, such as `source_of`, does not decay)."""
+        if strength is None:
+            return None
+        since = max(self.made(a, rel, b), self.reads(a), self.reads(b))
+        return decayed_strength(float(strength), since, self.now, self.half_life)
+
+
+def expand(start: str, neighbours: dict[str, list[tuple[str, str, float | None]]], keep: Callable[[str], bool],
+           strength: Callable[[str, str, str, float | None], float | None], seen: set[str],
+           strong: float = STRONG_LINK, hops: int = 2) -> list[tuple[str, str, str, float]]:
+    """Memories reached from `start`, depth first: (id, relation, reached from, factor).
+
+    One hop along `source_of` (factor 1: code behind its description) and along `relates_to` links at least
+    `strong` after decay (factor: the strength); from a memory reached by a strong link, up to `hops` hops in
+    all, the factors multiplying. `seen` (updated) holds ids already shown; `keep` says which may be.
+    """
+    out: list[tuple[str, str, str, float]] = []
+    seen.add(start)
+
+    def step(node: str, factor: float, depth: int) -> None:
+        weighed = []
+        for rel, to, raw in neighbours.get(node, ()):
+            if rel == "source_of":
+                weighed.append((1.0, rel, to))
+            elif rel == "relates_to" and raw is not None and raw >= strong:  # decay only weakens a link
+                now = strength(node, rel, to, raw)
+                if now is not None and now >= strong:
+                    weighed.append((now, rel, to))
+        for weight, rel, to in sorted(weighed, key=lambda w: (-w[0], w[1], w[2])):
+            if to in seen or not keep(to):
+                continue
+            seen.add(to)
+            out.append((to, rel, node, factor * weight))
+            if rel == "relates_to" and depth < hops:
+                step(to, factor * weight, depth + 1)
+
+    step(start, 1.0, 1)
+    return out
 
 
 def flagged(store: Store) -> list[tuple[str, str, float]]:

@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from cortex.hotpath import emit
+from cortex.hotpath import emit, note_injected, payload_cwd, payload_prompt
 from cortex.store import STORE_DIRNAME, Store
 
 
@@ -186,7 +186,7 @@ def _claude_hook(name: str, raw: str, body: Callable[[Store, dict[str, Any]], No
         payload = json.loads(raw) if raw.strip() else {}
         if not isinstance(payload, dict):
             raise ValueError("hook input is not a JSON object")
-        store = _store_at(Path(str(payload.get("cwd") or Path.cwd())))
+        store = _store_at(Path(payload_cwd(payload)))
         if store is not None:
             body(store, payload)
     except Exception as exc:  # the person's session must never break because of cortex
@@ -206,13 +206,15 @@ def claude_stop(raw: str) -> int:
         from cortex.gitops import head_commit
         from cortex.index import Indexes
 
-        transcript = payload.get("transcript_path")
-        if not transcript or not Path(str(transcript)).is_file():
-            store.log(f"stop: no transcript at {transcript!r}")
+        transcript = _transcript(payload)
+        if transcript is None:
+            store.log(f"stop: no transcript at {payload.get('transcript_path')!r}")
             return
         indexes = Indexes()
-        report = capture(store, Path(str(transcript)), session=payload.get("session_id"),
-                         last_message=payload.get("last_assistant_message"), commit=head_commit(store.worktree),
+        # Claude Code and Codex name the last reply last_assistant_message; Gemini's AfterAgent prompt_response.
+        last = payload.get("last_assistant_message") or payload.get("prompt_response")
+        report = capture(store, transcript, session=payload.get("session_id") or payload.get("conversation_id"),
+                         last_message=str(last) if last else None, commit=head_commit(store.worktree),
                          indexes=indexes)
         # Projections, AGENTS.md, staging; links, daily gc and consolidation detached (project and global).
         events.capture_done(store, report, indexes, stage=True, upkeep="detached")
@@ -220,6 +222,18 @@ def claude_stop(raw: str) -> int:
                   f"duplicates {report.duplicates}, redacted {report.redacted}")
 
     return _claude_hook("stop", raw, body)
+
+
+def _transcript(payload: dict[str, Any]) -> Path | None:
+    """The transcript a hook payload names (Cursor's CLI sends none: it is found by conversation id)."""
+    given = payload.get("transcript_path")
+    if given and Path(str(given)).is_file():
+        return Path(str(given))
+    if not given and payload.get("conversation_id"):
+        from cortex import cursor
+
+        return cursor.transcript_for(payload)
+    return None
 
 
 def _store_at(cwd: Path) -> Store | None:
@@ -249,7 +263,9 @@ def claude_session_start(raw: str) -> int:
         from cortex import briefing, serve
         from cortex.layout import queued_jobs
 
-        emit("SessionStart", briefing.get(store).text)
+        shown = briefing.get(store)
+        emit(str(payload.get("hook_event_name") or "SessionStart"), shown.text)
+        note_injected(str(store.root), payload, "SessionStart", "", shown.ids)
         if queued_jobs(str(store.root)):
             from cortex.capture import spawn_worker
 
@@ -266,11 +282,12 @@ def claude_prompt(raw: str) -> int:
         from cortex.events import prompt_context
         from cortex.index import Indexes
 
-        prompt = str(payload.get("prompt") or "").strip()
+        prompt = payload_prompt(payload)
         if prompt and not prompt.startswith("/"):
             text = prompt_context(store, prompt, Indexes())
             if text:
-                emit("UserPromptSubmit", text)
+                emit(str(payload.get("hook_event_name") or "UserPromptSubmit"), text)
+                note_injected(str(store.root), payload, "UserPromptSubmit", text)
 
     return _claude_hook("prompt", raw, body)
 
@@ -283,10 +300,75 @@ def claude_session_end(raw: str) -> int:
 
         from cortex.spawn import detached
 
-        transcript = payload.get("transcript_path")
-        if not transcript or not Path(str(transcript)).is_file():
+        transcript = _transcript(payload)
+        if transcript is None:
             return
         detached(["hook", "stop"], str(store.state_dir), cwd=str(store.root.parent),
-                 stdin=json.dumps(payload).encode())
+                 stdin=json.dumps(payload | {"transcript_path": str(transcript)}).encode())
 
     return _claude_hook("session-end", raw, body)
+
+
+def claude_subagent_start(raw: str) -> int:
+    """SubagentStart: a briefing scoped to the sub-agent's task (recorded by the PreToolUse hook) and the
+    files it names, as the sub-agent's additionalContext (`cortex.subagents`)."""
+
+    def body(store: Store, payload: dict[str, Any]) -> None:
+        from cortex import subagents
+
+        session, agent = str(payload.get("session_id") or ""), str(payload.get("agent_id") or "")
+        kind = str(payload.get("agent_type") or "")
+        task = subagents.claim_task(store, session, agent, kind) if session else None
+        scoped = subagents.briefing_for(store, task, agent_type=kind)
+        emit("SubagentStart", scoped.text)
+        note_injected(str(store.root), payload, "SubagentStart", "", scoped.ids)
+
+    return _claude_hook("subagent-start", raw, body)
+
+
+def claude_subagent_stop(raw: str) -> int:
+    """SubagentStop: judge whether the sub-agent used the memories it was shown, from its own transcript."""
+
+    def body(store: Store, payload: dict[str, Any]) -> None:
+        from cortex import salience
+        from cortex.capture import Event, events, read_new_records
+
+        session, agent = str(payload.get("session_id") or ""), str(payload.get("agent_id") or "")
+        path = payload.get("agent_transcript_path")
+        items: list[Any] = []
+        if path and Path(str(path)).is_file():
+            records, _skipped, _cursor = read_new_records(store, Path(str(path)), from_start=True)
+            items = events(records)
+        last = payload.get("last_assistant_message")
+        if isinstance(last, str) and last.strip():
+            items.append(Event("text", last, sidechain=True))
+        from cortex.subagents import task_of
+
+        task = task_of(store, session, agent) if session and agent else None
+        if task:  # what the sub-agent was asked proves nothing about what it was shown
+            items.insert(0, Event("human", f"{task.get('description', '')}\n{task.get('prompt', '')}"))
+        verdict = salience.judge_quietly(store, session, items, agent=agent or None)
+        if verdict.used or verdict.ignored:
+            store.log(f"subagent-stop: {agent}: used {sorted(verdict.used)}, ignored {sorted(verdict.ignored)}")
+        _capture_subagent_tags(store, session, agent, str(payload.get("agent_type") or ""), items)
+
+    return _claude_hook("subagent-stop", raw, body)
+
+
+def _capture_subagent_tags(store: Store, session: str, agent: str, kind: str, items: list[Any]) -> None:
+    """`[MEMORY: …]` tags a sub-agent wrote in its own transcript (a file the parent's Stop never reads), saved
+    with the sub-agent as their source. Its final report reaches the parent's Stop through the Agent result."""
+    from cortex import events
+    from cortex.capture import CaptureReport, self_report, write_candidates
+    from cortex.gitops import head_commit
+    from cortex.index import Indexes
+
+    tagged = list(self_report(items))
+    if not tagged:
+        return
+    for candidate in tagged:
+        candidate.origin = {"agent": agent or None, "agent_type": kind or "general-purpose"}
+    report, indexes = CaptureReport(), Indexes()
+    write_candidates(store, tagged, session or "subagent", head_commit(store.worktree), report, indexes)
+    events.capture_done(store, report, indexes, stage=True, upkeep="detached")
+    store.log(f"subagent-stop: {agent}: wrote {len(report.written)} tagged memories")

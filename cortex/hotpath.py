@@ -25,9 +25,59 @@ def _payload(raw: str) -> dict[str, object] | None:
 
 
 def emit(event: str, text: str) -> None:
-    """Print a hook's additionalContext as Claude Code reads it from stdout."""
-    sys.stdout.write(json.dumps({"hookSpecificOutput": {"hookEventName": event, "additionalContext": text}}))
+    """Print a hook's context the way the assistant that runs it reads stdout: `additionalContext` under
+    `hookSpecificOutput` for Claude Code, Codex CLI and Gemini CLI (named after the event that fired:
+    SessionStart, UserPromptSubmit, BeforeAgent), `additional_context` for Cursor's camelCase `sessionStart`."""
+    if event == "sessionStart":
+        sys.stdout.write(json.dumps({"additional_context": text}))
+    else:
+        sys.stdout.write(json.dumps({"hookSpecificOutput": {"hookEventName": event, "additionalContext": text}}))
     sys.stdout.flush()
+
+
+def payload_cwd(payload: dict[str, object]) -> str:
+    """The project a hook payload is about: `cwd` (Claude Code, Codex, Gemini), else Cursor's first
+    `workspace_roots` entry, else this process's folder."""
+    roots = payload.get("workspace_roots")
+    first = roots[0] if isinstance(roots, list) and roots and isinstance(roots[0], str) else None
+    return str(payload.get("cwd") or first or os.getcwd())
+
+
+def payload_prompt(payload: dict[str, object]) -> str:
+    """The person's prompt: Gemini CLI's BeforeAgent prompt carries the SessionStart context in front of it
+    (`<hook_context>…</hook_context>`), which is not what was asked."""
+    text = str(payload.get("prompt") or "")
+    while "<hook_context>" in text:
+        start, end = text.find("<hook_context>"), text.find("</hook_context>")
+        if end < start:
+            break
+        text = text[:start] + text[end + len("</hook_context>"):]
+    return text.strip()
+
+
+def note_injected(store_root: str, payload: dict[str, object], event: str, text: str,
+                  ids: list[str] | None = None) -> None:
+    """Record which memories a hook showed, for the next Stop to judge their use (`cortex.salience`): one line
+    appended to `state/injections/<session>.jsonl`. Best effort: a failure here never costs the hook."""
+    session = str(payload.get("session_id") or "")
+    if ids is None:
+        import re
+
+        ids = re.findall(r"`([0-9a-f]{12})`", text)
+    if not session or not ids:
+        return
+    import time
+
+    line = {"at": time.time(), "event": event, "ids": list(dict.fromkeys(ids))}
+    if payload.get("agent_id"):
+        line["agent"] = str(payload["agent_id"])
+    path = layout.injections_file(store_root, session)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(line) + "\n")
+    except OSError:
+        pass
 
 
 def session_start(raw: str) -> bool:
@@ -39,15 +89,11 @@ def session_start(raw: str) -> bool:
     payload = _payload(raw)
     if payload is None:
         return False
-    store_root = layout.find_store(str(payload.get("cwd") or os.getcwd()))
+    store_root = layout.find_store(payload_cwd(payload))
     if store_root is None:
         return True  # not a cortex project: say nothing
-    try:
-        with open(os.path.join(store_root, "state", "briefing.json"), encoding="utf-8") as handle:
-            cached = json.load(handle)
-    except (OSError, ValueError):
-        return False
-    if not isinstance(cached, dict) or cached.get("key") != layout.briefing_key(store_root, __version__):
+    cached = layout.cached_briefing(store_root, __version__)  # or the one `cortex serve` built ahead
+    if cached is None:
         return False
     if layout.queued_jobs(store_root):
         return False  # queued capture jobs: the full hook starts the worker
@@ -55,7 +101,8 @@ def session_start(raw: str) -> bool:
         from cortex import serve
 
         serve.start_detached(store_root)
-    emit("SessionStart", str(cached.get("text", "")))
+    emit(str(payload.get("hook_event_name") or "SessionStart"), str(cached.get("text", "")))
+    note_injected(store_root, payload, "SessionStart", "", [str(i) for i in cached.get("ids", [])])
     return True
 
 
@@ -68,13 +115,42 @@ def prompt(raw: str) -> bool:
     payload = _payload(raw)
     if payload is None:
         return False
-    text = str(payload.get("prompt") or "").strip()
-    store_root = layout.find_store(str(payload.get("cwd") or os.getcwd()))
+    text = payload_prompt(payload)
+    store_root = layout.find_store(payload_cwd(payload))
     if store_root is None or not text or text.startswith("/"):
         return True
     answer = serve.ask(store_root, {"op": "prompt", "prompt": text})
     if answer is None or "context" not in answer:
         return False
     if answer["context"]:
-        emit("UserPromptSubmit", str(answer["context"]))
+        emit(str(payload.get("hook_event_name") or "UserPromptSubmit"), str(answer["context"]))
+        note_injected(store_root, payload, "UserPromptSubmit", str(answer["context"]))
+    return True
+
+
+def pre_tool_use(raw: str) -> bool:
+    """PreToolUse on the Task/Agent tool: record the sub-agent's task for its SubagentStart briefing
+    (`cortex.subagents`). Prints nothing; always True (there is no slow path)."""
+    if os.environ.get("CORTEX_NESTED") == "1":
+        return True
+    payload = _payload(raw)
+    if not payload or payload.get("tool_name") not in ("Task", "Agent") or payload.get("agent_id"):
+        return True
+    given = payload.get("tool_input")
+    session = str(payload.get("session_id") or "")
+    store_root = layout.find_store(str(payload.get("cwd") or os.getcwd()))
+    if store_root is None or not session or not isinstance(given, dict):
+        return True
+    import time
+
+    task = {"at": time.time(), "tool_use_id": str(payload.get("tool_use_id") or ""),
+            "subagent_type": str(given.get("subagent_type") or ""), "description": str(given.get("description") or ""),
+            "prompt": str(given.get("prompt") or "")[:4000]}
+    path = layout.subagent_tasks_file(store_root, session)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(task) + "\n")
+    except OSError:
+        pass
     return True

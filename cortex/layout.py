@@ -71,6 +71,37 @@ def briefing_key(store_root: str, version: str) -> str:
     return f"{version}|{branch}|{head}|{signature(store_root)}"
 
 
+def saved_briefing(store_root: str, name: str = "briefing.json") -> dict | None:
+    """A briefing saved under `state/` (`briefing.json`: the one a session was shown; `briefing.next.json`: the
+    one `cortex serve` built ahead of the next session start), or None when missing or unreadable."""
+    import json
+
+    try:
+        with open(os.path.join(store_root, "state", name), encoding="utf-8") as handle:
+            saved = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return saved if isinstance(saved, dict) else None
+
+
+def cached_briefing(store_root: str, version: str) -> dict | None:
+    """The saved briefing that still matches the store (`briefing_key`), or None. A match in
+    `briefing.next.json` becomes `briefing.json`: what the session starting now is shown."""
+    key = briefing_key(store_root, version)
+    current = saved_briefing(store_root)
+    if current is not None and current.get("key") == key:
+        return current
+    ahead = saved_briefing(store_root, "briefing.next.json")
+    if ahead is None or ahead.get("key") != key:
+        return None
+    try:
+        os.replace(os.path.join(store_root, "state", "briefing.next.json"),
+                   os.path.join(store_root, "state", "briefing.json"))
+    except OSError:
+        return None
+    return ahead
+
+
 def socket_path(store_root: str) -> str:
     """`state/serve.sock`, or a short path in the temp folder when that one is too long for AF_UNIX."""
     path = os.path.join(store_root, "state", "serve.sock")
@@ -100,6 +131,17 @@ def watcher_ready(store_root: str) -> bool:
     trusts a watcher that is still catching up.
     """
     return lock_held(os.path.join(store_root, "state", "watch.ready"))
+
+
+def injections_file(store_root: str, session: str) -> str:
+    """`state/injections/<session>.jsonl`: the memories the hooks showed a session (`cortex.salience`)."""
+    name = "".join(c if c.isascii() and (c.isalnum() or c in "-_") else "_" for c in session)[:100]
+    return os.path.join(store_root, "state", "injections", name + ".jsonl")
+
+
+def subagent_tasks_file(store_root: str, session: str) -> str:
+    """`state/subagents/<session>.jsonl`: the tasks the session gave its sub-agents (`cortex.subagents`)."""
+    return os.path.join(store_root, "state", "subagents", os.path.basename(injections_file(store_root, session)))
 
 
 def queued_jobs(store_root: str) -> bool:

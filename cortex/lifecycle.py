@@ -31,6 +31,7 @@ an ISO timestamp) so behaviour over weeks can be shown without waiting.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -252,3 +253,110 @@ def gc_due(store: Store) -> bool:
         return not 0 <= now() - float((store.state_dir / "gc.stamp").read_text(encoding="utf-8")) < DAY
     except (OSError, ValueError):
         return True
+
+
+# ---------------------------------------------------------------- the reality check of settings
+
+# A setting a memory names: `key: value` or `key = value` in a code span, or KEY=value / dotted.key=value /
+# snake_key=value in prose (a plain word before `=` is too often not a setting).
+_CODE_SPAN = re.compile(r"`([^`\n]{1,160})`")
+_SPAN_SETTING = re.compile(r"^\s*([A-Za-z_][\w.-]{0,80})\s*(?:=|:)\s*(\S.*?)\s*$")
+_PROSE_SETTING = re.compile(r"(?<![\w.`])([A-Z][A-Z0-9_]{2,80}|[a-z][a-z0-9_]*\.[a-z0-9_.]+|[a-z]+_[a-z0-9_]+)=([^\s,;`'\"]+)")
+_VALUE = r"(\"[^\"\n]*\"|'[^'\n]*'|[^\s,;#)}\]]+)"
+CONFIG_SUFFIXES = (".yaml", ".yml", ".toml", ".ini", ".cfg", ".conf", ".env", ".json", ".properties")
+MAX_SETTINGS = 10
+MAX_CONFIG_BYTES = 262_144
+
+
+def _plain_value(value: str) -> str:
+    value = value.strip().rstrip(",;").strip()
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        value = value[1:-1]
+    return value.strip().lower()
+
+
+def named_settings(text: str) -> list[tuple[str, str]]:
+    """The (key, value) settings a memory's text names (see `_SPAN_SETTING`, `_PROSE_SETTING`), at most 10."""
+    found: dict[str, str] = {}
+    for span in _CODE_SPAN.findall(text):
+        match = _SPAN_SETTING.match(span)
+        if match and not match.group(2).startswith(("=", ":", "/")):
+            found.setdefault(match.group(1), _plain_value(match.group(2)))
+    for key, value in _PROSE_SETTING.findall(_CODE_SPAN.sub(" ", text)):
+        found.setdefault(key, _plain_value(value))
+    return [(key, value) for key, value in found.items() if value][:MAX_SETTINGS]
+
+
+def setting_drift(memory: Any, root: Path) -> str | None:
+    """How the settings the memory names differ from its `files:` now, or None: "`key` is 5 in app.yaml,
+    not 3" when the key is there with other values only, "`key` is no longer in app.yaml" when a
+    configuration file (`CONFIG_SUFFIXES`) no longer has it. The last part of a dotted key is looked for
+    (`recall.limit` is `limit:` under `recall:` in YAML)."""
+    present = [name for name in memory.files if (root / name).is_file()]
+    if not present:
+        return None
+    body = memory.body
+    if not body and memory.path is not None:  # read from the cache's manifest: the body is not loaded
+        from cortex.index.cache import read_body
+
+        body = read_body(memory.path)
+    settings = named_settings(f"{memory.title}\n{memory.summary}\n{body}")
+    if not settings:
+        return None
+    texts = {}
+    for name in present:
+        path = root / name
+        try:
+            if path.stat().st_size <= MAX_CONFIG_BYTES:
+                texts[name] = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+    for key, claimed in settings:
+        last = key.rsplit(".", 1)[-1]
+        pattern = re.compile(r"(?<![\w.-])[\"']?" + re.escape(last) + r"[\"']?\s*[:=]\s*" + _VALUE)
+        values: dict[str, list[str]] = {}
+        for name, text in texts.items():
+            values[name] = [_plain_value(v) for v in pattern.findall(text)]
+        if any(claimed in found for found in values.values()):
+            continue
+        for name, found in sorted(values.items()):
+            if found:
+                return f"`{last}` is {found[0]} in {name}, not {claimed}"
+        config_files = sorted(name for name in texts if name.endswith(CONFIG_SUFFIXES))
+        if config_files:
+            return f"`{last}` is no longer in {config_files[0]}"
+    return None
+
+
+# ---------------------------------------------------------------- reset
+
+KEEP_ALWAYS = (".lock", ".sock", "watch.ready")  # held by live processes (a running serve, watch or hook)
+KEEP_UNLESS_HARD = ("cursors", "queue")  # how far each transcript was read, and LLM work not done yet
+
+
+def reset(store: Store, hard: bool = False) -> list[Path]:
+    """Remove the store's cache and local state, keeping the memories (and config.yaml, and the projections);
+    returns what was removed. Kept: the locks and the server's socket (live processes hold them), and unless
+    `hard` the transcript cursors and the LLM queue, so capture does not read old sessions again. The next
+    command rebuilds the cache."""
+    import shutil
+
+    removed: list[Path] = []
+    with store.lock():
+        for folder, keep in ((store.cache_dir, ()), (store.state_dir, () if hard else KEEP_UNLESS_HARD)):
+            try:
+                entries = sorted(folder.iterdir())
+            except OSError:
+                continue
+            for entry in entries:
+                if entry.name.endswith(KEEP_ALWAYS) or entry.name in keep:
+                    continue
+                try:
+                    if entry.is_dir() and not entry.is_symlink():
+                        shutil.rmtree(entry)
+                    else:
+                        entry.unlink()
+                except OSError:
+                    continue
+                removed.append(entry)
+    return removed

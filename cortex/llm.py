@@ -16,6 +16,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 from cortex.store import Store
@@ -44,9 +45,21 @@ def run(store: Store, prompt: str, timeout: float) -> str:
     argv = command(store)
     if not argv or shutil.which(argv[0]) is None:
         raise FileNotFoundError(f"{argv[0] if argv else 'capture.llm_command'} is not on PATH")
-    result = subprocess.run(argv, input=prompt, capture_output=True, text=True, timeout=timeout,
-                            env=dict(os.environ, CORTEX_NESTED="1"))
-    if result.returncode != 0:
+    from cortex.metrics import record
+    from cortex.text import estimate_tokens
+
+    started = time.perf_counter()
+    try:
+        result = subprocess.run(argv, input=prompt, capture_output=True, text=True, timeout=timeout,
+                                env=dict(os.environ, CORTEX_NESTED="1"))
+    except subprocess.TimeoutExpired:
+        record(store.state_dir, "llm", {"calls": 1, "failures": 1, "input_tokens": estimate_tokens(prompt)})
+        raise
+    failed = result.returncode != 0
+    record(store.state_dir, "llm", {"calls": 1, "failures": int(failed), "input_tokens": estimate_tokens(prompt),
+                                    "output_tokens": 0 if failed else estimate_tokens(result.stdout)},
+           {"ms": round((time.perf_counter() - started) * 1000)})
+    if failed:
         raise RuntimeError(f"exit {result.returncode}: {result.stderr.strip()[:200]}")
     return result.stdout
 

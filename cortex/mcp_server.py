@@ -69,7 +69,8 @@ architecture notes and the branch's plan, kept as markdown files in .cortex/ and
 Before deciding something that may already be decided, call cortex_search (or cortex_search_decisions); \
 cortex_get_memory reads one memory in full, with the code it describes. Save what a teammate should know \
 next week with cortex_remember (say why; name rejected alternatives; never secrets). \
-cortex_forget archives a memory that is wrong or replaced (replaced_by links the new one)."""
+cortex_forget archives a memory that is wrong or replaced (replaced_by links the new one); \
+cortex_feedback rates a memory that helped (up) or was noise (down), which changes how it ranks."""
 
 
 class Backend:
@@ -152,8 +153,9 @@ class Backend:
 
     def warm(self) -> None:
         """Sync the indexes and load the query encoder before the first call needs them (runs in a thread)."""
-        from cortex.recall import recall
+        from cortex.recall import recall, use_contextual
 
+        use_contextual("background")  # a resident process: re-rank with the contextual model
         try:
             with self.lock:
                 stores = self.stores()
@@ -633,6 +635,8 @@ def _add_search_tools(tool: Register, backend: Backend) -> None:
         limit: Annotated[int, Field(ge=1, le=50, description="At most this many decisions.")] = 10,
         include_superseded: Annotated[bool, Field(description=(
             "Also superseded and archived decisions (what was decided before, and what replaced it)."))] = False,
+        budget_tokens: Annotated[int, Field(ge=50, le=20000, description=(
+            "Token budget for the answer (~4 characters a token): decisions past it are left out, and counted."))] = 3000,
     ) -> CallToolResult:
         """Search the recorded decisions (and architecture records tagged decision/adr): each with its rationale,
         the alternatives it rejected, its date and branch, and — when superseded — what replaced it. Use before
@@ -642,7 +646,14 @@ def _add_search_tools(tool: Register, backend: Backend) -> None:
         result = recall(stores, query, limit=limit * 2, types=("decision", "architecture"),
                         include_all=include_superseded, indexes=indexes)
         rows = _decision_rows(indexes, stores, result.hits, limit)
-        return _result({"query": query, "decisions": rows, "notes": result.notes})
+        kept, used = [], 0
+        for row in rows:
+            if kept and used + _row_tokens(row) > budget_tokens:
+                break
+            kept.append(row)
+            used += _row_tokens(row)
+        return _result({"query": query, "decisions": kept, "tokens": used, "omitted": len(rows) - len(kept),
+                        "notes": result.notes})
 
 
 def _add_read_tools(tool: Register, backend: Backend) -> None:
@@ -741,6 +752,22 @@ def _add_write_tools(tool: Register, backend: Backend) -> None:
         return _result({"id": old.id, "title": old.title, "status": old.status,
                         "replaced_by": store.get(replaced_by).id if replaced_by else None, "store": store.label})
 
+
+    @tool("cortex_feedback", ADDITIVE, "Rate a memory")
+    def feedback(
+        id: Annotated[str, Field(min_length=4, max_length=12, pattern=r"^[0-9a-fA-F]+$",
+                                 description="Id (or unique prefix) of the memory to rate.")],
+        rating: Annotated[Literal["up", "down"], Field(description=(
+            "'up': it helped (it was right and relevant); 'down': it was noise or wrong here."))],
+        note: Annotated[str | None, Field(max_length=500, description="Why, in a few words (optional).")] = None,
+    ) -> CallToolResult:
+        """Rate how useful a memory was. Ratings feed its salience, which ranks it higher or lower in search and
+        in briefings (a memory rated down more than up is no longer shown at prompt time). Changes no memory
+        file: the rating is kept in .cortex/state/. Returns its salience, counts and tier (hot or cold)."""
+        from cortex import salience
+
+        store, item = _find(backend, id)
+        return _result(salience.feedback(store, item.id, rating, note))
 
     @tool("cortex_restore", RESTORING, "Restore an archived memory")
     def restore(

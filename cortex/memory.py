@@ -60,11 +60,13 @@ KEYS = (
     "id",
     "type",
     "title",
+    "summary",
     "status",
     "confidence",
     "priority",
     "pinned",
     "scope",
+    "project",
     "branch",
     "tags",
     "files",
@@ -75,6 +77,7 @@ KEYS = (
 )
 ID_RE = re.compile(r"^[0-9a-f]{12}$")
 TITLE_MAX = 200
+SUMMARY_MAX = 160  # characters of the one-line `summary` cortex fills in
 
 
 @dataclass
@@ -82,12 +85,35 @@ class Link:
     rel: str
     to: str
     strength: float | None = None
+    created: str | None = None  # when the link was made (older files have none)
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"rel": self.rel, "to": self.to}
         if self.strength is not None:
             out["strength"] = self.strength
+        if self.created:
+            out["created"] = self.created
         return out
+
+
+def link_problems(memory_id: str, links: list[Link]) -> tuple[list[Link], list[str]]:
+    """The links worth keeping (the first of each (rel, to), none to the memory itself) and what was left out.
+
+    A link is unique by its relation and target; a second one would count twice in centrality and say
+    nothing new, and a memory linked to itself says nothing at all.
+    """
+    kept: list[Link] = []
+    seen: set[tuple[str, str]] = set()
+    dropped: list[str] = []
+    for link in links:
+        if link.to == memory_id:
+            dropped.append(f"a {link.rel} link to itself ({memory_id})")
+        elif (link.rel, link.to) in seen:
+            dropped.append(f"a duplicate {link.rel} link to {link.to}")
+        else:
+            seen.add((link.rel, link.to))
+            kept.append(link)
+    return kept, dropped
 
 
 @dataclass
@@ -98,11 +124,13 @@ class Memory:
     type: str
     title: str
     body: str = ""
+    summary: str = ""  # one line for short renderings and the briefing; older files have none
     status: str = "active"
     confidence: float = 0.8
     priority: int = 5
     pinned: bool = False
     scope: str = "project"
+    project: str | None = None  # the project a global memory was captured in
     branch: str | None = None
     tags: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
@@ -121,6 +149,10 @@ class Memory:
         if not self.extra:
             del out["extra"]
         return out
+
+    def one_line(self) -> str:
+        """The summary, or for a memory without one the start of its body (what short renderings show)."""
+        return self.summary or summary_from(self.body, self.title)
 
 
 # ---------------------------------------------------------------- helpers
@@ -203,6 +235,21 @@ def title_from_text(text: str, limit: int = 80) -> str:
         return sentence.rstrip(".")
     cut = sentence[:limit].rsplit(" ", 1)[0]
     return cut.rstrip(" ,;:") + "…"
+
+
+def summary_from(body: str, title: str = "", limit: int = SUMMARY_MAX) -> str:
+    """One line saying what `body` holds: its first sentences, less a first one that only repeats the title,
+    folded to one line and cut at a word near `limit` characters; "" for an empty body."""
+    text = " ".join(re.sub(r"\*\*|__|^#+\s*|^[-*]\s+", "", line).strip() for line in body.strip().splitlines())
+    text = " ".join(text.split())
+    if not text:
+        return ""
+    head = title_from_text(text, 10 * limit).rstrip("…")
+    if title and head.casefold().rstrip(".") == title.casefold().rstrip(".") and len(text) > len(head) + 2:
+        text = text[len(head):].lstrip(" .!?:;")  # the body opens with the title: the summary says what follows
+    if len(text) <= limit:
+        return text
+    return text[:limit].rsplit(" ", 1)[0].rstrip(" ,;:") + "…"
 
 
 _CANONICAL_STAMP = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$")
@@ -556,6 +603,17 @@ def from_data(data: dict[str, Any], body: str, path: Path | None = None) -> Memo
     title = str(title)
     if "\n" in title or "\r" in title:
         raise MalformedMemory(path, "title: must be a single line")
+    summary = data.get("summary")
+    if summary is None:
+        summary = ""
+    if isinstance(summary, bool) or not isinstance(summary, (str, int, float)):
+        raise MalformedMemory(path, "summary: expected one line of text")
+    summary = str(summary)
+    if "\n" in summary or "\r" in summary:
+        raise MalformedMemory(path, "summary: must be a single line")
+    project = data.get("project")
+    if project is not None and (isinstance(project, bool) or not isinstance(project, (str, int, float))):
+        raise MalformedMemory(path, "project: expected a project name")
     status = data.get("status") or "active"
     if status not in STATUSES:
         raise MalformedMemory(path, f"status: unknown status {status!r} (one of: {', '.join(STATUSES)})")
@@ -604,18 +662,28 @@ def from_data(data: dict[str, Any], body: str, path: Path | None = None) -> Memo
         strength = item.get("strength")
         if strength is not None and (isinstance(strength, bool) or not isinstance(strength, (int, float))):
             raise MalformedMemory(path, f"links: strength {strength!r} is not a number")
-        links.append(Link(str(item["rel"]), str(item["to"]), None if strength is None else float(strength)))
+        created = item.get("created")
+        if created is not None and created != "":
+            try:
+                created = iso_timestamp(created)
+            except ValueError:
+                raise MalformedMemory(path, f"links: created {created!r} is not a timestamp like "
+                                            f"2026-11-21T20:50:00Z") from None
+        links.append(Link(str(item["rel"]), str(item["to"]), None if strength is None else float(strength),
+                          created or None))
     extra = {k: v for k, v in data.items() if k not in KEYS}
     return Memory(
         id=memory_id,
         type=memory_type,
         title=title,
         body=body,
+        summary=summary,
         status=status,
         confidence=float(confidence),
         priority=priority,
         pinned=pinned,
         scope=scope,
+        project=None if project is None else str(project),
         branch=branch,
         tags=_text_list(data, "tags", path),
         files=_text_list(data, "files", path),
@@ -680,11 +748,13 @@ def _front_matter_data(memory: Memory) -> dict[str, Any]:
         "id": memory.id,
         "type": memory.type,
         "title": memory.title,
+        "summary": memory.summary,
         "status": memory.status,
         "confidence": memory.confidence,
         "priority": memory.priority,
         "pinned": memory.pinned,
         "scope": memory.scope,
+        "project": memory.project,
         "branch": memory.branch,
         "tags": list(memory.tags),
         "files": list(memory.files),
@@ -712,6 +782,13 @@ def _safe_scalar(value: Any) -> Any:
     return value
 
 
+def _link_node(item: dict[str, Any]) -> Any:
+    """One link as a flow map, its `created` a bare timestamp like the memory's own."""
+    if item.get("created"):
+        item = dict(item, created=_timestamp_node(item["created"]))
+    return _flow_map(item)
+
+
 def _node(key: str, value: Any) -> Any:
     """The ruamel node cortex writes for a field: flow lists and maps, bare timestamps."""
     if key in ("created", "updated") and value:
@@ -719,7 +796,7 @@ def _node(key: str, value: Any) -> Any:
     if key == "links":
         from ruamel.yaml.comments import CommentedSeq
 
-        return CommentedSeq([_flow_map(item) for item in value])
+        return CommentedSeq([_link_node(item) for item in value])
     if isinstance(value, list):
         return _flow_seq([_safe_scalar(item) for item in value])
     if isinstance(value, dict):
@@ -742,7 +819,9 @@ def render_new(memory: Memory) -> str:
     validate(memory)
     front = CommentedMap()
     for key, value in _front_matter_data(memory).items():
-        if key == "branch" and value is None:
+        if key in ("branch", "project") and value is None:
+            continue
+        if key == "summary" and not value:
             continue
         if key == "links" and not value:
             continue
@@ -778,9 +857,9 @@ def edit_text(text: str, changes: dict[str, Any], body: str | None = None, path:
                 if i < len(existing) and _to_plain(existing[i]) == item:
                     continue
                 if i < len(existing):
-                    existing[i] = _flow_map(item)
+                    existing[i] = _link_node(item)
                 else:
-                    existing.append(_flow_map(item))
+                    existing.append(_link_node(item))
             continue
         if key in front and _to_plain(front[key]) == _to_plain(value):
             continue

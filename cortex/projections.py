@@ -100,6 +100,9 @@ def _date(memory: Memory) -> str:
 
 def _link(store: Store, memory: Memory) -> str:
     assert memory.path is not None
+    path, root = str(memory.path), str(store.root) + os.sep
+    if path.startswith(root) and os.sep == "/":  # the usual case, without relpath's work (1,000s per render)
+        return path[len(root):]
     return Path(os.path.relpath(memory.path, store.root)).as_posix()
 
 
@@ -131,38 +134,97 @@ class _Lookup(dict):  # type: ignore[type-arg]
         return item
 
 
-def _load(store: Store, index: Any = None) -> tuple[list[Memory], dict[str, Memory]]:
-    """The memories the pages show, read in full; other memories (link targets) from the cache on demand."""
+PAGE_KINDS = {  # the memory types each page is made from (a page also shows the titles of what they link to)
+    "decisions.md": frozenset({"decision", "architecture"}),
+    "decisions-archive.md": frozenset({"decision", "architecture"}),
+    "active-plan.md": frozenset({"plan", "progress"}),
+}
+
+
+def _load(store: Store, index: Any = None, kinds: frozenset[str] = PAGE_TYPES) -> tuple[list[Memory], dict[str, Memory]]:
+    """The memories the pages show, metadata from the cache and bodies from `cache/pages.bin` (a file is read
+    only when its content changed since the last render); other memories (link targets) from the cache on demand."""
     from cortex.index import Index
     from cortex.index.manifest import memory_from_meta
 
     index = (index or Index(store)).ensure()
+    bodies = _Bodies(store)
+    records = index.records()
+    rels = [rel for rel, entry in records.items() if entry["type"] in kinds and (
+        entry["type"] in ("decision", "architecture") or entry["status"] == "active")]
     out = []
-    for rel, entry in index.records().items():
-        kind = entry["type"]
-        if kind == "architecture":
-            if not RECORD_TAGS & set(index.manifest.meta(rel).get("tags", ())):
-                continue
-        elif kind != "decision" and not (kind in ("plan", "progress") and entry["status"] == "active"):
+    for rel, meta in zip(rels, index.manifest.metas(rels)):  # one decode for all of them
+        if meta["type"] == "architecture" and not RECORD_TAGS & set(meta.get("tags", ())):
             continue
-        path = store.memories_dir / rel
-        try:
-            out.append(store.read(path))
-        except Exception:  # changed under us since the sync; the next run picks it up
-            out.append(memory_from_meta(index.manifest.meta(rel), path))
+        item = memory_from_meta(meta, store.memories_dir / rel)
+        item.body = bodies.get(rel, records[rel]["hash"])
+        out.append(item)
+    bodies.save()
     return out, _Lookup(index, out)
 
 
-def build(store: Store, memories: list[Memory] | None = None, index: Any = None) -> list[Projection]:
-    """Render the three pages from the memories (read through the cache unless given).
+class _Bodies:
+    """`cache/pages.bin`: the body of each memory a page shows, by content hash (marshal, like the manifest), so
+    rendering reads no memory file that has not changed. Unreadable or from another Python: started afresh."""
+
+    def __init__(self, store: Store) -> None:
+        import importlib.util
+        import marshal
+
+        self.store, self.path = store, store.cache_dir / "pages.bin"
+        self.magic = b"CXP1" + importlib.util.MAGIC_NUMBER
+        self.old: dict[str, str] = {}
+        try:
+            raw = self.path.read_bytes()
+            if raw.startswith(self.magic):
+                self.old = marshal.loads(raw[len(self.magic):])
+        except Exception:  # missing, truncated, garbage: read the files again
+            self.old = {}
+        self.new: dict[str, str] = {}
+        self.read = 0
+
+    def get(self, rel: str, content_hash: str) -> str:
+        body = self.old.get(content_hash) if content_hash else None
+        if body is None:
+            import hashlib
+
+            from cortex.memory import split_front_matter
+
+            self.read += 1
+            try:
+                raw = (self.store.memories_dir / rel).read_bytes()
+                text = raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+                body = split_front_matter(text)[1]
+            except Exception:  # changed or gone since the sync: the next run picks it up
+                return ""
+            if hashlib.sha1(raw).hexdigest() != content_hash:
+                return body  # changed since the sync: shown, not kept under the old hash
+        self.new[content_hash] = body
+        return body
+
+    def save(self) -> None:
+        import marshal
+
+        if not self.read and len(self.new) == len(self.old):
+            return
+        try:
+            atomic_write(self.path, self.magic + marshal.dumps(self.new), durable=False)
+        except OSError:
+            pass  # a read-only cache: the next render reads the files again
+
+
+def build(store: Store, memories: list[Memory] | None = None, index: Any = None,
+          names: Any = PAGES) -> list[Projection]:
+    """Render the pages `names` (all three unless said) from the memories (read through the cache unless given).
 
     Every page is a function of the memory files alone — not of the checked-out branch, the clock or the
     file order — so regenerating on a commit whose pages are current writes nothing, and a checkout or a
     merge never finds a page to rewrite.
     """
+    names = [name for name in PAGES if name in set(names)]
     by_id: dict[str, Memory]
     if memories is None:
-        memories, by_id = _load(store, index)
+        memories, by_id = _load(store, index, frozenset().union(*(PAGE_KINDS[name] for name in names)))
     else:
         by_id = {m.id: m for m in memories}
     superseded_by: dict[str, list[Memory]] = {}
@@ -189,20 +251,22 @@ def build(store: Store, memories: list[Memory] | None = None, index: Any = None)
             "superseded_by": sorted((ref(x) for x in superseded_by.get(m.id, [])), key=lambda r: (r["title"], r["id"])),
         }
 
-    active = sorted((m for m in memories if is_decision(m) and m.status == "active"), key=_sort_key)
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for m in active:
-        tags = [t for t in m.tags if t not in RECORD_TAGS]  # the first tag, as written, is the group
-        groups.setdefault(tags[0] if tags else "general", []).append(decision(m))
-    archived = sorted((m for m in memories if is_decision(m) and m.status != "active"), key=_sort_key)
+    def current() -> dict[str, Any]:
+        groups: dict[str, list[dict[str, Any]]] = {}
+        for m in sorted((m for m in memories if is_decision(m) and m.status == "active"), key=_sort_key):
+            tags = [t for t in m.tags if t not in RECORD_TAGS]  # the first tag, as written, is the group
+            groups.setdefault(tags[0] if tags else "general", []).append(decision(m))
+        return {"groups": [{"name": name, "decisions": groups[name]} for name in sorted(groups)]}
+
+    def archive() -> dict[str, Any]:
+        archived = sorted((m for m in memories if is_decision(m) and m.status != "active"), key=_sort_key)
+        return {"decisions": [decision(m) for m in archived]}
+
     env = _environment(store)
-    context: dict[str, dict[str, Any]] = {
-        "decisions.md": {"groups": [{"name": name, "decisions": groups[name]} for name in sorted(groups)]},
-        "decisions-archive.md": {"decisions": [decision(m) for m in archived]},
-        "active-plan.md": {"branches": _branches(store, memories)},
-    }
-    return [Projection(name, store.root / name, _tidy(env.get_template(f"{name}.j2").render(**context[name])))
-            for name in PAGES]
+    context = {"decisions.md": current, "decisions-archive.md": archive,
+               "active-plan.md": lambda: {"branches": _branches(store, memories)}}
+    return [Projection(name, store.root / name, _tidy(env.get_template(f"{name}.j2").render(**context[name]())))
+            for name in names]
 
 
 def _branches(store: Store, memories: list[Memory]) -> list[dict[str, Any]]:
@@ -233,13 +297,14 @@ def write(store: Store, projections: list[Projection], index: Any = None) -> lis
 
 
 def refresh(store: Store, index: Any = None) -> list[Path]:
-    """Regenerate the pages from the memories; returns the paths that changed."""
+    """Regenerate the pages whose memories changed; returns the paths that changed."""
     from cortex.index import Index
 
     index = (index or Index(store)).ensure()
-    if known_current(store, index):
+    names = [name for name in PAGES if name not in _known(store, index)]
+    if not names:
         return []
-    return write(store, build(store, index=index), index)
+    return write(store, build(store, index=index, names=names), index)
 
 
 def affected_by(types: Any) -> bool:
@@ -252,20 +317,20 @@ def stale(store: Store, index: Any = None) -> list[Path]:
     from cortex.index import Index
 
     index = (index or Index(store)).ensure()
-    if known_current(store, index):
+    names = [name for name in PAGES if name not in _known(store, index)]
+    if not names:
         return []
-    pages = build(store, index=index)
-    result = [p.path for p in pages if not p.is_current()]
-    if not result:
-        _save_stamp(store, pages, index)
-    return result
+    pages = build(store, index=index, names=names)
+    _save_stamp(store, [p for p in pages if p.is_current()], index)
+    return [p.path for p in pages if not p.is_current()]
 
 
-# A stamp in the cache lets a check with nothing changed skip rendering: a hash of what the pages
-# depend on (the relevant memories' content hashes, the branch, the templates, cortex's version) and
-# the stat of each page as last rendered. Rendering 10,000 memories takes ~0.8 s; the stamp ~0.1 s.
+# A stamp in the cache lets a check with nothing changed skip rendering: for each page, a hash of what it
+# depends on (the content hashes of the memories of its types, the templates, cortex's version) and its stat
+# as last rendered. A Stop that writes a progress note re-renders `active-plan.md` alone; rendering every
+# decision of a 10,000-memory store takes ~0.2 s (bodies from `cache/pages.bin`), the stamp ~10 ms.
 
-def _inputs_digest(store: Store, index: Any = None) -> str | None:
+def _inputs_digests(store: Store, index: Any = None) -> dict[str, str] | None:
     import hashlib
 
     from cortex import __version__
@@ -274,51 +339,70 @@ def _inputs_digest(store: Store, index: Any = None) -> str | None:
     index = (index or Index(store)).ensure()
     if index.manifest is None:
         return None
-    h = hashlib.sha1(f"{__version__}\0".encode())
+    common = hashlib.sha1(f"{__version__}\0".encode())
     for folder in (store.root / "templates", _templates_dir()):
         if folder.is_dir():
             for path in sorted(folder.glob("*.j2")):
                 stat = path.stat()
-                h.update(f"{path}\0{stat.st_mtime_ns}\0{stat.st_size}\0".encode())
+                common.update(f"{path}\0{stat.st_mtime_ns}\0{stat.st_size}\0".encode())
+    by_kinds = {kinds: common.copy() for kinds in set(PAGE_KINDS.values())}
     for rel in sorted(index.manifest.files):
         entry = index.manifest.files[rel]
-        if "error" in entry or entry["type"] in PAGE_TYPES:
-            h.update(f"{rel}\0{entry['hash']}\0".encode())
-    return h.hexdigest()
+        kind = entry.get("type")
+        if kind == "architecture" and not any(f'"{tag}"' in entry["meta"] for tag in RECORD_TAGS):
+            continue  # not a decision record (no `decision`/`adr` tag, nor the word in its metadata): on no page
+        for kinds, h in by_kinds.items():
+            if "error" in entry or kind in kinds:
+                h.update(f"{rel}\0{entry['hash']}\0".encode())
+    return {name: by_kinds[kinds].hexdigest() for name, kinds in PAGE_KINDS.items()}
 
 
-def _page_stats(store: Store) -> dict[str, list[int]]:
-    out = {}
-    for name in PAGES:
-        try:
-            stat = (store.root / name).stat()
-        except OSError:
-            continue
-        out[name] = [stat.st_mtime_ns, stat.st_size, stat.st_ino]
-    return out
-
-
-def _save_stamp(store: Store, pages: list[Projection], index: Any = None) -> None:
-    import json
-
-    if not all(page.is_current() for page in pages):
-        return
-    digest = _inputs_digest(store, index)
-    if digest is None:
-        return
+def _page_stat(store: Store, name: str) -> list[int] | None:
     try:
-        atomic_write(store.cache_dir / "projections.stamp", json.dumps({"inputs": digest, "pages": _page_stats(store)}),
-                     durable=False)
+        stat = (store.root / name).stat()
     except OSError:
-        pass
+        return None
+    return [stat.st_mtime_ns, stat.st_size, stat.st_ino]
 
 
-def known_current(store: Store, index: Any = None) -> bool:
-    """True when nothing the pages depend on changed since they were last rendered and found current."""
+def _read_stamp(store: Store) -> dict[str, Any]:
     import json
 
     try:
         stamp = json.loads((store.cache_dir / "projections.stamp").read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return False
-    return stamp.get("pages") == _page_stats(store) and stamp.get("inputs") == _inputs_digest(store, index)
+        return {}
+    pages = stamp.get("pages") if isinstance(stamp, dict) else None
+    return pages if isinstance(pages, dict) and all(isinstance(v, dict) for v in pages.values()) else {}
+
+
+def _save_stamp(store: Store, pages: list[Projection], index: Any = None) -> None:
+    """Record the pages that are current (the others keep what they had: checked again next time)."""
+    import json
+
+    current = [page for page in pages if page.is_current()]
+    digests = _inputs_digests(store, index) if current else None
+    if digests is None:
+        return
+    stamp = _read_stamp(store)
+    for page in current:
+        stamp[page.name] = {"inputs": digests[page.name], "stat": _page_stat(store, page.name)}
+    try:
+        atomic_write(store.cache_dir / "projections.stamp", json.dumps({"pages": stamp}), durable=False)
+    except OSError:
+        pass
+
+
+def _known(store: Store, index: Any = None) -> set[str]:
+    """The pages whose inputs did not change since they were last rendered and found current."""
+    stamp = _read_stamp(store)
+    if not stamp:
+        return set()
+    digests = _inputs_digests(store, index) or {}
+    return {name for name in PAGES if name in stamp and stamp[name].get("inputs") == digests.get(name)
+            and stamp[name].get("stat") == _page_stat(store, name)}
+
+
+def known_current(store: Store, index: Any = None) -> bool:
+    """True when nothing the pages depend on changed since they were last rendered and found current."""
+    return _known(store, index) == set(PAGES)

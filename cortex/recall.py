@@ -17,9 +17,10 @@ For each store (project first, then global):
    the weights so it is 0..1 too.
 4. `score = relevance + recall.prior_weight (0.1) · prior`: relevance leads;
    the prior settles near-ties and lifts a trusted memory a few places.
-5. One hop: a hit's `source_of` targets (code behind a description) and its
-   strong `relates_to` links (strength ≥ 0.4) come back right after it,
-   marked `via`, scored just under it (× the link's strength). Code
+5. Up to two hops (`graph.expand`): a hit's `source_of` targets (code behind
+   a description) and its strong `relates_to` links (strength ≥ 0.4 after
+   decay, `graph.LinkAges`) come back right after it, and theirs after them,
+   marked `via`, scored just under it (× each link's strength). Code
    memories are not searched directly (unless `types` names `code`): they
    come back this way, behind their description. `limit` counts these
    too: a linked hit may take the place of a weaker direct one.
@@ -30,17 +31,32 @@ told once.
 
 from __future__ import annotations
 
+import heapq
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from cortex import salience
 from cortex.memory import Memory, now_epoch
 from cortex.store import Store
 
 POOL = 50
+BROAD_SHARE, BROAD_MIN, NARROWED = 0.5, 20, 3  # a query matching half of 20+ memories is narrowed to the best 3
 # Default of recall.list_weights (and recall.bm25_floor, 0.5), chosen on LoCoMo conversations 0-4
 # (bench/retrieval.py) and the example store's paraphrase queries: see docs/benchmarks.md.
-LIST_WEIGHTS = {"bm25": 1.0, "dense": 0.5}
+LIST_WEIGHTS = {"bm25": 1.0, "dense": 0.5, "ctx": 1.0}
+# With the contextual model on, relevance is a weighted mean of three scores (`score_fusion`), chosen on LoCoMo
+# conversations 0-4 and the developer set (bench/retrieval.py, bench/devset.py; docs/benchmarks.md).
+FUSION = {"bm25": 0.7, "ctx": 1.0, "dense": 0.5}
+WORD_SUPPORT = 0.35  # a full-text score counts fully from this match up, less below it (any shared word won before)
+# Cosine of all-MiniLM-L6-v2 sentence vectors mapped to a match in 0..1 (`match_score`): unrelated texts sit
+# under CTX_LOW, a question and the memory that answers it mostly over CTX_HIGH.
+CTX_LOW, CTX_HIGH = 0.15, 0.65
+# The static model's cosines are flatter (0.38-0.40 for right and wrong alike on the example project).
+STATIC_LOW, STATIC_HIGH = 0.3, 0.8
+STATIC_SHARE = 0.5  # the static model's weight in `match_score`, beside the contextual one's 1
+CODE_DAMPING = 0.7  # a code outline's relevance is scaled by this unless the question is about code
 STRONG_LINK = 0.4
 
 
@@ -53,6 +69,9 @@ class Hit:
     via: str | None = None
     ranks: dict[str, int] = field(default_factory=dict)
     raw: dict[str, float] = field(default_factory=dict)  # each list's own score (BM25, cosine)
+    match: float | None = None  # calibrated 0..1: how well the memory answers the query (None: keyword only)
+    root: str | None = None  # a linked hit: the id of the direct hit it was reached from (one or two hops)
+    spans: list[tuple[int, int]] = field(default_factory=list)  # the query's words in `snippet`
 
     def to_dict(self) -> dict[str, Any]:
         m = self.memory
@@ -62,9 +81,13 @@ class Hit:
             "type": m.type,
             "status": m.status,
             "score": round(self.score, 6),
+            "match": None if self.match is None else round(self.match, 3),
             "path": str(m.path),
             "store": self.store,
             "snippet": self.snippet,
+            "highlights": [list(span) for span in self.spans],
+            "summary": m.one_line(),
+            "project": m.project,
             "branch": m.branch,
             "tags": m.tags,
             "via": self.via,
@@ -79,7 +102,8 @@ class RecallResult:
 
 class Prior:
     """The ranking prior (DESIGN.md §3) of one query or briefing, in 0..1: `recall.weights` over decayed
-    confidence, priority, centrality, reads and the current branch, divided by the sum of the weights."""
+    confidence, priority, centrality, reads and the current branch, divided by the sum of the weights, plus
+    `salience.weight` × (salience − 0.5) over the same sum (`cortex.salience`: zero for a memory never shown)."""
 
     def __init__(self, store: Store, index: Any, now: float, branch: str | None) -> None:
         self.weights = {name: float(value) for name, value in store.config().get("recall.weights").items()}
@@ -88,17 +112,204 @@ class Prior:
         self.max_log = math.log(max(self.access.values(), default=0) + 1) or 1.0
         self.central = index.centralities()
         self.now, self.branch = now, branch
+        # Learned from use (state/salience.json): weight × (salience − 0.5), so no history changes nothing.
+        self.salience, self.salience_weight = salience.scores(store), float(store.config().get("salience.weight"))
 
     def __call__(self, memory: Memory) -> float:
+        return sum(self.parts(memory).values())
+
+    def parts(self, memory: Memory) -> dict[str, float]:
+        """Each term of the prior (weight × value / sum of weights); `cortex show` prints them."""
         from cortex.lifecycle import decayed_confidence
 
         w, reads, central = self.weights, self.access.get(memory.id, 0), self.central.get(memory.id, 0.0)
-        return (w["confidence"] * decayed_confidence(memory, self.now, reads, central)
-                + w["priority"] * memory.priority / 10
-                + w["centrality"] * central
-                + w["access"] * math.log(reads + 1) / self.max_log
-                + w["same_branch"] * (1.0 if self.branch is not None and memory.branch == self.branch else 0.0)
-                ) / self.total
+        return {"confidence": w["confidence"] * decayed_confidence(memory, self.now, reads, central) / self.total,
+                "priority": w["priority"] * memory.priority / 10 / self.total,
+                "centrality": w["centrality"] * central / self.total,
+                "access": w["access"] * math.log(reads + 1) / self.max_log / self.total,
+                "same_branch": w["same_branch"] * (self.branch is not None and memory.branch == self.branch) / self.total,
+                "salience": self.salience_weight * (self.salience.get(memory.id, 0.5) - 0.5) / self.total}
+
+
+# ---------------------------------------------------------------- the contextual model (re-ranking)
+
+
+class _Contextual:
+    """The process's contextual encoder (`cortex.contextual`, all-MiniLM-L6-v2 int8) for recall: off until an
+    edge that can afford it turns it on (`use_contextual`): `cortex serve`, the MCP server and `cortex recall`.
+    A one-shot hook never loads it (numpy alone costs more than its budget)."""
+
+    def __init__(self) -> None:
+        self.mode: str | None = None  # None (off), "inline" (a command) or "background" (a resident process)
+        self.encoder: Any = None
+        self.problem: str | None = None
+        self.sidecars: dict[str, Any] = {}
+        self.filling: set[str] = set()
+        self.queries: dict[str, Any] = {}
+
+    def get(self) -> Any:
+        if self.mode is None or self.problem is not None:
+            return None
+        if self.encoder is None:
+            from cortex.contextual import Encoder
+            from cortex.embedding import EncoderUnavailable
+
+            try:
+                self.encoder = Encoder()
+            except EncoderUnavailable as exc:
+                self.problem = str(exc)
+                return None
+        return self.encoder
+
+    def sidecar(self, store: Store) -> Any:
+        from cortex.index.vectors import Contextual
+
+        key = str(store.cache_dir)
+        if key not in self.sidecars:
+            self.sidecars[key] = Contextual(store.cache_dir)
+        return self.sidecars[key]
+
+    def query(self, text: str) -> Any:
+        """The query's sentence vector (the last few are kept: the prompt hook and MCP often repeat one)."""
+        from cortex.contextual import one_blas_thread
+
+        vector = self.queries.get(text)
+        if vector is None:
+            with one_blas_thread():
+                vector = self.get().sentence_vectors([text])[0]
+            if len(self.queries) > 64:
+                self.queries.clear()
+            self.queries[text] = vector
+        return vector
+
+
+CONTEXTUAL = _Contextual()
+INLINE_FILL = 300  # `cortex recall` embeds up to this many missing memories itself (~15 ms each); the upkeep the rest
+
+
+def use_contextual(mode: str | None = "inline") -> None:
+    """Turn contextual re-ranking on for this process: "inline" (fill a few missing vectors before answering)
+    or "background" (a resident process: fill them in a thread, answer at once with what there is)."""
+    CONTEXTUAL.mode = mode
+
+
+def missing_contextual(store: Store, index: Any) -> list[tuple[str, str]]:
+    """(text hash, path) of the memories without a contextual vector."""
+    encoder = CONTEXTUAL.encoder
+    identity = encoder.identity if encoder is not None else None
+    loaded = CONTEXTUAL.sidecar(store).load(identity) if identity else None
+    have = loaded[1] if loaded is not None else {}
+    wanted: dict[str, str] = {}
+    for rel, entry in index.records().items():
+        vhash = entry.get("vhash")
+        if vhash and vhash not in have and vhash not in wanted:
+            wanted[vhash] = rel
+    return list(wanted.items())
+
+
+def fill_contextual(store: Store, index: Any, limit: int | None = None, batch: int = 128) -> int:
+    """Embed memories that have no contextual vector yet (at most `limit`), in batches appended as they are
+    done; returns how many. Skips when another process is filling (its lock is taken)."""
+    from cortex.files import try_lock
+    from cortex.index.cache import read_body
+    from cortex.index.manifest import embed_text, memory_from_meta
+
+    encoder = CONTEXTUAL.get()
+    if encoder is None:
+        return 0
+    sidecar = CONTEXTUAL.sidecar(store)
+    done = 0
+    store.cache_dir.mkdir(parents=True, exist_ok=True)
+    with try_lock(sidecar.lock_path) as locked:
+        if not locked:
+            return 0
+        todo = missing_contextual(store, index)[:limit]
+        for start in range(0, len(todo), batch):
+            chunk = todo[start:start + batch]
+            texts = []
+            for _vhash, rel in chunk:
+                item = memory_from_meta(index.manifest.meta(rel), store.memories_dir / rel)
+                item.body = read_body(store.memories_dir / rel)
+                texts.append(embed_text(item))
+            sidecar.add(encoder.identity, [vhash for vhash, _ in chunk], encoder.sentence_vectors(texts))
+            done += len(chunk)
+    return done
+
+
+def _fill_in_background(store: Store, index: Any) -> None:
+    import threading
+
+    key = str(store.root)
+    if key in CONTEXTUAL.filling:
+        return
+    CONTEXTUAL.filling.add(key)
+
+    def work() -> None:
+        try:
+            fill_contextual(store, index)
+        except Exception as exc:  # a resident process keeps answering from what there is
+            store.log(f"recall: contextual vectors not filled: {exc!r}")
+        finally:
+            CONTEXTUAL.filling.discard(key)
+
+    threading.Thread(target=work, name="cortex-contextual", daemon=True).start()
+
+
+def contextual_scores(store: Store, index: Any, query: str, key: Any, allowed: frozenset[str]
+                      ) -> dict[str, float] | None:
+    """Cosine of the query with every allowed memory that has a contextual vector (None when the model is off
+    or there are no vectors). Missing vectors are filled first (a command, up to `INLINE_FILL`) or in a thread
+    (a resident process)."""
+    import numpy as np
+
+    encoder = CONTEXTUAL.get()
+    if encoder is None or not allowed:
+        return None
+    if CONTEXTUAL.mode == "background":
+        if missing_contextual(store, index):
+            _fill_in_background(store, index)
+    else:
+        missing = missing_contextual(store, index)
+        if missing:
+            fill_contextual(store, index, limit=INLINE_FILL)
+    loaded = CONTEXTUAL.sidecar(store).load(encoder.identity)
+    if loaded is None:
+        return None
+    matrix, row_of = loaded
+    cache_key = ("contextual", key, id(matrix))  # cleared with the index's other views when a sync changes it
+    views = index._allowed  # noqa: SLF001 - the per-sync view cache of the index
+    if cache_key not in views:
+        for stale in [k for k in views if isinstance(k, tuple) and k[:2] == ("contextual", key)]:
+            del views[stale]  # rows were appended since: one view per filter, not one per batch
+        files = index.manifest.files
+        rels = sorted(rel for rel in allowed if files[rel].get("vhash") in row_of)
+        rows = np.fromiter((row_of[files[rel]["vhash"]] for rel in rels), dtype=np.int64, count=len(rels))
+        views[cache_key] = (rels, np.ascontiguousarray(matrix[rows]))
+    rels, sub = views[cache_key]
+    if not rels:
+        return None
+    vector = CONTEXTUAL.query(query)
+    from cortex.contextual import one_blas_thread
+
+    with one_blas_thread():
+        scores = sub @ vector
+    return dict(zip(rels, scores.tolist()))
+
+
+def _matching_share(index: Any, query: str, total: int) -> float:
+    """The share of the store's memories holding the query's commonest word (0 for a small store)."""
+    searcher = index.searcher() if total >= BROAD_MIN else None
+    if searcher is None:
+        return 0.0
+    from cortex.index import fulltext
+
+    analyzer = index.fulltext_index().schema["text"].analyzer
+    try:
+        found = max((searcher.doc_frequency("text", t.text) for t in analyzer(" ".join(fulltext.query_words(query)))),
+                    default=0)
+    except Exception:  # a writer replaced the index: no narrowing this time
+        return 0.0
+    return found / total
 
 
 def _snippet(memory: Memory, words: list[str], width: int = 160) -> str:
@@ -110,6 +321,92 @@ def _snippet(memory: Memory, words: list[str], width: int = 160) -> str:
     start = max(0, at - width // 4)
     text = body[start : start + width]
     return ("…" if start else "") + text + ("…" if start + width < len(body) else "")
+
+
+_CODE_WORDS = frozenset("code coded source function functions method methods class classes module modules file files "
+                        "implementation implemented implement defined define definition script scripts signature "
+                        "argument arguments parameter parameters returns import imports helper helpers wrapper util "
+                        "utils utility utilities decorator endpoint handler".split())
+_CODE_TOKEN = re.compile(r"\w+\.(?:py|js|jsx|ts|tsx|go|rs|java|kt|rb|php|c|h|cc|cpp|hpp|cs|swift|sh|sql|md|toml|ya?ml|json)\b"
+                         r"|\w+/\w+|\w+\(|\b[a-z]+_[a-z_]+\b|\b[a-z]+[A-Z]\w*")
+
+
+def about_code(query: str) -> bool:
+    """Whether a question is about code: it names a file, a path, a call, an identifier (snake_case,
+    camelCase) or asks about functions, classes, modules, files or their implementation."""
+    if _CODE_TOKEN.search(query):
+        return True
+    return any(word in _CODE_WORDS for word in re.findall(r"[a-z]+", query.lower()))
+
+
+def score_fusion(ranked: dict[str, list[tuple[str, float]]], raw: dict[str, dict[str, float]],
+                 cosines: dict[str, float], statics: dict[str, float]) -> dict[str, float]:
+    """Relevance in 0..1 of every candidate (any list's top `POOL`) when the contextual model is on: a weighted
+    mean of its BM25 score over the best one, its contextual match and its static match (`FUSION`). Scores,
+    not ranks: a memory the contextual model calls a clear answer outranks one that only shares a word with
+    the question. Each candidate's cosines are recorded in `raw`, listed or not."""
+    bm25 = dict(ranked.get("bm25", []))
+    top = max(bm25.values(), default=0.0) or 1.0
+    total = sum(FUSION.values())
+    out = {}
+    for rel in raw:
+        if rel in cosines:
+            raw[rel]["ctx"] = cosines[rel]
+        if rel in statics:
+            raw[rel]["dense"] = statics[rel]
+        ctx = match_score({"ctx": raw[rel]["ctx"]}) if "ctx" in raw[rel] else 0.0
+        static = match_score({"dense": raw[rel]["dense"]}) if "dense" in raw[rel] else 0.0
+        # A shared word counts in proportion to the meaning behind it: full match at `WORD_SUPPORT`.
+        support = min(1.0, (match_score(raw[rel]) or 0.0) / WORD_SUPPORT)
+        out[rel] = (FUSION["bm25"] * support * bm25.get(rel, 0.0) / top + FUSION["ctx"] * (ctx or 0.0)
+                    + FUSION["dense"] * (static or 0.0)) / total
+    return out
+
+
+def static_scores(index: Any, query: str, key: Any, allowed: frozenset[str]) -> dict[str, float] | None:
+    """Static-model cosine of the query with every allowed memory that has a vector (None without vectors)."""
+    import numpy as np
+
+    vectors = index.vector_matrix()
+    encoder = index.query_encoder() if vectors is not None else None
+    if encoder is None:
+        return None
+    matrix, row_of = vectors
+    cache_key = ("static-all", key)
+    views = index._allowed  # noqa: SLF001 - the per-sync view cache of the index
+    if cache_key not in views:
+        files = index.manifest.files
+        rels = sorted(rel for rel in allowed if files[rel].get("vhash") in row_of)
+        rows = np.fromiter((row_of[files[rel]["vhash"]] for rel in rels), dtype=np.int64, count=len(rels))
+        views[cache_key] = (rels, np.ascontiguousarray(matrix[rows]))
+    rels, sub = views[cache_key]
+    if not rels:
+        return None
+    vector = np.asarray(encoder.encode_one(query), dtype=np.float32)
+    from cortex.contextual import one_blas_thread
+
+    with one_blas_thread():
+        scores = sub @ vector
+    return dict(zip(rels, scores.tolist()))
+
+
+def match_score(raw: dict[str, float]) -> float | None:
+    """How well a memory answers the query, in 0..1 and comparable across queries: each model's cosine mapped
+    linearly from its noise level to its answer level and clipped, the contextual one weighted 1 and the static
+    one `STATIC_SHARE` (either alone when the other is missing). None when only full text ranked it. On the
+    developer set, the answer scores ≥ 0.45 for 83 % of the questions, and no question without an answer in
+    the store reaches 0.40 (bench/devset.py)."""
+    def scaled(cos: float, low: float, high: float) -> float:
+        return min(1.0, max(0.0, (cos - low) / (high - low)))
+
+    if "ctx" in raw and "dense" in raw:
+        return (scaled(raw["ctx"], CTX_LOW, CTX_HIGH) + STATIC_SHARE * scaled(raw["dense"], STATIC_LOW, STATIC_HIGH)) \
+            / (1 + STATIC_SHARE)
+    if "ctx" in raw:
+        return scaled(raw["ctx"], CTX_LOW, CTX_HIGH)
+    if "dense" in raw:
+        return scaled(raw["dense"], STATIC_LOW, STATIC_HIGH)
+    return None
 
 
 def fuse(ranked: dict[str, list[tuple[str, float]]], rrf_k: float, weights: dict[str, float] | None = None
@@ -133,7 +430,7 @@ def fuse(ranked: dict[str, list[tuple[str, float]]], rrf_k: float, weights: dict
 def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[str] = (), branch: str | None = None,
                  include_all: bool = False, keyword_only: bool = False, now: float | None = None,
                  index: Any = None, sync: bool = True,
-                 methods: tuple[str, ...] = ("bm25", "dense")) -> RecallResult:
+                 methods: tuple[str, ...] = ("bm25", "dense", "ctx")) -> RecallResult:
     """Recall from one store (see the module docstring for the ranking).
 
     `methods` picks the ranked lists to fuse (benchmarks compare each alone).
@@ -173,45 +470,71 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
             store.log(f"recall: full-text search failed: {exc!r}")
             found = []
         ranked["bm25"] = [(rel, score) for rel, score in found if rel in allowed][:POOL]
+    cosines = statics = None
+    if not keyword_only and "ctx" in methods and allowed and config.get("recall.contextual") is not False:
+        cosines = contextual_scores(store, index, query, allowed_key, allowed)
+        if cosines is not None:
+            ranked["ctx"] = heapq.nsmallest(POOL, cosines.items(), key=lambda kv: (-kv[1], kv[0]))
     if not keyword_only and "dense" in methods and allowed:
-        found_dense = index.dense_search(query, allowed_key, allowed, POOL)
+        if cosines is not None:  # score fusion wants every candidate's static cosine, not only the top list's
+            statics = static_scores(index, query, allowed_key, allowed)
+            found_dense = None if statics is None else heapq.nsmallest(POOL, statics.items(),
+                                                                         key=lambda kv: (-kv[1], kv[0]))
+        else:
+            found_dense = index.dense_search(query, allowed_key, allowed, POOL)
         if found_dense is not None:
             ranked["dense"] = found_dense
-    if "dense" in ranked and ranked.get("bm25"):
+    share = _matching_share(index, query, len(records))
+    if share >= BROAD_SHARE and limit > NARROWED:
+        limit = NARROWED
+        notes.append(f"the query {' '.join(query.split())[:60]!r} matches {share:.0%} of the {store.label} store's "
+                     f"memories; showing the best {NARROWED}: add a more specific word")
+    semantic = "dense" in ranked or "ctx" in ranked
+    if semantic and cosines is None and ranked.get("bm25"):
         # Fusing: a full-text hit far below the best one is a shared common word, not evidence.
         floor = bm25_floor * ranked["bm25"][0][1]
         ranked["bm25"] = [(rel, score) for rel, score in ranked["bm25"] if score >= floor]
-    if "dense" not in ranked and not keyword_only and "dense" in methods:
-        notes.append(f"semantic search off ({index.encoder_problem or 'no vectors'}): full-text only")
-    fused, ranks, raw = fuse(ranked, rrf_k, list_weights)
+    if not semantic and not keyword_only and "dense" in methods and allowed:
+        # Said only of a store that has memories to search and no vectors for them (an empty global store
+        # has nothing to be off for).
+        notes.append(f"semantic search off in the {store.label} store "
+                     f"({index.encoder_problem or 'no vectors'}): full-text only")
+    fused, ranks, raw = fuse(ranked, rrf_k, {**LIST_WEIGHTS, **list_weights})
     if not fused:
         return RecallResult([], notes)
+    if cosines is not None:
+        fused = score_fusion(ranked, raw, cosines, statics or {})
     prior = Prior(store, index, now, store.current_branch())
     root = store.memories_dir
+    code_question = about_code(query)
     scored = []
     for rel, value in fused.items():
         m = memory_from_meta(index.manifest.meta(rel), root / rel)
-        scored.append(Hit(m, value + prior_weight * prior(m), store.label, ranks=ranks[rel], raw=raw.get(rel, {})))
+        match = match_score(raw.get(rel, {}))
+        if m.type == "code_description" and not code_question:
+            value *= CODE_DAMPING  # an outline of code ranks below knowledge unless the question is about code
+        hit = Hit(m, value + prior_weight * prior(m), store.label, ranks=ranks[rel], raw=raw.get(rel, {}))
+        hit.match = match
+        scored.append(hit)
     scored.sort(key=lambda h: (-h.score, h.memory.id))
     hits = scored[:limit]
-    # One hop along source_of and strong relates_to links. Hops ignore the type and
-    # branch filters: code comes back with its description whatever was asked.
+    # Up to two hops along source_of and strong relates_to links (decayed strengths, `graph.expand`). Hops
+    # ignore the type and branch filters: code comes back with its description whatever was asked.
+    from cortex.graph import LinkAges, expand
+    from cortex.render import match_spans
+
     rel_of_id = index.rel_of_id()
-    neighbours = index.neighbours()
+    neighbours, ages = index.neighbours(), LinkAges(store, index, now)
     shown = {h.memory.id for h in hits}
     out: list[Hit] = []
     for hit in hits:
         out.append(hit)
         # Its own links and `relates_to` links newer memories made to it (the relation reads both ways).
-        links = sorted(neighbours.get(hit.memory.id, ()), key=lambda n: (-(n[2] if n[2] is not None else 1.0), n[0], n[1]))
-        for rel, to, strength in links:
-            strong = rel == "relates_to" and (strength or 0.0) >= STRONG_LINK
-            target = rel_of_id.get(to)
-            if (rel == "source_of" or strong) and target and to not in shown and records[target]["status"] in statuses:
-                shown.add(to)
-                factor = 1.0 if rel == "source_of" else float(strength or 0.0)
-                linked = memory_from_meta(index.manifest.meta(target), root / target)
-                out.append(Hit(linked, hit.score * factor * 0.99, store.label, via=f"{rel} of {hit.memory.id}"))
+        for to, rel, via, factor in expand(hit.memory.id, neighbours, lambda i: i in rel_of_id and records[
+                rel_of_id[i]]["status"] in statuses, ages.strength, shown, STRONG_LINK):
+            target = rel_of_id[to]
+            linked = memory_from_meta(index.manifest.meta(target), root / target)
+            out.append(Hit(linked, hit.score * factor * 0.99, store.label, via=f"{rel} of {via}", root=hit.memory.id))
     words = fulltext.query_words(query)
     for hit in out:
         try:
@@ -220,6 +543,7 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
         except Exception:
             continue
         hit.snippet = _snippet(hit.memory, words)
+        hit.spans = match_spans(hit.snippet, query)
     return RecallResult(out, notes)
 
 
@@ -230,8 +554,13 @@ def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[
     after the hit it was reached from. Archived and superseded hits come back with `include_all`, as they are:
     reading never changes a memory (`cortex restore` brings one back). `indexes` (a `cortex.index.Indexes`) holds the warm
     indexes of a resident process, or of one command: each store is synced at most once through it."""
+    from cortex.errors import QueryRefused
     from cortex.index import Indexes
+    from cortex.text import query_problem
 
+    problem = query_problem(query)
+    if problem:
+        raise QueryRefused(problem)
     indexes = indexes or Indexes()
     hits: list[Hit] = []
     notes: list[str] = []
@@ -252,7 +581,7 @@ def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[
 
     direct = sorted((h for h in hits if h.via is None), key=rank)[:limit]
     parents = {(h.store, h.memory.id) for h in direct}
-    linked = [h for h in hits if h.via is not None and (h.store, h.via.rsplit(" of ", 1)[-1]) in parents
+    linked = [h for h in hits if h.via is not None and (h.store, h.root or h.via.rsplit(" of ", 1)[-1]) in parents
               and (h.store, h.memory.id) not in parents]
     chosen = {id(h) for h in sorted(direct + linked, key=rank)[:limit]}
     final: list[Hit] = []
@@ -260,7 +589,7 @@ def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[
         if id(parent) in chosen:
             final.append(parent)
             final.extend(h for h in linked if id(h) in chosen and h.store == parent.store
-                         and h.via is not None and h.via.endswith(f" of {parent.memory.id}"))
+                         and h.via is not None and (h.root or h.via.rsplit(" of ", 1)[-1]) == parent.memory.id)
     for store in stores:
         store.record_access(h.memory.id for h in final if h.store == store.label)
     return RecallResult(final, notes)

@@ -3,14 +3,19 @@
 A fresh hook process pays numpy, Whoosh, the manifest and a stat of every
 file before it can search (~0.7 s at 10,000 memories). `cortex serve` keeps
 an Index warm, follows the files with a watchdog observer (debounced sync, as
-`cortex watch` does), and answers requests on a unix socket under
+`cortex watch` does, and like it vouches for the files so other processes
+skip their stat of every file), keeps the SessionStart briefing built, runs
+numpy with one BLAS thread, and answers requests on a unix socket under
 `.cortex/state/` (no network port). One per store (`state/serve.lock`); it
 exits by itself after `--idle` seconds without a request. The SessionStart
 hook starts it detached; the prompt hook asks it with a short timeout and
 falls back to recall in its own process when it is absent or slow.
 
-Protocol: one JSON line in (`{"op": "prompt", "prompt": "…"}`), one JSON line
-out (`{"context": "…" | null}`).
+Protocol: one JSON line in, one JSON line out. `{"op": "prompt", "prompt": "…"}`
+gets `{"context": "…" | null}`, or `{"warming": true}` while the indexes are
+still loading (the hook then recalls in its own process); `{"op": "ping"}`
+is answered once the server is warm, `{"op": "state"}` at once (`ready`
+says whether it is warm).
 """
 
 from __future__ import annotations
@@ -23,7 +28,6 @@ import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # importing the store costs a hook ~20 ms; the client half of this module must not
-    from cortex.index import Indexes
     from cortex.store import Store
 
 
@@ -58,6 +62,10 @@ def ask(store_root: str, request: dict[str, object], timeout: float = 0.5) -> di
         return None
 
 
+ONE_THREAD = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+BRIEFING_CHECK = 2.0  # seconds between looks at whether the cached briefing still matches branch, HEAD and store
+
+
 def start_detached(store_root: str) -> None:
     """Start `cortex serve` for a store in its own session, unless one runs already (os-level, for hot paths)."""
     if server_up(store_root):
@@ -66,18 +74,25 @@ def start_detached(store_root: str) -> None:
 
     idle = os.environ.get("CORTEX_SERVE_IDLE", "900")  # tests shorten it so no server outlives them
     try:
-        detached(["serve", "--dir", store_root, "--idle", idle], os.path.join(store_root, "state"), "serve.log")
+        detached(["serve", "--dir", store_root, "--idle", idle], os.path.join(store_root, "state"), "serve.log",
+                 env={name: os.environ.get(name, "1") for name in ONE_THREAD})
     except OSError:
         pass  # a read-only store: the prompt hook recalls in its own process
 
 
 def serve(store: "Store", idle: float = 900.0, debounce: float = 0.3) -> str:
-    """Serve until idle; returns why it stopped. Raises CortexError when another server holds the store."""
+    """Serve until idle; returns why it stopped. Raises CortexError when another server holds the store.
+
+    The socket answers at once; the indexes warm in a background thread (a prompt that comes first gets
+    `{"warming": true}` and the hook recalls in its own process). Once warm, the server vouches for the
+    store's files as `cortex watch` does (`state/watch.ready`), so other cortex processes skip their stat of
+    every file, and it keeps the SessionStart briefing built: after each sync, and when branch or HEAD moved.
+    """
+    for name in ONE_THREAD:  # one BLAS thread: a matrix-vector product per query spins, not speeds up, on 2 cores
+        os.environ.setdefault(name, "1")
     from cortex.errors import CortexError
     from cortex.files import hold_lock
-    from cortex.index import Indexes
-    from cortex.store import iter_stores
-    from cortex.watch import change_observer, stop_on_sigterm
+    from cortex.watch import stop_on_sigterm
 
     lock = hold_lock(store.state_dir / "serve.lock")
     if lock is None:
@@ -86,28 +101,141 @@ def serve(store: "Store", idle: float = 900.0, debounce: float = 0.3) -> str:
     if os.path.exists(path):
         os.unlink(path)  # a stale socket from a server that died; the lock says none runs
     stop_on_sigterm()
-    indexes = Indexes()
-    watched = []  # (store, changed event, observer): the project store and the global one
-    for each in iter_stores(store):
-        indexes.synced(each, full=True)
-        each.memories_dir.mkdir(parents=True, exist_ok=True)
-        changed = threading.Event()
-        watched.append((each, changed, change_observer(each.memories_dir, changed)))
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)
     server.listen(8)
     server.settimeout(0.25)
+    warm = _Warm(store, debounce)
+    warm.start()
     try:
-        return _loop(store, server, indexes, watched, idle, debounce)
+        return _loop(store, server, warm, idle)
     except KeyboardInterrupt:
         return "stopped by a signal"
     finally:
-        for _each, _changed, observer in watched:
-            observer.stop()
+        warm.stop()
         server.close()
         if os.path.exists(path):
             os.unlink(path)
         lock.close()
+
+
+class _Warm(threading.Thread):
+    """The server's indexes, warmed and kept in step in the background; every use holds `busy`."""
+
+    def __init__(self, store: "Store", debounce: float) -> None:
+        super().__init__(daemon=True, name="cortex-serve-warm")
+        from cortex.index import Indexes
+
+        self.store, self.debounce = store, debounce
+        self.indexes = Indexes()
+        self.busy = threading.Lock()
+        self.ready = threading.Event()
+        self.stopping = threading.Event()
+        self.watched: list[tuple["Store", threading.Event, Any]] = []  # (store, changed event, observer)
+        self.vouches: list[Any] = []  # the `watch.ready` locks this server holds
+        self.written: dict[str, int] = {}
+
+    def run(self) -> None:
+        from cortex.files import hold_lock
+        from cortex.store import iter_stores
+        from cortex.watch import change_observer
+
+        try:
+            with self.busy:
+                for each in iter_stores(self.store):
+                    each.memories_dir.mkdir(parents=True, exist_ok=True)
+                    changed = threading.Event()
+                    self.watched.append((each, changed, change_observer(each.memories_dir, changed)))
+                    self.written[str(each.root)] = _written_stamp(each)
+                    self.indexes.get(each).trust_watcher = False  # this server is the watcher
+                    index = self.indexes.synced(each, full=True)
+                    index.query_encoder(), index.searcher()  # loaded now, not by the first prompt
+                    vouch = hold_lock(each.state_dir / "watch.ready")  # None: a `cortex watch` vouches already
+                    if vouch is not None:
+                        self.vouches.append(vouch)
+            self._warm_contextual()
+            self._briefing()  # before answering: a first prompt would share the interpreter with these
+            self.ready.set()
+        except Exception as exc:  # the server answers "warming" and hooks recall in their own process
+            self.store.log(f"serve: warming failed: {exc!r}")
+            self._release()
+            return
+        last_look = time.monotonic()
+        while not self.stopping.wait(0.25):
+            try:
+                with self.busy:
+                    synced = self.follow(self.debounce)
+            except Exception as exc:  # a sync that failed: no longer vouch for files this server may miss
+                self.store.log(f"serve: sync failed: {exc!r}")
+                self._release()
+                continue
+            if synced or time.monotonic() - last_look > BRIEFING_CHECK:
+                self._briefing()
+                last_look = time.monotonic()
+
+    def _warm_contextual(self) -> None:
+        """Load the contextual model for re-ranking (`cortex.recall.use_contextual`): its vectors of memories
+        that have none are computed in a background thread, and recall uses what there is meanwhile."""
+        from cortex import recall as recall_module
+        from cortex.store import iter_stores
+
+        recall_module.use_contextual("background")
+        try:
+            with self.busy:
+                recall_module.recall(list(iter_stores(self.store)), "warm up", limit=1, indexes=self.indexes)
+        except Exception as exc:
+            self.store.log(f"serve: contextual warm-up failed: {exc!r}")
+
+    def follow(self, debounce: float) -> bool:
+        """Sync a store whose watcher saw a change (after `debounce`, so a burst of changes is one sync) or that
+        cortex itself wrote to since the last sync (the caller holds `busy`); True when one was synced."""
+        synced = False
+        for each, changed, _observer in self.watched:
+            stamp = _written_stamp(each)
+            if changed.is_set() or stamp != self.written[str(each.root)]:
+                if changed.is_set() and debounce:
+                    time.sleep(debounce)
+                changed.clear()
+                self.indexes.stale(each)
+                self.indexes.synced(each, full=True)
+                self.written[str(each.root)] = stamp  # after the sync: one that failed is tried again
+                synced = True
+        return synced
+
+    def _briefing(self) -> None:
+        """Build the next SessionStart's briefing now when the cached one no longer matches (a Stop or a write
+        changed the store, a commit moved HEAD), so the next session start is a file read. It goes to
+        `state/briefing.next.json`: `briefing.json` stays what this session was shown (the prompt hook leaves
+        those memories out) until a SessionStart prints the new one (`cortex.layout.cached_briefing`)."""
+        from cortex import __version__, briefing
+        from cortex.files import atomic_write
+        from cortex.layout import briefing_key, saved_briefing
+
+        root = str(self.store.root)
+        key = briefing_key(root, __version__)
+        if self.store.label != "project" or any((saved_briefing(root, name) or {}).get("key") == key
+                                                for name in ("briefing.json", "briefing.next.json")):
+            return
+        try:  # its own index (this server vouches for the files: a manifest load, no walk), so prompts never wait
+            built = briefing.build(self.store)
+            key = briefing_key(root, __version__)  # after the build: its sync may have rewritten the manifest
+            atomic_write(self.store.state_dir / "briefing.next.json",
+                         json.dumps({"key": key, "text": built.text, "tokens": built.tokens, "ids": built.ids}),
+                         durable=False)
+        except Exception as exc:
+            self.store.log(f"serve: briefing not rebuilt: {exc!r}")
+
+    def _release(self) -> None:
+        """Stop vouching for the files: other processes walk them again."""
+        for vouch in self.vouches:
+            vouch.close()
+        self.vouches = []
+
+    def stop(self) -> None:
+        self.stopping.set()
+        for _each, _changed, observer in self.watched:
+            observer.stop()
+        self._release()
 
 
 def _written_stamp(store: "Store") -> int:
@@ -118,45 +246,36 @@ def _written_stamp(store: "Store") -> int:
         return 0
 
 
-def _follow(indexes: "Indexes", watched: "list[tuple[Store, threading.Event, Any]]", written: dict[str, int],
-            debounce: float) -> None:
-    """Mark a store stale and sync it when its watcher saw a change (after `debounce`, so a burst of changes is
-    one sync) or cortex itself wrote to it since the last sync."""
-    for each, changed, _observer in watched:
-        stamp = _written_stamp(each)
-        if changed.is_set() or stamp != written[str(each.root)]:
-            if changed.is_set() and debounce:
-                time.sleep(debounce)
-            changed.clear()
-            written[str(each.root)] = stamp
-            indexes.stale(each)
-            indexes.synced(each, full=True)
-
-
-def _loop(store: "Store", server: socket.socket, indexes: "Indexes",
-          watched: "list[tuple[Store, threading.Event, Any]]", idle: float, debounce: float) -> str:
-    """Answer requests until `idle` seconds pass without one; a store whose files changed is synced again."""
+def _loop(store: "Store", server: socket.socket, warm: _Warm, idle: float) -> str:
+    """Answer requests until `idle` seconds pass without one."""
     from cortex.events import prompt_context
 
     last = time.monotonic()
-    written = {str(each.root): _written_stamp(each) for each, _changed, _observer in watched}
     while time.monotonic() - last < idle:
-        _follow(indexes, watched, written, debounce)
         try:
             connection, _ = server.accept()
         except socket.timeout:
             continue
-        _follow(indexes, watched, written, 0.0)  # what was written since the last look, before answering
         last = time.monotonic()
         with connection:
             connection.settimeout(2.0)
             try:
                 request = json.loads(_read_line(connection) or b"{}")
                 answer: dict[str, object]
-                if request.get("op") == "prompt":
-                    answer = {"context": prompt_context(store, str(request.get("prompt", "")), indexes)}
+                if request.get("op") == "state":  # answered at once: the server is up, warm or not
+                    answer = {"ok": True, "pid": os.getpid(), "ready": warm.ready.is_set()}
+                elif request.get("op") != "prompt":  # ping: answered once warm (a client waiting for it waits)
+                    if not warm.ready.is_set():
+                        continue
+                    answer = {"ok": True, "pid": os.getpid(), "ready": True}
+                elif not warm.ready.is_set() or not warm.busy.acquire(timeout=0.3):
+                    answer = {"warming": True}  # no "context": the hook recalls in its own process
                 else:
-                    answer = {"ok": True, "pid": os.getpid()}
+                    try:
+                        warm.follow(0.0)  # what was written since the last look, before answering
+                        answer = {"context": prompt_context(store, str(request.get("prompt", "")), warm.indexes)}
+                    finally:
+                        warm.busy.release()
             except Exception as exc:  # one bad request never stops the server
                 store.log(f"serve: {exc!r}")
                 answer = {"error": str(exc)}

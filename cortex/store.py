@@ -22,7 +22,7 @@ import os
 import re
 import stat as _stat
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
@@ -87,6 +87,7 @@ class Store:
         self.label = label
         self._config: Any = None
         self._cache_dir: Path | None = None
+        self._named: tuple[tuple[tuple[str, int], ...], set[str]] | None = None  # (folder mtimes, ids): `_ids_named`
 
     def __repr__(self) -> str:
         return f"Store({str(self.root)!r}, {self.label!r})"
@@ -338,13 +339,18 @@ class Store:
     def _ids_named(self) -> set[str]:
         """The ids in the memory files' names (`<slug>-<id>.md`), from folder listings alone: no path objects, no
         stat, no parse (a create at 10,000 memories walked and checked every file: ~0.15 s a memory)."""
+        if self._named is not None and self._named[0] == _folder_marks(self._named[0]):
+            return self._named[1]  # no folder changed since the last look (a Stop writing ten memories lists once)
         found: set[str] = set()
+        folders: list[str] = []
         stack = [str(self.memories_dir)]
         while stack:
+            folder = stack.pop()
             try:
-                entries = list(os.scandir(stack.pop()))
+                entries = list(os.scandir(folder))
             except OSError:
                 continue
+            folders.append(folder)
             for entry in entries:
                 if entry.name.startswith("."):
                     continue
@@ -352,6 +358,7 @@ class Store:
                     found.add(entry.name.rsplit("-", 1)[-1][:-3])
                 elif entry.is_dir(follow_symlinks=False):
                     stack.append(entry.path)
+        self._named = (_folder_marks(tuple((folder, 0) for folder in folders)), found)
         return found
 
     def create(self, item: Memory) -> Memory:
@@ -367,6 +374,12 @@ class Store:
             stamp = fmt.now_iso()
             item.created = item.created or stamp
             item.updated = item.updated or item.created
+            if not item.summary and item.type != "code":  # one line for short renderings (code has its outline)
+                item.summary = fmt.summary_from(item.body, item.title)
+            item.links, dropped = fmt.link_problems(item.id, item.links)
+            for problem in dropped:
+                self.log(f"{item.id}: ignored {problem}")
+            item.links = [replace(link, created=link.created or stamp) for link in item.links]
             if item.branch is None and self.label == "project":
                 item.branch = self.current_branch()
             if self.label == "global":
@@ -380,6 +393,11 @@ class Store:
             guard_text(text, path)
             atomic_write(path, text)
             self.mark_changed()
+            if self._named is not None and str(path.parent) in dict(self._named[0]):
+                self._named[1].add(item.id)  # our own file: the listing stays good (we hold the write lock)
+                self._named = (_folder_marks(self._named[0]), self._named[1])
+            else:
+                self._named = None  # a new folder: list again next time
         return self.read(path)
 
     def update(self, id_or_prefix: str, changes: dict[str, Any], body: str | None = None, touch: bool = True,
@@ -423,10 +441,15 @@ class Store:
                 current = self.get(memory_id)
             have = {(link.rel, link.to) for link in current.links}
             added = []
+            stamp = fmt.now_iso()
             for link in links:
-                if (link.rel, link.to) not in have:
+                if link.to == current.id:
+                    self.log(f"{current.id}: ignored a {link.rel} link to itself")
+                elif (link.rel, link.to) in have:
+                    self.log(f"{current.id}: ignored a duplicate {link.rel} link to {link.to}")
+                else:
                     have.add((link.rel, link.to))
-                    added.append(link)
+                    added.append(replace(link, created=link.created or stamp))
             if not added:
                 return current
             return self.update(current.id, {"links": current.links + added}, touch=False, path=current.path)
@@ -444,7 +467,7 @@ class Store:
         if old_memory.id == new_memory.id:
             raise CortexError("a memory cannot replace itself")
         links = [link for link in new_memory.links if not (link.rel == "supersedes" and link.to == old_memory.id)]
-        links.append(Link("supersedes", old_memory.id))
+        links.append(Link("supersedes", old_memory.id, created=fmt.now_iso()))
         new_memory = self.update(new_memory.id, {"links": links})
         old_memory = self.update(old_memory.id, {"status": "superseded"})
         return old_memory, new_memory
@@ -509,13 +532,15 @@ class Store:
             by_status[item.status] = by_status.get(item.status, 0) + 1
         problems = [str(p) for p in scan.problems]
         ids = {item.id for item in scan.memories}
+        warnings: list[str] = []
         for item in scan.memories:
             for link in item.links:
                 if link.to not in ids:
                     problems.append(f"{item.path}: link {link.rel} to unknown id {link.to}")
-        warnings: list[str] = []
+            warnings += [f"{item.path}: {problem} (ignored; remove the line)"
+                         for problem in fmt.link_problems(item.id, item.links)[1]]
         try:
-            warnings = list(self.config().warnings)
+            warnings = list(self.config().warnings) + warnings
         except CortexError as exc:
             problems.append(str(exc))
         return {
@@ -533,6 +558,17 @@ class Store:
             "problems": problems,
             "warnings": warnings,
         }
+
+
+def _folder_marks(folders: tuple[tuple[str, int], ...]) -> tuple[tuple[str, int], ...]:
+    """(folder, mtime_ns) of each folder: a file added, removed or renamed in one changes its mtime."""
+    marks = []
+    for folder, _ in folders:
+        try:
+            marks.append((folder, os.stat(folder).st_mtime_ns))
+        except OSError:
+            marks.append((folder, -1))
+    return tuple(marks)
 
 
 def guard_text(text: str, path: Path) -> None:

@@ -30,3 +30,15 @@ def jaccard(a: set[str], b: set[str]) -> float:
 def estimate_tokens(text: str) -> int:
     """~4 characters a token (English prose and code average); rounded up."""
     return math.ceil(len(text) / 4)
+
+
+def query_problem(query: str) -> str | None:
+    """Why `query` cannot be searched (empty, or only common words and punctuation), or None. A query in a
+    script these words do not cover (CJK, Cyrillic, ...) is let through to the semantic search."""
+    shown = " ".join(query.split())
+    if not shown:
+        return "the query is empty: say what to look for, e.g. \"why SQLite for the cache\""
+    if not words(shown) and not any(c.isalnum() and not c.isascii() for c in shown):
+        return (f"the query {shown[:60]!r} has no word to search for (only common words or punctuation): "
+                "add a specific word")
+    return None

@@ -149,3 +149,25 @@ def test_with_the_llm_configured_the_description_is_its_summary(project, tmp_pat
     assert description.title == "billing.py: The billing module: invoice totals in cents and partial refunds."
     [call] = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
     assert call["nested"] == "1" and "--settings" in call["argv"] and call["names_the_file"]  # its hooks off
+
+
+def test_only_source_files_of_a_folder_are_indexed_with_readable_titles_and_no_repeats(project):
+    """Markers and dotfiles are not code; an overloaded function is listed once; titles say what a file does."""
+    pkg = project / "pkg"
+    pkg.mkdir()
+    (pkg / "py.typed").write_text("", encoding="utf-8")
+    (pkg / ".gitignore").write_text("*.pyc\n", encoding="utf-8")
+    (pkg / "utils.py").write_text(
+        "from typing import overload\n\n@overload\ndef parse(x: int) -> int: ...\n@overload\n"
+        "def parse(x: str) -> str: ...\ndef parse(x):\n    return x\n\ndef _posixify(name):\n    return name\n",
+        encoding="utf-8")
+    (pkg / "billing.py").write_text(MODULE, encoding="utf-8")
+    report = cortex_json("index-code", "pkg", cwd=project)
+    assert {item["path"] for item in report["indexed"]} == {"pkg/utils.py", "pkg/billing.py"}
+    assert {"path": "pkg/py.typed", "reason": "not a source file"} in report["skipped"]
+    store = Store.locate(project)
+    titles = {item.files[0]: item for item in store.list(types=("code_description",))}
+    assert titles["pkg/billing.py"].title == "pkg/billing.py: Billing: invoice totals in integer cents."
+    assert titles["pkg/utils.py"].title == "pkg/utils.py: defines parse"
+    assert "`" not in titles["pkg/utils.py"].title
+    assert titles["pkg/utils.py"].body.count("parse(") == 1

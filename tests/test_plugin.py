@@ -25,7 +25,8 @@ def test_marketplace_points_at_the_plugin_and_the_manifest_is_valid():
 def test_hook_commands_quote_the_plugin_root_and_name_real_events():
     hooks = json.loads((PLUGIN / "hooks" / "hooks.json").read_text(encoding="utf-8"))["hooks"]
     events = {"SessionStart": "session-start", "UserPromptSubmit": "prompt", "Stop": "stop", "PreCompact": "pre-compact",
-              "SessionEnd": "session-end"}
+              "SessionEnd": "session-end", "PreToolUse": "pre-tool-use", "SubagentStart": "subagent-start",
+              "SubagentStop": "subagent-stop"}
     assert set(hooks) == set(events)
     hook_command = main.commands["hook"]
     choices = set(hook_command.params[0].type.choices)
@@ -47,7 +48,8 @@ def test_the_hook_script_fails_open_without_cortex_and_runs_it_with(tmp_path):
 
 def test_slash_commands_only_call_commands_that_exist():
     files = sorted((PLUGIN / "commands").glob("*.md"))
-    assert {f.stem for f in files} == {"remember", "recall", "forget", "inspect", "index-code", "consolidate"}
+    assert {f.stem for f in files} == {"remember", "recall", "forget", "inspect", "index-code", "consolidate",
+                                       "cortex-feedback"}
     for path in files:
         text = path.read_text(encoding="utf-8")
         assert text.startswith("---\n") and "description:" in text.split("---", 2)[1]

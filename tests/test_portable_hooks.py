@@ -19,7 +19,8 @@ from tests.helpers import REPO_ROOT, cortex, remember
 
 PAYLOADS = Path(__file__).resolve().parent / "data" / "hook-payloads"  # copies of the shared real payloads
 EVENTS = {"SessionStart": "session-start", "UserPromptSubmit": "prompt", "Stop": "stop", "PreCompact": "pre-compact",
-          "SessionEnd": "session-end"}
+          "SessionEnd": "session-end", "PreToolUse": "pre-tool-use", "SubagentStart": "subagent-start",
+          "SubagentStop": "subagent-stop"}
 MARK = "<!-- cortex:injected -->"
 VENV_BIN = Path(sys.executable).parent
 

@@ -122,3 +122,40 @@ def test_same_memories_in_any_order_and_mtime_give_the_same_bytes(tmp_path_facto
             else:
                 os.environ["LC_ALL"] = env_lang
     assert pages[0] == pages[1]
+
+
+def test_a_page_shows_a_decision_as_edited_by_hand_whatever_the_cache_of_bodies_holds(tmp_path):
+    folder = _copy_example(tmp_path)
+    cortex("project", "--dir", str(folder), cwd=tmp_path)
+    assert (folder / "cache" / "pages.bin").is_file()  # the bodies the pages show, by content hash
+    path = next((folder / "memories" / "decision").glob("keep-each-shop-s-ledger-*.md"))
+    path.write_text(path.read_text(encoding="utf-8").replace("one writer per file is plenty",
+                                                             "one writer per file is still plenty"), encoding="utf-8")
+    out = cortex("project", "--dir", str(folder), cwd=tmp_path).stdout
+    assert "decisions.md" in out and "active-plan.md" not in out  # a decision changed: its page, not the plan's
+    assert "one writer per file is still plenty" in (folder / "decisions.md").read_text(encoding="utf-8")
+    rendered = {page: (folder / page).read_bytes() for page in projections.PAGES}
+    (folder / "cache" / "pages.bin").write_bytes(b"garbage")  # a damaged cache of bodies is read around
+    (folder / "cache" / "projections.stamp").unlink()
+    cortex("project", "--dir", str(folder), cwd=tmp_path)
+    assert {page: (folder / page).read_bytes() for page in projections.PAGES} == rendered
+
+
+def test_a_progress_note_renders_the_plan_page_alone(tmp_path, monkeypatch):
+    folder = _copy_example(tmp_path)
+    cortex("project", "--dir", str(folder), cwd=tmp_path)
+    store = Store(folder, "project")
+    store.create(Memory(id="", type="progress", title="Ledger export: CSV writer done", body="CSV writer done.\n"))
+    seen: list[list[str]] = []
+    original = projections.build
+
+    def recording(*args, **kwargs):
+        pages = original(*args, **kwargs)
+        seen.append([page.name for page in pages])
+        return pages
+
+    monkeypatch.setattr(projections, "build", recording)
+    changed = projections.refresh(store)
+    assert [path.name for path in changed] == ["active-plan.md"]
+    assert seen == [["active-plan.md"]]  # the decision pages were not rendered again
+    assert "Ledger export: CSV writer done" in (folder / "active-plan.md").read_text(encoding="utf-8")

@@ -51,3 +51,38 @@ def test_serve_exits_when_idle_and_session_start_starts_it(project):
     root = str(project / ".cortex")
     assert wait_for(lambda: serve.ask(root, {"op": "ping"}) is not None, 60)
     assert wait_for(lambda: not Path(serve.socket_path(root)).exists(), 60)  # CORTEX_SERVE_IDLE=2: it leaves by itself
+
+
+def test_the_server_vouches_for_the_files_and_builds_the_next_briefing_ahead(project, capsys):
+    from cortex import __version__, hotpath, layout
+    from cortex.index import Index
+    from cortex.store import Store
+
+    remember(project, "Pinned rule: never log card numbers", pinned=True)
+    root = str(project / ".cortex")
+    proc = subprocess.Popen([*cortex_command(), "serve", "--idle", "60"], cwd=project, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_for(lambda: serve.ask(root, {"op": "state"}) is not None, 30)  # up before it is warm
+        assert wait_for(lambda: serve.ask(root, {"op": "ping"}) is not None, 60)
+        store = Store.locate(project)
+        # Another process (this one) trusts the server's watch and skips its stat of every file.
+        assert "cache kept by a watcher (cortex watch or cortex serve)" in Index(store).sync(full=False).notes
+        shown = layout.saved_briefing(root)
+        fresh = remember(project, "Pinned: the staging database is read-only on Fridays", pinned=True)
+        # Written by another process: the walk is back until the server has synced, then trusted again.
+        assert wait_for(lambda: "cache kept by a watcher (cortex watch or cortex serve)"
+                        in Index(store).sync(full=False).notes, 30)
+        ahead = lambda: layout.saved_briefing(root, "briefing.next.json") or {}  # noqa: E731
+        assert wait_for(lambda: ahead().get("key") == layout.briefing_key(root, __version__), 60)
+        assert layout.saved_briefing(root) == shown  # what this session was shown stays until the next start
+        assert fresh.id in ahead()["text"]
+        capsys.readouterr()
+        payload = json.dumps({"session_id": "s2", "cwd": str(project), "hook_event_name": "SessionStart",
+                              "source": "startup"})
+        assert hotpath.session_start(payload) is True  # a file read: the server built it
+        assert fresh.id in json.loads(capsys.readouterr().out)["hookSpecificOutput"]["additionalContext"]
+        assert fresh.id in str((layout.saved_briefing(root) or {}).get("text"))  # now what this session was shown
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert not layout.watcher_ready(root)  # gone with the server: readers walk again

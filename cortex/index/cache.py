@@ -198,7 +198,7 @@ class Index:
             manifest, report.rebuilt = Manifest(), True
         elif self.trust_watcher and self._watched(manifest, with_vectors):
             # A live `cortex watch` keeps the cache in step: skip the stat of every file.
-            report.notes.append("cache kept by cortex watch")
+            report.notes.append("cache kept by a watcher (cortex watch or cortex serve)")
             self.manifest = manifest
             report.seconds = time.monotonic() - started
             return report
@@ -225,9 +225,12 @@ class Index:
                 if Manifest.damaged(self.manifest_path):
                     report.repaired.append("manifest.bin was unreadable (truncated, garbage or damaged); rebuilt")
                 self._clear()
+            committed_ns = manifest.synced_ns
             changed, removed, rehashed = manifest.refresh(self.store.memories_dir, max_bytes)
             report.changed, report.removed = len(changed), len(removed)
             dirty = bool(rehashed or removed or report.rebuilt)
+            if not self.trust_watcher and self._written_since(committed_ns):
+                dirty = True  # the watcher commits a newer sync time, so readers trust it again (`_watched`)
             if full:
                 dirty = self._sync_fulltext(manifest, report, progress) or dirty
             if with_vectors:
@@ -241,16 +244,21 @@ class Index:
         return report
 
     def _watched(self, manifest: Manifest, full: bool) -> bool:
-        """True when a watcher holds the store, the cache is complete, and cortex wrote nothing since."""
+        """True when a watcher (`cortex watch`, `cortex serve`) holds the store, the cache is complete, and cortex
+        wrote nothing since its last sync."""
         from cortex.layout import watcher_ready
 
         if not watcher_ready(str(self.store.root)) or (full and _incomplete(manifest)):
             return False
+        return not self._written_since(manifest.synced_ns)
+
+    def _written_since(self, synced_ns: int) -> bool:
+        """Whether a cortex write (`state/changed`, touched by every one) came after `synced_ns`."""
         try:
             changed = (self.store.state_dir / "changed").stat().st_mtime_ns
         except OSError:
             changed = 0
-        return changed < manifest.synced_ns
+        return changed >= synced_ns
 
     def _clear(self) -> None:
         self.close_searcher()

@@ -7,10 +7,13 @@ scores it with Whoosh's BM25 — one posting list per query word instead of
 three, which makes a query ~3x faster than Whoosh's per-field boosts (and is
 closer to BM25F proper, which sums weighted frequencies, not scores).
 
-Questions in plain language work because the analyzer lowercases, drops
-stop words and stems ("databases?" finds "database"), and the query is
-reduced to words before Whoosh sees it, so punctuation and Whoosh's own
-query syntax (AND, *, field:) cannot break it.
+Questions in plain language work because cortex's analyzer (`terms`)
+lowercases, drops stop words and question words ("how do we…"), keeps an
+identifier or a file name whole as well as its parts (`cortex/index.py`,
+`useEffect`, `X-CSRFToken`), and stems lightly ("databases?" finds
+"database", but "logged in" does not find "logging"). The query goes
+through the same analyzer and becomes plain terms, so punctuation and
+Whoosh's own query syntax (AND, *, field:) cannot break it.
 """
 
 from __future__ import annotations
@@ -21,16 +24,107 @@ import shutil
 from pathlib import Path
 from typing import Any, Iterable
 
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"  # 3: cortex's own analyzer (identifiers whole, light stemming, question words)
 TITLE_BOOST = 3  # times the title is repeated in the indexed text
 TAGS_BOOST = 2
 
 
+# Words that carry no meaning in a question or a memory: Whoosh's English stop words, question words, and the
+# filler of how people ask ("how do we…", "what should I use…"). Dropped on both sides.
+STOP_WORDS = frozenset(
+    "a about after all also am an and any are as at be been being but by can could did do does doing done each for "
+    "from get gets got had has have having how i if in into is it its just me my no not of on or our ours should so "
+    "some than that the their them then there these they this those to too us use used uses using was we were what "
+    "when where which while who whom whose why will with would yet you your tbd may might must".split())
+_TOKEN = r"\w+(?:[./\-]\w+)*"  # an identifier or a file name is one token: snake_case, a.b.c, src/x.py, X-CSRF-Token
+_PARTS = re.compile(r"[./\-_]+")
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+
+
+def light_stem(word: str) -> str:
+    """A light English stemmer for developers' text: plurals, -ed and -ing, a final e or y, so "databases",
+    "deployed" and "caching" find "database", "deploy" and "cache". Unlike Porter it keeps a word whose
+    suffix follows a doubled consonant ("logged", "logging": "logged in" is not about logging) and never
+    cuts a stem under four letters."""
+    if len(word) <= 3 or not word.isalpha():
+        return word
+    if word.endswith("ies") and len(word) > 4:
+        word = word[:-3] + "y"
+    elif word.endswith(("sses", "xes", "ches", "shes", "zes")):
+        word = word[:-2]
+    elif word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        word = word[:-1]
+    for suffix in ("ing", "ed"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 4:
+            base = word[: -len(suffix)]
+            if base[-1] == base[-2] and base[-1] not in "lsz":
+                return word  # logged, stopped, planning: the doubled consonant makes the stem ambiguous
+            word = base
+            break
+    if len(word) > 4 and word.endswith("e"):
+        word = word[:-1]
+    if len(word) > 4 and word.endswith("y"):
+        word = word[:-1] + "i"
+    return word
+
+
+def terms(text: str) -> list[str]:
+    """The index terms of a text, in order: each identifier or file name whole (lowercased) and its parts
+    (split at . / - _ and camelCase), every word stemmed by `light_stem`, stop words dropped."""
+    out = []
+    for match in re.finditer(_TOKEN, text):
+        token = match.group(0)
+        parts = [p for chunk in _PARTS.split(token) for p in _CAMEL.split(chunk) if p]
+        if len(parts) > 1:
+            out.append(token.lower())
+        for part in parts:
+            lower = part.lower()
+            if lower not in STOP_WORDS and (len(lower) > 1 or lower.isdigit()):
+                out.append(light_stem(lower))
+    return out
+
+
+class _Analyzer:
+    """A Whoosh analyzer (tokenizer and filters in one) over `terms`: picklable, so the index's schema can
+    name it."""
+
+    def __call__(self, value: str, positions: bool = False, chars: bool = False, keeporiginal: bool = False,
+                 removestops: bool = True, start_pos: int = 0, start_char: int = 0, tokenize: bool = True,
+                 mode: str = "", **kwargs: Any) -> Any:
+        from whoosh.analysis import Token
+
+        token = Token(positions, chars, removestops=removestops, mode=mode, **kwargs)
+        words = terms(value) if tokenize else [value]
+        for pos, word in enumerate(words):
+            token.text = word
+            token.boost = 1.0
+            token.stopped = False
+            if keeporiginal:
+                token.original = word
+            if positions:
+                token.pos = start_pos + pos
+            if chars:
+                token.startchar = start_char
+                token.endchar = start_char + len(word)
+            yield token
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Analyzer)
+
+    def __hash__(self) -> int:
+        return hash("cortex-analyzer")
+
+    def has_morph(self) -> bool:
+        return True
+
+    def clean(self) -> None:
+        pass
+
+
 def _schema() -> Any:
-    from whoosh.analysis import StemmingAnalyzer
     from whoosh.fields import ID, KEYWORD, TEXT, Schema  # noqa: F401
 
-    analyzer = StemmingAnalyzer()
+    analyzer = _Analyzer()
     return Schema(
         path=ID(stored=True, unique=True),
         id=ID(stored=True),
@@ -132,10 +226,10 @@ def search(ix: Any, text: str, limit: int, statuses: Iterable[str] = (), types: 
     from whoosh import query as q
 
     analyzer = ix.schema["text"].analyzer
-    terms = list(dict.fromkeys(token.text for token in analyzer(" ".join(query_words(text)))))
-    if not terms:
+    wanted = list(dict.fromkeys(token.text for token in analyzer(text)))
+    if not wanted:
         return []
-    parsed = q.Or([q.Term("text", term) for term in terms])
+    parsed = q.Or([q.Term("text", term) for term in wanted])
     filters = []
     statuses, types = list(statuses), list(types)
     if statuses:

@@ -55,3 +55,66 @@ def append(path: Path, committed_rows: int, dim: int, matrix: Any, crc: int | No
         handle.flush()  # no fsync: a cache lost in a power cut is rebuilt
     return None if crc is None else zlib.crc32(data, crc)
 
+
+
+class Contextual:
+    """The contextual model's vectors of a store (`cache/contextual.f32` + `cache/contextual.json`).
+
+    A sidecar to the static vectors, keyed by the same text hash (`vhash`): rows are appended, never
+    rewritten, and `contextual.json` (written atomically after the rows) says which model made them and
+    which key each row holds, so a reader never sees a row before its key. Filled by whoever has the model
+    loaded and the time: `cortex serve` and the MCP server in a background thread, `cortex recall` for a
+    few hundred missing rows, the detached upkeep (`cortex maintain`) and `cortex reindex` for all — never a
+    hook. Deleting both files loses nothing (`recall` re-ranks with what rows there are).
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.matrix_path = folder / "contextual.f32"
+        self.keys_path = folder / "contextual.json"
+        self.lock_path = folder / "contextual.lock"
+        self._loaded: tuple[tuple[int, int], Any, dict[str, int]] | None = None
+
+    def _keys(self) -> tuple[str, int, list[str]] | None:
+        import json
+
+        try:
+            data = json.loads(self.keys_path.read_text(encoding="utf-8"))
+            return str(data["model"]), int(data["dim"]), [str(k) for k in data["keys"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def load(self, identity: str) -> tuple[Any, dict[str, int]] | None:
+        """(matrix, row of each text hash) for `identity`'s vectors; None when there are none (or another model's)."""
+        try:
+            stat = self.keys_path.stat()
+        except OSError:
+            return None
+        mark = (stat.st_mtime_ns, stat.st_size)
+        if self._loaded is not None and self._loaded[0] == mark:
+            return self._loaded[1], self._loaded[2]
+        found = self._keys()
+        if found is None or found[0] != identity or not found[2]:
+            return None
+        _, dim, keys = found
+        matrix = load(self.matrix_path, len(keys), dim)
+        if matrix is None:
+            return None
+        import numpy as np
+
+        self._loaded = (mark, np.ascontiguousarray(matrix), {key: row for row, key in enumerate(keys)})
+        return self._loaded[1], self._loaded[2]
+
+    def add(self, identity: str, keys: list[str], matrix: Any) -> None:
+        """Append rows for `keys` (the caller holds `lock_path`); another model's rows are dropped first."""
+        import json
+
+        from cortex.files import atomic_write
+
+        found = self._keys()
+        dim = int(matrix.shape[1])
+        if found is None or found[0] != identity or found[1] != dim or not fits(self.matrix_path, len(found[2]), dim):
+            found = (identity, dim, [])
+        old = found[2]
+        append(self.matrix_path, len(old), dim, matrix)
+        atomic_write(self.keys_path, json.dumps({"model": identity, "dim": dim, "keys": old + list(keys)}),
+                     durable=False)

@@ -26,7 +26,8 @@ def test_plugin_and_marketplace_validate_strict(sandbox: Callable[[str], Sandbox
     report = json.loads(plugin.stdout)
     assert report["success"] and report["manifest"]["errors"] == [] and report["manifest"]["warnings"] == []
     hooks = report["provides"]["hooks"]
-    assert {h["event"] for h in hooks} == {"SessionStart", "UserPromptSubmit", "Stop", "PreCompact", "SessionEnd"}
+    assert {h["event"] for h in hooks} == {"SessionStart", "UserPromptSubmit", "Stop", "PreCompact", "SessionEnd",
+                                           "PreToolUse", "SubagentStart", "SubagentStop"}
     assert all(h["command"].startswith('"${CLAUDE_PLUGIN_ROOT}"/') for h in hooks), hooks
     assert set(report["provides"]["commands"]) >= {"cortex:remember", "cortex:recall", "cortex:forget", "cortex:inspect"}
     marketplace = validate(str(REPO_ROOT), box)

@@ -1,0 +1,390 @@
+"""Issue 21's table: what each command and hook costs at 1,000, 10,000 and 100,000 memories.
+
+    python bench/scale.py [--sizes 1000,10000,100000] [--runs 5] [--transcript PATH] [--stop-max 10000]
+                          [--no-reindex] [--no-contextual] [--source TREE]
+
+Everything runs from a regular (non-editable) install of this tree made in a
+temporary virtual environment (`regular_install`): the package copied into its
+site-packages as pip would install it, the dependencies taken from the
+project's venv. An editable install's `python -c pass` is ~10 ms slower (its
+import finder runs at every start), which would flatter every ratio. Ratios
+are to that install's `python -c pass`, measured in the same run. Each cell
+gives the wall time and, in brackets, the CPU time the process used (user +
+system, from `getrusage`): on a machine shared with other work the CPU time
+is the steadier of the two. `--source TREE` installs another tree (e.g. `git
+archive` of an older commit) for a before/after table.
+
+For each size: a generated store in a git repository, committed with its
+pages (`cortex project`) and indexed (`cortex reindex`, timed, with its peak
+memory), then, medians of `--runs` fresh processes unless said:
+
+- no server running: `list`, `status`, `recall`, the prompt hook, a
+  SessionStart after a memory changed (the briefing rebuilt), `remember`;
+- `cortex serve` started: how long until it answers (`state`) and until it is
+  warm (`ping`); then the prompt hook served, `list`, `status` and `recall`
+  with the server vouching for the files, the cached SessionStart, and the
+  SessionStart after a memory changed (the server rebuilt the briefing);
+- in process (one BLAS thread, as `cortex serve` runs): recall p50 / p95 over
+  40 queries;
+- with `--transcript`: the Stop hook on a copy of the committed repository,
+  cold (the whole transcript) and after one more turn.
+
+Byte code is compiled first (see bench/store.py). The machine's load average
+is printed with each size: whole-process numbers move with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.gen_store import generate  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+TURN = json.dumps({"type": "assistant", "uuid": "bench-extra", "sessionId": "bench",
+                   "message": {"id": "bench-msg", "role": "assistant",
+                               "content": [{"type": "text", "text": "Done; the tests pass."}]}})
+PROMPTS = ["why did we pick sqlite for the cache?", "flaky test in ci again", "redis timeout on deploy"]
+ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def regular_install(folder: Path, source: Path = REPO) -> str:
+    """A venv holding this tree as a regular install; returns its python. No network, no build backend:
+    the package is copied where pip puts it, the dependencies come from the project's venv through a .pth
+    line (a .pth inside a path added that way is not run, so the editable finder stays out)."""
+    import compileall
+    import sysconfig
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
+    python = folder / "bin" / "python"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(source / "cortex", site / "cortex", ignore=ignore)
+    shutil.copytree(source / "templates", site / "cortex" / "templates", ignore=ignore, dirs_exist_ok=True)
+    (site / "cortex" / "templates" / "__init__.py").touch()
+    (site / "project-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n", encoding="utf-8")
+    compileall.compile_dir(str(site / "cortex"), quiet=1)
+    return str(python)
+
+
+def env_for(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env.update({"GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "b@example.com", "GIT_COMMITTER_NAME": "bench",
+                "GIT_COMMITTER_EMAIL": "b@example.com", "CORTEX_SERVE_IDLE": "600"})
+    return env | (extra or {})
+
+
+class Time(float):
+    """Wall milliseconds, carrying the CPU milliseconds (user + system) the process used: on a machine shared
+    with other work the CPU time moves much less than the wall time."""
+
+    cpu: float = 0.0
+
+    @classmethod
+    def of(cls, wall: float, cpu: float) -> Time:
+        made = cls(wall)
+        made.cpu = cpu
+        return made
+
+
+def timed(cmd: list[str], cwd: Path, env: dict[str, str], stdin: str | None = None) -> Time:
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run(cmd, cwd=cwd, env=env, input=stdin.encode() if stdin is not None else None,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    wall = (time.perf_counter() - start) * 1000
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return Time.of(wall, (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1000)
+
+
+def median_of(times: list[Time]) -> Time:
+    return Time.of(statistics.median(times), statistics.median(t.cpu for t in times))
+
+
+def median(cmd: list[str], cwd: Path, env: dict[str, str], runs: int, stdin: str | None = None,
+           before: object = None) -> Time:
+    times = []
+    for n in range(runs + 1):  # one warm-up run
+        if callable(before):
+            before()
+        times.append(timed(cmd, cwd, env, stdin))
+    return median_of(times[1:])
+
+
+def hook_payload(root: Path, event: str, **fields: str) -> str:
+    return json.dumps({"session_id": "bench", "cwd": str(root), "hook_event_name": event, **fields})
+
+
+def ask(root: Path, op: str, timeout: float = 30) -> dict[str, object] | None:
+    from cortex import serve
+
+    return serve.ask(str(root / ".cortex"), {"op": op}, timeout=timeout)
+
+
+def stop_servers(root: Path) -> None:
+    import signal
+
+    answer = ask(root, "state", 2)
+    if answer and isinstance(answer.get("pid"), int):
+        os.kill(int(answer["pid"]), signal.SIGTERM)
+        deadline = time.time() + 20
+        while time.time() < deadline and ask(root, "state", 1) is not None:
+            time.sleep(0.1)
+
+
+def settle(root: Path, limit: float = 60.0) -> None:
+    """Wait until no detached `cortex maintain` runs in this project."""
+    from cortex.files import lock_held
+
+    lock = root / ".cortex" / "state" / "maintain-run.lock"
+    deadline = time.time() + limit
+    time.sleep(0.3)
+    while time.time() < deadline and lock.exists() and lock_held(str(lock)):
+        time.sleep(0.1)
+
+
+def touch_memory(root: Path, n: int) -> None:
+    """Write one new memory, as a Stop would (a new file and `state/changed`): the briefing must be rebuilt.
+    (An edit in place changes no folder's mtime, so the briefing's key would not see it before a sync.)"""
+    from cortex.memory import Memory
+    from cortex.store import Store
+
+    Store(root / ".cortex", "project").create(Memory(
+        id="", type="decision", title=f"Bench decision {n}: keep the {n}th queue on its own worker",
+        body=f"Decided in run {n}: one worker per queue, so a slow consumer cannot starve the others.\n"))
+
+
+IN_PROCESS = """
+import json, statistics, sys, time
+from pathlib import Path
+from cortex.index import Index
+from cortex.recall import recall_store
+from cortex.store import Store
+store = Store.locate(Path(sys.argv[1]))
+index = Index(store)
+index.sync()
+queries = %r
+recall_store(store, "warm up", index=index, sync=False)
+times = []
+for n in range(40):
+    start = time.perf_counter()
+    recall_store(store, queries[n %% len(queries)], index=index, sync=False)
+    times.append((time.perf_counter() - start) * 1000)
+times.sort()
+print(json.dumps([times[len(times) // 2], times[min(len(times) - 1, round(0.95 * (len(times) - 1)))]]))
+""" % (PROMPTS + ["schema migration order", "deploy rollback went wrong", "webhook retries"],)
+
+
+def reindex(python: str, root: Path, env: dict[str, str]) -> tuple[float, float]:
+    """(seconds, peak MB) of `cortex reindex` from nothing."""
+    shutil.rmtree(root / ".cortex" / "cache", ignore_errors=True)
+    start = time.perf_counter()
+    result = subprocess.run(["/usr/bin/time", "-f", "%M", python, "-m", "cortex", "reindex"], cwd=root, env=env,
+                            capture_output=True, text=True, check=True)
+    seconds = time.perf_counter() - start
+    return seconds, int(result.stderr.strip().splitlines()[-1]) / 1024
+
+
+def make_project(root: Path, size: int, python: str, env: dict[str, str], do_reindex: bool,
+                 contextual: bool = True) -> dict[str, str]:
+    import pygit2
+
+    row: dict[str, str] = {}
+    pygit2.init_repository(str(root), initial_head="main")
+    subprocess.run([python, "-m", "cortex", "init"], cwd=root, env=env, check=True, capture_output=True)
+    if not contextual:
+        config = root / ".cortex" / "config.yaml"
+        config.write_text(config.read_text(encoding="utf-8").replace("contextual: true", "contextual: false"),
+                          encoding="utf-8")
+    generate(root / ".cortex", size)
+    subprocess.run(["git", "add", "-A"], cwd=root, env=env, check=True, capture_output=True)
+    subprocess.run(["git", "commit", "-q", "-m", "store"], cwd=root, env=env, check=True, capture_output=True)
+    time.sleep(2.1)  # past the racy window
+    if do_reindex:
+        seconds, peak = reindex(python, root, env)
+        row["reindex"] = f"{seconds:.1f} s, {peak:.0f} MB"
+    else:
+        subprocess.run([python, "-m", "cortex", "reindex"], cwd=root, env=env, check=True, capture_output=True)
+    subprocess.run([python, "-m", "cortex", "project"], cwd=root, env=env, check=True, capture_output=True)
+    subprocess.run(["git", "add", "-A", ".cortex"], cwd=root, env=env, check=True, capture_output=True)
+    subprocess.run(["git", "commit", "-q", "-m", "pages"], cwd=root, env=env, check=True, capture_output=True)
+    return row
+
+
+def ms(value: Time, bare: Time) -> str:
+    """Wall ms (× the bare start's wall), then CPU ms (× its CPU) in brackets."""
+    cpu = getattr(value, "cpu", 0.0)
+    return f"{value:,.0f} ms ({value / bare:.1f}×) [cpu {cpu:,.0f} ms, {cpu / max(bare.cpu, 0.1):.1f}×]"
+
+
+def unserved(python: str, root: Path, env: dict[str, str], runs: int, bare: float) -> dict[str, str]:
+    cortex = [python, "-m", "cortex"]
+    row = {}
+    stop_servers(root)
+    row["list"] = ms(median([*cortex, "list"], root, env, runs), bare)
+    row["status"] = ms(median([*cortex, "status"], root, env, runs), bare)
+    row["recall"] = ms(median([*cortex, "recall", "why did we pick sqlite", "--no-global"], root, env, runs), bare)
+    row["prompt, no server"] = ms(median([*cortex, "hook", "prompt"], root, env, runs,
+                                         hook_payload(root, "UserPromptSubmit", prompt=PROMPTS[1])), bare)
+    edits = iter(range(1000))
+
+    def changed() -> None:  # a memory changed, no server: the SessionStart builds the briefing itself
+        time.sleep(1.0)  # the previous run started `cortex serve`: let it bind, then stop it
+        stop_servers(root)
+        touch_memory(root, next(edits))
+
+    row["SessionStart, memory changed, no server"] = ms(
+        median([*cortex, "hook", "session-start"], root, env, runs, hook_payload(root, "SessionStart", source="startup"),
+               before=changed), bare)
+    stop_servers(root)
+    texts = iter(f"Bench note {n}: the staging deploy needs the {n}th feature flag off" for n in range(1000))
+    remember = []
+    for _ in range(runs + 1):
+        remember.append(timed([*cortex, "remember", next(texts)], root, env))
+        settle(root)
+    row["remember"] = ms(median_of(remember[1:]), bare)
+    return row
+
+
+def served(python: str, root: Path, env: dict[str, str], runs: int, bare: float) -> dict[str, str]:
+    cortex = [python, "-m", "cortex"]
+    row = {}
+    stop_servers(root)
+    start = time.perf_counter()
+    subprocess.Popen([*cortex, "serve", "--idle", "600"], cwd=root, env=env | ONE_THREAD, stdout=subprocess.DEVNULL,
+                     stderr=subprocess.DEVNULL, start_new_session=True)
+    while ask(root, "state", 1) is None and time.perf_counter() - start < 120:
+        time.sleep(0.01)
+    answering = time.perf_counter() - start
+    while ask(root, "ping", 1) is None and time.perf_counter() - start < 600:
+        time.sleep(0.05)
+    row["server answering / warm"] = f"{answering * 1000:,.0f} ms / {time.perf_counter() - start:,.1f} s"
+    row["prompt, served"] = ms(median([*cortex, "hook", "prompt"], root, env, runs,
+                                      hook_payload(root, "UserPromptSubmit", prompt=PROMPTS[0])), bare)
+    row["list, served"] = ms(median([*cortex, "list"], root, env, runs), bare)
+    row["status, served"] = ms(median([*cortex, "status"], root, env, runs), bare)
+    row["recall, served"] = ms(median([*cortex, "recall", "why did we pick sqlite", "--no-global"], root, env, runs),
+                               bare)
+    session = hook_payload(root, "SessionStart", source="startup")
+    row["SessionStart, cached"] = ms(median([*cortex, "hook", "session-start"], root, env, runs, session), bare)
+    edits = iter(range(1000, 2000))
+
+    def changed() -> None:  # a memory changed while the server runs: it rebuilds the briefing ahead
+        from cortex import __version__
+        from cortex.layout import briefing_key, saved_briefing
+
+        touch_memory(root, next(edits))
+        store_root = str(root / ".cortex")
+        deadline = time.time() + 60
+        time.sleep(0.5)
+        while time.time() < deadline and (saved_briefing(store_root, "briefing.next.json") or {}).get("key") \
+                != briefing_key(store_root, __version__):
+            if time.time() > deadline - 55 and saved_briefing(store_root, "briefing.next.json") is None:
+                break  # a cortex that does not build the briefing ahead (`--source` of an older tree)
+            time.sleep(0.1)
+
+    row["SessionStart, memory changed, served"] = ms(
+        median([*cortex, "hook", "session-start"], root, env, runs, session, before=changed), bare)
+    stop_servers(root)
+    return row
+
+
+def in_process(python: str, root: Path, env: dict[str, str]) -> str:
+    out = subprocess.run([python, "-c", IN_PROCESS, str(root)], cwd=root, env=env | ONE_THREAD, check=True,
+                         capture_output=True, text=True).stdout
+    p50, p95 = json.loads(out.strip().splitlines()[-1])
+    return f"{p50:.1f} / {p95:.1f} ms"
+
+
+def stop_hook(python: str, root: Path, transcript: Path, env: dict[str, str], runs: int, bare: float) -> dict[str, str]:
+    cold, warm = [], []
+    for run in range(runs):
+        copy = root.parent / f"{root.name}-stop-{run}"
+        shutil.copytree(root, copy, symlinks=True)
+        # A copy has new inodes and ctimes: git's index would re-hash every file; a real checkout's would not.
+        subprocess.run(["git", "update-index", "-q", "--refresh"], cwd=copy, env=env, capture_output=True)
+        # The same for the pages' stamp (it keeps each page's inode): `project` finds them current.
+        subprocess.run([python, "-m", "cortex", "project"], cwd=copy, env=env, capture_output=True)
+        shutil.rmtree(copy / ".cortex" / "state", ignore_errors=True)
+        (copy / ".cortex" / "state").mkdir()
+        target = copy.parent / f"{copy.name}{transcript.suffix}"
+        shutil.copy(transcript, target)
+        payload = hook_payload(copy, "Stop", transcript_path=str(target), stop_hook_active="false")
+        cold.append(timed([python, "-m", "cortex", "hook", "stop"], copy, env, payload))
+        settle(copy)
+        with open(target, "a", encoding="utf-8") as handle:
+            handle.write(TURN + "\n")
+        warm.append(timed([python, "-m", "cortex", "hook", "stop"], copy, env, payload))
+        settle(copy)
+        shutil.rmtree(copy, ignore_errors=True)
+    return {"Stop, cold": ms(median_of(cold), bare), "Stop, one more turn": ms(median_of(warm), bare)}
+
+
+ROWS = ["prompt, served", "prompt, no server", "SessionStart, cached", "SessionStart, memory changed, served",
+        "SessionStart, memory changed, no server", "recall", "recall, served", "list", "list, served", "status",
+        "status, served", "remember", "Stop, cold", "Stop, one more turn", "recall in process p50 / p95",
+        "reindex", "server answering / warm"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1000,10000,100000")
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--transcript", type=Path, default=None, help="a transcript for the Stop rows")
+    parser.add_argument("--no-reindex", action="store_true", help="do not time `cortex reindex`")
+    parser.add_argument("--stop-max", type=int, default=10_000, help="the Stop rows only up to this many memories")
+    parser.add_argument("--source", type=Path, default=REPO,
+                        help="the tree to install (e.g. `git archive` of an older commit, for a before/after table)")
+    parser.add_argument("--no-contextual", action="store_true",
+                        help="recall without the contextual re-ranking (`recall.contextual: false`)")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    env = env_for()
+    table: dict[int, dict[str, str]] = {}
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:  # detached upkeep may still write
+        python = regular_install(Path(tmp) / "venv", args.source)
+        bare = median([python, "-c", "pass"], Path(tmp), env, max(args.runs, 10))
+        editable = median([sys.executable, "-c", "pass"], Path(tmp), env, max(args.runs, 10))
+        print(f"machine: {platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}")
+        print(f"python -c pass: regular install {bare:.0f} ms (cpu {bare.cpu:.0f} ms), editable install "
+              f"{editable:.0f} ms (cpu {editable.cpu:.0f} ms)")
+        if args.source != REPO:
+            print(f"installed from {args.source}")
+        if args.no_contextual:
+            print("recall.contextual: false (re-ranking with the contextual model off)")
+        for size in sizes:
+            root = Path(tmp) / f"s{size}"
+            row = make_project(root, size, python, env, not args.no_reindex, not args.no_contextual)
+            row.update(unserved(python, root, env, args.runs, bare))
+            row.update(served(python, root, env, args.runs, bare))
+            row["recall in process p50 / p95"] = in_process(python, root, env)
+            if args.transcript and size <= args.stop_max:
+                row.update(stop_hook(python, root, args.transcript, env, args.runs, bare))
+            row["load average"] = " ".join(f"{x:.1f}" for x in os.getloadavg())
+            table[size] = row
+            print(f"size {size:,} done (load {row['load average']})", file=sys.stderr, flush=True)
+            shutil.rmtree(root, ignore_errors=True)
+    print()
+    print("| work | " + " | ".join(f"{size:,}" for size in sizes) + " |")
+    print("|---|" + "---|" * len(sizes))
+    for name in [*ROWS, "load average"]:
+        if any(name in table[size] for size in sizes):
+            print(f"| {name} | " + " | ".join(table[size].get(name, "—") for size in sizes) + " |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,247 @@
+"""What `cortex init --codex / --gemini / --cursor` share: merging hook entries, MCP servers and marked sections.
+
+Each assistant keeps its configuration in its own files (`cortex.codex`,
+`cortex.gemini`, `cortex.cursor` say which); the merging is the same as for
+Claude Code (`cortex.claude`): only cortex's own entries are added, replaced
+or removed, everything else in a file is kept as it was, a second run changes
+nothing, and a file with a shape cortex cannot merge into stops the install
+with one line naming the file before anything is written. What is written is
+committed with the project, so it names no path of this machine: hooks and the
+MCP server run `cortex` from PATH, and a hook on a clone without cortex skips
+with one line on stderr and exit 0.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from cortex.claude import RULES, _hook_event
+from cortex.errors import CortexError
+from cortex.files import atomic_write
+
+RULES_BEGIN = "<!-- cortex:rules:begin (written by cortex init; cortex uninstall removes it) -->"
+RULES_END = "<!-- cortex:rules:end -->"
+
+
+def hook_command(event: str, config: str) -> str:
+    """The shell command of a hook: `cortex hook EVENT` when cortex is on PATH, else one line on stderr and exit 0.
+
+    The same form `cortex.claude` writes (so `cortex.claude._hook_event` recognises it), naming the file the
+    person would edit to remove it.
+    """
+    missing = f"cortex: not installed; skipping the {event} hook (install cortex-memory, or remove the cortex " \
+              f"hooks from {config})"
+    return f"command -v cortex >/dev/null 2>&1 || {{ echo '{missing}' >&2; exit 0; }}; exec cortex hook {event}"
+
+
+def is_ours(handler: Any) -> bool:
+    return _hook_event(handler) is not None
+
+
+def load_json(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8") or "{}")
+    except ValueError as exc:
+        raise CortexError(f"{path}: not valid JSON ({exc}); fix it and run again") from None
+    if not isinstance(data, dict):
+        raise CortexError(f"{path}: expected a JSON object")
+    return data
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    atomic_write(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def object_at(path: Path, data: dict[str, Any], key: str) -> dict[str, Any]:
+    """`data[key]`, created empty when missing; a value that is not an object is an error naming the file."""
+    value = data.setdefault(key, {})
+    if not isinstance(value, dict):
+        raise CortexError(f"{path}: {key} is not a JSON object; fix it and run again")
+    return value
+
+
+# ---------------------------------------------------------------- hooks
+
+
+def merge_hooks(path: Path, hooks: dict[str, Any], wanted: dict[str, dict[str, Any]], grouped: bool = True) -> list[str]:
+    """Make `hooks[event]` hold exactly one cortex handler, `wanted[event]`, for each event; returns what changed.
+
+    `grouped`: Claude Code's shape, `[{"matcher"?, "hooks": [handler, …]}]` (Codex CLI, Gemini CLI); otherwise
+    a flat list of handlers (Cursor). Other handlers are kept in place; older cortex handlers are rewritten.
+    """
+    done = []
+    for event, handler in wanted.items():
+        entries = hooks.setdefault(event, [])
+        if not isinstance(entries, list):
+            raise CortexError(f"{path}: hooks.{event} is not a list; fix it and run again")
+        found, changed = False, False
+        if grouped:
+            for group in entries:
+                if not isinstance(group, dict) or not isinstance(group.get("hooks"), list):
+                    continue
+                kept = []
+                for existing in group["hooks"]:
+                    if not is_ours(existing):
+                        kept.append(existing)
+                    elif not found:
+                        found, changed = True, existing != handler
+                        kept.append(handler)
+                    else:
+                        changed = True  # a second cortex handler for the event: it would run twice
+                group["hooks"] = kept
+            hooks[event] = [g for g in entries if not (isinstance(g, dict) and g.get("hooks") == [])]
+            if not found:
+                hooks[event].append({"hooks": [handler]})
+        else:
+            kept = []
+            for existing in entries:
+                if not is_ours(existing):
+                    kept.append(existing)
+                elif not found:
+                    found, changed = True, existing != handler
+                    kept.append(handler)
+                else:
+                    changed = True
+            hooks[event] = kept if found else kept + [handler]
+        if not found:
+            done.append(f"added the {event} hook to {path}")
+        elif changed:
+            done.append(f"updated the {event} hook in {path}")
+    return done
+
+
+def remove_hooks(path: Path, hooks: dict[str, Any], grouped: bool = True) -> list[str]:
+    """Take every cortex handler out of `hooks` (in place); events and groups left empty are removed."""
+    done = []
+    for event in list(hooks):
+        entries = hooks[event]
+        if not isinstance(entries, list):
+            continue
+        kept_entries = []
+        for entry in entries:
+            if grouped and isinstance(entry, dict) and isinstance(entry.get("hooks"), list):
+                kept = [h for h in entry["hooks"] if not is_ours(h)]
+                if len(kept) != len(entry["hooks"]):
+                    done.append(f"removed the {event} hook from {path}")
+                if kept:
+                    kept_entries.append(entry | {"hooks": kept})
+            elif not grouped and is_ours(entry):
+                done.append(f"removed the {event} hook from {path}")
+            else:
+                kept_entries.append(entry)
+        if kept_entries:
+            hooks[event] = kept_entries
+        else:
+            del hooks[event]
+    return done
+
+
+# ---------------------------------------------------------------- MCP servers in JSON files
+
+
+def is_our_server(entry: Any) -> bool:
+    """`cortex mcp` (what cortex writes), or `<a python> -m cortex mcp`."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("args"), list):
+        return False
+    command, args = str(entry.get("command", "")), [str(a) for a in entry["args"]]
+    name = command.rsplit("/", 1)[-1]
+    return (name == "cortex" and args == ["mcp"]) or (name.startswith("python") and args == ["-m", "cortex", "mcp"])
+
+
+def merge_server(path: Path, servers: dict[str, Any], entry: dict[str, Any], name: str = "cortex") -> list[str]:
+    if name in servers:
+        if servers[name] == entry:
+            return []
+        if not is_our_server(servers[name]):
+            return [f"left the other {name!r} MCP server in {path} as it is (cortex's MCP server not added)"]
+        servers[name] = entry
+        return [f"updated the {name} MCP server in {path}"]
+    servers[name] = entry
+    return [f"added the {name} MCP server to {path}"]
+
+
+def remove_server(path: Path, data: dict[str, Any], key: str = "mcpServers", name: str = "cortex") -> list[str]:
+    servers = data.get(key)
+    if not isinstance(servers, dict) or not is_our_server(servers.get(name)):
+        return []
+    del servers[name]
+    if not servers:
+        del data[key]
+    return [f"removed the {name} MCP server from {path}"]
+
+
+def save_or_remove(path: Path, data: dict[str, Any], done: list[str]) -> list[str]:
+    """After an uninstall: write what is left, or delete the file when cortex's entries were all it held."""
+    if not done:
+        return done
+    if data:
+        write_json(path, data)
+    else:
+        path.unlink()
+        done.append(f"removed {path} (nothing else was in it)")
+    return done
+
+
+def prune(*folders: Path) -> None:
+    """Remove these folders when an uninstall left them empty (innermost first)."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            pass  # not empty, or not there
+
+
+# ---------------------------------------------------------------- the rules, as a marked section
+
+
+def rules_section() -> str:
+    return f"{RULES_BEGIN}\n{RULES.rstrip()}\n{RULES_END}\n"
+
+
+def check_section(path: Path) -> None:
+    """Refuse (before anything is written) an instructions file whose cortex section has no end marker."""
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    start = text.find(RULES_BEGIN)
+    if start >= 0 and text.find(RULES_END, start) < 0:
+        raise CortexError(f"{path}: '{RULES_BEGIN[:24]} …' has no matching '{RULES_END}'; fix the file and run again")
+
+
+def write_section(path: Path) -> list[str]:
+    """Add (or bring up to date) cortex's marked rules section in an instructions file; text around it is kept."""
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    section = rules_section()
+    start = text.find(RULES_BEGIN)
+    if start >= 0:
+        end = text.find(RULES_END, start)
+        if end < 0:
+            raise CortexError(f"{path}: '{RULES_BEGIN[:24]} …' has no matching '{RULES_END}'; fix the file and run again")
+        after = text[end + len(RULES_END):]
+        new = text[:start] + section + after.lstrip("\n")
+    else:
+        new = (text.rstrip("\n") + "\n\n" if text.strip() else "") + section
+    if new == text:
+        return []
+    atomic_write(path, new)
+    return [f"{'updated' if start >= 0 else 'added'} cortex's memory rules in {path}"]
+
+
+def remove_section(path: Path) -> list[str]:
+    if not path.exists():
+        return []
+    text = path.read_text(encoding="utf-8")
+    start = text.find(RULES_BEGIN)
+    if start < 0:
+        return []
+    end = text.find(RULES_END, start)
+    if end < 0:
+        raise CortexError(f"{path}: '{RULES_BEGIN[:24]} …' has no matching '{RULES_END}'; fix the file and run again")
+    rest = (text[:start].rstrip("\n") + "\n\n" + text[end + len(RULES_END):].lstrip("\n")).strip("\n")
+    if not rest.strip():
+        path.unlink()
+        return [f"removed {path}"]
+    atomic_write(path, rest + "\n")
+    return [f"removed cortex's memory rules from {path}"]

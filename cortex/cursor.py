@@ -1,0 +1,123 @@
+"""Installing cortex into Cursor's agent (the editor's Agent and the `cursor-agent` CLI): `.cursor/`.
+
+`cortex init --cursor` writes, in the project:
+
+- `.cursor/hooks.json` (`{"version": 1, "hooks": {event: [{"command"}]}}`):
+  `sessionStart` → the briefing (answered as `{"additional_context": …}`),
+  `stop` and `preCompact` → capture from the agent transcript, `sessionEnd` →
+  a last capture, detached (the CLI's headless `-p` fires sessionStart and
+  sessionEnd but not stop). Cursor's `beforeSubmitPrompt` can only let a prompt
+  through or block it, not add context, so there is no prompt-time recall:
+  the MCP tools and the rules file cover it.
+- `.cursor/mcp.json` `mcpServers.cortex`: `cortex mcp`, with the workspace
+  folder passed as `CLAUDE_PROJECT_DIR` (`${workspaceFolder}`, which Cursor
+  expands) so the server finds the project whatever folder Cursor starts it in.
+- `.cursor/rules/cortex-memory.mdc`: the memory rules, `alwaysApply: true`.
+
+Cursor's payloads carry no `cwd`: the project is the first of
+`workspace_roots`. The transcript is `transcript_path` when Cursor sends one,
+else `~/.cursor/projects/<workspace slug>/agent-transcripts/<conversation_id>.jsonl`
+(or `<id>/<id>.jsonl`), the slug being the workspace path with its leading `/`
+dropped and every other character that is not a letter or digit made `-`.
+
+Cursor's agent cannot be installed here from npm, so this integration is
+tested against real hook payloads, configuration and transcripts published in
+public repositories (tests/data/cursor/SOURCES.md), not against the running
+agent.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from cortex.assistants import hook_command, load_json, merge_hooks, merge_server, object_at, prune, \
+    remove_hooks, remove_server, save_or_remove, write_json
+from cortex.claude import RULES
+from cortex.errors import CortexError
+from cortex.files import atomic_write
+
+HOOKS = {"sessionStart": "session-start", "stop": "stop", "preCompact": "pre-compact", "sessionEnd": "session-end"}
+MCP_SERVER = {"command": "cortex", "args": ["mcp"], "env": {"CLAUDE_PROJECT_DIR": "${workspaceFolder}"}}
+RULES_FILE = "cortex-memory.mdc"
+RULES_MDC = "---\ndescription: cortex project memory (written by cortex init --cursor)\nalwaysApply: true\n---\n\n" + RULES
+
+
+def _paths(project_root: Path) -> tuple[Path, Path, Path]:
+    folder = project_root / ".cursor"
+    return folder / "hooks.json", folder / "mcp.json", folder / "rules" / RULES_FILE
+
+
+def _check(project_root: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    hooks_path, mcp_path, _ = _paths(project_root)
+    hooks, mcp = load_json(hooks_path), load_json(mcp_path)
+    if not isinstance(hooks.get("hooks", {}), dict):
+        raise CortexError(f"{hooks_path}: hooks is not a JSON object; fix it and run again")
+    if not isinstance(mcp.get("mcpServers", {}), dict):
+        raise CortexError(f"{mcp_path}: mcpServers is not a JSON object; fix it and run again")
+    return hooks, mcp
+
+
+def install(project_root: Path) -> list[str]:
+    """Merge cortex's hooks, MCP server and rules into the project's `.cursor/`; returns what changed."""
+    hooks_path, mcp_path, rules = _paths(project_root)
+    hooks_data, mcp_data = _check(project_root)  # a broken file stops the install before anything is written
+    hooks_data.setdefault("version", 1)
+    done = merge_hooks(hooks_path, object_at(hooks_path, hooks_data, "hooks"),
+                       {event: {"command": hook_command(name, ".cursor/hooks.json")} for event, name in HOOKS.items()},
+                       grouped=False)
+    if done:
+        write_json(hooks_path, hooks_data)
+    changed = merge_server(mcp_path, object_at(mcp_path, mcp_data, "mcpServers"), dict(MCP_SERVER))
+    if changed and not changed[0].startswith("left"):
+        write_json(mcp_path, mcp_data)
+    done += changed
+    if not rules.exists() or rules.read_text(encoding="utf-8") != RULES_MDC:
+        atomic_write(rules, RULES_MDC)
+        done.append(f"wrote {rules}")
+    return done or ["Cursor integration already installed"]
+
+
+def uninstall(project_root: Path) -> list[str]:
+    hooks_path, mcp_path, rules = _paths(project_root)
+    hooks_data, mcp_data = _check(project_root)
+    done: list[str] = []
+    if isinstance(hooks_data.get("hooks"), dict):
+        removed = remove_hooks(hooks_path, hooks_data["hooks"], grouped=False)
+        if not hooks_data["hooks"]:
+            del hooks_data["hooks"]
+            if hooks_data == {"version": 1}:
+                hooks_data.clear()
+        done += save_or_remove(hooks_path, hooks_data, removed)
+    done += save_or_remove(mcp_path, mcp_data, remove_server(mcp_path, mcp_data))
+    if rules.exists():
+        rules.unlink()
+        done.append(f"removed {rules}")
+    prune(rules.parent, hooks_path.parent)
+    return done or ["no Cursor integration was installed"]
+
+
+# ---------------------------------------------------------------- hook payloads
+
+
+def workspace_slug(path: str) -> str:
+    """Cursor's folder name for a workspace under ~/.cursor/projects/: `/home/ana/app` → `home-ana-app`."""
+    return re.sub(r"[^A-Za-z0-9]", "-", path.lstrip("/"))
+
+
+def transcript_for(payload: dict[str, Any], home: Path | None = None) -> Path | None:
+    """The agent transcript of a Cursor hook payload that names none (the CLI sends `transcript_path: null`)."""
+    conversation = str(payload.get("conversation_id") or payload.get("session_id") or "")
+    roots = payload.get("workspace_roots")
+    if not conversation or not isinstance(roots, list) or not roots:
+        return None
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", conversation):
+        return None  # never a path out of the transcripts folder
+    base = (home or Path(os.path.expanduser("~"))) / ".cursor" / "projects" / workspace_slug(str(roots[0]))
+    for candidate in (base / "agent-transcripts" / f"{conversation}.jsonl",
+                      base / "agent-transcripts" / conversation / f"{conversation}.jsonl"):
+        if candidate.is_file():
+            return candidate
+    return None

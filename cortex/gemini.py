@@ -1,0 +1,85 @@
+"""Installing cortex into Google Gemini CLI: `.gemini/settings.json` and GEMINI.md.
+
+`cortex init --gemini` writes, in the project:
+
+- `.gemini/settings.json` `hooks` (timeouts in milliseconds): SessionStart →
+  the briefing, BeforeAgent → prompt-time recall (both answer with
+  `hookSpecificOutput.additionalContext`; Gemini puts it in the user message
+  as `<hook_context>…</hook_context>`), AfterAgent → capture from the chat file
+  (`transcript_path`) at the end of every turn, SessionEnd → a last capture,
+  detached. PreCompress is left alone: Gemini fires it before every model
+  call, and the chat file keeps what compression drops, so AfterAgent misses
+  nothing.
+- `.gemini/settings.json` `mcpServers.cortex`: `cortex mcp`. Gemini offers MCP
+  tools in a headless `gemini -p` only with `--approval-mode yolo`; the
+  interactive CLI asks before each call.
+- GEMINI.md: cortex's memory rules, in a marked section (Gemini reads
+  GEMINI.md as project context).
+
+Every other key of settings.json is kept. Gemini runs a project's settings only
+in a trusted folder (it asks; `GEMINI_CLI_TRUST_WORKSPACE=true` headless).
+Capture copies what it needs at each AfterAgent, so a chat file Gemini's
+session cleanup deletes later (it can delete a resumed session's files) loses
+nothing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from cortex.assistants import check_section, hook_command, load_json, merge_hooks, merge_server, object_at, \
+    prune, remove_hooks, remove_section, remove_server, save_or_remove, write_json, write_section
+from cortex.errors import CortexError
+
+HOOKS = {"SessionStart": ("session-start", 30000), "BeforeAgent": ("prompt", 30000), "AfterAgent": ("stop", 60000),
+         "SessionEnd": ("session-end", 5000)}
+MCP_SERVER = {"command": "cortex", "args": ["mcp"]}
+TRUST_NOTE = "note: Gemini CLI reads a project's .gemini/settings.json only in a trusted folder (it asks once)"
+
+
+def _paths(project_root: Path) -> tuple[Path, Path]:
+    return project_root / ".gemini" / "settings.json", project_root / "GEMINI.md"
+
+
+def _handler(event: str, timeout: int) -> dict[str, object]:
+    return {"type": "command", "name": f"cortex-{event}", "command": hook_command(event, ".gemini/settings.json"),
+            "timeout": timeout}
+
+
+def _check(path: Path, context: Path) -> dict[str, Any]:
+    data = load_json(path)
+    for key in ("hooks", "mcpServers"):
+        if not isinstance(data.get(key, {}), dict):
+            raise CortexError(f"{path}: {key} is not a JSON object; fix it and run again")
+    check_section(context)
+    return data
+
+
+def install(project_root: Path) -> list[str]:
+    """Merge cortex's hooks, MCP server and rules into the project's Gemini CLI configuration; returns what changed."""
+    settings_path, context = _paths(project_root)
+    data = _check(settings_path, context)  # a broken file stops the install before anything is written
+    done = merge_hooks(settings_path, object_at(settings_path, data, "hooks"),
+                       {event: _handler(name, timeout) for event, (name, timeout) in HOOKS.items()})
+    done += merge_server(settings_path, object_at(settings_path, data, "mcpServers"), dict(MCP_SERVER))
+    if done:
+        write_json(settings_path, data)
+    done += write_section(context)
+    return (done or ["Gemini CLI integration already installed"]) + [TRUST_NOTE]
+
+
+def uninstall(project_root: Path) -> list[str]:
+    settings_path, context = _paths(project_root)
+    data = _check(settings_path, context)
+    done = []
+    if isinstance(data.get("hooks"), dict):
+        hooks = data["hooks"]
+        done = remove_hooks(settings_path, hooks)
+        if not hooks:
+            del data["hooks"]
+    done += remove_server(settings_path, data)
+    done = save_or_remove(settings_path, data, done)
+    done += remove_section(context)
+    prune(settings_path.parent)
+    return done or ["no Gemini CLI integration was installed"]

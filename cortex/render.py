@@ -1,0 +1,145 @@
+"""A memory as text, in three forms: short (the briefing), medium (recall), full (`cortex show`).
+
+Each form is a pure function of the memory (and what the caller adds: marks, a snippet, the store it came
+from), so the same memory renders to the same bytes whatever its file's key order or comments:
+
+- **short**, one line: `[type] Title — summary `id`` and marks such as `(low confidence 0.42)`. The
+  summary is shown only when it says more than the title, cut near `SHORT_SUMMARY` characters.
+- **medium**, a few lines: id, type, title, status and store on the first; then the summary, the
+  snippet with the query's words marked `**like this**`, and the facts (confidence, priority, branch,
+  tags, files).
+- **full**: every field in the file's canonical key order, one per line, each link on its own line
+  (relation, target, strength, when it was made), the keys cortex does not know, then the body.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any, Iterable
+
+from cortex.memory import KEYS, Memory
+
+LOW_CONFIDENCE = 0.5  # under this (decayed) confidence a memory reads as unsure in the briefing
+SHORT_SUMMARY = 90
+
+
+def _adds(summary: str, title: str) -> bool:
+    """Whether a summary says something the title does not (not empty, not the title again)."""
+    a, b = " ".join(summary.casefold().split()).rstrip(".…"), " ".join(title.casefold().split()).rstrip(".…")
+    return bool(a) and not (a.startswith(b) and len(a) - len(b) < 12) and not b.startswith(a)
+
+
+def _cut(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit].rsplit(" ", 1)[0].rstrip(" ,;:—-") + "…"
+
+
+def confidence_mark(confidence: float) -> str:
+    """`(low confidence 0.42)` under LOW_CONFIDENCE, else nothing."""
+    return f"(low confidence {confidence:.2f})" if confidence < LOW_CONFIDENCE else ""
+
+
+def short(memory: Memory, marks: Iterable[str] = (), confidence: float | None = None) -> str:
+    """One line: `[type] Title — summary `id`` then the marks (low confidence, stale, conflicts)."""
+    summary = memory.one_line()
+    line = f"[{memory.type}] {memory.title}"
+    if _adds(summary, memory.title):
+        line += f" — {_cut(summary, SHORT_SUMMARY)}"
+    line += f" `{memory.id}`"
+    shown = [confidence_mark(memory.confidence if confidence is None else confidence), *marks]
+    return line + "".join(f" {mark}" for mark in shown if mark)
+
+
+def highlight(text: str, spans: Iterable[tuple[int, int]]) -> str:
+    """`text` with each (start, end) span wrapped in `**`."""
+    out, at = [], 0
+    for start, end in sorted(spans):
+        if start < at:
+            continue
+        out += [text[at:start], "**", text[start:end], "**"]
+        at = end
+    return "".join(out) + text[at:]
+
+
+def medium(memory: Memory, snippet: str = "", spans: Iterable[tuple[int, int]] = (), where: str = "",
+           indent: str = "") -> str:
+    """A few lines: the heading (id, type, title, status, `where` it came from), the summary, the snippet
+    with its matches marked, and the facts."""
+    status = "" if memory.status == "active" else f" ({memory.status})"
+    lines = [f"{memory.id}  {memory.type:<12} {memory.title}{status}{where}"]
+    summary = memory.one_line()
+    if _adds(summary, memory.title) and summary not in snippet:
+        lines.append(f"{indent}{summary}")
+    if snippet:
+        lines.append(f"{indent}{highlight(snippet, spans)}")
+    facts = [f"confidence {memory.confidence:.2f}", f"priority {memory.priority}"]
+    if memory.pinned:
+        facts.append("pinned")
+    if memory.branch:
+        facts.append(f"branch {memory.branch}")
+    if memory.project:
+        facts.append(f"project {memory.project}")
+    if memory.tags:
+        facts.append("tags " + ", ".join(memory.tags))
+    if memory.files:
+        facts.append("files " + ", ".join(memory.files))
+    lines.append(indent + " · ".join(facts))
+    return "\n".join(lines)
+
+
+def _value(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "[" + ", ".join(str(item) for item in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{key}: {_value(value[key])}" for key in sorted(value, key=str)) + "}"
+    return str(value)
+
+
+def full(memory: Memory) -> str:
+    """Every field, one per line in the canonical order, each link on a line, unknown keys, then the body."""
+    data = memory.to_dict()
+    lines = []
+    for key in KEYS:
+        if key == "links":
+            continue
+        value = data.get(key)
+        if key in ("summary", "project", "branch") and not value:
+            continue
+        lines.append(f"{key}: {_value(value)}")
+    for key in sorted(memory.extra):
+        lines.append(f"{key}: {_value(memory.extra[key])}")
+    if memory.links:
+        lines.append("links:")
+        for link in memory.links:
+            parts = [link.rel, link.to]
+            if link.strength is not None:
+                parts.append(f"strength {link.strength:g}")
+            if link.created:
+                parts.append(f"made {link.created}")
+            lines.append("  - " + " ".join(parts))
+    body = memory.body.rstrip("\n")
+    return "\n".join(lines) + ("\n\n" + body if body else "") + "\n"
+
+
+def match_spans(text: str, query: str) -> list[tuple[int, int]]:
+    """Where the query's content words (stop words left out) occur in `text`, as (start, end) of whole words:
+    a word matches one starting with it, or for a word over 4 letters with all but its last two ("retries"
+    marks "retry" and "retried"), case ignored."""
+    pattern = _query_pattern(query)
+    return [(found.start(), found.end()) for found in pattern.finditer(text)] if pattern is not None else []
+
+
+@functools.lru_cache(maxsize=64)
+def _query_pattern(query: str) -> re.Pattern[str] | None:
+    from cortex.text import words
+
+    stems = sorted({w if len(w) <= 4 else w[:max(4, len(w) - 2)] for w in words(query)}, key=lambda w: (-len(w), w))
+    if not stems:
+        return None
+    return re.compile(r"\b(?:" + "|".join(re.escape(stem) for stem in stems) + r")\w*", re.IGNORECASE)

@@ -1,0 +1,654 @@
+"""Pull-request review of memory: what a branch changes in the store, for a reviewer.
+
+`build(repo, base, head, store_prefix)` reads the memory files at the merge base of `base` and `head` and at
+`head` from git objects (no checkout, so it runs in CI on a checkout of the pull request) and sorts the
+changes the way a reviewer reads them: decisions added, changed, superseded, archived and removed (each
+with its rationale and rejected alternatives), new gotchas and conventions, the plan, and warnings — a
+decision whose claims contradict an active one, an active memory naming a file the branch deletes, a
+possible secret in a changed store file, a memory file that no longer parses. `render(report)` writes it
+as GitHub-flavoured markdown short enough for a pull-request comment; `post_github` posts it as one
+comment, updating the one it posted before (found by `MARKER`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from cortex import gitops
+from cortex.errors import CortexError, MalformedMemory
+from cortex.memory import Memory, parse
+from cortex.projections import is_decision, split_rejected
+
+MARKER = "<!-- cortex-review -->"
+LIMIT = 5  # items shown per list in the markdown; `--json` has them all
+RATIONALE_CHARS = 220
+MAX_COMMENT_CHARS = 60_000  # GitHub refuses a comment over 65,536 characters
+OVERLAP = 0.3  # content-word overlap at which two decisions are about one thing (then their claims are compared)
+FIELDS = ("title", "type", "status", "confidence", "priority", "pinned", "tags", "files", "links", "body")
+
+
+@dataclass
+class _Version:
+    path: str
+    memory: Memory | None  # None: the file does not parse
+    problem: str = ""
+
+
+def _read(path: str, data: bytes) -> _Version:
+    try:
+        return _Version(path, parse(data.decode("utf-8"), Path(path)))
+    except MalformedMemory as exc:
+        return _Version(path, None, exc.reason)
+    except UnicodeDecodeError:
+        return _Version(path, None, "not UTF-8 text")
+
+
+class _Side:
+    """The memory files at one commit, each read and parsed the first time it is asked for: a review of a
+    large store parses only what it shows or checks (and a file the same on both sides, once)."""
+
+    def __init__(self, repo: Any, blobs: dict[str, tuple[str, Any]], read: dict[Any, _Version]) -> None:
+        self.repo = repo
+        self.blobs = blobs  # id -> (path, blob id)
+        self._read = read
+        self._data: dict[Any, bytes] = {}
+
+    def data(self, memory_id: str) -> bytes:
+        oid = self.blobs[memory_id][1]
+        if oid not in self._data:
+            self._data[oid] = self.repo[oid].data
+        return self._data[oid]
+
+    def get(self, memory_id: str) -> _Version | None:
+        found = self.blobs.get(memory_id)
+        if found is None:
+            return None
+        if found not in self._read:  # keyed by (path, blob id): the same file on both sides is read once
+            self._read[found] = _read(found[0], self.data(memory_id))
+        return self._read[found]
+
+    def memory(self, memory_id: str) -> Memory | None:
+        version = self.get(memory_id)
+        return version.memory if version is not None else None
+
+    def active(self, memory_id: str) -> Memory | None:
+        memory = self.memory(memory_id)
+        return memory if memory is not None and memory.status == "active" else None
+
+    def active_where(self, wanted: Any) -> dict[str, Memory]:
+        """The active memories whose file bytes pass `wanted` (a cheap filter before parsing)."""
+        out = {}
+        for memory_id in self.blobs:
+            if wanted(self.data(memory_id)):
+                memory = self.active(memory_id)
+                if memory is not None:
+                    out[memory_id] = memory
+        return out
+
+
+# ---------------------------------------------------------------- building the report
+
+
+def build(repo: Any, base_rev: str, head_rev: str, store_prefix: str) -> dict[str, Any]:
+    """The review of what `head_rev` changes in the store at `store_prefix` (e.g. '.cortex') since it forked
+    from `base_rev`, as JSON-ready data (what `cortex review --json` prints)."""
+    head = gitops.resolve(repo, head_rev)
+    base = gitops.resolve(repo, base_rev)
+    fork_id = gitops.merge_base(repo, base, head)
+    fork = repo[fork_id] if fork_id is not None else base
+    memories_prefix = f"{store_prefix}/memories" if store_prefix else "memories"
+    read: dict[Any, _Version] = {}
+    old = _Side(repo, gitops.memory_blobs_at(repo, fork, memories_prefix), read)
+    new = _Side(repo, gitops.memory_blobs_at(repo, head, memories_prefix), read)
+    changed_ids = sorted(mid for mid in set(old.blobs) | set(new.blobs)
+                         if (old.blobs.get(mid) or ("", None))[1] != (new.blobs.get(mid) or ("", None))[1])
+    replaced_by = _replaced_by_map(old, new, changed_ids)
+    report: dict[str, Any] = {
+        "base": str(base.id), "head": str(head.id), "merge_base": str(fork.id), "store": store_prefix or ".",
+        "store_found": not store_prefix or any(gitops.path_at(repo, commit, store_prefix) for commit in (fork, head)),
+        "decisions": {"added": [], "changed": [], "superseded": [], "archived": [], "removed": []},
+        "gotchas": [], "conventions": [], "architecture": [],
+        "plan": {"added": [], "changed": [], "closed": []}, "progress": [],
+        "other": {}, "warnings": [],
+    }
+    for mid in changed_ids:
+        _sort_change(report, old.get(mid), new.get(mid), lambda i: new.memory(i) or old.memory(i), replaced_by)
+    for rows in _lists(report):
+        rows.sort(key=lambda row: (row["title"].lower(), row["id"]))
+    paths = gitops.path_changes(repo, fork, head)
+    report["warnings"] = (
+        _malformed(new, changed_ids)
+        + _contradictions(old, new, changed_ids)
+        + _deleted_files(repo, fork, head, new, paths)
+        + _secrets(repo, head, store_prefix, paths)
+    )
+    return report
+
+
+def _replaced_by_map(old: _Side, new: _Side, changed_ids: list[str]) -> dict[str, list[str]]:
+    """id -> the changed memories (at either revision) with a `supersedes` link to it, for changed ids."""
+    wanted = set(changed_ids)
+    out: dict[str, list[str]] = {}
+    for side in (old, new):
+        for memory_id in wanted.intersection(side.blobs):  # a supersedes link is made in this branch
+            if b"supersedes" not in side.data(memory_id):
+                continue
+            memory = side.memory(memory_id)
+            for link in memory.links if memory is not None else ():
+                if link.rel == "supersedes" and link.to in wanted and memory_id not in out.get(link.to, []):
+                    out.setdefault(link.to, []).append(memory_id)
+    return out
+
+
+def _kind(before: _Version | None, after: _Version | None) -> str:
+    if before is None:
+        return "added"
+    if after is None:
+        return "removed"
+    old_status = before.memory.status if before.memory else None
+    new_status = after.memory.status if after.memory else None
+    if new_status != old_status and new_status in ("superseded", "archived"):
+        return new_status
+    return "changed"
+
+
+def _sort_change(report: dict[str, Any], before: _Version | None, after: _Version | None,
+                 known: Callable[[str], Memory | None], replaced_by: dict[str, list[str]]) -> None:
+    """Put one changed memory in its section of the report."""
+    kind = _kind(before, after)
+    version = after if after is not None and after.memory is not None else before
+    memory = version.memory if version is not None else None
+    if memory is None:
+        return  # unparsable on both sides: the warnings say so
+    row = _row(memory, version.path, known, replaced_by)  # type: ignore[union-attr]
+    if kind == "changed" and before is not None and before.memory is not None and after is not None \
+            and after.memory is not None:
+        row["fields"] = [key for key in FIELDS if getattr(before.memory, key) != getattr(after.memory, key)]
+        if before.memory.status != "active" and after.memory.status == "active":
+            row["restored"] = True
+    if is_decision(memory):
+        report["decisions"][kind].append(row)
+    elif memory.type == "plan":
+        bucket = "closed" if kind in ("superseded", "archived", "removed") or memory.status != "active" else kind
+        report["plan"][bucket].append(row)
+    elif memory.type == "progress" and kind == "added":
+        report["progress"].append(row)
+    elif kind == "added" and memory.type in ("gotcha", "pattern", "architecture") and memory.status == "active":
+        section = {"gotcha": "gotchas", "pattern": "conventions", "architecture": "architecture"}[memory.type]
+        report[section].append(row)
+    else:
+        counts = report["other"].setdefault(kind, {})
+        counts[memory.type] = counts.get(memory.type, 0) + 1
+
+
+def _row(memory: Memory, path: str, known: Callable[[str], Memory | None],
+         replaced_by: dict[str, list[str]]) -> dict[str, Any]:
+    rationale, rejected = split_rejected(memory.body)
+    row: dict[str, Any] = {"id": memory.id, "type": memory.type, "title": memory.title, "status": memory.status,
+                           "path": path, "tags": list(memory.tags), "files": list(memory.files),
+                           "rationale": rationale, "rejected": rejected}
+    supersedes = [link.to for link in memory.links if link.rel == "supersedes"]
+    if supersedes:
+        row["supersedes"] = [_ref(mid, known) for mid in supersedes]
+    if memory.id in replaced_by:
+        row["superseded_by"] = [_ref(mid, known) for mid in sorted(set(replaced_by[memory.id]))]
+    return row
+
+
+def _ref(memory_id: str, known: Callable[[str], Memory | None]) -> dict[str, str]:
+    found = known(memory_id)
+    return {"id": memory_id, "title": found.title if found is not None else ""}
+
+
+# ---------------------------------------------------------------- warnings
+
+
+def _malformed(new: _Side, changed_ids: list[str]) -> list[dict[str, Any]]:
+    versions = [new.get(mid) for mid in changed_ids]
+    return [{"kind": "malformed", "path": version.path, "reason": version.problem}
+            for version in versions if version is not None and version.memory is None]
+
+
+def _contradictions(old: _Side, new: _Side, changed_ids: list[str]) -> list[dict[str, Any]]:
+    """Memories this branch adds or changes that contradict an active decision: by a `contradicts` link it
+    adds, or (two decisions about one thing, by their words) by a claim they disagree on (`claims.conflict`)."""
+    from cortex.claims import claims, conflict
+    from cortex.text import jaccard, words
+
+    decisions: dict[str, Memory] = {}
+    if any(m is not None and is_decision(m) for m in map(new.active, changed_ids)):
+        # a decision names itself in its type or (an architecture record) its tags: parse only those
+        decisions = {mid: m for mid, m in new.active_where(lambda data: b"decision" in data or b"adr" in data).items()
+                     if is_decision(m)}
+    words_of = {mid: words(f"{m.title}\n{m.body}") for mid, m in decisions.items()}
+    claims_of: dict[str, Any] = {}
+    found: list[dict[str, Any]] = []
+    seen: set[frozenset[str]] = set()
+    for mid in changed_ids:
+        memory = new.active(mid)
+        if memory is None:
+            continue
+        before = old.memory(mid)
+        earlier = {(link.rel, link.to) for link in before.links} if before is not None else set()
+        for link in memory.links:
+            target = new.active(link.to) if link.rel == "contradicts" else None
+            if target is not None and (link.rel, link.to) not in earlier:
+                seen.add(frozenset((mid, link.to)))
+                found.append(_contradiction(memory, target, "a contradicts link"))
+        if mid not in decisions or (before is not None and (before.title, before.body) == (memory.title, memory.body)):
+            continue
+        for other_id, other in decisions.items():
+            pair = frozenset((mid, other_id))
+            if other_id == mid or pair in seen or jaccard(words_of[mid], words_of[other_id]) < OVERLAP:
+                continue
+            for key in (mid, other_id):
+                if key not in claims_of:
+                    claims_of[key] = claims(f"{decisions[key].title}\n{decisions[key].body}")
+            reason = conflict(claims_of[mid], claims_of[other_id])
+            if reason:
+                seen.add(pair)
+                found.append(_contradiction(memory, other, reason))
+    return found
+
+
+def _contradiction(memory: Memory, other: Memory, reason: str) -> dict[str, Any]:
+    return {"kind": "contradiction", "id": memory.id, "title": memory.title,
+            "other": {"id": other.id, "title": other.title}, "reason": reason}
+
+
+def _deleted_files(repo: Any, fork: Any, head: Any, new: _Side, changes: list[gitops.PathChange]
+                   ) -> list[dict[str, Any]]:
+    """Active memories at `head` naming a file or folder that was there at the fork and is gone at `head`."""
+    removed = {change.old_path for change in changes if change.status in ("D", "R")}
+    if not removed:
+        return []
+    # what a memory may name: a removed file or a folder above one; only files whose `files:` line names one
+    # of them are parsed
+    candidates = {"/".join(parts[:n]) for path in removed for parts in [path.split("/")] for n in range(1, len(parts) + 1)}
+    active = new.active_where(lambda data: _may_name(data, candidates))
+    named = {path.strip("/").removeprefix("./") for m in active.values() for path in m.files}
+    gone = {path for path in named if path and gitops.path_at(repo, fork, path) and not gitops.path_at(repo, head, path)}
+    if not gone:
+        return []
+    moved = {change.old_path: change.new_path for change in changes if change.status == "R"}
+    found = []
+    for memory in sorted(active.values(), key=lambda m: (m.title, m.id)):
+        paths = sorted({p.strip("/").removeprefix("./") for p in memory.files} & gone)
+        if paths:
+            found.append({"kind": "deleted-file", "id": memory.id, "title": memory.title, "files": paths,
+                          "moved_to": {p: moved[p] for p in paths if p in moved}})
+    return found
+
+
+_FILES_LINE = re.compile(rb"^files:[ \t]*(.*?)[ \t]*\r?$", re.M)
+
+
+def _may_name(data: bytes, paths: set[str]) -> bool:
+    """Whether a memory file's `files:` line may name one of `paths` (a cheap look before parsing it)."""
+    match = _FILES_LINE.search(data)
+    if match is None:
+        return False
+    value = match.group(1)
+    if not (value.startswith(b"[") and value.endswith(b"]")) or b"'" in value or b'"' in value:
+        return True  # a block list or quoted names: parse to know
+    names = value[1:-1].decode("utf-8", "replace").split(",")
+    return any(name.strip().strip("/").removeprefix("./") in paths for name in names)
+
+
+def _secrets(repo: Any, head: Any, store_prefix: str, changes: list[gitops.PathChange]) -> list[dict[str, Any]]:
+    """Possible secrets in store files this branch adds or changes (the kind and line, never the text)."""
+    from cortex.guard import scan_text
+
+    inside = f"{store_prefix}/" if store_prefix else ""
+    found = []
+    for change in changes:
+        if change.status == "D" or not change.new_path.startswith(inside):
+            continue
+        data = gitops.blob_at(repo, head, change.new_path)
+        if data is None or b"\0" in data[:8000]:
+            continue
+        for finding in scan_text(data.decode("utf-8", errors="replace")):
+            found.append({"kind": "secret", "path": change.new_path, "line": finding.line, "rule": finding.kind})
+    return found
+
+
+def has_findings(report: dict[str, Any]) -> bool:
+    """Whether the review has anything to say (a change or a warning)."""
+    return bool(report["warnings"] or any(_lists(report)) or report["other"])
+
+
+def _lists(report: dict[str, Any]) -> list[Any]:
+    return [*report["decisions"].values(), report["gotchas"], report["conventions"], report["architecture"],
+            *report["plan"].values(), report["progress"]]
+
+
+# ---------------------------------------------------------------- markdown
+
+_MENTION = re.compile(r"@(?=[A-Za-z0-9])")
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|~#])")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def _md(text: str, limit: int = 200) -> str:
+    """One line of a memory's text as inert markdown: no HTML, links, mentions, emphasis or table breaks."""
+    line = " ".join(_CONTROL.sub(" ", text).split())
+    if len(line) > limit:
+        line = line[:limit].rsplit(" ", 1)[0].rstrip(" ,;:.") + "…"
+    line = _MD_SPECIAL.sub(r"\\\1", line)
+    return _MENTION.sub("@\u200b", line)
+
+
+def _code(text: str) -> str:
+    """A path or id as inline code (backticks in it cannot close the span early)."""
+    clean = " ".join(_CONTROL.sub(" ", text).split()).replace("`", "'")
+    return f"`{clean}`"
+
+
+def _item(row: dict[str, Any], strike: bool = False) -> str:
+    title = _md(row["title"])
+    title = f"~~{title}~~" if strike else f"**{title}**"
+    return f"{title} ({_code(row['id'])})"
+
+
+def _more(lines: list[str], total: int, limit: int) -> list[str]:
+    return lines + ([f"- …and {total - limit} more (`cortex review --json` lists all)"] if total > limit else [])
+
+
+def _decision_lines(kind: str, rows: list[dict[str, Any]], limit: int) -> list[str]:
+    out = []
+    for row in rows[:limit]:
+        if kind == "superseded":
+            by = _replaced_by(row)
+            out.append(f"- {_item(row, strike=True)}" + (f" → replaced by {by}" if by else ""))
+        elif kind in ("archived", "removed"):
+            note = " — file deleted; `cortex forget` archives and keeps it findable" if kind == "removed" else ""
+            out.append(f"- {_item(row, strike=True)}{note}")
+        else:
+            extra = ""
+            if kind == "changed":
+                fields = ", ".join(row.get("fields") or ["its file"])
+                extra = " — restored" if row.get("restored") else f" — changed: {fields}"
+            if row.get("supersedes"):
+                extra += " — replaces " + ", ".join(f"~~{_md(r['title'] or r['id'])}~~" for r in row["supersedes"])
+            if row["status"] != "active":
+                by = _replaced_by(row)
+                extra += f" — {row['status']} in this branch" + (f", replaced by {by}" if by else "")
+            out.append(f"- {_item(row)}{extra}")
+        if kind in ("added", "changed", "superseded") or (kind == "archived" and row["rationale"]):
+            if row["rationale"] and kind != "superseded":
+                out.append(f"  - Why: {_md(row['rationale'], RATIONALE_CHARS)}")
+            if row["rejected"] and kind != "superseded":
+                out.append(f"  - Rejected: {'; '.join(_md(r, 80) for r in row['rejected'][:3])}"
+                           + (f" (+{len(row['rejected']) - 3})" if len(row["rejected"]) > 3 else ""))
+    return _more(out, len(rows), limit)
+
+
+def _replaced_by(row: dict[str, Any]) -> str:
+    return ", ".join(f"**{_md(r['title'] or r['id'])}** ({_code(r['id'])})" for r in row.get("superseded_by", []))
+
+
+def _warning_line(warning: dict[str, Any]) -> str:
+    kind = warning["kind"]
+    if kind == "contradiction":
+        other = warning["other"]
+        return (f"- **Contradiction:** **{_md(warning['title'])}** ({_code(warning['id'])}) vs the active "
+                f"**{_md(other['title'])}** ({_code(other['id'])}): {_md(warning['reason'], 120)}. "
+                f"Supersede one (`cortex forget OLD --replaced-by NEW`) or reconcile them.")
+    if kind == "deleted-file":
+        files = ", ".join(_code(p) + (f" (moved to {_code(warning['moved_to'][p])})" if p in warning["moved_to"] else "")
+                          for p in warning["files"][:3])
+        return (f"- **Deleted file:** **{_md(warning['title'])}** ({_code(warning['id'])}) names {files}, "
+                f"which this branch deletes. Update its `files` or archive it.")
+    if kind == "secret":
+        return (f"- **Possible secret** ({_md(warning['rule'], 60)}) in {_code(warning['path'])} line "
+                f"{warning['line']}. Remove it and rotate it: it stays in the branch's history.")
+    return f"- **Unreadable memory:** {_code(warning['path'])}: {_md(warning.get('reason', ''), 160)}"
+
+
+def _summary(report: dict[str, Any]) -> str:
+    parts = []
+    decisions = report["decisions"]
+    counted = [f"{len(rows)} {kind}" for kind, rows in decisions.items() if rows]
+    if counted:
+        parts.append("decisions: " + ", ".join(counted))
+    for key, word in (("gotchas", "gotcha"), ("conventions", "convention"), ("architecture", "architecture note")):
+        if report[key]:
+            parts.append(f"{len(report[key])} new {word}{'s' if len(report[key]) > 1 else ''}")
+    if any(report["plan"].values()):
+        parts.append("plan changed")
+    if report["warnings"]:
+        parts.append(f"⚠️ {len(report['warnings'])} warning{'s' if len(report['warnings']) > 1 else ''}")
+    return " · ".join(parts)
+
+
+def render(report: dict[str, Any], limit: int = LIMIT) -> str:
+    """The review as GitHub-flavoured markdown, starting with `MARKER`: at most `limit` items a list."""
+    out = [MARKER, "### 🧠 cortex: memory changes in this pull request", ""]
+    span = f"`{report['merge_base'][:7]}..{report['head'][:7]}`"
+    if not has_findings(report):
+        if not report["store_found"]:
+            out += [f"No cortex store at {_code(report['store'])} in {span} (another folder? `--dir`).", ""]
+        else:
+            out += [f"No memory in {_code(report['store'])} changed in {span}.", ""]
+        return "\n".join(out)
+    out += [f"**{_summary(report) or 'memories changed'}**", ""]
+    if report["warnings"]:
+        out += ["#### ⚠️ Warnings", *_more([_warning_line(w) for w in report["warnings"][:limit]],
+                                          len(report["warnings"]), limit), ""]
+    if any(report["decisions"].values()):
+        out.append("#### Decisions")
+        for kind, rows in report["decisions"].items():
+            if rows:
+                out += [f"**{kind.capitalize()}**", "", *_decision_lines(kind, rows, limit), ""]
+    for key, heading in (("gotchas", "New gotchas"), ("conventions", "New conventions"),
+                         ("architecture", "New architecture notes")):
+        rows = report[key]
+        if rows:
+            lines = [f"- {_item(r)}" + (f" — {_md(r['rationale'], 160)}" if r["rationale"] else "") for r in rows[:limit]]
+            out += [f"#### {heading}", *_more(lines, len(rows), limit), ""]
+    out += _plan_lines(report, limit)
+    other = report["other"]
+    if other:
+        counts = ", ".join(f"{n} {memory_type} {kind}" for kind in sorted(other)
+                           for memory_type, n in sorted(other[kind].items()))
+        out += [f"<sub>Also: {counts}.</sub>", ""]
+    out.append(f"<sub>`cortex review` of {span} in {_code(report['store'])} · `--json` lists everything</sub>")
+    text = "\n".join(out) + "\n"
+    if len(text) > MAX_COMMENT_CHARS:  # a guard: the caps above keep a review far below it
+        text = text[:MAX_COMMENT_CHARS].rsplit("\n", 1)[0] + "\n\n…(cut: `cortex review --json` has it all)\n"
+    return text
+
+
+def _plan_lines(report: dict[str, Any], limit: int) -> list[str]:
+    plan, progress = report["plan"], report["progress"]
+    if not any(plan.values()) and not progress:
+        return []
+    out = ["#### Plan"]
+    for kind, word in (("added", "New plan"), ("changed", "Plan updated"), ("closed", "Plan closed")):
+        for row in plan[kind][:limit]:
+            strike = kind == "closed"
+            out.append(f"- {word}: {_item(row, strike=strike)}")
+            if kind != "closed" and row["rationale"]:
+                out.append(f"  - {_md(row['rationale'], RATIONALE_CHARS)}")
+        if len(plan[kind]) > limit:
+            out.append(f"- …and {len(plan[kind]) - limit} more")
+    if progress:
+        titles = "; ".join(_md(r["title"], 80) for r in progress[:3])
+        out.append(f"- {len(progress)} progress note{'s' if len(progress) > 1 else ''}: {titles}"
+                   + ("; …" if len(progress) > 3 else ""))
+    return out + [""]
+
+
+# ---------------------------------------------------------------- the command's pieces
+
+
+def parse_range(revisions: str) -> tuple[str, str]:
+    """'BASE..HEAD' or 'BASE...HEAD' (both: what HEAD adds since it forked from BASE), or 'BASE' (..HEAD)."""
+    text = revisions.strip()
+    base, sep, head = text.partition("...") if "..." in text else text.partition("..")
+    if not base:
+        raise CortexError(f"give a revision range as BASE..HEAD, e.g. main..feature (got {revisions!r})")
+    return base, (head or "HEAD") if sep else "HEAD"
+
+
+def store_prefix(repo: Any, directory: Path | None) -> str:
+    """The store's folder inside the repository: `directory` (or $CORTEX_DIR), the `.cortex/` found from the
+    current folder, else `.cortex` at the top (it need not exist in the working tree: git objects are read)."""
+    import os
+
+    from cortex.errors import NotInitialised
+    from cortex.store import STORE_DIRNAME, Store
+
+    top = Path(repo.workdir).resolve() if repo.workdir else None
+    if top is None:
+        raise CortexError(f"{repo.path} has no working tree: run cortex review in a checkout")
+    chosen = directory or (Path(os.environ["CORTEX_DIR"]) if os.environ.get("CORTEX_DIR") else None)
+    if chosen is not None:
+        root = chosen.expanduser().resolve()
+    else:
+        try:
+            root = Store.locate().root.resolve()
+        except NotInitialised:
+            root = top / STORE_DIRNAME
+    try:
+        inside = root.relative_to(top).as_posix()
+    except ValueError:
+        raise CortexError(f"the store {root} is not inside the repository {top}") from None
+    return "" if inside == "." else inside
+
+
+# ---------------------------------------------------------------- posting the comment
+
+
+@dataclass
+class Target:
+    """Where the review comment goes: a GitHub pull request or a GitLab merge request."""
+
+    forge: str  # "GitHub" or "GitLab"
+    comments_url: str  # GET (paged) lists the comments, POST adds one
+    comment_url: str  # with {id}: where an update goes
+    update_method: str
+    headers: dict[str, str]
+    hint: str  # what to check when the forge refuses
+
+
+def target(env: Mapping[str, str], number: int | None = None) -> Target:
+    """The pull request (GitHub Actions' environment) or merge request (GitLab CI's) to comment on; a
+    `CortexError` naming what is missing. `number` overrides the one the environment gives."""
+    if env.get("GITLAB_CI") and not env.get("GITHUB_ACTIONS"):
+        return _gitlab(env, number)
+    token = env.get("GITHUB_TOKEN", "").strip()
+    if not token:
+        raise CortexError("--post needs GITHUB_TOKEN (in a workflow: env: GITHUB_TOKEN: ${{ github.token }})")
+    repository = env.get("GITHUB_REPOSITORY", "").strip()
+    if not re.fullmatch(r"[\w.-]+/[\w.-]+", repository):
+        raise CortexError(f"--post needs GITHUB_REPOSITORY as owner/name (got {repository!r})")
+    if number is None:
+        number = _event_number(env.get("GITHUB_EVENT_PATH", ""))
+    api = (env.get("GITHUB_API_URL") or "https://api.github.com").rstrip("/")
+    return Target("GitHub", f"{api}/repos/{repository}/issues/{number}/comments",
+                  f"{api}/repos/{repository}/issues/comments/{{id}}", "PATCH",
+                  {"Accept": "application/vnd.github+json", "Authorization": f"Bearer {token}",
+                   "X-GitHub-Api-Version": "2022-11-28"},
+                  "the workflow needs permissions: pull-requests: write")
+
+
+def _gitlab(env: Mapping[str, str], number: int | None) -> Target:
+    token = (env.get("CORTEX_GITLAB_TOKEN") or env.get("GITLAB_TOKEN") or "").strip()
+    if not token:
+        raise CortexError("--post in GitLab CI needs CORTEX_GITLAB_TOKEN (a token with the api scope, as a masked "
+                          "CI/CD variable)")
+    api, project = env.get("CI_API_V4_URL", "").rstrip("/"), env.get("CI_PROJECT_ID", "").strip()
+    if not api or not project:
+        raise CortexError("--post in GitLab CI needs CI_API_V4_URL and CI_PROJECT_ID")
+    if number is None:
+        iid = env.get("CI_MERGE_REQUEST_IID", "").strip()
+        if not iid.isdigit():
+            raise CortexError("--post needs a merge request pipeline (CI_MERGE_REQUEST_IID), or give --pr N")
+        number = int(iid)
+    notes = f"{api}/projects/{project}/merge_requests/{number}/notes"
+    return Target("GitLab", notes, f"{notes}/{{id}}", "PUT", {"PRIVATE-TOKEN": token},
+                  "CORTEX_GITLAB_TOKEN needs the api scope and at least the Reporter role")
+
+
+def _event_number(path: str) -> int:
+    if not path:
+        raise CortexError("--post needs the pull request: GITHUB_EVENT_PATH is not set (or give --pr N)")
+    try:
+        event = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CortexError(f"{path}: cannot read the event ({exc})") from None
+    for holder in (event.get("pull_request"), event.get("issue"), event) if isinstance(event, dict) else ():
+        number = holder.get("number") if isinstance(holder, dict) else None
+        if isinstance(number, int) and not isinstance(number, bool):
+            return number
+    raise CortexError(f"{path}: not a pull request event (no pull_request.number); give --pr N")
+
+
+def _request(where: Target, method: str, url: str, body: dict[str, Any] | None = None) -> Any:
+    import urllib.error
+    import urllib.request
+
+    data = json.dumps(body).encode("utf-8") if body is not None else None
+    headers = {**where.headers, "User-Agent": "cortex-review"}
+    if data is not None:
+        headers["Content-Type"] = "application/json"
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            raw = response.read()
+    except urllib.error.HTTPError as exc:
+        try:
+            answer = json.loads(exc.read())
+            message = str(answer.get("message", "")) if isinstance(answer, dict) else ""
+        except Exception:
+            message = ""
+        hint = f" ({where.hint})" if exc.code in (401, 403, 404) else ""
+        raise CortexError(f"{where.forge} refused {method} {url}: HTTP {exc.code} {message}".rstrip() + hint) from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise CortexError(f"{method} {url}: {getattr(exc, 'reason', exc)}") from None
+    try:
+        return json.loads(raw) if raw.strip() else None
+    except ValueError:
+        raise CortexError(f"{method} {url}: the answer is not JSON") from None
+
+
+def find_comment(where: Target) -> dict[str, Any] | None:
+    """cortex's earlier review comment (its body starts with `MARKER`), or None."""
+    for page in range(1, 101):
+        url = f"{where.comments_url}?per_page=100&page={page}"
+        comments = _request(where, "GET", url)
+        if not isinstance(comments, list):
+            raise CortexError(f"GET {url}: expected a list of comments")
+        for comment in comments:
+            if isinstance(comment, dict) and str(comment.get("body") or "").lstrip().startswith(MARKER):
+                return comment
+        if len(comments) < 100:
+            return None
+    return None
+
+
+def post(markdown: str, env: Mapping[str, str], number: int | None = None, empty: bool = False) -> tuple[str, str]:
+    """Add the review comment, or update the one added before; returns (what was done, its URL if known).
+
+    An empty review (nothing changed, no warning) updates an earlier comment but never starts a new one.
+    """
+    where = target(env, number)
+    existing = find_comment(where)
+    if existing is not None:
+        comment_id = existing.get("id")
+        if not isinstance(comment_id, int) or isinstance(comment_id, bool):
+            raise CortexError("the earlier review comment has no id")
+        if existing.get("body") == markdown:
+            return "unchanged", str(existing.get("html_url") or "")
+        answer = _request(where, where.update_method, where.comment_url.format(id=comment_id), {"body": markdown})
+    elif empty:
+        return "skipped (nothing to say)", ""
+    else:
+        answer = _request(where, "POST", where.comments_url, {"body": markdown})
+        return "created", str((answer or {}).get("html_url") or "") if isinstance(answer, dict) else ""
+    return "updated", str(answer.get("html_url") or "") if isinstance(answer, dict) else ""
