@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from cortex.hotpath import emit, note_injected, payload_cwd, payload_prompt
+from cortex.hotpath import emit, event_name, note_injected, payload_cwd, payload_prompt
 from cortex.store import STORE_DIRNAME, Store
 
 
@@ -264,7 +264,7 @@ def claude_session_start(raw: str) -> int:
         from cortex.layout import queued_jobs
 
         shown = briefing.get(store)
-        emit(str(payload.get("hook_event_name") or "SessionStart"), shown.text)
+        emit(event_name(payload, "SessionStart"), shown.text)
         note_injected(str(store.root), payload, "SessionStart", "", shown.ids)
         if queued_jobs(str(store.root)):
             from cortex.capture import spawn_worker
@@ -286,7 +286,7 @@ def claude_prompt(raw: str) -> int:
         if prompt and not prompt.startswith("/"):
             text = prompt_context(store, prompt, Indexes())
             if text:
-                emit(str(payload.get("hook_event_name") or "UserPromptSubmit"), text)
+                emit(event_name(payload, "UserPromptSubmit"), text)
                 note_injected(str(store.root), payload, "UserPromptSubmit", text)
 
     return _claude_hook("prompt", raw, body)

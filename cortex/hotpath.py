@@ -35,6 +35,17 @@ def emit(event: str, text: str) -> None:
     sys.stdout.flush()
 
 
+_EVENT_NAMES = {"SessionStart": ("SessionStart", "sessionStart"), "UserPromptSubmit": ("UserPromptSubmit", "BeforeAgent")}
+
+
+def event_name(payload: dict[str, object], event: str) -> str:
+    """The name to answer under: the payload's own `hook_event_name` when it is one of this hook's names in some
+    assistant (Gemini's BeforeAgent, Cursor's sessionStart), else Claude Code's name for it. A payload claiming
+    another event (a Stop's JSON sent to the SessionStart hook) does not change what the answer says it is."""
+    named = payload.get("hook_event_name")
+    return named if isinstance(named, str) and named in _EVENT_NAMES[event] else event
+
+
 def payload_cwd(payload: dict[str, object]) -> str:
     """The project a hook payload is about: `cwd` (Claude Code, Codex, Gemini), else Cursor's first
     `workspace_roots` entry, else this process's folder."""
@@ -101,7 +112,7 @@ def session_start(raw: str) -> bool:
         from cortex import serve
 
         serve.start_detached(store_root)
-    emit(str(payload.get("hook_event_name") or "SessionStart"), str(cached.get("text", "")))
+    emit(event_name(payload, "SessionStart"), str(cached.get("text", "")))
     note_injected(store_root, payload, "SessionStart", "", [str(i) for i in cached.get("ids", [])])
     return True
 
@@ -123,7 +134,7 @@ def prompt(raw: str) -> bool:
     if answer is None or "context" not in answer:
         return False
     if answer["context"]:
-        emit(str(payload.get("hook_event_name") or "UserPromptSubmit"), str(answer["context"]))
+        emit(event_name(payload, "UserPromptSubmit"), str(answer["context"]))
         note_injected(store_root, payload, "UserPromptSubmit", str(answer["context"]))
     return True
 

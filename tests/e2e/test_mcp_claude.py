@@ -27,7 +27,7 @@ from tests.e2e.harness import INSPECTOR, Sandbox, require
 DECISION = "We use SQLite, not Postgres, for the local cache: no server to run"
 NEW = "The exchange-rate feed publishes at 16:00 CET; fetch after 16:05"
 TOOLS = {"cortex_search", "cortex_search_decisions", "cortex_get_memory", "cortex_get_plan", "cortex_get_recent",
-         "cortex_get_status", "cortex_get_briefing", "cortex_remember", "cortex_forget", "cortex_restore"}
+         "cortex_get_status", "cortex_get_briefing", "cortex_remember", "cortex_forget", "cortex_restore", "cortex_feedback"}
 
 
 def tool_results(request: dict[str, Any]) -> list[dict[str, Any]]:
@@ -134,6 +134,7 @@ def test_inspector_calls_every_tool(served: tuple[Sandbox, str, str]) -> None:
         "cortex_remember": [f"text={NEW}", "type=gotcha"],
         "cortex_forget": [f"id={doomed}"],
         "cortex_restore": [f"id={decision}"],  # an active memory: returned unchanged
+        "cortex_feedback": [f"id={decision}", "rating=up"],
     }
     assert set(calls) == TOOLS
 
@@ -154,6 +155,7 @@ def test_inspector_calls_every_tool(served: tuple[Sandbox, str, str]) -> None:
               for p in box.memories()}
     assert any(title.startswith("The exchange-rate feed") for title in titles)
     assert next(m for m in titles.values() if m.id == doomed).status == "archived"
+    assert "hot" in text["cortex_feedback"] or "cold" in text["cortex_feedback"]  # the rating came back with its tier
 
 
 def test_inspector_bad_calls(served: tuple[Sandbox, str, str]) -> None:
