@@ -284,10 +284,11 @@ def contextual_scores(store: Store, index: Any, query: str, key: Any, allowed: f
         files = index.manifest.files
         rels = sorted(rel for rel in allowed if files[rel].get("vhash") in row_of)
         rows = np.fromiter((row_of[files[rel]["vhash"]] for rel in rels), dtype=np.int64, count=len(rels))
-        views[cache_key] = (rels, np.ascontiguousarray(matrix[rows]))
-    rels, sub = views[cache_key]
-    if not rels:
-        return None
+        complete = len(rels) == sum(1 for rel in allowed if files[rel].get("vhash"))
+        views[cache_key] = (rels, np.ascontiguousarray(matrix[rows]), complete)
+    rels, sub, complete = views[cache_key]
+    if not rels or not complete:
+        return None  # some memories have no vector yet: rank them all the same way (rank fusion) until they do
     vector = CONTEXTUAL.query(query)
     from cortex.contextual import one_blas_thread
 
@@ -316,9 +317,14 @@ def _snippet(memory: Memory, words: list[str], width: int = 160) -> str:
     body = " ".join(memory.body.split())
     if not body:
         return ""
+    if len(body) <= width:
+        return body
     lower = body.lower()
     at = min((lower.find(w) for w in words if lower.find(w) >= 0), default=0)
     start = max(0, at - width // 4)
+    if start:  # begin at a word, not in the middle of one
+        space = body.rfind(" ", 0, start + 1)
+        start = space + 1 if space >= 0 else 0
     text = body[start : start + width]
     return ("…" if start else "") + text + ("…" if start + width < len(body) else "")
 

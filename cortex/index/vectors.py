@@ -63,9 +63,9 @@ class Contextual:
     A sidecar to the static vectors, keyed by the same text hash (`vhash`): rows are appended, never
     rewritten, and `contextual.json` (written atomically after the rows) says which model made them and
     which key each row holds, so a reader never sees a row before its key. Filled by whoever has the model
-    loaded and the time: `cortex serve` and the MCP server in a background thread, `cortex recall` for a
-    few hundred missing rows, the detached upkeep (`cortex maintain`) and `cortex reindex` for all — never a
-    hook. Deleting both files loses nothing (`recall` re-ranks with what rows there are).
+    loaded and the time: `cortex serve` and the MCP server in a background thread, `cortex recall` up to a
+    few hundred missing rows per call — never a hook. Until every memory has a row, recall ranks without
+    them. Deleting both files loses nothing but the time to compute them again.
     """
 
     def __init__(self, folder: Path) -> None:
