@@ -54,4 +54,21 @@ def run(store: Store, indexes: Indexes | None = None, stage: bool = True) -> dic
             indexes.stale(store)  # links, gc and merges rewrote files: sync again, then every page may change
             memories_changed(store, indexes, stage=stage, upkeep="none", everything=True)
             store.log(f"maintain: {counts}")
+        _fill_contextual(store, indexes)
     return counts
+
+
+def _fill_contextual(store: Store, indexes: Indexes) -> None:
+    """Embed, with the bundled transformer, the memories that have no contextual vector yet, so the next
+    `cortex recall` re-ranks without waiting (`recall.contextual`; off, or the model missing: nothing)."""
+    from cortex import recall
+
+    if store.config().get("recall.contextual") is False:
+        return
+    try:
+        recall.use_contextual("inline")
+        filled = recall.fill_contextual(store, indexes.synced(store))
+        if filled:
+            store.log(f"maintain: {filled} contextual vectors")
+    except Exception as exc:
+        store.log(f"maintain: contextual vectors not filled: {exc!r}")

@@ -184,7 +184,7 @@ class _Contextual:
 
 
 CONTEXTUAL = _Contextual()
-INLINE_FILL = 300  # `cortex recall` embeds up to this many missing memories itself (~15 ms each); the upkeep the rest
+INLINE_FILL = 32  # `cortex recall` embeds up to this many missing memories itself (~15 ms each); a detached upkeep the rest
 
 
 def use_contextual(mode: str | None = "inline") -> None:
@@ -236,6 +236,17 @@ def fill_contextual(store: Store, index: Any, limit: int | None = None, batch: i
     return done
 
 
+def _fill_detached(store: Store) -> None:
+    """Hand the missing contextual vectors to a detached `cortex maintain` (it fills them all, one at a time per
+    store: its fill lock); this command ranks without them (rank fusion) meanwhile."""
+    from cortex.spawn import detached
+
+    try:
+        detached(["maintain", "--dir", str(store.root)], str(store.state_dir), env={"CORTEX_NESTED": "0"})
+    except OSError as exc:
+        store.log(f"recall: could not start the upkeep to fill contextual vectors: {exc!r}")
+
+
 def _fill_in_background(store: Store, index: Any) -> None:
     import threading
 
@@ -270,7 +281,9 @@ def contextual_scores(store: Store, index: Any, query: str, key: Any, allowed: f
             _fill_in_background(store, index)
     else:
         missing = missing_contextual(store, index)
-        if missing:
+        if len(missing) > INLINE_FILL:  # more than a command should wait for: `cortex maintain` embeds them all
+            _fill_detached(store)
+        elif missing:
             fill_contextual(store, index, limit=INLINE_FILL)
     loaded = CONTEXTUAL.sidecar(store).load(encoder.identity)
     if loaded is None:

@@ -217,6 +217,7 @@ class _Warm(threading.Thread):
                                                 for name in ("briefing.json", "briefing.next.json")):
             return
         try:  # its own index (this server vouches for the files: a manifest load, no walk), so prompts never wait
+            self.store.reload_config()  # the key covers config.yaml: build with what it says now (budget, weights)
             built = briefing.build(self.store)
             key = briefing_key(root, __version__)  # after the build: its sync may have rewritten the manifest
             atomic_write(self.store.state_dir / "briefing.next.json",
