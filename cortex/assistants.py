@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from cortex.claude import RULES, _hook_event
+from cortex.claude import _load as load_json  # noqa: F401 - one reader of a settings file, for codex, gemini, cursor
 from cortex.errors import CortexError
 from cortex.files import atomic_write
 
@@ -38,18 +39,6 @@ def hook_command(event: str, config: str) -> str:
 
 def is_ours(handler: Any) -> bool:
     return _hook_event(handler) is not None
-
-
-def load_json(path: Path) -> dict[str, Any]:
-    if not path.exists():
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8") or "{}")
-    except ValueError as exc:
-        raise CortexError(f"{path}: not valid JSON ({exc}); fix it and run again") from None
-    if not isinstance(data, dict):
-        raise CortexError(f"{path}: expected a JSON object")
-    return data
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

@@ -13,7 +13,7 @@ Script entries, one per main-agent request in order:
     {"mcp": ["cortex", "cortex_search", {...}]}        an MCP tool call (server, tool, arguments)
     {"error": 500}                                     an HTTP error
 
-/work/shared/other-assistants-offline.md (§1.2, §2.2) describes the wire
+../shared/other-assistants-offline.md (§1.2, §2.2) describes the wire
 protocols these speak.
 """
 

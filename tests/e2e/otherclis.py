@@ -4,7 +4,7 @@ The same idea as tests/e2e/harness.py for Claude Code: a `Sandbox` (temporary
 HOME and git repository), a fresh fake model API on loopback per run
 (tests/e2e/fakeothers.py), a timeout on every run, and a `CliRun` with the
 exit status, the JSON lines the CLI printed, the transcript it wrote and every
-request the model received. The traps /work/shared/other-assistants-offline.md
+request the model received. The traps ../shared/other-assistants-offline.md
 lists are set off here: Codex runs with `--disable unbounded_connection_retries`
 (else an unreachable API hangs it) and `--dangerously-bypass-hook-trust --trust`
 (else its hooks are silently skipped); Gemini with `general.maxAttempts: 1`,
