@@ -1316,6 +1316,7 @@ def maintain(store: Any) -> None:
 
     counts = upkeep.run(store)
     click.echo(", ".join(f"{name} {count}" for name, count in counts.items()))
+    upkeep.fill_contextual(store)  # after the links: the memories' contextual vectors, for recall's re-ranking
 
 
 @main.command()

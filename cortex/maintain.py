@@ -54,20 +54,27 @@ def run(store: Store, indexes: Indexes | None = None, stage: bool = True) -> dic
             indexes.stale(store)  # links, gc and merges rewrote files: sync again, then every page may change
             memories_changed(store, indexes, stage=stage, upkeep="none", everything=True)
             store.log(f"maintain: {counts}")
-        _fill_contextual(store, indexes)
     return counts
 
 
-def _fill_contextual(store: Store, indexes: Indexes) -> None:
+def fill_contextual(store: Store, indexes: Indexes | None = None) -> None:
     """Embed, with the bundled transformer, the memories that have no contextual vector yet, so the next
-    `cortex recall` re-ranks without waiting (`recall.contextual`; off, or the model missing: nothing)."""
+    `cortex recall` re-ranks without waiting (`recall.contextual`; off, or the model missing: nothing). Only
+    the `cortex maintain` command does it (detached, started by a recall that found vectors missing), at a
+    lower priority and on one core: never `cortex capture` or the worker, which run `run` inline."""
+    import os
+
     from cortex import recall
+    from cortex.contextual import one_blas_thread
 
     if store.config().get("recall.contextual") is False:
         return
+    indexes = indexes or Indexes()
     try:
         recall.use_contextual("inline")
-        filled = recall.fill_contextual(store, indexes.synced(store))
+        os.nice(10)  # a detached background job (≈15 ms a memory): the person's commands and hooks come first
+        with one_blas_thread():  # and it takes one core, not both
+            filled = recall.fill_contextual(store, indexes.synced(store))
         if filled:
             store.log(f"maintain: {filled} contextual vectors")
     except Exception as exc:

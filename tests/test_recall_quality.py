@@ -149,3 +149,26 @@ def test_code_outlines_rank_below_knowledge_unless_asked_about_code(project):
 
 def _ids(hits: list[dict]) -> list[str]:
     return [h["id"] for h in hits if h["via"] is None]
+
+
+def test_recall_hands_many_missing_vectors_to_a_detached_upkeep(project):
+    """More memories without a contextual vector than a command should embed itself (`INLINE_FILL`): `cortex
+    recall` answers at once (rank fusion) and a detached `cortex maintain` embeds them all, niced, for the next."""
+    from cortex.recall import INLINE_FILL
+    from tests.helpers import wait_for
+
+    store = Store.locate(project)
+    for n in range(INLINE_FILL + 8):
+        remember(store, f"Service svc{n} handles the {n}th shard of requests behind the gateway.", link=False)
+    cortex("recall", "which service handles requests", cwd=project)
+    keys = store.cache_dir / "contextual.json"
+
+    def filled() -> bool:
+        try:
+            return len(json.loads(keys.read_text(encoding="utf-8")).get("keys", [])) >= INLINE_FILL + 8
+        except (OSError, ValueError):
+            return False
+
+    log = store.state_dir / "cortex.log"
+    assert wait_for(filled, 120), log.read_text(encoding="utf-8") if log.exists() else "no log"
+    assert "contextual vectors" in log.read_text(encoding="utf-8")
