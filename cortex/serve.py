@@ -216,9 +216,13 @@ class _Warm(threading.Thread):
         if self.store.label != "project" or any((saved_briefing(root, name) or {}).get("key") == key
                                                 for name in ("briefing.json", "briefing.next.json")):
             return
-        try:  # its own index (this server vouches for the files: a manifest load, no walk), so prompts never wait
+        from cortex.index import Index
+
+        try:  # its own index, so prompts never wait; one that walks the files: this server's vouch may lag a change
             self.store.reload_config()  # the key covers config.yaml: build with what it says now (budget, weights)
-            built = briefing.build(self.store)
+            index = Index(self.store)
+            index.trust_watcher = False  # a file removed by hand a moment ago is not yet in the watched manifest
+            built = briefing.build(self.store, index=index)
             key = briefing_key(root, __version__)  # after the build: its sync may have rewritten the manifest
             atomic_write(self.store.state_dir / "briefing.next.json",
                          json.dumps({"key": key, "text": built.text, "tokens": built.tokens, "ids": built.ids}),
