@@ -82,11 +82,15 @@ def note_injected(store_root: str, payload: dict[str, object], event: str, text:
     line = {"at": time.time(), "event": event, "ids": list(dict.fromkeys(ids))}
     if payload.get("agent_id"):
         line["agent"] = str(payload["agent_id"])
-    path = layout.injections_file(store_root, session)
+    append_line(layout.injections_file(store_root, session), line)
+
+
+def append_line(path: str, record: dict[str, object]) -> None:
+    """Append one JSON line to a state file (best effort: a hook never fails on its own bookkeeping)."""
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(line) + "\n")
+            handle.write(json.dumps(record) + "\n")
     except OSError:
         pass
 
@@ -157,11 +161,5 @@ def pre_tool_use(raw: str) -> bool:
     task = {"at": time.time(), "tool_use_id": str(payload.get("tool_use_id") or ""),
             "subagent_type": str(given.get("subagent_type") or ""), "description": str(given.get("description") or ""),
             "prompt": str(given.get("prompt") or "")[:4000]}
-    path = layout.subagent_tasks_file(store_root, session)
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(task) + "\n")
-    except OSError:
-        pass
+    append_line(layout.subagent_tasks_file(store_root, session), task)
     return True

@@ -59,18 +59,9 @@ def claim_task(store: Store, session: str, agent_id: str, agent_type: str, now: 
     now = time.time() if now is None else now
     path = tasks_file(store, session)
     with file_lock(path.with_suffix(".lock")):
-        try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except OSError:
+        tasks = _records(path)
+        if tasks is None:
             return None
-        tasks = []
-        for raw in lines:
-            try:
-                item = json.loads(raw)
-            except ValueError:
-                continue
-            if isinstance(item, dict):
-                tasks.append(item)
         claimed = {str(t.get("claim")) for t in tasks if t.get("claimed_by")}
         wanted = GENERAL if agent_type in GENERAL else (agent_type,)
         for task in tasks:
@@ -86,18 +77,9 @@ def claim_task(store: Store, session: str, agent_id: str, agent_type: str, now: 
 
 def task_of(store: Store, session: str, agent_id: str) -> dict[str, Any] | None:
     """The task `agent_id` claimed at its start, or None."""
-    try:
-        lines = tasks_file(store, session).read_text(encoding="utf-8").splitlines()
-    except OSError:
+    items = _records(tasks_file(store, session))
+    if items is None:
         return None
-    items = []
-    for raw in lines:
-        try:
-            item = json.loads(raw)
-        except ValueError:
-            continue
-        if isinstance(item, dict):
-            items.append(item)
     claim = next((str(i.get("claim")) for i in items if i.get("claimed_by") == agent_id), None)
     return next((i for i in items if claim is not None and str(i.get("tool_use_id")) == claim), None)
 
@@ -200,3 +182,20 @@ class _Scoped:
             parts.append("No memory bears on this task.")
         text = "\n\n".join(parts).strip() + "\n"
         return Briefing(text, estimate_tokens(text), self.ids)
+
+
+def _records(path: Path) -> list[dict[str, Any]] | None:
+    """The JSON objects of a tasks file, one a line (a torn or foreign line skipped); None when unreadable."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    items = []
+    for raw in lines:
+        try:
+            item = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(item, dict):
+            items.append(item)
+    return items
