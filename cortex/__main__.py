@@ -15,6 +15,9 @@ CLAUDE_EVENTS = {"stop": "claude_stop", "pre-compact": "claude_stop", "session-s
 
 
 def run() -> None:
+    from cortex.spawn import short_lived
+
+    short_lived()  # long-lived commands (serve, mcp, watch, maintain, worker) collect again: `spawn.resident`
     args = sys.argv[1:]
     if len(args) >= 2 and args[0] == "hook" and args[1] == "pre-tool-use":
         from cortex import hotpath
@@ -39,9 +42,10 @@ def run() -> None:
 
         handler = getattr(hooks, CLAUDE_EVENTS[args[1]])
         sys.exit(handler(raw))
-    from cortex.cli import main
+    from cortex import cli
 
-    main()
+    cli.PROCESS_ARGV = args  # a read-only command may be answered by a running `cortex serve` (`cli._forward`)
+    cli.main()
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ def _fail(message: str) -> None:
 def _print_json(data: Any) -> None:
     # Indented for a person at a terminal; compact (and ~10x faster to encode) in a pipe. json escapes C0
     # controls; DEL and the C1 ones (U+0080-U+009F, which some terminals obey) are escaped here, as JSON allows.
-    indent = 2 if sys.stdout.isatty() else None
+    indent = 2 if (sys.stdout.isatty() if _CLIENT_TTY is None else _CLIENT_TTY) else None
     text = json.dumps(data, indent=indent, ensure_ascii=False)
     click.echo(_DEL_C1.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
 
@@ -88,6 +88,8 @@ def store_options(func: Callable[..., Any]) -> Callable[..., Any]:
         store = None
         try:
             store = Store.locate(use_global=use_global, directory=directory)
+            if func.__name__ in SERVED_COMMANDS and not use_global and not kwargs.get("at") and kwargs.get("text") != "-":
+                _forward(store)  # answered by a running `cortex serve` (exits), else run here
             return func(store=store, **kwargs)
         except CortexError as exc:
             _fail(str(exc))
@@ -96,6 +98,62 @@ def store_options(func: Callable[..., Any]) -> Callable[..., Any]:
                 _warn_config(store)
 
     return wrapper
+
+
+# What a running `cortex serve` answers on its warm indexes: the read-only commands, and `remember` (its links
+# need every memory's vector: numpy and the matrix are loaded there already) unless it reads its text from stdin.
+SERVED_COMMANDS = frozenset({"list_command", "status", "show", "remember"})
+PROCESS_ARGV: list[str] | None = None  # the arguments of a `cortex` process (set by `cortex.__main__.run`)
+_CLIENT_TTY: bool | None = None  # inside `cortex serve`: whether the client's stdout is a terminal
+
+
+def _forward(store: Any) -> None:
+    """Have the store's running `cortex serve` run this command on its warm indexes (no manifest load, no
+    walk over the files, numpy and the vectors loaded) and print what it printed, exiting with its status. Returns when there is no server,
+    it is still warming or it fails: the command then runs in this process."""
+    import os
+
+    from cortex.index import Indexes
+    from cortex.layout import socket_path
+
+    root = str(store.root)
+    if PROCESS_ARGV is None or Indexes.serving is not None or not os.path.exists(socket_path(root)):
+        return
+    from cortex.serve import ask
+
+    answer = ask(root, {"op": "command", "argv": [*PROCESS_ARGV, "--dir", root], "tty": sys.stdout.isatty(),
+                        "columns": shutil.get_terminal_size((100, 20)).columns}, timeout=30.0)
+    if not answer or not isinstance(answer.get("exit"), int):
+        return
+    sys.stderr.write(str(answer.get("stderr", "")))
+    sys.stdout.write(str(answer.get("stdout", "")))
+    sys.stdout.flush()
+    sys.exit(int(answer["exit"]))
+
+
+def run_served(argv: list[str], tty: bool = False) -> int:
+    """One command run inside `cortex serve` for a client (`_forward`); its exit status."""
+    global _CLIENT_TTY
+    _CLIENT_TTY = tty
+    try:
+        main.main(args=argv, prog_name="cortex", standalone_mode=False)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    finally:
+        _CLIENT_TTY = None
+    return 0
+
+
+def _index(store: Any) -> Any:
+    """The store's index, synced (manifest level): `cortex serve`'s warm one while it runs a command."""
+    from cortex.index import Index, Indexes
+
+    if Indexes.serving is not None:
+        return Indexes.serving.synced(store)
+    return Index(store).ensure()
 
 
 def _warn_config(store: Any) -> None:
@@ -268,8 +326,10 @@ def remember(store: Any, text: str, memory_type: str, title: str | None, priorit
 
     if text == "-":
         text = sys.stdin.read()
-    created = events.remember(store, text, type=memory_type, title=title, priority=priority, confidence=confidence,
-                              tags=tags, files=files, pinned=pin, summary=summary)
+    from cortex.index import Indexes
+
+    created = events.remember(store, text, Indexes.serving, type=memory_type, title=title, priority=priority,
+                              confidence=confidence, tags=tags, files=files, pinned=pin, summary=summary)
     if as_json:
         _print_json(created.to_dict() | {"store": store.label})
     else:
@@ -293,32 +353,30 @@ def remember(store: Any, text: str, memory_type: str, title: str | None, priorit
 def list_command(store: Any, types: tuple[str, ...], statuses: tuple[str, ...], show_all: bool, tags: tuple[str, ...],
                  branch: str | None, pinned: bool, as_json: bool, at: str | None) -> None:
     """List memories (active ones unless --status or --all)."""
-    from cortex.index import Index
 
     store = _at(store, at)
 
-    index = Index(store)
-    index.sync(full=False)
+    index = _index(store)
     assert index.manifest is not None
     for path, reason in index.problems():
         click.echo(f"cortex: skipped {_safe(str(path))}: {_safe(reason)}", err=True)
     wanted_status = set() if show_all else set(statuses or ("active",))
     root = str(store.memories_dir)
-    rows = []
-    rels = [rel for rel, entry in index.records().items()
+    wanted = set(tags)
+    rows = [(rel, entry) for rel, entry in index.records().items()
             if not ((types and entry["type"] not in types) or (wanted_status and entry["status"] not in wanted_status)
-                    or (branch is not None and entry["branch"] != branch))]
-    for rel, meta in zip(rels, index.manifest.metas(rels)):  # one decode for all of them
-        if (tags and not set(tags) & set(meta["tags"])) or (pinned and not meta["pinned"]):
-            continue
-        meta["path"] = f"{root}/{rel}"
-        rows.append(meta)
-    rows.sort(key=lambda m: (not m["pinned"], -m["priority"], m["type"], m["title"].lower(), m["id"]))
-    if as_json:
+                    or (branch is not None and entry["branch"] != branch) or (pinned and not entry["pinned"])
+                    or (wanted and not wanted & set(entry["tags"])))]
+    rows.sort(key=lambda row: (not row[1]["pinned"], -row[1]["priority"], row[1]["type"], row[1]["title"].lower(),
+                               row[1]["id"]))
+    if as_json:  # the only form that decodes each memory's metadata (one decode for all of them)
         keys = ("id", "type", "title", "status", "priority", "confidence", "pinned", "branch", "tags", "files",
-                "created", "updated", "path")
-        _print_json([{key: m[key] for key in keys} | {"store": store.label} for m in rows])
+                "created", "updated")
+        metas = index.manifest.metas([rel for rel, _ in rows])
+        _print_json([{key: meta[key] for key in keys} | {"path": f"{root}/{rel}", "store": store.label}
+                     for (rel, _), meta in zip(rows, metas)])
         return
+    rows = [entry for _, entry in rows]
     if not rows:
         click.echo("no memories" + ("" if show_all else " (try --all)"))
         return
@@ -370,12 +428,11 @@ def show(store: Any, memory_id: str, as_json: bool, at: str | None, raw: bool) -
 def _ranking(store: Any, item: Any) -> dict[str, Any] | None:
     """Why a memory ranks where it does (the prior's terms, its salience and tier); None when unknown."""
     from cortex import salience
-    from cortex.index import Index
     from cortex.memory import now_epoch
     from cortex.recall import Prior
 
     try:
-        prior = Prior(store, Index(store).ensure(), now_epoch(), store.current_branch())
+        prior = Prior(store, _index(store), now_epoch(), store.current_branch())
         return salience.explain(store, item, prior.parts(item))
     except Exception as exc:  # the explanation is extra: a broken cache never hides the memory
         store.log(f"show: no ranking explanation: {exc!r}")
@@ -611,9 +668,8 @@ def sync_command(use_global: bool, remote: str | None, resolve: tuple[str, ...],
 def status(store: Any, as_json: bool, strict: bool) -> None:
     """Counts by type and status, store paths, search state, and problems found."""
     from cortex import status as store_status
-    from cortex.index import Index
 
-    report = store_status.report(store, Index(store).ensure())
+    report = store_status.report(store, _index(store))
     _config_problems(store, report)
     if as_json:
         _print_json(report)
@@ -747,6 +803,36 @@ def _within_budget(hits: list[Any], budget: int) -> tuple[list[Any], int]:
     return kept, len(hits) - len(kept)
 
 
+def _served_recall(stores: list[Any], query: str, **options: Any) -> Any:
+    """The recall of a running `cortex serve` (warm indexes and models: a socket round trip instead of loading
+    them), as a `RecallResult`; None when no server answers, so the command searches itself."""
+    from cortex.errors import QueryRefused
+    from cortex.layout import server_up
+
+    root = str(stores[0].root)
+    if not server_up(root):
+        return None
+    from cortex.serve import ask
+
+    answer = ask(root, {"op": "recall", "query": query, "types": list(options.pop("types")),
+                        "stores": [[str(each.root), each.label] for each in stores], **options}, timeout=10.0)
+    if not answer or "hits" not in answer:
+        if answer and "refused" in answer:
+            raise QueryRefused(str(answer["refused"]))
+        return None
+    from cortex.index.manifest import memory_from_meta
+    from cortex.recall import Hit, RecallResult
+
+    hits = []
+    for row in answer["hits"]:
+        meta = dict(row["memory"])
+        path = Path(meta.pop("path"))
+        hits.append(Hit(memory_from_meta(meta, path), float(row["score"]), row["store"], snippet=row["snippet"],
+                        via=row["via"], match=row["match"], root=row["root"],
+                        spans=[(int(a), int(b)) for a, b in row["highlights"]]))
+    return RecallResult(hits, list(answer.get("notes") or []))
+
+
 @main.command()
 @click.argument("query")
 @click.option("--limit", "-n", type=click.IntRange(1, 1000), help="How many results (default: recall.limit, 10).")
@@ -772,10 +858,13 @@ def recall(store: Any, query: str, limit: int | None, types: tuple[str, ...], br
 
     stores = list(iter_stores(store, include_global=not no_global and store.label == "project"))
     limit = limit or int(store.config().get("recall.limit"))
-    if not keyword:
-        use_contextual("inline")
-    result = run_recall(stores, query, limit=limit, types=types, branch=branch, include_all=include_all,
-                        keyword_only=keyword)
+    result = None if at else _served_recall(stores, query, limit=limit, types=types, branch=branch,
+                                            include_all=include_all, keyword=keyword)
+    if result is None:  # no server (or still warming): search here
+        if not keyword:
+            use_contextual("inline")
+        result = run_recall(stores, query, limit=limit, types=types, branch=branch, include_all=include_all,
+                            keyword_only=keyword)
     hits, left_out = _within_budget(result.hits, budget)
     for note in result.notes:
         click.echo(f"cortex: {_safe(note)}", err=True)
@@ -919,6 +1008,9 @@ def verify(store: Any, as_json: bool) -> None:
 @store_options
 def watch(store: Any, debounce: float) -> None:
     """Keep the cache in step with the files while it runs (Ctrl-C stops)."""
+    from cortex.spawn import resident
+
+    resident()
     from cortex.watch import AlreadyWatching, watch as run_watch
 
     try:
@@ -1312,6 +1404,9 @@ def capture_command(store: Any, transcript: Path, from_start: bool, as_json: boo
 @store_options
 def maintain(store: Any) -> None:
     """Upkeep after capture (started detached by the Stop hook): link new memories, daily gc, automatic consolidation."""
+    from cortex.spawn import resident
+
+    resident()
     from cortex import maintain as upkeep
 
     counts = upkeep.run(store)
@@ -1323,6 +1418,9 @@ def maintain(store: Any) -> None:
 @store_options
 def worker(store: Any) -> None:
     """Run queued LLM capture jobs once (the Stop hook starts this detached; failures stay queued)."""
+    from cortex.spawn import resident
+
+    resident()
     from cortex.worker import process_queue
 
     counts = process_queue(store)
@@ -1358,7 +1456,7 @@ def serve_command(store: Any, idle: float) -> None:
     """Resident query process for prompt-time recall (unix socket in .cortex/state/; started by SessionStart)."""
     from cortex.serve import serve
 
-    reason = serve(store, idle=idle)
+    reason = serve(store, idle=idle, run_command=run_served)
     click.echo(f"cortex serve stopped ({reason})", err=True)
 
 
@@ -1368,6 +1466,9 @@ def serve_command(store: Any, idle: float) -> None:
               help="Serve this store folder (default: $CORTEX_DIR, else .cortex/ in $CLAUDE_PROJECT_DIR or here).")
 def mcp_command(use_global: bool, directory: Path | None) -> None:
     """MCP server on stdio: search, read and write memory from Claude Code or any MCP client."""
+    from cortex.spawn import resident
+
+    resident()
     from cortex.mcp_server import run
 
     run(directory=directory, use_global=use_global)

@@ -15,7 +15,11 @@ Protocol: one JSON line in, one JSON line out. `{"op": "prompt", "prompt": "…"
 gets `{"context": "…" | null}`, or `{"warming": true}` while the indexes are
 still loading (the hook then recalls in its own process); `{"op": "ping"}`
 is answered once the server is warm, `{"op": "state"}` at once (`ready`
-says whether it is warm).
+says whether it is warm). `{"op": "recall", "query": …, "limit": …, …}` runs
+`cortex recall`'s search on the warm indexes (`cortex.cli.recall` asks it
+first) and answers `{"hits": [...], "notes": [...]}`; `{"op": "command",
+"argv": [...]}` runs a read-only command (`cortex list`, `status`, `show`)
+on them and answers `{"exit": …, "stdout": …, "stderr": …}`.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import os
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:  # importing the store costs a hook ~20 ms; the client half of this module must not
     from cortex.store import Store
@@ -36,17 +40,18 @@ from cortex.layout import server_up, socket_path  # noqa: E402  (os-level, share
 
 def _read_line(connection: socket.socket) -> bytes:
     """One newline-terminated message (the whole protocol is one JSON line each way)."""
-    data = b""
-    while not data.endswith(b"\n"):
+    chunks: list[bytes] = []
+    while not chunks or not chunks[-1].endswith(b"\n"):
         chunk = connection.recv(65536)
         if not chunk:
             break
-        data += chunk
-    return data
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def ask(store_root: str, request: dict[str, object], timeout: float = 0.5) -> dict[str, object] | None:
-    """Send one request to a running server; None when there is none or it is too slow."""
+    """Send one request to a running server; None when there is none or it is too slow. An answer with
+    `"stdout_bytes": n` is followed by n raw bytes (a command's output), returned decoded as `stdout`."""
     path = socket_path(store_root)
     if not os.path.exists(path):
         return None
@@ -56,7 +61,18 @@ def ask(store_root: str, request: dict[str, object], timeout: float = 0.5) -> di
             client.connect(path)
             client.sendall(json.dumps(request).encode() + b"\n")
             data = _read_line(client)
-        answer = json.loads(data)
+            head, _, rest = data.partition(b"\n")
+            answer = json.loads(head)
+            if isinstance(answer, dict) and isinstance(answer.get("stdout_bytes"), int):
+                chunks = [rest]
+                size = len(rest)
+                while size < answer["stdout_bytes"]:
+                    chunk = client.recv(1 << 20)
+                    if not chunk:
+                        return None  # cut short: the caller does the work itself
+                    chunks.append(chunk)
+                    size += len(chunk)
+                answer["stdout"] = b"".join(chunks).decode("utf-8")
         return answer if isinstance(answer, dict) else None
     except (OSError, ValueError):
         return None
@@ -80,7 +96,8 @@ def start_detached(store_root: str) -> None:
         pass  # a read-only store: the prompt hook recalls in its own process
 
 
-def serve(store: "Store", idle: float = 900.0, debounce: float = 0.3) -> str:
+def serve(store: "Store", idle: float = 900.0, debounce: float = 0.3,
+          run_command: Callable[[list[str], bool], int] | None = None) -> str:
     """Serve until idle; returns why it stopped. Raises CortexError when another server holds the store.
 
     The socket answers at once; the indexes warm in a background thread (a prompt that comes first gets
@@ -108,7 +125,7 @@ def serve(store: "Store", idle: float = 900.0, debounce: float = 0.3) -> str:
     warm = _Warm(store, debounce)
     warm.start()
     try:
-        return _loop(store, server, warm, idle)
+        return _loop(store, server, warm, idle, run_command)
     except KeyboardInterrupt:
         return "stopped by a signal"
     finally:
@@ -160,6 +177,10 @@ class _Warm(threading.Thread):
             self.store.log(f"serve: warming failed: {exc!r}")
             self._release()
             return
+        finally:
+            from cortex.spawn import resident
+
+            resident()  # warmed with the collector off (as fast as a command); collect from now on
         last_look = time.monotonic()
         while not self.stopping.wait(0.25):
             try:
@@ -251,7 +272,78 @@ def _written_stamp(store: "Store") -> int:
         return 0
 
 
-def _loop(store: "Store", server: socket.socket, warm: _Warm, idle: float) -> str:
+def _recall(store: "Store", warm: _Warm, request: dict[str, Any]) -> dict[str, object]:
+    """`cortex recall`'s search, run on this server's warm indexes: the hits with their memories (bodies
+    included, for the command to render), or `{"warming": true}` (the command then recalls itself)."""
+    if not warm.ready.is_set() or not warm.busy.acquire(timeout=1.0):
+        return {"warming": True}
+    from pathlib import Path
+
+    from cortex.errors import QueryRefused
+    from cortex.recall import recall
+    from cortex.store import Store
+
+    try:
+        warm.follow(0.0)
+        stores = [store if root == str(store.root) else Store(Path(root), label)
+                  for root, label in request.get("stores") or [[str(store.root), store.label]]]
+        try:
+            result = recall(stores, str(request.get("query", "")), limit=int(request.get("limit") or 10),
+                            types=tuple(request.get("types") or ()), branch=request.get("branch"),
+                            include_all=bool(request.get("include_all")), keyword_only=bool(request.get("keyword")),
+                            indexes=warm.indexes)
+        except QueryRefused as exc:
+            return {"refused": str(exc)}
+        return {"notes": result.notes, "hits": [hit.to_dict() | {"memory": hit.memory.to_dict(), "root": hit.root}
+                                                for hit in result.hits]}
+    finally:
+        warm.busy.release()
+
+
+def _command(warm: _Warm, request: dict[str, Any], run_command: Callable[[list[str], bool], int] | None) -> dict[str, object]:
+    """Run one read-only command (`cortex list`, `status`, `show`) for a client on this server's warm indexes
+    (`Indexes.serving`): its output and exit status, as the client would have printed them itself. With
+    `{"warming": true}` (or an error) the client runs the command on its own."""
+    import contextlib
+    import io
+
+    from cortex.index import Indexes
+
+    argv = [str(arg) for arg in request.get("argv") or []]
+    if run_command is None or not warm.ready.is_set() or not warm.busy.acquire(timeout=1.0):
+        return {"warming": True}
+    out, err = io.StringIO(), io.StringIO()
+    columns = os.environ.get("COLUMNS")
+    try:
+        warm.follow(0.0)
+        Indexes.serving = warm.indexes
+        if request.get("columns"):
+            os.environ["COLUMNS"] = str(request["columns"])  # `list` fits titles to the client's terminal
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = run_command(argv, bool(request.get("tty")))
+    finally:
+        Indexes.serving = None
+        if columns is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = columns
+        warm.busy.release()
+    return {"exit": code, "stdout": out.getvalue(), "stderr": err.getvalue()}  # stdout is sent raw (`_send`)
+
+
+def _send(connection: socket.socket, answer: dict[str, object]) -> None:
+    """One JSON line; a command's output follows it as raw bytes (JSON-escaping megabytes costs more than the
+    command)."""
+    stdout = answer.pop("stdout", None)
+    if not isinstance(stdout, str):
+        connection.sendall(json.dumps(answer).encode() + b"\n")
+        return
+    raw = stdout.encode("utf-8")
+    connection.sendall(json.dumps(answer | {"stdout_bytes": len(raw)}).encode() + b"\n" + raw)
+
+
+def _loop(store: "Store", server: socket.socket, warm: _Warm, idle: float,
+          run_command: Callable[[list[str], bool], int] | None = None) -> str:
     """Answer requests until `idle` seconds pass without one."""
     from cortex.events import prompt_context
 
@@ -269,6 +361,10 @@ def _loop(store: "Store", server: socket.socket, warm: _Warm, idle: float) -> st
                 answer: dict[str, object]
                 if request.get("op") == "state":  # answered at once: the server is up, warm or not
                     answer = {"ok": True, "pid": os.getpid(), "ready": warm.ready.is_set()}
+                elif request.get("op") == "recall":  # `cortex recall` asks here first: warm indexes and model
+                    answer = _recall(store, warm, request)
+                elif request.get("op") == "command":  # `cortex list`, `status` and `show` ask here first
+                    answer = _command(warm, request, run_command)
                 elif request.get("op") != "prompt":  # ping: answered once warm (a client waiting for it waits)
                     if not warm.ready.is_set():
                         continue
@@ -285,7 +381,7 @@ def _loop(store: "Store", server: socket.socket, warm: _Warm, idle: float) -> st
                 store.log(f"serve: {exc!r}")
                 answer = {"error": str(exc)}
             try:
-                connection.sendall(json.dumps(answer).encode() + b"\n")
+                _send(connection, answer)
             except OSError:
                 pass
     return "idle"

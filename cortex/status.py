@@ -15,7 +15,10 @@ def report(store: Store, index: Index) -> dict[str, Any]:
 
     if index.damaged_parts():  # its sync read only the manifest: rebuild the damaged parts now, and say so
         index.sync(full=True, progress=False)
-    out = store.status(index.scan())
+    root = str(store.memories_dir)  # from the manifest's fields: no `Memory` (or `Path`) for each of 10,000 entries
+    out = store.status_of([(f"{root}/{rel}", entry["id"], entry["type"], entry["status"], entry["pinned"], entry["links"])
+                           for rel, entry in index.records().items()],
+                          [f"{path}: {reason}" for path, reason in index.problems()])
     from cortex.embedding import model_identity
 
     # The model's files are enough to say semantic search is on: loading it (~30 % of a status) only when not.

@@ -525,20 +525,28 @@ class Store:
     def status(self, scan: Scan | None = None) -> dict[str, Any]:
         """Counts by type and status, paths, and every problem found."""
         scan = scan or self.scan()
+        return self.status_of([(item.path, item.id, item.type, item.status, item.pinned, item.links)
+                               for item in scan.memories], [str(p) for p in scan.problems])
+
+    def status_of(self, rows: list[tuple[Any, str, str, str, bool, list[Any]]], problems: list[str]) -> dict[str, Any]:
+        """`status` from (path, id, type, status, pinned, links) of each memory (links as `Link`s or as
+        (rel, to, strength) tuples: what the cache's manifest holds) and the problems already found."""
         by_type: dict[str, int] = {}
         by_status: dict[str, int] = {}
-        for item in scan.memories:
-            by_type[item.type] = by_type.get(item.type, 0) + 1
-            by_status[item.status] = by_status.get(item.status, 0) + 1
-        problems = [str(p) for p in scan.problems]
-        ids = {item.id for item in scan.memories}
+        for _, _, kind, status, _, _ in rows:
+            by_type[kind] = by_type.get(kind, 0) + 1
+            by_status[status] = by_status.get(status, 0) + 1
+        problems = list(problems)
+        ids = {row[1] for row in rows}
         warnings: list[str] = []
-        for item in scan.memories:
-            for link in item.links:
+        for path, memory_id, _, _, _, links in rows:
+            links = [link if isinstance(link, fmt.Link) else fmt.Link(link[0], link[1], link[2]) for link in links]
+            for link in links:
                 if link.to not in ids:
-                    problems.append(f"{item.path}: link {link.rel} to unknown id {link.to}")
-            warnings += [f"{item.path}: {problem} (ignored; remove the line)"
-                         for problem in fmt.link_problems(item.id, item.links)[1]]
+                    problems.append(f"{path}: link {link.rel} to unknown id {link.to}")
+            if links:
+                warnings += [f"{path}: {problem} (ignored; remove the line)"
+                             for problem in fmt.link_problems(memory_id, links)[1]]
         try:
             warnings = list(self.config().warnings) + warnings
         except CortexError as exc:
@@ -551,10 +559,10 @@ class Store:
             "state_dir": str(self.state_dir),
             "branch": self.current_branch() if self.label == "project" else None,
             "git": self.worktree is not None,
-            "total": len(scan.memories),
+            "total": len(rows),
             "by_type": dict(sorted(by_type.items())),
             "by_status": dict(sorted(by_status.items())),
-            "pinned": sum(1 for item in scan.memories if item.pinned),
+            "pinned": sum(1 for row in rows if row[4]),
             "problems": problems,
             "warnings": warnings,
         }

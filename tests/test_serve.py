@@ -86,3 +86,39 @@ def test_the_server_vouches_for_the_files_and_builds_the_next_briefing_ahead(pro
         proc.terminate()
         proc.wait(timeout=30)
     assert not layout.watcher_ready(root)  # gone with the server: readers walk again
+
+
+def test_commands_are_answered_by_the_running_server_as_they_would_be_here(project):
+    """`list`, `show`, `status`, `recall` and `remember` ask a running server first (its warm indexes), and
+    print exactly what they print without one; `remember -` (stdin) and `--at` stay in the process."""
+    first = remember(project, "Redis OOM on staging: rate-limit keys were created without a TTL", type="gotcha").id
+    remember(project, "Chose SQLite over Postgres for the local cache: one file, no server", type="decision")
+    remember(project, "Pinned rule: never log card numbers", pinned=True)
+    here = {name: cortex(*args, cwd=project).stdout for name, args in {
+        "list": ("list",), "json": ("list", "--json", "--all"), "show": ("show", first),
+        "recall": ("recall", "which database did we decide on", "--json"), "status": ("status", "--json")}.items()}
+    root = project / ".cortex"
+    proc = subprocess.Popen([*cortex_command(), "serve", "--idle", "60"], cwd=project, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_for(lambda: serve.ask(str(root), {"op": "ping"}) is not None, 60)
+        # Proof that the server answers: with the cache's manifest gone, a command run here would rebuild it.
+        (root / "cache" / "manifest.bin").unlink()
+        assert cortex("list", cwd=project).stdout == here["list"]
+        assert cortex("list", "--json", "--all", cwd=project).stdout == here["json"]
+        assert cortex("show", first, cwd=project).stdout == here["show"]
+        served = json.loads(cortex("recall", "which database did we decide on", "--json", cwd=project).stdout)
+        assert [hit["id"] for hit in served] == [hit["id"] for hit in json.loads(here["recall"])]
+        status = json.loads(cortex("status", "--json", cwd=project).stdout)
+        assert {key: status[key] for key in ("total", "by_type", "by_status", "pinned", "problems")} == \
+            {key: json.loads(here["status"])[key] for key in ("total", "by_type", "by_status", "pinned", "problems")}
+        assert not (root / "cache" / "manifest.bin").exists()
+        new = cortex("remember", "Redis keys for rate limits must always get a TTL", "--type", "gotcha",
+                     cwd=project).stdout.strip()
+        assert new in cortex("list", cwd=project).stdout  # written by the server, seen at once
+        assert "must always get a TTL" in cortex("show", new, "--raw", cwd=project).stdout  # the file, on disk
+        assert cortex("show", "nope", cwd=project, check=False).returncode == 1  # the error and status carried over
+        piped = cortex("remember", "-", cwd=project, input="Deploys freeze on Fridays after noon\n").stdout.strip()
+        assert piped in cortex("list", cwd=project).stdout
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

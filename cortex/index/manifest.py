@@ -2,7 +2,8 @@
 
 `cache/manifest.bin` maps each file (path relative to `memories/`) to its
 stat (mtime_ns, size), content hash, the hash of the text that was embedded,
-the fields recall filters on (id, status, type, branch, links), its parsed
+the fields recall filters on (id, status, type, branch, links) and those
+`cortex list` shows (title, priority, pinned, tags), its parsed
 metadata as a JSON string decoded only when needed (or the reason the file
 is malformed) and whether the full-text index holds this version. It is the
 cache's commit point: written last, atomically, after Whoosh and the vectors.
@@ -41,7 +42,7 @@ from cortex.errors import MalformedMemory
 from cortex.memory import Link, Memory
 from cortex.store import MAX_MEMORY_BYTES, parse_bytes, read_memory_bytes, too_large, walk_memory_files
 
-SCHEMA = 6  # 6: issue 21 (the duplicate check, the pages and `cortex serve` read the cache)
+SCHEMA = 7  # 6: issue 21 (the duplicate check, the pages and `cortex serve` read the cache); 7: list's fields
 MAGIC = b"CXM" + bytes([SCHEMA]) + importlib.util.MAGIC_NUMBER
 RACY_NS = 2_000_000_000  # files modified within 2 s of the last sync are re-hashed next time
 
@@ -230,6 +231,7 @@ def read_entry(path: Path, stat: os.stat_result | None = None, max_bytes: int = 
         type=item.type,
         branch=item.branch,
         links=[(link.rel, link.to, link.strength) for link in item.links],
+        title=item.title, priority=item.priority, pinned=item.pinned, tags=list(item.tags),  # `cortex list` reads no meta
         meta=json.dumps(meta, ensure_ascii=False, separators=(",", ":")),
         vhash=None if item.type == "code" else text_hash(embed_text(item)),  # source code is never embedded
         ft=False,  # not yet in the full-text index
