@@ -45,7 +45,20 @@ def run() -> None:
     from cortex import cli
 
     cli.PROCESS_ARGV = args  # a read-only command may be answered by a running `cortex serve` (`cli._forward`)
-    cli.main()
+    try:
+        cli.main()
+    except SystemExit as exc:
+        if cli.quick_exit:  # a read-only command is done: leave without tearing down what it loaded
+            import os
+
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            except OSError:  # a closed pipe (`cortex list | head`): nothing more to say
+                pass
+            os._exit(code)
+        raise
 
 
 if __name__ == "__main__":

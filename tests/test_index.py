@@ -188,3 +188,30 @@ def test_watch_stops_cleanly_on_sigterm(project):
     from cortex.watch import watcher_active
 
     assert not watcher_active(Store.locate(project))
+
+
+def test_a_cache_from_the_previous_schema_is_upgraded_in_place_not_rebuilt(project):
+    """Schema 6 lacked the fields `cortex list` shows: they are filled from each entry's metadata, and the
+    full-text index and vectors (minutes at 100,000 memories) are kept."""
+    import marshal
+    import zlib
+
+    from cortex.index import manifest as mf
+
+    remember(project, "Chose SQLite over Postgres for the local cache", type="decision", pinned=True, tags=["db"])
+    assert "SQLite" in cortex("recall", "sqlite cache", cwd=project).stdout
+    path = project / ".cortex" / "cache" / "manifest.bin"
+    old = Manifest.load(path)
+    vectors = (project / ".cortex" / "cache" / "vectors.f32").read_bytes()
+    for entry in old.files.values():
+        for key in mf.LIST_FIELDS:
+            entry.pop(key, None)
+    payload = old.dumps()[len(mf.MAGIC) + 4:]
+    path.write_bytes(mf.UPGRADABLE + zlib.crc32(payload).to_bytes(4, "little") + payload)
+    assert marshal.loads(payload)["files"]  # a real schema-6 file: the same layout without the four fields
+    report = Index(Store.locate(project)).sync(full=True)
+    assert not report.rebuilt and report.embedded == 0
+    assert path.read_bytes().startswith(mf.MAGIC)  # written back in the new schema
+    assert (project / ".cortex" / "cache" / "vectors.f32").read_bytes() == vectors
+    listed = cortex("list", cwd=project).stdout
+    assert "Chose SQLite over Postgres" in listed and " p5  * " in listed.replace("decision", "")

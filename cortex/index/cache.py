@@ -228,7 +228,7 @@ class Index:
             committed_ns = manifest.synced_ns
             changed, removed, rehashed = manifest.refresh(self.store.memories_dir, max_bytes)
             report.changed, report.removed = len(changed), len(removed)
-            dirty = bool(rehashed or removed or report.rebuilt)
+            dirty = bool(rehashed or removed or report.rebuilt or manifest.upgraded)
             if not self.trust_watcher and self._written_since(committed_ns):
                 dirty = True  # the watcher commits a newer sync time, so readers trust it again (`_watched`)
             if full:

@@ -71,17 +71,30 @@ def light_stem(word: str) -> str:
 def terms(text: str) -> list[str]:
     """The index terms of a text, in order: each identifier or file name whole (lowercased) and its parts
     (split at . / - _ and camelCase), every word stemmed by `light_stem`, stop words dropped."""
-    out = []
-    for match in re.finditer(_TOKEN, text):
-        token = match.group(0)
-        parts = [p for chunk in _PARTS.split(token) for p in _CAMEL.split(chunk) if p]
-        if len(parts) > 1:
-            out.append(token.lower())
-        for part in parts:
-            lower = part.lower()
-            if lower not in STOP_WORDS and (len(lower) > 1 or lower.isdigit()):
-                out.append(light_stem(lower))
+    out: list[str] = []
+    seen = _TERMS_OF
+    if len(seen) > 200_000:  # a bound on the memo for a long-lived process
+        seen.clear()
+    for token in _TOKEN_RE.findall(text):
+        found = seen.get(token)
+        if found is None:
+            found = seen[token] = _token_terms(token)
+        out += found
     return out
+
+
+_TOKEN_RE = re.compile(_TOKEN)
+_TERMS_OF: dict[str, tuple[str, ...]] = {}  # token -> its terms: words repeat, and a reindex meets each ~100 times
+
+
+def _token_terms(token: str) -> tuple[str, ...]:
+    parts = [p for chunk in _PARTS.split(token) for p in _CAMEL.split(chunk) if p]
+    out = [token.lower()] if len(parts) > 1 else []
+    for part in parts:
+        lower = part.lower()
+        if lower not in STOP_WORDS and (len(lower) > 1 or lower.isdigit()):
+            out.append(light_stem(lower))
+    return tuple(out)
 
 
 class _Analyzer:

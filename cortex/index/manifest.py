@@ -44,6 +44,8 @@ from cortex.store import MAX_MEMORY_BYTES, parse_bytes, read_memory_bytes, too_l
 
 SCHEMA = 7  # 6: issue 21 (the duplicate check, the pages and `cortex serve` read the cache); 7: list's fields
 MAGIC = b"CXM" + bytes([SCHEMA]) + importlib.util.MAGIC_NUMBER
+UPGRADABLE = b"CXM" + bytes([6]) + importlib.util.MAGIC_NUMBER  # schema 6 gains list's fields in place
+LIST_FIELDS = ("title", "priority", "pinned", "tags")
 RACY_NS = 2_000_000_000  # files modified within 2 s of the last sync are re-hashed next time
 
 
@@ -70,13 +72,15 @@ class Manifest:
     vector_keys: list[str] = field(default_factory=list)  # row i holds the vector of text hash vector_keys[i]
     pending_deletes: list[str] = field(default_factory=list)  # paths still to remove from Whoosh
     parts: dict[str, Any] = field(default_factory=dict)  # part name -> its stat as the last writer left it
+    upgraded: bool = False  # read from schema 6 and given list's fields: the next sync writes it back
 
     @classmethod
     def load(cls, path: Path) -> Manifest | None:
         """The committed manifest, or None when missing, unreadable, damaged or of another schema or Python."""
         try:
             raw = path.read_bytes()
-            if not raw.startswith(MAGIC):
+            upgrade = raw.startswith(UPGRADABLE)
+            if not raw.startswith(MAGIC) and not upgrade:
                 return None
             start = len(MAGIC) + 4
             if zlib.crc32(raw[start:]) != int.from_bytes(raw[len(MAGIC) : start], "little"):
@@ -91,6 +95,12 @@ class Manifest:
                 pending_deletes=list(data["pending_deletes"]),
                 parts=dict(data.get("parts") or {}),
             )
+            if upgrade:  # no rebuild of the full-text index and vectors for four fields already in `meta`
+                for entry in manifest.files.values():
+                    if "error" not in entry:
+                        meta = json.loads(entry["meta"])
+                        entry.update({key: meta[key] for key in LIST_FIELDS})
+                manifest.upgraded = True
             return manifest
         except Exception:  # missing, truncated, garbage: all mean "rebuild"
             return None
@@ -231,7 +241,7 @@ def read_entry(path: Path, stat: os.stat_result | None = None, max_bytes: int = 
         type=item.type,
         branch=item.branch,
         links=[(link.rel, link.to, link.strength) for link in item.links],
-        title=item.title, priority=item.priority, pinned=item.pinned, tags=list(item.tags),  # `cortex list` reads no meta
+        title=item.title, priority=item.priority, pinned=item.pinned, tags=list(item.tags),  # LIST_FIELDS: no meta read
         meta=json.dumps(meta, ensure_ascii=False, separators=(",", ":")),
         vhash=None if item.type == "code" else text_hash(embed_text(item)),  # source code is never embedded
         ft=False,  # not yet in the full-text index
