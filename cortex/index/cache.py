@@ -97,6 +97,10 @@ class Index:
         self.repaired: list[str] = []  # every damaged part this object's syncs found and rebuilt
         self._vectors_crc: tuple[int, int] | None = None  # (size, CRC-32) of vectors.f32 after this sync's append
         self.vectors_checked = 0  # rows `check` recomputed from the memories' text
+        # Since this object's last sync only files it wrote itself changed (`note_written`): the next sync
+        # works on the manifest in memory (no reload, no walk) while the committed one is still its own.
+        self._noted_only = False
+        self._version: tuple[int, int, int] | None = None  # manifest.bin as this object last loaded or wrote it
 
     # ------------------------------------------------------------ paths
 
@@ -141,6 +145,7 @@ class Index:
             self.store.log(f"cache: {line}")
         if not report.locked_out:  # locked out: answered from the committed cache; the next `ensure` tries again
             self._synced = max(self._synced or 0, _level(full, vectors))
+            self._noted_only = False
         if report.changed or report.removed or report.rebuilt or report.embedded or report.locked_out or report.repaired \
                 or self._scan is None:
             self._forget_views()
@@ -159,6 +164,7 @@ class Index:
     def stale(self) -> None:
         """The files may have changed (a watcher saw it): the next `ensure` syncs again."""
         self._synced = None
+        self._noted_only = False
 
     def note_written(self, paths: list[Path]) -> None:
         """This process just wrote these memory files: read them into the synced manifest (in memory), so the
@@ -175,6 +181,7 @@ class Index:
                 self.manifest.pending_deletes.append(rel)
         if self._synced is not None:
             self._synced = 1  # the manifest holds them; full text and vectors wait for the next deeper `ensure`
+            self._noted_only = True  # ... which starts from this manifest: nothing else changed meanwhile
         self._forget_views()
 
     def _forget_views(self) -> None:
@@ -192,14 +199,18 @@ class Index:
         started = time.monotonic()
         report = SyncReport()
         seen_version = _file_version(self.manifest_path)
-        manifest = Manifest.load(self.manifest_path)
+        # Only what this object wrote changed since it synced, and nobody committed since: no reload, no walk
+        # (`remember` in `cortex serve` at 100,000 memories: 1.6 s of the 3.2 s it took).
+        reuse = self._noted_only and self.manifest is not None and self._version is not None \
+            and seen_version == self._version
+        manifest = self.manifest if reuse else Manifest.load(self.manifest_path)
         max_bytes = self.store.max_memory_bytes()
         if manifest is None:
             manifest, report.rebuilt = Manifest(), True
         elif self.trust_watcher and self._watched(manifest, with_vectors):
             # A live `cortex watch` keeps the cache in step: skip the stat of every file.
             report.notes.append("cache kept by a watcher (cortex watch or cortex serve)")
-            self.manifest = manifest
+            self.manifest, self._version = manifest, seen_version
             report.seconds = time.monotonic() - started
             return report
         # Wait for a writer only when the committed cache cannot answer: nothing committed, or (for a
@@ -215,6 +226,7 @@ class Index:
                 return report
             # Another writer may have committed while we waited or looked: work from the latest state.
             if _file_version(self.manifest_path) != seen_version:
+                reuse = False  # another writer committed meanwhile: its manifest, and the walk
                 latest = Manifest.load(self.manifest_path)
                 if latest is not None:
                     manifest, report.rebuilt = latest, False
@@ -226,7 +238,7 @@ class Index:
                     report.repaired.append("manifest.bin was unreadable (truncated, garbage or damaged); rebuilt")
                 self._clear()
             committed_ns = manifest.synced_ns
-            changed, removed, rehashed = manifest.refresh(self.store.memories_dir, max_bytes)
+            changed, removed, rehashed = ([], [], 0) if reuse else manifest.refresh(self.store.memories_dir, max_bytes)
             report.changed, report.removed = len(changed), len(removed)
             dirty = bool(rehashed or removed or report.rebuilt or manifest.upgraded)
             if not self.trust_watcher and self._written_since(committed_ns):
@@ -239,6 +251,7 @@ class Index:
             dirty = self._note_parts(manifest, full, with_vectors) or dirty
             if dirty:
                 atomic_write(self.manifest_path, manifest.dumps(), durable=False)
+            self._version = _file_version(self.manifest_path)
         self.manifest = manifest
         report.seconds = time.monotonic() - started
         return report
