@@ -1,13 +1,16 @@
 """Retrieval quality on LoCoMo through cortex's real recall path (the standard harness definition).
 
-    python bench/retrieval.py [--locomo ../shared/data/locomo/locomo10.json] [--convs 0-4] [--json]
+    python bench/retrieval.py [--locomo ../shared/data/locomo/locomo10.json] [--convs 0-4] [--only 1,4,5]
+                              [--no-sessions] [--json]
 
 Each dialog turn of a conversation becomes one memory file in a fresh store
 per conversation: title its first sentence, body "speaker: text" (plus the
 image caption when there is one) and the session's date, `created` that
-date. Each question of categories 1-4 (multi-hop, temporal, open-domain,
-single-hop; the adversarial category 5 has no answer to find) with evidence
-is a query over its own conversation. The harness definition: **recall@10**
+date, `source.session` its session as capture records one (`--no-sessions`
+leaves it out: recall then cannot lift the best hit's session). Each
+question of categories 1-4 (multi-hop, temporal, open-domain, single-hop;
+the adversarial category 5 has no answer to find) with evidence is a query
+over its own conversation. The harness definition: **recall@10**
 is the share of a question's evidence turns in the top 10 (averaged over
 questions, ×100), **MRR** the reciprocal rank of the first evidence turn.
 Direct hits only (linked hits are not counted; the stores have no links),
@@ -92,13 +95,17 @@ def load_conversation(sample: dict) -> tuple[list[tuple[str, str, str, str]], li
     return turns, questions
 
 
-def build_store(folder: Path, turns: list[tuple[str, str, str, str]]) -> tuple[Store, dict[str, str]]:
+def build_store(folder: Path, turns: list[tuple[str, str, str, str]], sessions: bool = True
+                ) -> tuple[Store, dict[str, str]]:
     store = Store.init(folder)
     id_to_dia = {}
     for n, (dia, speaker, text, date) in enumerate(turns):
         when = _date(date)
+        # Recorded as cortex capture records a memory: the session it came from (`source.session`).
+        session = f"{folder.parent.name}-{dia.split(':')[0]}"
         item = Memory(id=f"{n + 0xa00000000000:012x}", type="context", title=fmt.title_from_text(text) or dia,
-                      body=f"{speaker}: {text}\n\n({date})\n", created=when, updated=when, confidence=0.8, priority=5)
+                      body=f"{speaker}: {text}\n\n({date})\n", created=when, updated=when, confidence=0.8, priority=5,
+                      source={"kind": "transcript", "session": session} if sessions else {})
         path = store.memories_dir / "context" / fmt.file_name(item)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(fmt.render_new(item), encoding="utf-8")
@@ -118,7 +125,8 @@ def evaluate(store: Store, index: Index, id_to_dia: dict[str, str], questions, m
     return out
 
 
-def run(data: list, convs: range, variants: dict[str, tuple[str, ...]]) -> dict[str, dict[str, float]]:
+def run(data: list, convs: range, variants: dict[str, tuple[str, ...]], sessions: bool = True
+        ) -> dict[str, dict[str, float]]:
     per: dict[str, dict[int, list[tuple[float, float]]]] = {name: {} for name in variants}
     recall_module.use_contextual("inline")
     # The ranking is measured, not the narrowing of broad queries (a question naming a speaker matches half
@@ -127,7 +135,7 @@ def run(data: list, convs: range, variants: dict[str, tuple[str, ...]]) -> dict[
     with tempfile.TemporaryDirectory() as tmp:
         for ci in convs:
             turns, questions = load_conversation(data[ci])
-            store, id_to_dia = build_store(Path(tmp) / f"conv{ci}" / ".cortex", turns)
+            store, id_to_dia = build_store(Path(tmp) / f"conv{ci}" / ".cortex", turns, sessions)
             index = Index(store)
             index.sync(full=True, progress=False)
             recall_module.fill_contextual(store, index)
@@ -152,6 +160,8 @@ def main() -> None:
     parser.add_argument("--convs", default="0-4", help="conversation indices, e.g. 0-4 or 5-9")
     parser.add_argument("--only", help="comma-separated row numbers (1-5) to run")
     parser.add_argument("--json", action="store_true", help="print the table as JSON")
+    parser.add_argument("--no-sessions", action="store_true",
+                        help="turns without their session (source.session): no session lift")
     args = parser.parse_args()
     lo, hi = (int(x) for x in args.convs.split("-"))
     data = json.loads(args.locomo.read_text(encoding="utf-8"))
@@ -160,7 +170,7 @@ def main() -> None:
         names = list(VARIANTS)
         variants = {names[int(i) - 1]: VARIANTS[names[int(i) - 1]] for i in args.only.split(",")}
     started = time.perf_counter()
-    table = run(data, range(lo, hi + 1), variants)
+    table = run(data, range(lo, hi + 1), variants, not args.no_sessions)
     if args.json:
         print(json.dumps({"convs": args.convs, "results": table}, indent=2))
         return

@@ -157,6 +157,12 @@ def settle(root: Path, limit: float = 60.0) -> None:
         time.sleep(0.1)
 
 
+def first_id(root: Path) -> str:
+    """The id of one memory of the store (for `cortex show`)."""
+    path = min((root / ".cortex" / "memories" / "decision").glob("*.md"))
+    return path.stem.rsplit("-", 1)[-1]
+
+
 def touch_memory(root: Path, n: int) -> None:
     """Write one new memory, as a Stop would (a new file and `state/changed`): the briefing must be rebuilt.
     (An edit in place changes no folder's mtime, so the briefing's key would not see it before a sync.)"""
@@ -222,6 +228,12 @@ def make_project(root: Path, size: int, python: str, env: dict[str, str], do_rei
     subprocess.run([python, "-m", "cortex", "project"], cwd=root, env=env, check=True, capture_output=True)
     subprocess.run(["git", "add", "-A", ".cortex"], cwd=root, env=env, check=True, capture_output=True)
     subprocess.run(["git", "commit", "-q", "-m", "pages"], cwd=root, env=env, check=True, capture_output=True)
+    if contextual:  # every memory's contextual vector, as the detached upkeep leaves them: no bulk fill while timing
+        started = time.perf_counter()
+        subprocess.run([python, "-c", "import sys; from pathlib import Path; from cortex import maintain; "
+                        "from cortex.store import Store; maintain.fill_contextual(Store.locate(Path(sys.argv[1])))",
+                        str(root)], cwd=root, env=env | ONE_THREAD, check=True, capture_output=True)
+        row["contextual vectors (upkeep, one thread)"] = f"{time.perf_counter() - started:,.0f} s"
     return row
 
 
@@ -237,6 +249,7 @@ def unserved(python: str, root: Path, env: dict[str, str], runs: int, bare: floa
     stop_servers(root)
     row["list"] = ms(median([*cortex, "list"], root, env, runs), bare)
     row["status"] = ms(median([*cortex, "status"], root, env, runs), bare)
+    row["show"] = ms(median([*cortex, "show", first_id(root)], root, env, runs), bare)
     row["recall"] = ms(median([*cortex, "recall", "why did we pick sqlite", "--no-global"], root, env, runs), bare)
     row["prompt, no server"] = ms(median([*cortex, "hook", "prompt"], root, env, runs,
                                          hook_payload(root, "UserPromptSubmit", prompt=PROMPTS[1])), bare)
@@ -279,6 +292,13 @@ def served(python: str, root: Path, env: dict[str, str], runs: int, bare: float)
     row["status, served"] = ms(median([*cortex, "status"], root, env, runs), bare)
     row["recall, served"] = ms(median([*cortex, "recall", "why did we pick sqlite", "--no-global"], root, env, runs),
                                bare)
+    row["show, served"] = ms(median([*cortex, "show", first_id(root)], root, env, runs), bare)
+    texts = iter(f"Served note {n}: the canary deploy waits for the {n}th health check" for n in range(1000))
+    remember = []
+    for _ in range(runs + 1):
+        remember.append(timed([*cortex, "remember", next(texts)], root, env))
+        settle(root)
+    row["remember, served"] = ms(median_of(remember[1:]), bare)
     session = hook_payload(root, "SessionStart", source="startup")
     row["SessionStart, cached"] = ms(median([*cortex, "hook", "session-start"], root, env, runs, session), bare)
     edits = iter(range(1000, 2000))
@@ -336,8 +356,8 @@ def stop_hook(python: str, root: Path, transcript: Path, env: dict[str, str], ru
 
 ROWS = ["prompt, served", "prompt, no server", "SessionStart, cached", "SessionStart, memory changed, served",
         "SessionStart, memory changed, no server", "recall", "recall, served", "list", "list, served", "status",
-        "status, served", "remember", "Stop, cold", "Stop, one more turn", "recall in process p50 / p95",
-        "reindex", "server answering / warm"]
+        "status, served", "show", "show, served", "remember", "remember, served", "Stop, cold", "Stop, one more turn", "recall in process p50 / p95",
+        "reindex", "server answering / warm", "contextual vectors (upkeep, one thread)"]
 
 
 def main() -> None:

@@ -172,3 +172,37 @@ def test_recall_hands_many_missing_vectors_to_a_detached_upkeep(project):
     log = store.state_dir / "cortex.log"
     assert wait_for(filled, 120), log.read_text(encoding="utf-8") if log.exists() else "no log"
     assert "contextual vectors" in log.read_text(encoding="utf-8")
+
+
+# A session's memories: where the billing service runs, and (captured in the same session) what its pods need.
+SESSION_MEMORIES = [
+    ("hosting", "The billing service runs on the Kubernetes cluster in the eu-west namespace.", "s1"),
+    ("detail", "Its pods crash at start-up unless the STRIPE_KEY secret is mounted.", "s1"),
+    ("invoices", "Invoices are generated nightly by a cron job and emailed to customers as PDF.", None),
+    ("frontend", "The web frontend is deployed to Vercel from the main branch.", None),
+    ("backups", "Postgres backups run every six hours and are kept for thirty days.", None),
+    ("refunds", "Payments are refunded through the admin panel, never directly in Stripe.", None),
+    ("secrets", "Secrets are read from environment variables at start-up; never commit the .env file.", None),
+    ("manifests", "Kubernetes manifests live in deploy/k8s and are applied by Argo CD.", None),
+]
+
+
+@pytest.mark.parametrize("same_session", [True, False])
+def test_a_memory_captured_with_the_best_hit_ranks_higher(tmp_path, same_session):
+    """`cortex recall` lifts the memories captured in the same session as its best hit (`source.session`): the
+    detail said right after the answer climbs past an unrelated memory it ranks below when captured apart."""
+    from tests.helpers import make_repo
+
+    root = make_repo(tmp_path / "billing")
+    store = Store.init(root / ".cortex")
+    ids = {}
+    for key, text, session in SESSION_MEMORIES:
+        if key == "detail" and not same_session:
+            session = "s2"
+        source = {"kind": "transcript", "session": session} if session else {"kind": "manual"}
+        ids[key] = remember(store, text, link=False, source=source).id
+    hits = _ids(cortex_json("recall", "where does billing run?", "--no-global", "--limit", "8", cwd=root,
+                            env={"CORTEX_HOME": str(tmp_path / "home")}))
+    assert hits[0] == ids["hosting"]
+    detail, backups = hits.index(ids["detail"]), hits.index(ids["backups"])
+    assert (detail < backups) if same_session else (detail > backups), hits

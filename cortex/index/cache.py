@@ -24,7 +24,7 @@ import shutil
 import sys
 import time
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -101,6 +101,8 @@ class Index:
         # works on the manifest in memory (no reload, no walk) while the committed one is still its own.
         self._noted_only = False
         self._version: tuple[int, int, int] | None = None  # manifest.bin as this object last loaded or wrote it
+        self._memories: dict[str, Memory] = {}  # rel -> `memory(rel)`, until the next sync changes something
+        self._parsed: dict[str, tuple[str, Memory]] = {}  # rel -> (content hash, `read(rel)`), kept across syncs
 
     # ------------------------------------------------------------ paths
 
@@ -187,6 +189,7 @@ class Index:
     def _forget_views(self) -> None:
         self._scan = self._vectors = self._records = self._central = self._rel_of_id = self._neighbours = None
         self._allowed = {}
+        self._memories = {}
         self.close_searcher()
 
     def _sync(self, full: bool, progress: bool, with_vectors: bool) -> SyncReport:
@@ -557,6 +560,32 @@ class Index:
         top = min(limit, len(rels))
         best = np.argpartition(-scores, top - 1)[:top]
         return [(rels[i], float(scores[i])) for i in sorted(best, key=lambda i: (-scores[i], rels[i]))]
+
+    def memory(self, rel: str) -> Memory:
+        """The memory at `rel` (relative to memories/) from the synced manifest, body not loaded; built once
+        per sync (a resident process ranks the same candidates query after query)."""
+        found = self._memories.get(rel)
+        if found is None:
+            assert self.manifest is not None
+            found = self._memories[rel] = memory_from_meta(self.manifest.meta(rel), self.store.memories_dir / rel)
+        return found
+
+    def read(self, rel: str) -> Memory:
+        """The memory file at `rel`, parsed, body included (`Store.read`; raises as it does). A copy of the last
+        parse while the manifest's content hash for it is the same: recall shows the same few files often."""
+        assert self.manifest is not None
+        entry = self.manifest.files.get(rel) or {}
+        digest = entry.get("hash") or ""
+        cached = self._parsed.get(rel)
+        if cached is not None and digest and cached[0] == digest:
+            return replace(cached[1])
+        item = self.store.read(self.store.memories_dir / rel)
+        if digest:
+            if len(self._parsed) >= 4096:  # a bound for a long-lived process
+                self._parsed.clear()
+            self._parsed[rel] = (digest, item)
+            return replace(item)
+        return item
 
     def rel_of_id(self) -> dict[str, str]:
         if self._rel_of_id is None:

@@ -45,7 +45,7 @@ from cortex.store import MAX_MEMORY_BYTES, parse_bytes, read_memory_bytes, too_l
 SCHEMA = 7  # 6: issue 21 (the duplicate check, the pages and `cortex serve` read the cache); 7: list's fields
 MAGIC = b"CXM" + bytes([SCHEMA]) + importlib.util.MAGIC_NUMBER
 UPGRADABLE = b"CXM" + bytes([6]) + importlib.util.MAGIC_NUMBER  # schema 6 gains list's fields in place
-LIST_FIELDS = ("title", "priority", "pinned", "tags")
+LIST_FIELDS = ("title", "priority", "pinned", "tags")  # and `session` (`source.session`: recall's session lift)
 RACY_NS = 2_000_000_000  # files modified within 2 s of the last sync are re-hashed next time
 
 
@@ -100,6 +100,7 @@ class Manifest:
                     if "error" not in entry:
                         meta = json.loads(entry["meta"])
                         entry.update({key: meta[key] for key in LIST_FIELDS})
+                        entry["session"] = _session(meta.get("source"))
                 manifest.upgraded = True
             return manifest
         except Exception:  # missing, truncated, garbage: all mean "rebuild"
@@ -242,11 +243,18 @@ def read_entry(path: Path, stat: os.stat_result | None = None, max_bytes: int = 
         branch=item.branch,
         links=[(link.rel, link.to, link.strength) for link in item.links],
         title=item.title, priority=item.priority, pinned=item.pinned, tags=list(item.tags),  # LIST_FIELDS: no meta read
+        session=_session(item.source),
         meta=json.dumps(meta, ensure_ascii=False, separators=(",", ":")),
         vhash=None if item.type == "code" else text_hash(embed_text(item)),  # source code is never embedded
         ft=False,  # not yet in the full-text index
     )
     return entry
+
+
+def _session(source: Any) -> str | None:
+    """The capture session a memory came from (`source.session`), when it names one."""
+    session = source.get("session") if isinstance(source, dict) else None
+    return session if isinstance(session, str) and session else None
 
 
 def _lstat(path: Path) -> os.stat_result | None:
