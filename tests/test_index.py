@@ -215,3 +215,34 @@ def test_a_cache_from_the_previous_schema_is_upgraded_in_place_not_rebuilt(proje
     assert (project / ".cortex" / "cache" / "vectors.f32").read_bytes() == vectors
     listed = cortex("list", cwd=project).stdout
     assert "Chose SQLite over Postgres" in listed and " p5  * " in listed.replace("decision", "")
+
+
+def test_a_searcher_asked_again_ranks_exactly_as_whoosh_does(tmp_path, example_store):
+    """A resident process's later searches score BM25F over postings kept in memory (`fulltext.Postings`):
+    the same documents, scores and order as Whoosh's own search, filters and edited (deleted) documents
+    included."""
+    from cortex.index import fulltext
+
+    root = tmp_path / "project"
+    shutil.copytree(example_store, root / ".cortex")
+    store = Store(root / ".cortex", "project")
+    index = Index(store)
+    index.sync(full=True)
+    edited = next((root / ".cortex" / "memories" / "decision").glob("*.md"))
+    edited.write_text(edited.read_text(encoding="utf-8").replace("\n\n", "\n\nRevisited: the queue moved to arq.\n\n", 1),
+                      encoding="utf-8")  # an update: Whoosh deletes the old document and adds a new one
+    index.sync(full=True)
+    ix = index.fulltext_index()
+    searcher = index.searcher()
+    queries = ["why did we choose arq over celery", "database cache", "queue", "how do users stay logged in",
+               "ruff formatting style", "nothing matches zebra"]
+    filters = [((), None), (("decision", "gotcha"), None), ((), "main")]
+    fulltext.search(ix, "warm up", 20, searcher=searcher)  # the first search: Whoosh's, and it keeps postings
+    assert getattr(searcher, "_cortex_postings", None) is not None
+    for query in queries:
+        for types, branch in filters:
+            kept = fulltext.search(ix, query, 20, (), types, branch, searcher=searcher)
+            whoosh = fulltext.search(ix, query, 20, (), types, branch)  # its own searcher: Whoosh scores it
+            assert [path for path, _ in kept] == [path for path, _ in whoosh], (query, types, branch)
+            assert all(abs(a - b) < 1e-9 for (_, a), (_, b) in zip(kept, whoosh))
+    assert fulltext.search(ix, "arq celery", 20, searcher=searcher)  # something was found at all
