@@ -10,11 +10,12 @@ import os
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # the hook fast paths import this module: not even `typing` (3 ms) at import time
     from pathlib import Path
-    from typing import IO, Iterator
+    from typing import IO, Iterable, Iterator
 
 
-def atomic_write(path: Path, data: str | bytes, durable: bool = True) -> None:
-    """Write `data` to `path` so a reader sees the old file or the new one, never half.
+def atomic_write(path: Path, data: str | bytes | Iterable[bytes], durable: bool = True) -> None:
+    """Write `data` to `path` so a reader sees the old file or the new one, never half (byte strings from an
+    iterable are written as they come: a big file need not be held in memory whole).
 
     `durable=False` skips the fsync: for caches, where a file lost in a power cut is simply rebuilt.
     An OSError (a full disk, a read-only folder) names `path`, not the temp file, and leaves no temp file.
@@ -22,14 +23,15 @@ def atomic_write(path: Path, data: str | bytes, durable: bool = True) -> None:
     import tempfile
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    raw = data.encode("utf-8") if isinstance(data, str) else data
+    parts = [data.encode("utf-8")] if isinstance(data, str) else [data] if isinstance(data, bytes) else data
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
         raise _naming(exc, path) from None
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(raw)
+            for part in parts:
+                handle.write(part)
             handle.flush()
             if durable:
                 os.fsync(handle.fileno())

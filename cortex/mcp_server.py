@@ -806,6 +806,8 @@ def _add_resources(resource: Register, backend: Backend) -> None:
 
 def run(directory: Path | None = None, use_global: bool = False) -> None:
     """Serve over stdio until the client closes the connection."""
+    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(name, "1")  # before numpy loads: a query's matrix-vector product spins on more
     backend = Backend(directory, use_global)
     server = build_server(backend)
     threading.Thread(target=backend.warm, name="cortex-mcp-warm", daemon=True).start()

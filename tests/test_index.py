@@ -204,11 +204,12 @@ def test_a_cache_from_the_previous_schema_is_upgraded_in_place_not_rebuilt(proje
     old = Manifest.load(path)
     vectors = (project / ".cortex" / "cache" / "vectors.f32").read_bytes()
     for entry in old.files.values():
-        for key in mf.LIST_FIELDS:
+        for key in (*mf.LIST_FIELDS, "session"):
             entry.pop(key, None)
-    payload = old.dumps()[len(mf.MAGIC) + 4:]
+    payload = marshal.dumps({"synced_ns": old.synced_ns, "model": old.model, "dim": old.dim,  # schema 6's layout
+                             "vector_keys": old.vector_keys, "pending_deletes": old.pending_deletes,
+                             "parts": old.parts, "files": old.files})
     path.write_bytes(mf.UPGRADABLE + zlib.crc32(payload).to_bytes(4, "little") + payload)
-    assert marshal.loads(payload)["files"]  # a real schema-6 file: the same layout without the four fields
     report = Index(Store.locate(project)).sync(full=True)
     assert not report.rebuilt and report.embedded == 0
     assert path.read_bytes().startswith(mf.MAGIC)  # written back in the new schema
@@ -246,3 +247,36 @@ def test_a_searcher_asked_again_ranks_exactly_as_whoosh_does(tmp_path, example_s
             assert [path for path, _ in kept] == [path for path, _ in whoosh], (query, types, branch)
             assert all(abs(a - b) < 1e-9 for (_, a), (_, b) in zip(kept, whoosh))
     assert fulltext.search(ix, "arq celery", 20, searcher=searcher)  # something was found at all
+
+
+def test_a_big_rebuild_in_two_processes_finds_what_one_process_finds(tmp_path, example_store, monkeypatch):
+    """A full-text build of many documents runs in two processes (Whoosh's multiprocessing writer): the same
+    documents and scores as a build in one."""
+    import cortex.index.cache as cache
+    from cortex.index import fulltext
+
+    real_apply, asked = fulltext.apply, []
+
+    def apply(*args, **kwargs):  # the real writer; only which one was asked for is noted
+        asked.append(kwargs.get("procs", 1))
+        return real_apply(*args, **kwargs)
+
+    monkeypatch.setattr(fulltext, "apply", apply)
+    monkeypatch.setattr(cache.os, "cpu_count", lambda: 2)
+    queries = ["why did we choose arq over celery", "database cache", "queue workers", "logging to stderr"]
+    found = {}
+    for procs, threshold in (("one", 10**9), ("two", 5)):
+        monkeypatch.setattr(cache, "PARALLEL_BUILD", threshold)
+        root = tmp_path / procs / ".cortex"
+        shutil.copytree(example_store, root)
+        store = Store(root, "project")
+        index = Index(store)
+        index.rebuild()
+        found[procs] = [fulltext.search(index.fulltext_index(), query, 20) for query in queries]
+        log = store.state_dir / "cortex.log"
+        assert "building in one" not in (log.read_text(encoding="utf-8") if log.exists() else "")
+    assert asked == [1, 2]  # the second build was the two-process one, and it did not fall back
+    assert sum(1 for hits in found["one"] if hits) >= 3
+    for one, two in zip(found["one"], found["two"]):
+        assert sorted(path for path, _ in one) == sorted(path for path, _ in two)
+        assert sorted(round(score, 6) for _, score in one) == sorted(round(score, 6) for _, score in two)

@@ -32,11 +32,12 @@ import importlib.util
 import json
 import marshal
 import os
+import sys
 import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from cortex.errors import MalformedMemory
 from cortex.memory import Link, Memory
@@ -46,6 +47,7 @@ SCHEMA = 7  # 6: issue 21 (the duplicate check, the pages and `cortex serve` rea
 MAGIC = b"CXM" + bytes([SCHEMA]) + importlib.util.MAGIC_NUMBER
 UPGRADABLE = b"CXM" + bytes([6]) + importlib.util.MAGIC_NUMBER  # schema 6 gains list's fields in place
 LIST_FIELDS = ("title", "priority", "pinned", "tags")  # and `session` (`source.session`: recall's session lift)
+CHUNK = 5000  # entries per marshalled piece of the manifest file
 RACY_NS = 2_000_000_000  # files modified within 2 s of the last sync are re-hashed next time
 
 
@@ -79,32 +81,44 @@ class Manifest:
         """The committed manifest, or None when missing, unreadable, damaged or of another schema or Python."""
         try:
             raw = path.read_bytes()
-            upgrade = raw.startswith(UPGRADABLE)
-            if not raw.startswith(MAGIC) and not upgrade:
+            if raw.startswith(UPGRADABLE):
+                return cls._upgraded(raw)
+            if not raw.startswith(MAGIC):
                 return None
-            start = len(MAGIC) + 4
-            if zlib.crc32(raw[start:]) != int.from_bytes(raw[len(MAGIC) : start], "little"):
+            body = memoryview(raw)[len(MAGIC):-4]
+            if zlib.crc32(body) != int.from_bytes(raw[-4:], "little"):
                 return None
-            data = marshal.loads(raw[start:])
-            manifest = cls(
-                files=data["files"],
-                synced_ns=int(data["synced_ns"]),
-                model=data["model"],
-                dim=int(data["dim"]),
-                vector_keys=list(data["vector_keys"]),
-                pending_deletes=list(data["pending_deletes"]),
-                parts=dict(data.get("parts") or {}),
-            )
-            if upgrade:  # no rebuild of the full-text index and vectors for four fields already in `meta`
-                for entry in manifest.files.values():
-                    if "error" not in entry:
-                        meta = json.loads(entry["meta"])
-                        entry.update({key: meta[key] for key in LIST_FIELDS})
-                        entry["session"] = _session(meta.get("source"))
-                manifest.upgraded = True
-            return manifest
+            pieces = _pieces(body)
+            data = next(pieces)
+            files: dict[str, dict[str, Any]] = {}
+            for _ in range(int(data["chunks"])):
+                files.update(next(pieces))
+            return cls._of(data, files)
         except Exception:  # missing, truncated, garbage: all mean "rebuild"
             return None
+
+    @classmethod
+    def _of(cls, data: dict[str, Any], files: dict[str, dict[str, Any]]) -> Manifest:
+        return cls(files=files, synced_ns=int(data["synced_ns"]), model=data["model"], dim=int(data["dim"]),
+                   vector_keys=list(data["vector_keys"]), pending_deletes=list(data["pending_deletes"]),
+                   parts=dict(data.get("parts") or {}))
+
+    @classmethod
+    def _upgraded(cls, raw: bytes) -> Manifest | None:
+        """A schema-6 manifest (one marshalled dict after a CRC) with list's fields and the session added from each
+        entry's metadata: no rebuild of the full-text index and vectors."""
+        start = len(UPGRADABLE) + 4
+        if zlib.crc32(raw[start:]) != int.from_bytes(raw[len(UPGRADABLE):start], "little"):
+            return None
+        data = marshal.loads(raw[start:])
+        manifest = cls._of(data, data["files"])
+        for entry in manifest.files.values():
+            if "error" not in entry:
+                meta = json.loads(entry["meta"])
+                entry.update({key: meta[key] for key in LIST_FIELDS})
+                entry["session"] = _session(meta.get("source"))
+        manifest.upgraded = True
+        return manifest
 
     @staticmethod
     def damaged(path: Path) -> bool:
@@ -117,18 +131,34 @@ class Manifest:
         return head == MAGIC or not head.startswith(MAGIC[:3])
 
     def dumps(self) -> bytes:
-        payload = marshal.dumps(
-            {
-                "synced_ns": self.synced_ns,
-                "model": self.model,
-                "dim": self.dim,
-                "vector_keys": self.vector_keys,
-                "pending_deletes": sorted(set(self.pending_deletes)),
-                "parts": self.parts,
-                "files": self.files,
-            }
-        )
-        return MAGIC + zlib.crc32(payload).to_bytes(4, "little") + payload
+        return b"".join(self.dump_parts())
+
+    def dump_parts(self) -> Iterator[bytes]:
+        """The file, piece by piece: the magic, the header and the entries in marshalled chunks of `CHUNK`, each
+        after its length, then the CRC-32 of all that. Written as it is made (`atomic_write` takes the pieces):
+        one marshalled payload of 100,000 entries was 90 MB more at the top of a rebuild's memory."""
+        crc = 0
+
+        def framed(data: bytes) -> bytes:
+            nonlocal crc
+            piece = len(data).to_bytes(4, "little") + data
+            crc = zlib.crc32(piece, crc)
+            return piece
+
+        items = list(self.files.items())
+        yield MAGIC
+        yield framed(marshal.dumps({
+            "synced_ns": self.synced_ns,
+            "model": self.model,
+            "dim": self.dim,
+            "vector_keys": self.vector_keys,
+            "pending_deletes": sorted(set(self.pending_deletes)),
+            "parts": self.parts,
+            "chunks": (len(items) + CHUNK - 1) // CHUNK,
+        }))
+        for start in range(0, len(items), CHUNK):
+            yield framed(marshal.dumps(dict(items[start:start + CHUNK])))
+        yield crc.to_bytes(4, "little")
 
     def meta(self, rel: str) -> dict[str, Any]:
         """The parsed metadata of one valid file."""
@@ -202,6 +232,15 @@ class Manifest:
             return [json.loads(self.files[rel]["meta"]) for rel in rels]
 
 
+def _pieces(body: memoryview) -> Iterator[Any]:
+    """The marshalled pieces of a manifest's body, each after its 4-byte length."""
+    at = 0
+    while at < len(body):
+        size = int.from_bytes(body[at:at + 4], "little")
+        yield marshal.loads(body[at + 4:at + 4 + size])
+        at += 4 + size
+
+
 def _walk(memories_dir: Path) -> tuple[dict[str, os.stat_result], dict[str, str]]:
     """`Store.walk`'s entries with their stat: {relative path: stat} of the memory files, {relative path:
     reason} of the links and other odd entries."""
@@ -236,13 +275,14 @@ def read_entry(path: Path, stat: os.stat_result | None = None, max_bytes: int = 
     meta = item.to_dict()
     for key in ("body", "path"):
         meta.pop(key, None)
+    intern = sys.intern  # a few distinct values across 100,000 entries: one string object each
     entry.update(
         id=item.id,
-        status=item.status,
-        type=item.type,
-        branch=item.branch,
+        status=intern(item.status),
+        type=intern(item.type),
+        branch=intern(item.branch) if item.branch else item.branch,
         links=[(link.rel, link.to, link.strength) for link in item.links],
-        title=item.title, priority=item.priority, pinned=item.pinned, tags=list(item.tags),  # LIST_FIELDS: no meta read
+        title=item.title, priority=item.priority, pinned=item.pinned, tags=[intern(tag) for tag in item.tags],  # LIST_FIELDS
         session=_session(item.source),
         meta=json.dumps(meta, ensure_ascii=False, separators=(",", ":")),
         vhash=None if item.type == "code" else text_hash(embed_text(item)),  # source code is never embedded
