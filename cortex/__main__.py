@@ -15,9 +15,11 @@ CLAUDE_EVENTS = {"stop": "claude_stop", "pre-compact": "claude_stop", "session-s
 
 
 def run() -> None:
-    from cortex.spawn import short_lived
+    import gc
 
-    short_lived()  # long-lived commands (serve, mcp, watch, maintain, worker) collect again: `spawn.resident`
+    # No cyclic garbage collection in a command or hook (`cortex.spawn.short_lived` says why; not imported
+    # here: it loads subprocess, ~5 ms of a hook). Long-lived commands collect again: `spawn.resident`.
+    gc.disable()
     args = sys.argv[1:]
     if len(args) >= 2 and args[0] == "hook" and args[1] == "pre-tool-use":
         from cortex import hotpath
