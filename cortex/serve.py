@@ -82,6 +82,9 @@ def ask(store_root: str, request: dict[str, object], timeout: float = 0.5) -> di
 ONE_THREAD = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 BRIEFING_CHECK = 2.0  # seconds between looks at whether the cached briefing still matches branch, HEAD and store
 QUIET = 1.0  # seconds without a request before the server builds the next briefing
+# How long a command waits for the server to finish a sync before running on its own: a sync after a write takes
+# ~1 s at 100,000 memories, running the command in its own process several.
+COMMAND_WAIT = 5.0
 
 
 def start_detached(store_root: str) -> None:
@@ -288,7 +291,7 @@ def _written_stamp(store: "Store") -> int:
 def _recall(store: "Store", warm: _Warm, request: dict[str, Any]) -> dict[str, object]:
     """`cortex recall`'s search, run on this server's warm indexes: the hits with their memories (bodies
     included, for the command to render), or `{"warming": true}` (the command then recalls itself)."""
-    if not warm.ready.is_set() or not warm.busy.acquire(timeout=1.0):
+    if not warm.ready.is_set() or not warm.busy.acquire(timeout=COMMAND_WAIT):
         return {"warming": True}
     from pathlib import Path
 
@@ -323,7 +326,7 @@ def _command(warm: _Warm, request: dict[str, Any], run_command: Callable[[list[s
     from cortex.index import Indexes
 
     argv = [str(arg) for arg in request.get("argv") or []]
-    if run_command is None or not warm.ready.is_set() or not warm.busy.acquire(timeout=1.0):
+    if run_command is None or not warm.ready.is_set() or not warm.busy.acquire(timeout=COMMAND_WAIT):
         return {"warming": True}
     out, err = io.StringIO(), io.StringIO()
     columns = os.environ.get("COLUMNS")

@@ -208,9 +208,11 @@ class Index:
         seen_version = _file_version(self.manifest_path)
         # Only what this object wrote changed since it synced, and nobody committed since: no reload, no walk
         # (`remember` in `cortex serve` at 100,000 memories: 1.6 s of the 3.2 s it took).
-        reuse = self._noted_only and self.manifest is not None and self._version is not None \
-            and seen_version == self._version
-        manifest = self.manifest if reuse else Manifest.load(self.manifest_path)
+        # The manifest in memory stands for the committed one while nobody committed since this object did
+        # (no reload: 0.4 s at 100,000); the walk is skipped only when what changed is this object's own writes.
+        current = self.manifest is not None and self._version is not None and seen_version == self._version
+        reuse = current and self._noted_only
+        manifest = self.manifest if current else Manifest.load(self.manifest_path)
         max_bytes = self.store.max_memory_bytes()
         if manifest is None:
             manifest, report.rebuilt = Manifest(), True
@@ -233,7 +235,7 @@ class Index:
                 return report
             # Another writer may have committed while we waited or looked: work from the latest state.
             if _file_version(self.manifest_path) != seen_version:
-                reuse = False  # another writer committed meanwhile: its manifest, and the walk
+                reuse = current = False  # another writer committed meanwhile: its manifest, and the walk
                 latest = Manifest.load(self.manifest_path)
                 if latest is not None:
                     manifest, report.rebuilt = latest, False
