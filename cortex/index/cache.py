@@ -274,7 +274,20 @@ class Index:
 
         if not watcher_ready(str(self.store.root)) or (full and _incomplete(manifest)):
             return False
-        return not self._written_since(manifest.synced_ns)
+        return not self._written_since(manifest.synced_ns) and not self._folders_since(manifest.synced_ns)
+
+    def _folders_since(self, synced_ns: int) -> bool:
+        """Whether a memory folder changed (a file added, removed or renamed: by hand, by git) after `synced_ns`:
+        a dozen stats that close the moment between such a change and the watcher's sync of it."""
+        root = self.store.memories_dir
+        try:
+            if root.stat().st_mtime_ns >= synced_ns:
+                return True
+            with os.scandir(root) as listing:
+                return any(entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_mtime_ns
+                           >= synced_ns for entry in listing)
+        except OSError:
+            return True
 
     def _written_since(self, synced_ns: int) -> bool:
         """Whether a cortex write (`state/changed`, touched by every one) came after `synced_ns`."""
