@@ -37,13 +37,6 @@ def nested() -> bool:
     return os.environ.get("CORTEX_NESTED") == "1"
 
 
-def short_lived() -> None:
-    """A command or hook process: no cyclic garbage collection. Loading the cache makes tens of thousands of
-    dicts and lists at once, and the collector's passes over them were half of `cortex list` at 10,000
-    memories (0.8 s against 0.27 s); such a process ends long before its few cycles would matter."""
-    gc.disable()
-
-
 def resident() -> None:
     """A process that stays (serve, mcp, watch, the upkeep and the worker): collect again, with what was loaded
     so far (modules, the model, the cache) frozen out of every pass."""

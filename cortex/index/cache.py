@@ -893,7 +893,7 @@ def _file_version(path: Path) -> tuple[int, int, int] | None:
 
 @contextlib.contextmanager
 def collecting(on: bool = True) -> Any:
-    """The cyclic garbage collector on for a bulk job (a command runs without it, `cortex.spawn.short_lived`):
+    """The cyclic garbage collector on for a bulk job (a command runs without it: `cortex.__main__.run`):
     Whoosh's writer leaves cycles behind, and at 100,000 documents they took a rebuild from 0.76 to 1.1 GB."""
     import gc
 
