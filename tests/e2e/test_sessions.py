@@ -124,7 +124,7 @@ def test_capture_in_a_real_session(story: Story) -> None:
     assert decision.source.get("layer") == "self-report"
     assert not any(title.startswith("We'll use SQLite") for title in snap["memories"])  # said once, by the tag
     progress = [m for m in snap["memories"].values() if m.type == "progress"]
-    assert len(progress) == 1 and progress[0].files == ["cache.py"]
+    assert len(progress) == 1 and progress[0].files == ["cache.py"], (list(snap["memories"]), snap["log"])
     assert not progress[0].title.startswith("API Error")
     assert DECISION in snap["decisions"]
     assert decision.path is not None and Path(decision.path).parent.name == "decision"
@@ -134,7 +134,7 @@ def test_capture_touches_nothing_outside_cortex(story: Story) -> None:
     snap = story.after_capture
     # The model's own Write is the only change outside .cortex/, and cortex did not stage it.
     assert snap["outside"] == {"cache.py": pygit2.GIT_STATUS_WT_NEW}
-    assert snap["staged"] and all(path.startswith(".cortex/") for path in snap["staged"])
+    assert snap["staged"] and all(path.startswith(".cortex/") for path in snap["staged"]), (snap["staged"], snap["log"])
     assert snap["readme"] == "# demo project\n"
 
 
