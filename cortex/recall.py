@@ -332,8 +332,8 @@ def _matching_share(index: Any, query: str, total: int) -> float:
         return 0.0
     from cortex.index import fulltext
 
-    analyzer = index.fulltext_index().schema["text"].analyzer
     try:
+        analyzer = searcher.schema["text"].analyzer  # the searcher's, in memory: the index's reads its table of contents
         found = max((searcher.doc_frequency("text", t.text) for t in analyzer(" ".join(fulltext.query_words(query)))),
                     default=0)
     except Exception:  # a writer replaced the index: no narrowing this time

@@ -244,7 +244,10 @@ def search(ix: Any, text: str, limit: int, statuses: Iterable[str] = (), types: 
     """BM25F search; returns (path, score) best first. Pass an open `searcher` to reuse it."""
     from whoosh import query as q
 
-    analyzer = (searcher or ix).schema["text"].analyzer  # an index reads its table of contents for each `schema`
+    try:  # a searcher's schema is in memory; an index reads its table of contents for each `schema`
+        analyzer = (searcher or ix).schema["text"].analyzer
+    except OSError:  # a writer's commit replaced the table of contents as it was read: the new one
+        analyzer = ix.schema["text"].analyzer
     wanted = list(dict.fromkeys(token.text for token in analyzer(text)))
     if not wanted:
         return []
