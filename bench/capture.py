@@ -74,7 +74,7 @@ def settle(root: Path, limit: float = 30.0) -> None:
     """Wait until no detached `cortex maintain` runs in this project (so it does not share the CPU with a timing)."""
     import time
 
-    from cortex.files import lock_held
+    from cortex.layout import lock_held
 
     lock = root / ".cortex" / "state" / "maintain-run.lock"
     deadline = time.time() + limit

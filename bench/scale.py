@@ -6,8 +6,10 @@
 Everything runs from a regular (non-editable) install of this tree made in a
 temporary virtual environment (`regular_install`): the package copied into its
 site-packages as pip would install it, the dependencies taken from the
-project's venv. An editable install's `python -c pass` is ~10 ms slower (its
-import finder runs at every start), which would flatter every ratio. Ratios
+project's venv, and its `cortex` console script as pip writes it (what hooks
+and people run; `python -m cortex` would add runpy's imports). An editable
+install's `python -c pass` is ~10 ms slower (its import finder runs at every
+start), which would flatter every ratio. Ratios
 are to that install's `python -c pass`, measured in the same run. Each cell
 gives the wall time and, in brackets, the CPU time the process used (user +
 system, from `getrusage`): on a machine shared with other work the CPU time
@@ -21,7 +23,8 @@ memory), then, medians of `--runs` fresh processes unless said:
 - no server running: `list`, `status`, `recall`, the prompt hook, a
   SessionStart after a memory changed (the briefing rebuilt), `remember`;
 - `cortex serve` started: how long until it answers (`state`) and until it is
-  warm (`ping`); then the prompt hook served, `list`, `status` and `recall`
+  warm (`ping`); then the prompt hook served (a different prompt each run:
+  the server keeps its last queries' vectors), `list`, `status` and `recall`
   with the server vouching for the files, the cached SessionStart, and the
   SessionStart after a memory changed (the server rebuilt the briefing);
 - in process (one BLAS thread, as `cortex serve` runs): recall p50 / p95 over
@@ -46,6 +49,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.gen_store import generate  # noqa: E402
@@ -54,7 +58,18 @@ REPO = Path(__file__).resolve().parent.parent
 TURN = json.dumps({"type": "assistant", "uuid": "bench-extra", "sessionId": "bench",
                    "message": {"id": "bench-msg", "role": "assistant",
                                "content": [{"type": "text", "text": "Done; the tests pass."}]}})
-PROMPTS = ["why did we pick sqlite for the cache?", "flaky test in ci again", "redis timeout on deploy"]
+PROMPTS = ["why did we pick sqlite for the cache?", "flaky test in ci again", "redis timeout on deploy",
+           "how do users stay logged in between visits", "what does the api send back when a payment fails",
+           "where do slow jobs like sending receipt emails run", "do we mock the database in unit tests",
+           "how does a new version get to production", "which linter and formatter should I run before pushing",
+           "why are prices stored as whole numbers", "the webhook retries keep piling up in the queue",
+           "can I rename the migrations folder", "what broke the docker build on the release branch"]
+
+
+def prompts(root: Path) -> Callable[[int], str]:
+    """A different prompt each run (the server remembers its last few queries' vectors)."""
+    return lambda n: hook_payload(root, "UserPromptSubmit", prompt=f"{PROMPTS[n % len(PROMPTS)]} ({n // len(PROMPTS)})"
+                                  if n >= len(PROMPTS) else PROMPTS[n])
 ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
@@ -75,7 +90,17 @@ def regular_install(folder: Path, source: Path = REPO) -> str:
     (site / "cortex" / "templates" / "__init__.py").touch()
     (site / "project-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n", encoding="utf-8")
     compileall.compile_dir(str(site / "cortex"), quiet=1)
+    # The `cortex` console script, as pip writes it: what the hooks and a person run.
+    script = folder / "bin" / "cortex"
+    script.write_text(f"#!{python}\nimport sys\nfrom cortex.__main__ import run\nif __name__ == '__main__':\n"
+                      f"    sys.argv[0] = sys.argv[0].removesuffix('.exe')\n    sys.exit(run())\n", encoding="utf-8")
+    script.chmod(0o755)
     return str(python)
+
+
+def console_script(python: str) -> list[str]:
+    """The install's `cortex` command (next to its python)."""
+    return [str(Path(python).parent / "cortex")]
 
 
 def env_for(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -115,13 +140,15 @@ def median_of(times: list[Time]) -> Time:
     return Time.of(statistics.median(times), statistics.median(t.cpu for t in times))
 
 
-def median(cmd: list[str], cwd: Path, env: dict[str, str], runs: int, stdin: str | None = None,
+def median(cmd: list[str], cwd: Path, env: dict[str, str], runs: int, stdin: str | Callable[[int], str] | None = None,
            before: object = None) -> Time:
+    """Median of `runs` runs after one warm-up; `stdin` may be a function of the run's number (a prompt hook
+    gets a new prompt each time, as a person types them: a server caches the last few)."""
     times = []
     for n in range(runs + 1):  # one warm-up run
         if callable(before):
             before()
-        times.append(timed(cmd, cwd, env, stdin))
+        times.append(timed(cmd, cwd, env, stdin(n) if callable(stdin) else stdin))
     return median_of(times[1:])
 
 
@@ -148,7 +175,7 @@ def stop_servers(root: Path) -> None:
 
 def settle(root: Path, limit: float = 60.0) -> None:
     """Wait until no detached `cortex maintain` runs in this project."""
-    from cortex.files import lock_held
+    from cortex.layout import lock_held
 
     lock = root / ".cortex" / "state" / "maintain-run.lock"
     deadline = time.time() + limit
@@ -244,15 +271,14 @@ def ms(value: Time, bare: Time) -> str:
 
 
 def unserved(python: str, root: Path, env: dict[str, str], runs: int, bare: float) -> dict[str, str]:
-    cortex = [python, "-m", "cortex"]
+    cortex = console_script(python)
     row = {}
     stop_servers(root)
     row["list"] = ms(median([*cortex, "list"], root, env, runs), bare)
     row["status"] = ms(median([*cortex, "status"], root, env, runs), bare)
     row["show"] = ms(median([*cortex, "show", first_id(root)], root, env, runs), bare)
     row["recall"] = ms(median([*cortex, "recall", "why did we pick sqlite", "--no-global"], root, env, runs), bare)
-    row["prompt, no server"] = ms(median([*cortex, "hook", "prompt"], root, env, runs,
-                                         hook_payload(root, "UserPromptSubmit", prompt=PROMPTS[1])), bare)
+    row["prompt, no server"] = ms(median([*cortex, "hook", "prompt"], root, env, runs, prompts(root)), bare)
     edits = iter(range(1000))
 
     def changed() -> None:  # a memory changed, no server: the SessionStart builds the briefing itself
@@ -274,7 +300,7 @@ def unserved(python: str, root: Path, env: dict[str, str], runs: int, bare: floa
 
 
 def served(python: str, root: Path, env: dict[str, str], runs: int, bare: float) -> dict[str, str]:
-    cortex = [python, "-m", "cortex"]
+    cortex = console_script(python)
     row = {}
     stop_servers(root)
     start = time.perf_counter()
@@ -286,8 +312,7 @@ def served(python: str, root: Path, env: dict[str, str], runs: int, bare: float)
     while ask(root, "ping", 1) is None and time.perf_counter() - start < 600:
         time.sleep(0.05)
     row["server answering / warm"] = f"{answering * 1000:,.0f} ms / {time.perf_counter() - start:,.1f} s"
-    row["prompt, served"] = ms(median([*cortex, "hook", "prompt"], root, env, runs,
-                                      hook_payload(root, "UserPromptSubmit", prompt=PROMPTS[0])), bare)
+    row["prompt, served"] = ms(median([*cortex, "hook", "prompt"], root, env, runs, prompts(root)), bare)
     row["list, served"] = ms(median([*cortex, "list"], root, env, runs), bare)
     row["status, served"] = ms(median([*cortex, "status"], root, env, runs), bare)
     row["recall, served"] = ms(median([*cortex, "recall", "why did we pick sqlite", "--no-global"], root, env, runs),
@@ -344,11 +369,11 @@ def stop_hook(python: str, root: Path, transcript: Path, env: dict[str, str], ru
         target = copy.parent / f"{copy.name}{transcript.suffix}"
         shutil.copy(transcript, target)
         payload = hook_payload(copy, "Stop", transcript_path=str(target), stop_hook_active="false")
-        cold.append(timed([python, "-m", "cortex", "hook", "stop"], copy, env, payload))
+        cold.append(timed([*console_script(python), "hook", "stop"], copy, env, payload))
         settle(copy)
         with open(target, "a", encoding="utf-8") as handle:
             handle.write(TURN + "\n")
-        warm.append(timed([python, "-m", "cortex", "hook", "stop"], copy, env, payload))
+        warm.append(timed([*console_script(python), "hook", "stop"], copy, env, payload))
         settle(copy)
         shutil.rmtree(copy, ignore_errors=True)
     return {"Stop, cold": ms(median_of(cold), bare), "Stop, one more turn": ms(median_of(warm), bare)}

@@ -46,23 +46,35 @@ def run() -> None:
 
         handler = getattr(hooks, CLAUDE_EVENTS[args[1]])
         sys.exit(handler(raw))
+    from cortex import hotpath
+
+    try:
+        code = hotpath.served_command(args)  # answered by a running `cortex serve`: no click, no store loaded
+    except Exception:
+        code = None  # the command runs here, and says what is wrong
+    if code is not None:
+        _leave(code)
     from cortex import cli
 
-    cli.PROCESS_ARGV = args  # a read-only command may be answered by a running `cortex serve` (`cli._forward`)
+    cli.PROCESS_ARGV = args  # a read-only command may end without tearing down what it loaded (`QUICK_EXIT`)
     try:
         cli.main()
     except SystemExit as exc:
         if cli.quick_exit:  # a read-only command is done: leave without tearing down what it loaded
-            import os
-
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-            try:
-                sys.stdout.flush()
-                sys.stderr.flush()
-            except OSError:  # a closed pipe (`cortex list | head`): nothing more to say
-                pass
-            os._exit(code)
+            _leave(exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1))
         raise
+
+
+def _leave(code: int) -> None:
+    """End the process with `code` once stdout and stderr are out, without tearing down what it loaded."""
+    import os
+
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except OSError:  # a closed pipe (`cortex list | head`): nothing more to say
+        pass
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -88,8 +88,6 @@ def store_options(func: Callable[..., Any]) -> Callable[..., Any]:
         store = None
         try:
             store = Store.locate(use_global=use_global, directory=directory)
-            if func.__name__ in SERVED_COMMANDS and not use_global and not kwargs.get("at") and kwargs.get("text") != "-":
-                _forward(store)  # answered by a running `cortex serve` (exits), else run here
             result = func(store=store, **kwargs)
             global quick_exit
             quick_exit = func.__name__ in QUICK_EXIT and PROCESS_ARGV is not None
@@ -103,43 +101,17 @@ def store_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-# What a running `cortex serve` answers on its warm indexes: the read-only commands, and `remember` (its links
-# need every memory's vector: numpy and the matrix are loaded there already) unless it reads its text from stdin.
-SERVED_COMMANDS = frozenset({"list_command", "status", "show", "remember"})
 PROCESS_ARGV: list[str] | None = None  # the arguments of a `cortex` process (set by `cortex.__main__.run`)
 # Read-only commands whose process may end without freeing what it loaded (`cortex.__main__.run`): tearing
-# down 100,000 manifest entries object by object costs ~0.15 s and changes nothing on disk.
+# down 100,000 manifest entries object by object costs ~0.15 s and changes nothing on disk. (A running
+# `cortex serve` answers these and `remember` before this module is imported: `cortex.hotpath.served_command`.)
 QUICK_EXIT = frozenset({"list_command", "status", "show"})
 quick_exit = False  # set once such a command ran in a `cortex` process
 _CLIENT_TTY: bool | None = None  # inside `cortex serve`: whether the client's stdout is a terminal
 
 
-def _forward(store: Any) -> None:
-    """Have the store's running `cortex serve` run this command on its warm indexes (no manifest load, no
-    walk over the files, numpy and the vectors loaded) and print what it printed, exiting with its status. Returns when there is no server,
-    it is still warming or it fails: the command then runs in this process."""
-    import os
-
-    from cortex.index import Indexes
-    from cortex.layout import socket_path
-
-    root = str(store.root)
-    if PROCESS_ARGV is None or Indexes.serving is not None or not os.path.exists(socket_path(root)):
-        return
-    from cortex.serve import ask
-
-    answer = ask(root, {"op": "command", "argv": [*PROCESS_ARGV, "--dir", root], "tty": sys.stdout.isatty(),
-                        "columns": shutil.get_terminal_size((100, 20)).columns}, timeout=30.0)
-    if not answer or not isinstance(answer.get("exit"), int):
-        return
-    sys.stderr.write(str(answer.get("stderr", "")))
-    sys.stdout.write(str(answer.get("stdout", "")))
-    sys.stdout.flush()
-    sys.exit(int(answer["exit"]))
-
-
 def run_served(argv: list[str], tty: bool = False) -> int:
-    """One command run inside `cortex serve` for a client (`_forward`); its exit status."""
+    """One command run inside `cortex serve` for a client (`cortex.hotpath.served_command`); its exit status."""
     global _CLIENT_TTY
     _CLIENT_TTY = tty
     try:

@@ -161,14 +161,14 @@ class Encoder:
         if self.tokenizer.token_to_id("[CLS]") is None or self.tokenizer.token_to_id("[SEP]") is None:
             raise EncoderUnavailable(f"{folder}: the tokenizer has no [CLS]/[SEP]")
 
-    def sentence_vectors(self, texts: Sequence[str]) -> Any:
+    def sentence_vectors(self, texts: Sequence[str], max_tokens: int | None = None) -> Any:
         """A float32 matrix of sentence vectors (mean-pooled, L2-normalised), one row per text: what recall
-        compares (`cortex.recall`)."""
+        compares (`cortex.recall`). `max_tokens` cuts each text shorter than the model's own limit."""
         import numpy as np
 
         if not texts:
             return np.zeros((0, self.hidden), dtype=np.float32)
-        return np.stack([e.mean for e in self.encode(texts)]).astype(np.float32)
+        return np.stack([e.mean for e in self.encode(texts, max_tokens=max_tokens)]).astype(np.float32)
 
     def _rows(self, ids: Any) -> Any:
         """Token-table rows for `ids`, read from the int8 table and scaled (the table stays memory-mapped)."""
@@ -227,14 +227,14 @@ class Encoder:
             x = self._norm(down, layer["ln2"])
         return x.reshape(b, length, h)
 
-    def encode(self, texts: Sequence[str], tail: bool = False) -> list[Encoded]:
+    def encode(self, texts: Sequence[str], tail: bool = False, max_tokens: int | None = None) -> list[Encoded]:
         """Each text's token states and sentence vector. A text over `max_tokens` is cut there; with `tail`,
         its last `max_tokens` tokens are encoded too and their states follow (the middle of a very long text
         is left out), so two texts that open alike but end differently stay apart. The sentence vector is the
         opening's."""
         import numpy as np
 
-        room = self.max_tokens - 2  # [CLS] and [SEP]
+        room = min(self.max_tokens, max_tokens or self.max_tokens) - 2  # [CLS] and [SEP]
         full = [e.ids for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
         segments = [ids[:room] for ids in full]
         tails = {i: len(segments) + n for n, i in enumerate(i for i, ids in enumerate(full) if tail and len(ids) > room)}

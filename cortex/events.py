@@ -135,7 +135,7 @@ def remember(store: Store, text: str, indexes: Indexes | None = None, *, type: s
     assert created.path is not None
     changes = memories_changed(store, indexes or Indexes(), [created.path], link=[created.id], pages=False,
                                upkeep="none")
-    return store.get(created.id) if changes.linked else created
+    return store.read(created.path) if changes.linked else created  # its links, as written
 
 
 def forget(store: Store, memory_id: str, indexes: Indexes | None = None, replaced_by: str | None = None) -> Memory:
@@ -233,8 +233,9 @@ def prompt_context(store: Store, prompt: str, indexes: Indexes) -> str | None:
 
     shown |= salience.muted(store)  # shown often at prompt time and never used: recall still finds them
     try:
-        # Linked hits count against recall's limit but are not shown here: ask for room for them.
-        hits = recall(list(iter_stores(store)), prompt, limit=2 * limit + len(shown), indexes=indexes).hits
+        # Direct hits only (a linked memory is never injected); room for those already shown and for a few
+        # that miss the thresholds below.
+        hits = recall(list(iter_stores(store)), prompt, limit=2 * limit + len(shown), indexes=indexes, links=False).hits
     except QueryRefused:  # "ok", "?": nothing to look for
         return None
     header = INJECTED_MARK + "\nMemories that may bear on this request (cortex):\n"

@@ -207,22 +207,6 @@ def hold_lock(path: Path, wait: bool = False) -> IO[str] | None:
     return handle
 
 
-def lock_held(path: str) -> bool:
-    """Whether another process holds an flock on `path` (a server or watcher that is alive). Stdlib only."""
-    import fcntl
-
-    if not os.path.exists(path):
-        return False
-    try:
-        with open(path, "a+") as handle:
-            if not _flock(handle.fileno()):
-                return True
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-            return False
-    except OSError:
-        return False
-
-
 def write_problem(exc: OSError) -> str | None:
     """One line for a person on why the machine refused a file operation (a read-only store, no permission,
     a full disk), naming the file when the error does; None for any other error (a bug, better shown whole)."""

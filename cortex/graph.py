@@ -359,14 +359,27 @@ class LinkAges:
             path = self.rel_of.get(owner)
             if path is None:
                 continue
-            meta = self.index.manifest.meta(path)
-            for link in meta.get("links", ()):
-                if link.get("rel") == rel and link.get("to") == other:
-                    try:
-                        return epoch(str(link.get("created") or meta.get("created") or ""))
-                    except ValueError:
-                        return 0.0
+            made = self._made_by(path).get((rel, other))
+            if made is not None:
+                return made
         return 0.0
+
+    def _made_by(self, path: str) -> dict[tuple[str, str], float]:
+        """(relation, other id) -> when each link of the memory at `path` was made; decoded once per sync (a
+        resident server weighs the same strong links prompt after prompt)."""
+        made: dict[str, dict[tuple[str, str], float]] = self.index.memo(("links-made",), dict)
+        found = made.get(path)
+        if found is None:
+            meta = self.index.manifest.meta(path)
+            found = made[path] = {}
+            for link in meta.get("links", ()):
+                key = (str(link.get("rel")), str(link.get("to")))
+                if key not in found:  # the first such link, as written
+                    try:
+                        found[key] = epoch(str(link.get("created") or meta.get("created") or ""))
+                    except ValueError:
+                        found[key] = 0.0
+        return found
 
     def strength(self, a: str, rel: str, b: str, strength: float | None) -> float | None:
         """The link's strength now (a link without one, such as `source_of`, does not decay)."""

@@ -1,24 +1,27 @@
-"""The two hook fast paths: answers that need no store, no click and no third-party import.
+"""The fast paths: answers that need no store, no click and no third-party import.
 
 A hook is a fresh process on every event, and the budget for a cached
 SessionStart is twice a bare `python -c pass`. `session_start` prints the
 cached briefing when its key (`cortex.layout.briefing_key`) still matches;
 `prompt` asks the resident `cortex serve` over its socket. Either returns
-False when the full hook (`cortex.hooks`) must run instead.
+False when the full hook (`cortex.hooks`) must run instead. `served_command`
+hands a command that a running server answers (`cortex list`, `status`,
+`show`, `remember`) to it before click and the store are even imported.
+JSON and the socket go through `cortex.wire` (the C halves of `json` and
+`socket`: importing those two modules alone costs more than Python's start).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
-from cortex import layout
+from cortex import layout, wire
 
 
 def _payload(raw: str) -> dict[str, object] | None:
     try:
-        payload = json.loads(raw) if raw.strip() else {}
+        payload = wire.loads(raw) if raw.strip() else {}
     except ValueError:
         return None
     return payload if isinstance(payload, dict) else None
@@ -29,9 +32,9 @@ def emit(event: str, text: str) -> None:
     `hookSpecificOutput` for Claude Code, Codex CLI and Gemini CLI (named after the event that fired:
     SessionStart, UserPromptSubmit, BeforeAgent), `additional_context` for Cursor's camelCase `sessionStart`."""
     if event == "sessionStart":
-        sys.stdout.write(json.dumps({"additional_context": text}))
+        sys.stdout.write(wire.dumps({"additional_context": text}))
     else:
-        sys.stdout.write(json.dumps({"hookSpecificOutput": {"hookEventName": event, "additionalContext": text}}))
+        sys.stdout.write(wire.dumps({"hookSpecificOutput": {"hookEventName": event, "additionalContext": text}}))
     sys.stdout.flush()
 
 
@@ -72,9 +75,9 @@ def note_injected(store_root: str, payload: dict[str, object], event: str, text:
     appended to `state/injections/<session>.jsonl`. Best effort: a failure here never costs the hook."""
     session = str(payload.get("session_id") or "")
     if ids is None:
-        import re
+        from cortex.text import injected_ids
 
-        ids = re.findall(r"`([0-9a-f]{12})`", text)
+        ids = injected_ids(text)
     if not session or not ids:
         return
     import time
@@ -90,7 +93,7 @@ def append_line(path: str, record: dict[str, object]) -> None:
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record) + "\n")
+            handle.write(wire.dumps(record) + "\n")
     except OSError:
         pass
 
@@ -123,8 +126,6 @@ def session_start(raw: str) -> bool:
 
 def prompt(raw: str) -> bool:
     """UserPromptSubmit through a running `cortex serve`; False when the in-process path must run."""
-    from cortex import serve
-
     if os.environ.get("CORTEX_NESTED") == "1":
         return True
     payload = _payload(raw)
@@ -134,12 +135,14 @@ def prompt(raw: str) -> bool:
     store_root = layout.find_store(payload_cwd(payload))
     if store_root is None or not text or text.startswith("/"):
         return True
-    answer = serve.ask(store_root, {"op": "prompt", "prompt": text})
+    answer = wire.ask(layout.socket_path(store_root), {"op": "prompt", "prompt": text})
     if answer is None or "context" not in answer:
         return False
     if answer["context"]:
         emit(event_name(payload, "UserPromptSubmit"), str(answer["context"]))
-        note_injected(store_root, payload, "UserPromptSubmit", str(answer["context"]))
+        ids = answer.get("ids")  # the server names what it showed (finding them here would import `re`)
+        note_injected(store_root, payload, "UserPromptSubmit", str(answer["context"]),
+                      [str(i) for i in ids] if isinstance(ids, list) else None)
     return True
 
 
@@ -163,3 +166,39 @@ def pre_tool_use(raw: str) -> bool:
             "prompt": str(given.get("prompt") or "")[:4000]}
     append_line(layout.subagent_tasks_file(store_root, session), task)
     return True
+
+
+# The commands `cortex serve` runs for a client (`cortex.cli.run_served`), and the arguments that keep one in
+# its own process: another store, a past revision, text on stdin, help.
+SERVED = frozenset({"list", "status", "show", "remember"})
+_NOT_SERVED = frozenset({"--global", "--at", "-", "--help", "-h", "--"})
+
+
+def served_command(args: list[str]) -> int | None:
+    """Run `cortex <args>` in the store's running `cortex serve`, printing what it printed; its exit status, or
+    None when the command must run in this process (not one it serves, no server, still warming)."""
+    if not args or args[0] not in SERVED or any(arg in _NOT_SERVED or arg.startswith("--at=") for arg in args):
+        return None
+    directory = None
+    for n, arg in enumerate(args):
+        if arg == "--dir" and n + 1 < len(args):
+            directory = args[n + 1]
+        elif arg.startswith("--dir="):
+            directory = arg[len("--dir="):]
+    if directory is not None:
+        store_root: str | None = os.path.realpath(os.path.expanduser(directory))
+    else:
+        store_root = layout.find_store(os.getcwd())
+    if store_root is None:
+        return None
+    try:
+        columns = os.get_terminal_size(sys.stdout.fileno()).columns
+    except (OSError, ValueError):
+        columns = int(os.environ.get("COLUMNS", "0") or 0) or 100
+    answer = wire.ask(layout.socket_path(store_root), {"op": "command", "argv": [*args, "--dir", store_root],
+                                                       "tty": sys.stdout.isatty(), "columns": columns}, timeout=30.0)
+    if not answer or not isinstance(answer.get("exit"), int):
+        return None
+    sys.stderr.write(str(answer.get("stderr", "")))
+    sys.stdout.write(str(answer.get("stdout", "")))
+    return int(answer["exit"])

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 
-from cortex.files import lock_held
 from cortex.gitfacts import branch_and_head, worktree_root
 
 STORE_DIRNAME = ".cortex"
@@ -74,11 +73,11 @@ def briefing_key(store_root: str, version: str) -> str:
 def saved_briefing(store_root: str, name: str = "briefing.json") -> dict | None:
     """A briefing saved under `state/` (`briefing.json`: the one a session was shown; `briefing.next.json`: the
     one `cortex serve` built ahead of the next session start), or None when missing or unreadable."""
-    import json
+    from cortex.wire import loads
 
     try:
         with open(os.path.join(store_root, "state", name), encoding="utf-8") as handle:
-            saved = json.load(handle)
+            saved = loads(handle.read())
     except (OSError, ValueError):
         return None
     return saved if isinstance(saved, dict) else None
@@ -112,6 +111,24 @@ def socket_path(store_root: str) -> str:
 
     digest = hashlib.sha1(os.path.realpath(store_root).encode()).hexdigest()[:16]
     return os.path.join(tempfile.gettempdir(), f"cortex-{digest}.sock")
+
+
+def lock_held(path: str) -> bool:
+    """Whether another process holds an flock on `path` (a server or watcher that is alive)."""
+    import fcntl
+
+    if not os.path.exists(path):
+        return False
+    try:
+        with open(path, "a+") as handle:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+            return False
+    except OSError:
+        return False
 
 
 def server_running(store_root: str) -> bool:

@@ -185,7 +185,7 @@ class _Contextual:
         vector = self.queries.get(text)
         if vector is None:
             with one_blas_thread():
-                vector = self.get().sentence_vectors([text])[0]
+                vector = self.get().sentence_vectors([text], max_tokens=QUERY_TOKENS)[0]
             if len(self.queries) > 64:
                 self.queries.clear()
             self.queries[text] = vector
@@ -193,6 +193,10 @@ class _Contextual:
 
 
 CONTEXTUAL = _Contextual()
+# A query's opening is embedded by the transformer up to this many tokens (~50 words): its cost grows with the
+# length (8 ms for 8 tokens, 21 ms for 64, 83 ms for 254 on one core), and a prompt with a pasted log would
+# make every served prompt wait for it. Full text and the static model still read the whole query.
+QUERY_TOKENS = 64
 INLINE_FILL = 32  # `cortex recall` embeds up to this many missing memories itself (~15 ms each); a detached upkeep the rest
 
 
@@ -549,10 +553,11 @@ def fuse(ranked: dict[str, list[tuple[str, float]]], rrf_k: float, weights: dict
 def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[str] = (), branch: str | None = None,
                  include_all: bool = False, keyword_only: bool = False, now: float | None = None,
                  index: Any = None, sync: bool = True,
-                 methods: tuple[str, ...] = ("bm25", "dense", "ctx")) -> RecallResult:
+                 methods: tuple[str, ...] = ("bm25", "dense", "ctx"), links: bool = True) -> RecallResult:
     """Recall from one store (see the module docstring for the ranking).
 
-    `methods` picks the ranked lists to fuse (benchmarks compare each alone).
+    `methods` picks the ranked lists to fuse (benchmarks compare each alone). `links=False` leaves out the
+    memories reached along links (the prompt hook shows direct hits only).
     """
     from cortex.index import Index, fulltext
 
@@ -647,6 +652,8 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
     out: list[Hit] = []
     for hit in hits:
         out.append(hit)
+        if not links:
+            continue
         # Its own links and `relates_to` links newer memories made to it (the relation reads both ways).
         for to, rel, via, factor in expand(hit.memory.id, neighbours, lambda i: i in rel_of_id and records[
                 rel_of_id[i]]["status"] in statuses, ages.strength, shown, STRONG_LINK):
@@ -666,11 +673,12 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
 
 def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[str] = (), branch: str | None = None,
            include_all: bool = False, keyword_only: bool = False, now: float | None = None,
-           indexes: Any = None) -> RecallResult:
+           indexes: Any = None, links: bool = True) -> RecallResult:
     """Recall across stores (project first): at most `limit` hits, linked ones (`via`) included, each right
     after the hit it was reached from. Archived and superseded hits come back with `include_all`, as they are:
     reading never changes a memory (`cortex restore` brings one back). `indexes` (a `cortex.index.Indexes`) holds the warm
-    indexes of a resident process, or of one command: each store is synced at most once through it."""
+    indexes of a resident process, or of one command: each store is synced at most once through it. With
+    `links=False`, direct hits only."""
     from cortex.errors import QueryRefused
     from cortex.index import Indexes
     from cortex.text import query_problem
@@ -683,7 +691,8 @@ def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[
     notes: list[str] = []
     for store in stores:
         result = recall_store(store, query, limit=limit, types=types, branch=branch, include_all=include_all,
-                              keyword_only=keyword_only, now=now, index=indexes.synced(store, full=True), sync=False)
+                              keyword_only=keyword_only, now=now, index=indexes.synced(store, full=True), sync=False,
+                              links=links)
         hits.extend(result.hits)
         for note in result.notes:
             if note not in notes:

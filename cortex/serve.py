@@ -12,7 +12,7 @@ hook starts it detached; the prompt hook asks it with a short timeout and
 falls back to recall in its own process when it is absent or slow.
 
 Protocol: one JSON line in, one JSON line out. `{"op": "prompt", "prompt": "…"}`
-gets `{"context": "…" | null}`, or `{"warming": true}` while the indexes are
+gets `{"context": "…" | null, "ids": [the memories it names]}`, or `{"warming": true}` while the indexes are
 still loading (the hook then recalls in its own process); `{"op": "ping"}`
 is answered once the server is warm, `{"op": "state"}` at once (`ready`
 says whether it is warm). `{"op": "recall", "query": …, "limit": …, …}` runs
@@ -51,32 +51,11 @@ def _read_line(connection: socket.socket) -> bytes:
 
 
 def ask(store_root: str, request: dict[str, object], timeout: float = 0.5) -> dict[str, object] | None:
-    """Send one request to a running server; None when there is none or it is too slow. An answer with
-    `"stdout_bytes": n` is followed by n raw bytes (a command's output), returned decoded as `stdout`."""
-    path = socket_path(store_root)
-    if not os.path.exists(path):
-        return None
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
-            client.settimeout(timeout)
-            client.connect(path)
-            client.sendall(json.dumps(request).encode() + b"\n")
-            data = _read_line(client)
-            head, _, rest = data.partition(b"\n")
-            answer = json.loads(head)
-            if isinstance(answer, dict) and isinstance(answer.get("stdout_bytes"), int):
-                chunks = [rest]
-                size = len(rest)
-                while size < answer["stdout_bytes"]:
-                    chunk = client.recv(1 << 20)
-                    if not chunk:
-                        return None  # cut short: the caller does the work itself
-                    chunks.append(chunk)
-                    size += len(chunk)
-                answer["stdout"] = b"".join(chunks).decode("utf-8")
-        return answer if isinstance(answer, dict) else None
-    except (OSError, ValueError):
-        return None
+    """Send one request to the store's running server (`cortex.wire.ask`); None when there is none or it is
+    too slow."""
+    from cortex.wire import ask as ask_at
+
+    return ask_at(socket_path(store_root), request, timeout)
 
 
 ONE_THREAD = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -259,6 +238,7 @@ class _Warm(threading.Thread):
             self.store.reload_config()  # the key covers config.yaml: build with what it says now (budget, weights)
             index = Index(self.store)
             index.trust_watcher = False  # a file removed by hand a moment ago is not yet in the watched manifest
+            index.commits = False  # the warm index commits: a commit here would cost its next sync a reload and a walk
             built = briefing.build(self.store, index=index)
             key = briefing_key(root, __version__)  # after the build: its sync may have rewritten the manifest
             atomic_write(self.store.state_dir / "briefing.next.json",
@@ -362,6 +342,10 @@ def _loop(store: "Store", server: socket.socket, warm: _Warm, idle: float,
           run_command: Callable[[list[str], bool], int] | None = None) -> str:
     """Answer requests until `idle` seconds pass without one."""
     from cortex.events import prompt_context
+    from cortex.text import injected_ids
+    from cortex.store import defer_access, flush_access
+
+    defer_access()
 
     last = time.monotonic()
     while time.monotonic() - last < idle:
@@ -390,7 +374,8 @@ def _loop(store: "Store", server: socket.socket, warm: _Warm, idle: float,
                 else:
                     try:
                         warm.follow(0.0)  # what was written since the last look, before answering
-                        answer = {"context": prompt_context(store, str(request.get("prompt", "")), warm.indexes)}
+                        context = prompt_context(store, str(request.get("prompt", "")), warm.indexes)
+                        answer = {"context": context, "ids": injected_ids(context or "")}
                     finally:
                         warm.busy.release()
             except Exception as exc:  # one bad request never stops the server
@@ -400,4 +385,8 @@ def _loop(store: "Store", server: socket.socket, warm: _Warm, idle: float,
                 _send(connection, answer)
             except OSError:
                 pass
+        try:
+            flush_access()  # what the answer read, counted once the client has it (`defer_access`)
+        except Exception as exc:  # bookkeeping never stops the server
+            store.log(f"serve: access counts not written: {exc!r}")
     return "idle"

@@ -58,6 +58,33 @@ class Scan:
     problems: list[Problem] = field(default_factory=list)
 
 
+# memories folder -> (its folders' mtimes, the ids in its file names): `Store._ids_named`, kept for the process
+_NAMED: dict[str, tuple[tuple[tuple[str, int], ...], set[str]]] = {}
+# state folder -> (store, ids read) while a resident process defers its access counts (`defer_access`)
+_DEFERRED_ACCESS: dict[str, tuple[Store, list[str]]] | None = None
+
+
+def defer_access() -> None:
+    """Hold `Store.record_access` writes in memory until `flush_access`: a resident server answers first and
+    counts after (rewriting access.json is ~3 ms at 10,000 memories, on every prompt)."""
+    global _DEFERRED_ACCESS
+    if _DEFERRED_ACCESS is None:
+        _DEFERRED_ACCESS = {}
+
+
+def flush_access() -> None:
+    """Write the access counts held since the last flush (each store's in one locked rewrite)."""
+    global _DEFERRED_ACCESS
+    if not _DEFERRED_ACCESS:
+        return
+    held, _DEFERRED_ACCESS = _DEFERRED_ACCESS, None
+    try:
+        for store, ids in held.values():
+            store.record_access(ids)
+    finally:
+        _DEFERRED_ACCESS = {}
+
+
 def global_home() -> Path:
     return Path(global_root())
 
@@ -87,7 +114,6 @@ class Store:
         self.label = label
         self._config: Any = None
         self._cache_dir: Path | None = None
-        self._named: tuple[tuple[tuple[str, int], ...], set[str]] | None = None  # (folder mtimes, ids): `_ids_named`
 
     def __repr__(self) -> str:
         return f"Store({str(self.root)!r}, {self.label!r})"
@@ -339,8 +365,9 @@ class Store:
     def _ids_named(self) -> set[str]:
         """The ids in the memory files' names (`<slug>-<id>.md`), from folder listings alone: no path objects, no
         stat, no parse (a create at 10,000 memories walked and checked every file: ~0.15 s a memory)."""
-        if self._named is not None and self._named[0] == _folder_marks(self._named[0]):
-            return self._named[1]  # no folder changed since the last look (a Stop writing ten memories lists once)
+        named = _NAMED.get(str(self.memories_dir))
+        if named is not None and named[0] == _folder_marks(named[0]):
+            return named[1]  # no folder changed since the last look (a Stop writing ten memories, a server's remembers)
         found: set[str] = set()
         folders: list[str] = []
         stack = [str(self.memories_dir)]
@@ -358,7 +385,7 @@ class Store:
                     found.add(entry.name.rsplit("-", 1)[-1][:-3])
                 elif entry.is_dir(follow_symlinks=False):
                     stack.append(entry.path)
-        self._named = (_folder_marks(tuple((folder, 0) for folder in folders)), found)
+        _NAMED[str(self.memories_dir)] = (_folder_marks(tuple((folder, 0) for folder in folders)), found)
         return found
 
     def create(self, item: Memory) -> Memory:
@@ -393,11 +420,12 @@ class Store:
             guard_text(text, path)
             atomic_write(path, text)
             self.mark_changed()
-            if self._named is not None and str(path.parent) in dict(self._named[0]):
-                self._named[1].add(item.id)  # our own file: the listing stays good (we hold the write lock)
-                self._named = (_folder_marks(self._named[0]), self._named[1])
+            named = _NAMED.get(str(self.memories_dir))
+            if named is not None and str(path.parent) in dict(named[0]):
+                named[1].add(item.id)  # our own file: the listing stays good (we hold the write lock)
+                _NAMED[str(self.memories_dir)] = (_folder_marks(named[0]), named[1])
             else:
-                self._named = None  # a new folder: list again next time
+                _NAMED.pop(str(self.memories_dir), None)  # a new folder: list again next time
         return self.read(path)
 
     def update(self, id_or_prefix: str, changes: dict[str, Any], body: str | None = None, touch: bool = True,
@@ -490,9 +518,13 @@ class Store:
         return {k: int(v.get("count", 0)) for k, v in data.items() if isinstance(v, dict)}
 
     def record_access(self, ids: Iterable[str]) -> None:
-        """Count reads under state/ (never in the tracked files). Best effort."""
+        """Count reads under state/ (never in the tracked files). Best effort. While a resident process defers
+        them (`defer_access`), they are written by its `flush_access`, after it has answered."""
         ids = list(ids)
         if not ids:
+            return
+        if _DEFERRED_ACCESS is not None:
+            _DEFERRED_ACCESS.setdefault(str(self.state_dir), (self, []))[1].extend(ids)
             return
         path = self.state_dir / "access.json"
         try:
@@ -507,7 +539,7 @@ class Store:
                     entry["count"] = int(entry.get("count", 0)) + 1
                     entry["last"] = stamp
                 # Counts are private, best-effort state: no fsync (it cost a warm MCP search ~4 ms on this VM).
-                atomic_write(path, json.dumps(data, sort_keys=True, indent=0), durable=False)
+                atomic_write(path, json.dumps(data, sort_keys=True), durable=False)
         except OSError:
             pass  # a read-only store still reads
 

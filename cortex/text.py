@@ -42,3 +42,8 @@ def query_problem(query: str) -> str | None:
         return (f"the query {shown[:60]!r} has no word to search for (only common words or punctuation): "
                 "add a specific word")
     return None
+
+
+def injected_ids(text: str) -> list[str]:
+    """The memory ids a hook's context names (each in backticks)."""
+    return re.findall(r"`([0-9a-f]{12})`", text)

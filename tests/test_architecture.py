@@ -139,18 +139,23 @@ def test_the_import_reader_sees_function_level_and_relative_imports(tmp_path):
 
 
 def test_hot_paths_import_only_the_standard_library():
-    """What a cached SessionStart and a served prompt load: no third-party module, not the store or the index."""
+    """What a cached SessionStart, a served prompt and a served command load: no third-party module, not the
+    store or the index, and not `json`, `socket` or `re` either (each costs about half a bare Python start)."""
     import subprocess
     import sys
 
-    probe = ("import sys, cortex.hotpath, cortex.serve, cortex.spawn\n"
-             "print(' '.join(sorted(m for m in sys.modules if m.startswith('cortex') or m.split('.')[0] in "
-             "{'numpy', 'whoosh', 'pygit2', 'ruamel', 'click', 'mcp', 'jinja2', 'detect_secrets', 'pathlib'})))")
-    loaded = set(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
-                                cwd=REPO_ROOT).stdout.split())
-    loaded.discard("pathlib")  # an editable install's import hook loads it before any cortex code runs
-    assert loaded == {"cortex", "cortex.files", "cortex.gitfacts", "cortex.hotpath", "cortex.layout", "cortex.serve",
-                      "cortex.spawn"}, loaded
+    def loaded(imports: str) -> set[str]:
+        probe = (f"import sys{imports}\n"
+                 "print(' '.join(sorted(m for m in sys.modules if m.startswith('cortex') or m.split('.')[0] in "
+                 "{'numpy', 'whoosh', 'pygit2', 'ruamel', 'click', 'mcp', 'jinja2', 'detect_secrets', 'pathlib', "
+                 "'json', 're', 'socket', 'enum', 'typing'})))")
+        return set(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                                  cwd=REPO_ROOT).stdout.split())
+
+    before = loaded("")  # what Python's own start loads (an editable install's import hook loads pathlib, re)
+    hot = loaded(", cortex.__main__, cortex.hotpath") - before
+    assert hot == {"cortex", "cortex.__main__", "cortex.gitfacts", "cortex.hotpath", "cortex.layout",
+                   "cortex.wire"}, hot
 
 
 def test_no_function_over_120_lines():

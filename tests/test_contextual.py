@@ -57,6 +57,21 @@ def test_token_states_and_long_or_empty_texts(encoder: contextual.Encoder) -> No
     assert np.allclose(alone.mean, short.mean, atol=1e-5)
 
 
+def test_a_query_is_embedded_from_its_opening_tokens(encoder: contextual.Encoder) -> None:
+    """Recall embeds a query's first `recall.QUERY_TOKENS` tokens: a pasted log after the question costs
+    nothing more, and the vector is that of the opening alone."""
+    from cortex.recall import QUERY_TOKENS
+
+    question = "why does the login redirect loop after the session cookie moved to the gateway?"
+    pasted = question + " " + "Traceback (most recent call last): File app/auth.py line 42 in refresh " * 40
+    ids = encoder.tokenizer.encode(pasted, add_special_tokens=False).ids
+    assert len(ids) > 4 * QUERY_TOKENS
+    opening = encoder.tokenizer.decode(ids[:QUERY_TOKENS - 2])
+    cut = encoder.sentence_vectors([pasted], max_tokens=QUERY_TOKENS)[0]
+    assert float(cut @ encoder.sentence_vectors([opening])[0]) > 0.999
+    assert float(cut @ encoder.sentence_vectors([pasted])[0]) < 0.99  # the whole text says something else
+
+
 def test_a_missing_model_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(EncoderUnavailable, match="contextual model"):
         contextual.Encoder(tmp_path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -117,6 +118,13 @@ def test_commands_are_answered_by_the_running_server_as_they_would_be_here(proje
         assert new in cortex("list", cwd=project).stdout  # written by the server, seen at once
         assert "must always get a TTL" in cortex("show", new, "--raw", cwd=project).stdout  # the file, on disk
         assert cortex("show", "nope", cwd=project, check=False).returncode == 1  # the error and status carried over
+        # Handed over before click or the store is imported (`hotpath.served_command`): the answer costs a
+        # bare Python start and a socket round trip.
+        traced = subprocess.run([sys.executable, "-X", "importtime", "-m", "cortex", "list"], cwd=project,
+                                capture_output=True, text=True, check=True)
+        assert traced.stdout == cortex("list", cwd=project).stdout
+        imported = {line.rsplit("|", 1)[-1].strip() for line in traced.stderr.splitlines() if "|" in line}
+        assert "cortex.hotpath" in imported and not {"click", "cortex.cli", "cortex.store"} & imported
         piped = cortex("remember", "-", cwd=project, input="Deploys freeze on Fridays after noon\n").stdout.strip()
         assert piped in cortex("list", cwd=project).stdout
     finally:

@@ -14,7 +14,7 @@ import shutil
 import time
 from pathlib import Path
 
-from cortex.files import lock_held
+from cortex.layout import lock_held
 from cortex.store import Store
 from tests.helpers import REPO_ROOT, cortex, cortex_json, git, hook, make_repo
 

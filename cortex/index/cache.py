@@ -95,6 +95,10 @@ class Index:
         self._rel_of_id: dict[str, str] | None = None
         self._searcher: Any = None
         self.trust_watcher = True  # the watcher itself sets this False
+        # False: a manifest-level sync stays in memory (a resident server's second index, which builds the next
+        # briefing: a commit from it would make the warm index reload the manifest and walk every file). A sync
+        # that wrote Whoosh or the vectors always commits: the manifest records what they hold.
+        self.commits = True
         self._ix: Any = None
         self._vectors: Any = None
         self.repaired: list[str] = []  # every damaged part this object's syncs found and rebuilt
@@ -260,7 +264,7 @@ class Index:
                 dirty = self._sync_fulltext(manifest, report, progress) or dirty
             # The parts as this writer leaves them (only those this sync checked): a later change is damage.
             dirty = self._note_parts(manifest, full, with_vectors) or dirty
-            if dirty:
+            if dirty and (self.commits or full or with_vectors):
                 atomic_write(self.manifest_path, manifest.dump_parts(), durable=False)
             self._version = _file_version(self.manifest_path)
         self.manifest = manifest
@@ -571,6 +575,12 @@ class Index:
         """The paths whose entries pass a filter, computed once per sync for each filter `key`."""
         if key not in self._allowed:
             self._allowed[key] = frozenset(rel for rel, entry in self.records().items() if keep(entry))
+        return self._allowed[key]
+
+    def memo(self, key: Any, make: Callable[[], Any]) -> Any:
+        """A value kept until the next sync that changes something (with the filtered views): `make()` once."""
+        if key not in self._allowed:
+            self._allowed[key] = make()
         return self._allowed[key]
 
     def query_encoder(self) -> Any:

@@ -1,0 +1,79 @@
+"""`cortex.wire`: the hot paths' JSON and socket client give what `json` and a plain socket would."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+
+import pytest
+
+from cortex import wire
+
+DOCUMENTS = [
+    {"session_id": "abc", "cwd": "/home/dev/project", "hook_event_name": "UserPromptSubmit",
+     "prompt": "why does the café's “login” fail?\nTraceback: KeyError('x')\t😀"},
+    {"numbers": [0, -1, 1.5, 1e300, -2.5e-8, 12345678901234567890], "flags": [True, False, None], "empty": {}},
+    [{"nested": [[{"deep": 'a back\\slash, a "quote", a \x01 control'}]]}],
+    {"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": "<!-- cortex:injected -->\n# b"}},
+]
+
+
+@pytest.mark.parametrize("document", DOCUMENTS)
+def test_dumps_and_loads_are_json_dumps_and_loads(document):
+    assert wire.dumps(document) == json.dumps(document)
+    assert wire.loads(json.dumps(document)) == document
+    assert wire.loads(json.dumps(document, indent=2, ensure_ascii=False).encode()) == document
+
+
+@pytest.mark.parametrize("text", ["", "   ", "{", '{"a": 1} trailing', "{'single': 'quotes'}", "[1, 2,]", "nul"])
+def test_anything_but_one_json_document_is_a_value_error(text):
+    with pytest.raises(ValueError):
+        json.loads(text)  # the standard's verdict, for comparison
+    with pytest.raises(ValueError):
+        wire.loads(text)
+
+
+def test_ask_sends_one_line_and_reads_the_answer_and_the_raw_output_after_it(tmp_path):
+    path = str(tmp_path / "serve.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(1)
+    output = "line one\n" + "é" * 200_000  # longer than one read
+    received = []
+
+    def answer() -> None:
+        connection, _ = server.accept()
+        with connection:
+            request = b""
+            while not request.endswith(b"\n"):
+                request += connection.recv(4096)
+            received.append(json.loads(request))
+            raw = output.encode()
+            connection.sendall(json.dumps({"exit": 3, "stdout_bytes": len(raw)}).encode() + b"\n" + raw)
+
+    thread = threading.Thread(target=answer)
+    thread.start()
+    try:
+        got = wire.ask(path, {"op": "command", "argv": ["list", "--dir", "/x"]}, timeout=10)
+    finally:
+        thread.join(10)
+        server.close()
+    assert received == [{"op": "command", "argv": ["list", "--dir", "/x"]}]
+    assert got == {"exit": 3, "stdout_bytes": len(output.encode()), "stdout": output}
+
+
+def test_ask_without_a_server_or_with_a_silent_one_is_none(tmp_path):
+    assert wire.ask(str(tmp_path / "none.sock"), {"op": "state"}) is None
+    path = str(tmp_path / "silent.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(1)
+    try:
+        assert wire.ask(path, {"op": "state"}, timeout=0.2) is None  # accepted by the kernel, never answered
+        (tmp_path / "stale.sock").touch()  # a file where a socket was: no server behind it
+        assert wire.ask(str(tmp_path / "stale.sock"), {"op": "state"}) is None
+    finally:
+        server.close()
+    assert not os.path.exists(str(tmp_path / "none.sock"))
