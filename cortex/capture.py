@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from cortex.errors import SecretDetected
 from cortex.guard import redact, scan_text
 from cortex.memory import CAPTURE_TYPES, Memory, title_from_text
 from cortex.store import Store
@@ -916,7 +917,11 @@ def write_candidates(store: Store, candidates: list[Candidate], session: str, co
         existing = target(guarded.scope)
         if existing.store is not store:  # the global store: say which project it was learnt in
             guarded.project = guarded.project or project_name(store)
-        made = _write_one(existing, guarded, session, commit, encode, cosine_duplicate, report)
+        try:
+            made = _write_one(existing, guarded, session, commit, encode, cosine_duplicate, report)
+        except SecretDetected as exc:  # the write guard refused what redaction let through: this one is lost, not the rest
+            existing.store.log(f"capture: {exc}")
+            continue
         if made is not None:
             existing.add(made)
             report.written.append(made.id)

@@ -459,3 +459,21 @@ def test_dry_run_prints_layer_and_record_and_writes_nothing(project, tmp_path):
     [row] = report["candidates"]
     assert row["layer"] == "self-report" and row["record"] == "a1" and row["index"] == 1
     assert _memories(project) == [] and not list((project / ".cortex" / "state").glob("cursors/*"))
+
+
+def test_a_candidate_the_write_guard_refuses_costs_only_itself(project):
+    """Redaction cleans a candidate's text; should the write guard still refuse one (here its key, which is not
+    redacted, holds a token), that memory is left out and logged, and the candidates after it are written."""
+    from cortex.capture import Candidate, CaptureReport, write_candidates
+
+    store = Store.locate(project)
+    token = "ghp_" + "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5"
+    candidates = [Candidate("decision", "Chose SQLite for the local cache", "Chose SQLite: one file, no server.\n",
+                            "self-report", key=f"plan:{token}"),
+                  Candidate("gotcha", "WAL mode breaks on NFS", "SQLite WAL mode breaks on NFS mounts.\n", "self-report")]
+    report = CaptureReport()
+    written = write_candidates(store, candidates, session="s1", report=report)
+    titles = {m.title for m in store.list(types=("decision", "gotcha"))}
+    assert titles == {"WAL mode breaks on NFS"} and len(written) == 1
+    assert "looks like a secret" in (store.state_dir / "cortex.log").read_text(encoding="utf-8")
+    assert token not in "".join(p.read_text(encoding="utf-8") for p in store.memories_dir.rglob("*.md"))

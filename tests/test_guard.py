@@ -43,6 +43,9 @@ ORDINARY = {
     "short sha": 'see "3f9a1c0" for the fix',
     "UUID": 'session "5c1e2f3a-9b8d-4c7e-a6f5-0123456789ab" crashed',
     "upper-case UUID": 'request_id: "5C1E2F3A-9B8D-4C7E-A6F5-0123456789AB"',
+    # A session id ending in ten digits, then a colon and another id: detect-secrets' Telegram bot token pattern
+    # (`\d{8,10}:[0-9A-Za-z_-]{35}`) matched it, and a captured memory keyed by its session was refused (e2e).
+    "two UUIDs joined by colons": "  key: report:5c1e2f3a-9b8d-4c7e-a6f5-012345678901:7d4e2f3a-9b8d-4c7e-a6f5-0123456789ab",
     "memory id": 'supersedes "3f9a1c07d2e4"',
     "identifier naming a password": "password_reset_token_ttl = 3600",
     "identifier naming tokens": "max_tokens: 4096",
