@@ -140,92 +140,138 @@ def build(store: Store, budget_tokens: int | None = None, now: float | None = No
     facts = _git_facts(store, rev)
     if stable:
         facts.update(head=None, commits=[], changed=[])
-    candidates = _candidates(store, index, facts, Prior(store, index, now, facts["branch"]), stable)
     page = _Page(int(budget_tokens or store.config().get("briefing.budget_tokens")), _header(facts, stable))
-    # The committed form (stable) marks the confidence as written: decay would change AGENTS.md with time alone.
-    page.confidence = {} if stable else _confidence(candidates, now, store, index)
-    page.conflicts = _conflicts(candidates)
-    by_prior = sorted(candidates, key=lambda c: (-c[1], c[0].id))
-    for item, _prior, stale, _touches in (c for c in by_prior if c[0].pinned):
-        page.add("Pinned", item, stale, capped=False)
+    pool = _Pool(store, index, facts, Prior(store, index, now, facts["branch"]), stable, now, page)
+    page.conflicts = pool.conflicts()
+    pool.fill("Pinned", lambda row: row.pinned, capped=False)
     if not stable:  # the hot tier (cortex.salience): the most used memories, always shown; learned per clone
         from cortex.salience import hot_ids
 
         hot = {memory_id: n for n, memory_id in enumerate(hot_ids(store))}
-        for item, _prior, stale, _touches in sorted((c for c in by_prior if c[0].id in hot), key=lambda c: hot[c[0].id]):
-            page.add("Most used", item, stale, capped=False)
+        pool.fill("Most used", lambda row: row.id in hot, capped=False, order=lambda row: hot[row.id])
     # Code outlines appear only under "Code in play", and only for files the branch touches.
-    for item, _prior, stale, _touches in (c for c in by_prior if ((c[0].type in BRANCH_SCOPED and c[0].type != "plan")
-                                                                   or c[3]) and c[0].type != "code_description"):
-        page.add("This branch", item, stale, capped=True)
-    for item, _prior, stale, _touches in (c for c in by_prior if c[0].type not in ("code_description", "plan")):
-        page.add("Key memories", item, stale, capped=True)
-    for item, _prior, stale, _touches in (c for c in by_prior if c[0].type == "code_description" and c[3]):
-        page.add("Code in play", item, stale, capped=True)
-    for item, _prior, stale, _touches in (c for c in by_prior if c[0].type not in ("plan", "code_description")):
-        page.add("Key memories", item, stale, capped=False)  # unused shares flow to the best remaining
-    plans = [c[0] for c in by_prior if c[0].type == "plan"]
-    if plans and plans[0].path is not None:
-        page.add_plan(store.read(plans[0].path))
+    pool.fill("This branch", lambda row: ((row.type in BRANCH_SCOPED and row.type != "plan") or pool.touches(row))
+              and row.type != "code_description", capped=True)
+    pool.fill("Key memories", lambda row: row.type not in ("code_description", "plan"), capped=True)
+    pool.fill("Code in play", lambda row: row.type == "code_description" and pool.touches(row), capped=True)
+    pool.fill("Key memories", lambda row: row.type not in ("plan", "code_description"), capped=False)  # unused shares flow to the best remaining
+    plan = next((made for made in (pool.made(row) for row in pool.rows if row.type == "plan") if made is not None), None)
+    if plan is not None and plan[0].path is not None:
+        page.add_plan(store.read(plan[0].path))
     return page.briefing()
 
 
 Candidate = tuple[Any, float, "bool | str", bool]  # memory, prior, stale mark, touches a changed file
 
 
-def _candidates(store: Store, index: Any, facts: dict[str, Any], ranking: Any, stable: bool) -> list[Candidate]:
-    """Active memories of this branch that may be shown, with their prior and the reality check."""
-    from cortex.lifecycle import setting_drift
-    from cortex.memory import epoch
+class _Row:
+    """A memory as the cache's manifest holds it: what the ranking prior and the page's choices read."""
 
-    branch, changed, root = facts["branch"], set(facts["changed"]), store.worktree
-    out = []
-    for item in index.scan().memories:
-        if item.status != "active" or item.type == "code":
-            continue
-        if item.type in BRANCH_SCOPED and item.branch != branch:
-            continue  # progress and plans belong to their branch
+    __slots__ = ("rel", "id", "type", "branch", "files", "pinned", "priority", "confidence", "created", "updated",
+                 "title", "links")
+
+    def __init__(self, rel: str, entry: dict[str, Any]) -> None:
+        self.rel, self.id, self.type, self.branch = rel, entry["id"], entry["type"], entry["branch"]
+        self.files, self.pinned, self.priority = entry["files"], entry["pinned"], entry["priority"]
+        self.confidence, self.created, self.updated = entry["confidence"], entry["created"], entry["updated"]
+        self.title, self.links = entry["title"], entry["links"]
+
+
+class _Pool:
+    """The active memories of this branch that may be shown, best prior first, ranked from the cache's entries.
+
+    A row becomes a `Memory` — its files checked, its decayed confidence noted — only when the page might take
+    it (`made`): an entry that cannot fit in what is left of the budget or of its type's share is passed over
+    without that (a line costs at least its type, title and id), and a fill stops when no entry could fit. The
+    page is the same as ranking every memory; at 100,000 memories it is built from a few dozen."""
+
+    def __init__(self, store: Store, index: Any, facts: dict[str, Any], ranking: Any, stable: bool, now: float,
+                 page: _Page) -> None:
+        branch = facts["branch"]
+        self.store, self.index, self.ranking, self.stable, self.now, self.page = store, index, ranking, stable, now, page
+        self.changed, self.root = set(facts["changed"]), store.worktree
+        rows = [_Row(rel, entry) for rel, entry in index.records().items()
+                if entry["status"] == "active" and entry["type"] != "code"
+                and not (entry["type"] in BRANCH_SCOPED and entry["branch"] != branch)]  # progress and plans: their branch's
+        prior = {row.rel: ranking(row) for row in rows}
+        self.prior = prior
+        self.rows = sorted(rows, key=lambda row: (-prior[row.rel], row.id))
+        self.least = min((self._least(row) for row in rows), default=0)
+        self._made: dict[str, Candidate | None] = {}
+        self._reads: dict[str, int] | None = None
+        self._central: dict[str, float] | None = None
+
+    @staticmethod
+    def _least(row: _Row) -> int:
+        """What the row's line costs at least: `- [type] Title `id``, no summary, no mark."""
+        return estimate_tokens(f"- [{row.type}] {row.title} `{row.id}`\n")
+
+    def touches(self, row: _Row) -> bool:
+        return bool(self.changed) and not self.changed.isdisjoint(row.files)
+
+    def made(self, row: _Row) -> Candidate | None:
+        """The row as a candidate, with the reality check; None when every file it is about is gone (a pinned
+        memory stays, flagged)."""
+        if row.rel in self._made:
+            return self._made[row.rel]
+        from cortex.lifecycle import decayed_confidence, setting_drift
+        from cortex.memory import epoch
+
+        item = self.index.memory(row.rel)
         stale: bool | str = False
-        if item.files and root is not None:
-            present = [root / f for f in item.files if (root / f).exists()]
-            if not present:
-                if not item.pinned:
-                    continue  # everything it is about is gone
-                stale = "files gone"  # pinned memories are always shown, flagged
-            elif not stable:
-                updated = epoch(item.updated)
-                stale = any(p.stat().st_mtime > updated + 1 for p in present)
-                stale = setting_drift(item, root) or stale  # a setting it names has another value now
-        out.append((item, ranking(item), stale, bool(changed & set(item.files))))
-    return out
+        made: Candidate | None = None
+        root = self.root
+        present = [root / f for f in item.files if (root / f).exists()] if item.files and root is not None else None
+        if present is not None and not present and not item.pinned:
+            self._made[row.rel] = None  # everything it is about is gone
+            return None
+        if present is not None and not present:
+            stale = "files gone"  # pinned memories are always shown, flagged
+        elif present is not None and not self.stable:
+            updated = epoch(item.updated)
+            stale = any(p.stat().st_mtime > updated + 1 for p in present)
+            stale = setting_drift(item, root) or stale  # a setting it names has another value now
+        made = (item, self.ranking(item), stale, self.touches(row))
+        if not self.stable:  # the committed form (AGENTS.md) marks the confidence as written: decay alone would change it
+            if self._reads is None:
+                self._reads, self._central = self.store.access_counts(), self.index.centralities()
+            assert self._central is not None
+            self.page.confidence[item.id] = decayed_confidence(item, self.now, self._reads.get(item.id, 0),
+                                                               self._central.get(item.id, 0.0))
+        self._made[row.rel] = made
+        return made
 
-
-def _confidence(candidates: list[Candidate], now: float, store: Store, index: Any) -> dict[str, float]:
-    """Each candidate's confidence as decayed now (as the ranking reads it), for the low-confidence mark."""
-    from cortex.lifecycle import decayed_confidence
-
-    reads, central = store.access_counts(), index.centralities()
-    return {c[0].id: decayed_confidence(c[0], now, reads.get(c[0].id, 0), central.get(c[0].id, 0.0))
-            for c in candidates}
-
-
-def _conflicts(candidates: list[Candidate]) -> dict[str, list[tuple[str, bool]]]:
-    """`contradicts` links between memories that may be shown, read both ways: id -> (other, other is newer).
-
-    The link is written once, in one memory's file; either end shown marks the conflict, and the newer of
-    the two (by `created`, then `updated`) goes first when both are in one section."""
-    by_id = {c[0].id: c[0] for c in candidates}
-    out: dict[str, list[tuple[str, bool]]] = {}
-    for item in by_id.values():
-        for link in item.links:
-            other = by_id.get(link.to)
-            if link.rel != "contradicts" or other is None or other.id == item.id:
+    def fill(self, section: str, keep: Any, capped: bool, order: Any = None) -> None:
+        """Offer the page every row `keep` accepts, best prior first (or by `order`)."""
+        page = self.page
+        for row in (self.rows if order is None else sorted((r for r in self.rows if keep(r)), key=order)):
+            if page.budget - page.used < self.least:
+                return  # no line of any memory fits any more
+            if row.id in page.taken or not keep(row) or not page.may_fit(section, row.type, self._least(row), capped):
                 continue
-            item_newer = (item.created, item.updated, item.id) > (other.created, other.updated, other.id)
-            for one, two, newer in ((item.id, other.id, not item_newer), (other.id, item.id, item_newer)):
-                if (two, newer) not in out.setdefault(one, []):
-                    out[one].append((two, newer))
-    return {key: sorted(value) for key, value in out.items()}
+            made = self.made(row)
+            if made is not None:
+                page.add(section, made[0], made[2], capped)
+
+    def conflicts(self) -> dict[str, list[tuple[str, bool]]]:
+        """`contradicts` links between memories that may be shown, read both ways: id -> (other, other is newer).
+
+        The link is written once, in one memory's file; either end shown marks the conflict, and the newer of
+        the two (by `created`, then `updated`) goes first when both are in one section."""
+        by_id = {row.id: row for row in self.rows}
+        out: dict[str, list[tuple[str, bool]]] = {}
+        for item in self.rows:
+            for rel, to, _strength in item.links:
+                other = by_id.get(to)
+                if rel != "contradicts" or other is None or other.id == item.id:
+                    continue
+                if self.made(item) is None or self.made(other) is None:
+                    continue  # a memory left out (its files gone) marks nothing
+                item_newer = (item.created, item.updated, item.id) > (other.created, other.updated, other.id)
+                for one, two, newer in ((item.id, other.id, not item_newer), (other.id, item.id, item_newer)):
+                    if (two, newer) not in out.setdefault(one, []):
+                        out[one].append((two, newer))
+        return {key: sorted(value) for key, value in out.items()}
 
 
 def _header(facts: dict[str, Any], stable: bool) -> str:
@@ -259,9 +305,19 @@ class _Page:
         self.confidence: dict[str, float] = {}  # decayed confidence by id (`_confidence`)
         self.conflicts: dict[str, list[tuple[str, bool]]] = {}  # id -> (other id, other is newer) (`_conflicts`)
         self.order: dict[str, list[str]] = {}  # each section's ids, in the order of its entries
+        self.taken: set[str] = set()  # the ids in `chosen`
+
+    def cap(self, kind: str) -> float:
+        """A type's share of the budget on the capped passes."""
+        return self.budget * TYPE_WEIGHTS.get(kind, 10) / sum(TYPE_WEIGHTS.values())
+
+    def may_fit(self, section: str, kind: str, least: int, capped: bool) -> bool:
+        """Whether a line costing at least `least` could still be added (False: `add` would refuse it)."""
+        cost = least + (estimate_tokens(f"\n## {section}\n") if section not in self.sections else 0)
+        return self.used + cost <= self.budget and not (capped and self.spent.get(kind, 0) + cost > self.cap(kind))
 
     def add(self, section: str, item: Any, stale: bool | str, capped: bool) -> bool:
-        if item.id in self.chosen:
+        if item.id in self.taken:
             return False
         mark = f"(may be stale: {stale})" if isinstance(stale, str) else "(may be stale: file changed)" if stale else ""
         conflicts = self.conflicts.get(item.id, [])
@@ -269,8 +325,7 @@ class _Page:
                           for other, newer in conflicts]
         entry = "- " + short(item, marks, self.confidence.get(item.id))
         cost = estimate_tokens(entry + "\n") + (estimate_tokens(f"\n## {section}\n") if section not in self.sections else 0)
-        cap = self.budget * TYPE_WEIGHTS.get(item.type, 10) / sum(TYPE_WEIGHTS.values())
-        if self.used + cost > self.budget or (capped and self.spent.get(item.type, 0) + cost > cap):
+        if self.used + cost > self.budget or (capped and self.spent.get(item.type, 0) + cost > self.cap(item.type)):
             return False
         ids = self.order.setdefault(section, [])
         older = [ids.index(other) for other, newer in conflicts if not newer and other in ids]
@@ -278,6 +333,7 @@ class _Page:
         ids.insert(at, item.id)
         self.sections.setdefault(section, []).insert(at, entry)
         self.chosen.append(item.id)
+        self.taken.add(item.id)
         self.spent[item.type] = self.spent.get(item.type, 0) + cost
         self.used += cost
         return True
@@ -296,6 +352,7 @@ class _Page:
             self.used = used + estimate_tokens(lines[0])
             self.plan = lines
             self.chosen.append(plan.id)
+            self.taken.add(plan.id)
 
     def briefing(self) -> Briefing:
         parts = [self.header]

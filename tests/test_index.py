@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pygit2
+import pytest
 
 from cortex.index import Index
 from cortex.index.manifest import Manifest
@@ -190,9 +191,10 @@ def test_watch_stops_cleanly_on_sigterm(project):
     assert not watcher_active(Store.locate(project))
 
 
-def test_a_cache_from_the_previous_schema_is_upgraded_in_place_not_rebuilt(project):
-    """Schema 6 lacked the fields `cortex list` shows: they are filled from each entry's metadata, and the
-    full-text index and vectors (minutes at 100,000 memories) are kept."""
+@pytest.mark.parametrize("schema", [6, 7])
+def test_a_cache_from_an_older_schema_is_upgraded_in_place_not_rebuilt(project, schema):
+    """Schema 6 lacked the fields `cortex list` shows, 7 those the briefing ranks by: they are filled from each
+    entry's metadata, and the full-text index and vectors (minutes at 100,000 memories) are kept."""
     import marshal
     import zlib
 
@@ -200,22 +202,28 @@ def test_a_cache_from_the_previous_schema_is_upgraded_in_place_not_rebuilt(proje
 
     remember(project, "Chose SQLite over Postgres for the local cache", type="decision", pinned=True, tags=["db"])
     assert "SQLite" in cortex("recall", "sqlite cache", cwd=project).stdout
+    briefing = cortex("briefing", "--fresh", cwd=project).stdout
     path = project / ".cortex" / "cache" / "manifest.bin"
     old = Manifest.load(path)
     vectors = (project / ".cortex" / "cache" / "vectors.f32").read_bytes()
     for entry in old.files.values():
-        for key in (*mf.LIST_FIELDS, "session"):
+        for key in ((*mf.LIST_FIELDS, "session") if schema == 6 else ()) + mf.BRIEF_FIELDS:
             entry.pop(key, None)
-    payload = marshal.dumps({"synced_ns": old.synced_ns, "model": old.model, "dim": old.dim,  # schema 6's layout
-                             "vector_keys": old.vector_keys, "pending_deletes": old.pending_deletes,
-                             "parts": old.parts, "files": old.files})
-    path.write_bytes(mf.UPGRADABLE + zlib.crc32(payload).to_bytes(4, "little") + payload)
+    if schema == 6:  # one marshalled dict after its CRC
+        payload = marshal.dumps({"synced_ns": old.synced_ns, "model": old.model, "dim": old.dim,
+                                 "vector_keys": old.vector_keys, "pending_deletes": old.pending_deletes,
+                                 "parts": old.parts, "files": old.files})
+        path.write_bytes(mf.UPGRADABLE + zlib.crc32(payload).to_bytes(4, "little") + payload)
+    else:  # today's chunked layout under schema 7's magic
+        path.write_bytes(mf.CHUNKED + old.dumps()[len(mf.MAGIC):])
+    assert path.read_bytes()[:len(mf.MAGIC)] != mf.MAGIC
     report = Index(Store.locate(project)).sync(full=True)
     assert not report.rebuilt and report.embedded == 0
     assert path.read_bytes().startswith(mf.MAGIC)  # written back in the new schema
     assert (project / ".cortex" / "cache" / "vectors.f32").read_bytes() == vectors
     listed = cortex("list", cwd=project).stdout
     assert "Chose SQLite over Postgres" in listed and " p5  * " in listed.replace("decision", "")
+    assert cortex("briefing", "--fresh", cwd=project).stdout == briefing
 
 
 def test_a_searcher_asked_again_ranks_exactly_as_whoosh_does(tmp_path, example_store):

@@ -43,10 +43,14 @@ from cortex.errors import MalformedMemory
 from cortex.memory import Link, Memory
 from cortex.store import MAX_MEMORY_BYTES, parse_bytes, read_memory_bytes, too_large, walk_memory_files
 
-SCHEMA = 7  # 6: issue 21 (the duplicate check, the pages and `cortex serve` read the cache); 7: list's fields
+# 6: issue 21 (the duplicate check, the pages and `cortex serve` read the cache); 7: list's fields; 8: the
+# prior's and the briefing's fields
+SCHEMA = 8
 MAGIC = b"CXM" + bytes([SCHEMA]) + importlib.util.MAGIC_NUMBER
-UPGRADABLE = b"CXM" + bytes([6]) + importlib.util.MAGIC_NUMBER  # schema 6 gains list's fields in place
+UPGRADABLE = b"CXM" + bytes([6]) + importlib.util.MAGIC_NUMBER  # schema 6 (one marshalled dict): fields added in place
+CHUNKED = b"CXM" + bytes([7]) + importlib.util.MAGIC_NUMBER  # schema 7 (today's layout): fields added in place
 LIST_FIELDS = ("title", "priority", "pinned", "tags")  # and `session` (`source.session`: recall's session lift)
+BRIEF_FIELDS = ("confidence", "created", "updated", "files")  # the ranking prior and the briefing's checks
 CHUNK = 5000  # entries per marshalled piece of the manifest file
 RACY_NS = 2_000_000_000  # files modified within 2 s of the last sync are re-hashed next time
 
@@ -74,7 +78,7 @@ class Manifest:
     vector_keys: list[str] = field(default_factory=list)  # row i holds the vector of text hash vector_keys[i]
     pending_deletes: list[str] = field(default_factory=list)  # paths still to remove from Whoosh
     parts: dict[str, Any] = field(default_factory=dict)  # part name -> its stat as the last writer left it
-    upgraded: bool = False  # read from schema 6 and given list's fields: the next sync writes it back
+    upgraded: bool = False  # read from an older schema and given its missing fields: the next sync writes it back
 
     @classmethod
     def load(cls, path: Path) -> Manifest | None:
@@ -83,19 +87,25 @@ class Manifest:
             raw = path.read_bytes()
             if raw.startswith(UPGRADABLE):
                 return cls._upgraded(raw)
-            if not raw.startswith(MAGIC):
-                return None
-            body = memoryview(raw)[len(MAGIC):-4]
-            if zlib.crc32(body) != int.from_bytes(raw[-4:], "little"):
-                return None
-            pieces = _pieces(body)
-            data = next(pieces)
-            files: dict[str, dict[str, Any]] = {}
-            for _ in range(int(data["chunks"])):
-                files.update(next(pieces))
-            return cls._of(data, files)
+            if raw.startswith(CHUNKED):
+                older = cls._chunked(raw)
+                return None if older is None else older._filled()
+            return cls._chunked(raw) if raw.startswith(MAGIC) else None
         except Exception:  # missing, truncated, garbage: all mean "rebuild"
             return None
+
+    @classmethod
+    def _chunked(cls, raw: bytes) -> Manifest | None:
+        """A manifest in the chunked layout (this schema's or 7's), or None when its CRC does not match."""
+        body = memoryview(raw)[len(MAGIC):-4]
+        if zlib.crc32(body) != int.from_bytes(raw[-4:], "little"):
+            return None
+        pieces = _pieces(body)
+        data = next(pieces)
+        files: dict[str, dict[str, Any]] = {}
+        for _ in range(int(data["chunks"])):
+            files.update(next(pieces))
+        return cls._of(data, files)
 
     @classmethod
     def _of(cls, data: dict[str, Any], files: dict[str, dict[str, Any]]) -> Manifest:
@@ -111,14 +121,20 @@ class Manifest:
         if zlib.crc32(raw[start:]) != int.from_bytes(raw[len(UPGRADABLE):start], "little"):
             return None
         data = marshal.loads(raw[start:])
-        manifest = cls._of(data, data["files"])
-        for entry in manifest.files.values():
+        return cls._of(data, data["files"])._filled()
+
+    def _filled(self) -> Manifest:
+        """An older schema's manifest with the fields it lacked filled from each entry's metadata (one decode
+        each, once): no rebuild of the full-text index and vectors. The next sync writes it back."""
+        for entry in self.files.values():
             if "error" not in entry:
                 meta = json.loads(entry["meta"])
                 entry.update({key: meta[key] for key in LIST_FIELDS})
+                entry.update({key: meta.get(key) for key in BRIEF_FIELDS})
+                entry["files"] = list(entry["files"] or [])
                 entry["session"] = _session(meta.get("source"))
-        manifest.upgraded = True
-        return manifest
+        self.upgraded = True
+        return self
 
     @staticmethod
     def damaged(path: Path) -> bool:
@@ -283,6 +299,7 @@ def read_entry(path: Path, stat: os.stat_result | None = None, max_bytes: int = 
         branch=intern(item.branch) if item.branch else item.branch,
         links=[(link.rel, link.to, link.strength) for link in item.links],
         title=item.title, priority=item.priority, pinned=item.pinned, tags=[intern(tag) for tag in item.tags],  # LIST_FIELDS
+        confidence=item.confidence, created=item.created, updated=item.updated, files=list(item.files),  # BRIEF_FIELDS
         session=_session(item.source),
         meta=json.dumps(meta, ensure_ascii=False, separators=(",", ":")),
         vhash=None if item.type == "code" else text_hash(embed_text(item)),  # source code is never embedded
