@@ -171,7 +171,8 @@ class Similarity:
 
         _matrix, row_of = self.vectors
         centred = self._matrix()
-        rows = [row_of.get(self.records()[rel].get("vhash") or "", -1) for rel in rels]
+        records = self.records()
+        rows = [row_of.get(records[rel].get("vhash") or "", -1) for rel in rels]
         out = centred[np.asarray([r if r >= 0 else 0 for r in rows], dtype=np.int64)]
         out[np.asarray([r < 0 for r in rows], dtype=bool)] = 0.0
         return out
@@ -222,7 +223,7 @@ def connect(store: Store, ids: Iterable[str], index: Any = None) -> LinkReport:
     report.method = similarity.method
     flag_at = candidate_floor(float(config.get("consolidate.candidate_threshold")), similarity.method)
     records = similarity.records()
-    rel_of = {entry["id"]: rel for rel, entry in records.items()}
+    rel_of = similarity.index.rel_of_id()
     active = [rel for rel, entry in records.items() if entry["status"] == "active" and entry["type"] not in NO_LINK_TYPES]
     new_links: dict[str, list[Link]] = {}
     done: set[str] = set()  # a batch's memories are compared with each other once, not twice

@@ -450,7 +450,12 @@ class Store:
             fmt.parse(new_text, current.path)  # validate before anything is written
             if body is not None or {"title", "tags", "files", "source"} & set(changes):
                 guard_text(new_text, current.path)
+            named = _NAMED.get(str(self.memories_dir))
+            listed = named is not None and str(current.path.parent) in dict(named[0]) \
+                and named[0] == _folder_marks(named[0])
             atomic_write(current.path, new_text)
+            if listed and named is not None:  # the same name rewritten (we hold the write lock): the listing holds
+                _NAMED[str(self.memories_dir)] = (_folder_marks(named[0]), named[1])
             self.mark_changed()
         return self.read(current.path)
 

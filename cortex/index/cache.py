@@ -229,9 +229,12 @@ class Index:
         # Wait for a writer only when the committed cache cannot answer: nothing committed, or (for a
         # full sync) files not yet in the full-text index or no vectors at all.
         wait = report.rebuilt or (with_vectors and _incomplete(manifest))
-        with try_lock(self.lock_path, wait=wait) as locked:
+        # An index that does not commit (`commits`) reads without the lock: a writer never waits for it.
+        reader = not self.commits and not (full or with_vectors or report.rebuilt)
+        with contextlib.nullcontext(False) if reader else try_lock(self.lock_path, wait=wait) as locked:
             if not locked:
-                # Someone else is writing: use the committed manifest, re-parsing changes in memory only.
+                # Someone else is writing (or this index only reads): the committed manifest, changes re-parsed
+                # in memory only.
                 report.locked_out = True
                 manifest.refresh(self.store.memories_dir, max_bytes)  # in memory only
                 self.manifest = manifest
