@@ -786,17 +786,20 @@ def _front_matter_data(memory: Memory) -> dict[str, Any]:
 
 
 def _safe_scalar(value: Any) -> Any:
-    """Quote strings that start with a YAML indicator.
+    """Quote strings that start with a YAML indicator, and strings holding a character YAML reads as a line
+    break or does not allow plain (NEL, the Unicode line and paragraph separators, controls, a BOM).
 
     ruamel's emitter writes some of them plain where its own reader then sees
-    syntax (`[?0]` reads back as a mapping); quoting them keeps round trips exact.
+    syntax (`[?0]` reads back as a mapping), and folds a plain NEL into spaces
+    ("P\x85ostgres" read back as "P\x85  ostgres"); quoting them keeps round trips exact.
     """
-    if isinstance(value, str) and value and value[0] in _PLAIN_BAD_START:
+    if not isinstance(value, str) or not value:
+        return value
+    awkward = any(ord(c) < 32 and c != "\t" or c in "\x7f\x85\u2028\u2029\ufeff" for c in value)
+    if value[0] in _PLAIN_BAD_START or awkward:
         from ruamel.yaml.scalarstring import DoubleQuotedScalarString, SingleQuotedScalarString
 
-        if any(ord(c) < 32 or c in "\x7f\x85\u2028\u2029\ufeff" for c in value):
-            return DoubleQuotedScalarString(value)
-        return SingleQuotedScalarString(value)
+        return DoubleQuotedScalarString(value) if awkward else SingleQuotedScalarString(value)
     return value
 
 

@@ -193,3 +193,15 @@ def test_editing_one_field_changes_only_its_line(memory, key, data):
 def test_the_files_cortex_writes_take_the_fast_reader():
     yaml_text, _ = fmt.split_front_matter(CANONICAL)
     assert fmt._read_simple(yaml_text)["links"] == [{"rel": "relates_to", "to": "8b0d52e1aa90", "strength": 0.42}]
+
+
+@pytest.mark.parametrize("title", ["Use SQLite, not P\x85ostgres, for the local cache", "one\u2028two", "one\u2029two",
+                                   "ends with NEL\x85", "a\x01control"])
+def test_a_title_with_a_yaml_line_break_character_round_trips(title):
+    """NEL and the Unicode line and paragraph separators are line breaks to YAML: written plain, ruamel folded
+    them into spaces on reading (the fuzz test found "P\\x85ostgres" read back as "P\\x85  ostgres")."""
+    item = fmt.Memory(id="3f9a1c07d2e4", type="decision", title=title, body="Why.\n", tags=[title])
+    written = fmt.render_new(item)
+    again = fmt.parse(written)
+    assert again.title == title and again.tags == [title]
+    assert fmt.render_new(again) == written
