@@ -61,6 +61,12 @@ def template_project(root: Path, size: int, env: dict[str, str]) -> None:
 
     fresh_project(root, env)
     generate(root / ".cortex", size)
+    # No contextual vectors: each Stop's detached upkeep would otherwise embed every generated memory with the
+    # transformer (~15 min at 10,000), run after run, sharing the CPU with the Stops being timed (capture reads
+    # the static vectors only).
+    config = root / ".cortex" / "config.yaml"
+    config.write_text(config.read_text(encoding="utf-8").replace("contextual: true", "contextual: false"),
+                      encoding="utf-8")
     subprocess.run(["git", "add", "-A"], cwd=root, env=env, check=True, capture_output=True)
     subprocess.run(["git", "commit", "-q", "-m", "store"], cwd=root, env=env, check=True, capture_output=True)
     subprocess.run([*CORTEX, "reindex"], cwd=root, env=env, check=True, capture_output=True)
