@@ -219,7 +219,6 @@ class _Pool:
 
         item = self.index.memory(row.rel)
         stale: bool | str = False
-        made: Candidate | None = None
         root = self.root
         present = [root / f for f in item.files if (root / f).exists()] if item.files and root is not None else None
         if present is not None and not present and not item.pinned:
@@ -231,7 +230,7 @@ class _Pool:
             updated = epoch(item.updated)
             stale = any(p.stat().st_mtime > updated + 1 for p in present)
             stale = setting_drift(item, root) or stale  # a setting it names has another value now
-        made = (item, self.ranking(item), stale, self.touches(row))
+        made: Candidate = (item, self.ranking(item), stale, self.touches(row))
         if not self.stable:  # the committed form (AGENTS.md) marks the confidence as written: decay alone would change it
             if self._reads is None:
                 self._reads, self._central = self.store.access_counts(), self.index.centralities()

@@ -388,6 +388,10 @@ class Store:
         _NAMED[str(self.memories_dir)] = (_folder_marks(tuple((folder, 0) for folder in folders)), found)
         return found
 
+    def _listing_kept(self, named: tuple[tuple[tuple[str, int], ...], set[str]]) -> None:
+        """`_ids_named`'s listing still holds after our own write: its folders' marks taken again."""
+        _NAMED[str(self.memories_dir)] = (_folder_marks(named[0]), named[1])
+
     def create(self, item: Memory) -> Memory:
         """Write a new memory file. Fills in id, timestamps, branch and scope when empty."""
         with self.lock():
@@ -423,7 +427,7 @@ class Store:
             named = _NAMED.get(str(self.memories_dir))
             if named is not None and str(path.parent) in dict(named[0]):
                 named[1].add(item.id)  # our own file: the listing stays good (we hold the write lock)
-                _NAMED[str(self.memories_dir)] = (_folder_marks(named[0]), named[1])
+                self._listing_kept(named)
             else:
                 _NAMED.pop(str(self.memories_dir), None)  # a new folder: list again next time
         return self.read(path)
@@ -455,7 +459,7 @@ class Store:
                 and named[0] == _folder_marks(named[0])
             atomic_write(current.path, new_text)
             if listed and named is not None:  # the same name rewritten (we hold the write lock): the listing holds
-                _NAMED[str(self.memories_dir)] = (_folder_marks(named[0]), named[1])
+                self._listing_kept(named)
             self.mark_changed()
         return self.read(current.path)
 

@@ -95,9 +95,9 @@ class Index:
         self._rel_of_id: dict[str, str] | None = None
         self._searcher: Any = None
         self.trust_watcher = True  # the watcher itself sets this False
-        # False: a manifest-level sync stays in memory (a resident server's second index, which builds the next
-        # briefing: a commit from it would make the warm index reload the manifest and walk every file). A sync
-        # that wrote Whoosh or the vectors always commits: the manifest records what they hold.
+        # False: a manifest-level sync reads without the lock and stays in memory (a resident server's second
+        # index, which builds the next briefing: a commit from it would make the warm index reload the manifest
+        # and walk every file). A sync that builds or writes Whoosh or the vectors commits as any other.
         self.commits = True
         self._ix: Any = None
         self._vectors: Any = None
@@ -267,7 +267,7 @@ class Index:
                 dirty = self._sync_fulltext(manifest, report, progress) or dirty
             # The parts as this writer leaves them (only those this sync checked): a later change is damage.
             dirty = self._note_parts(manifest, full, with_vectors) or dirty
-            if dirty and (self.commits or full or with_vectors):
+            if dirty:
                 atomic_write(self.manifest_path, manifest.dump_parts(), durable=False)
             self._version = _file_version(self.manifest_path)
         self.manifest = manifest
