@@ -284,3 +284,148 @@ class Encoder:
                                  states=(inner / np.maximum(np.linalg.norm(inner, axis=1, keepdims=True), 1e-9)
                                          ).astype(np.float16))
         return [e for e in out if e is not None]
+
+
+class QueryWorker:
+    """A child process that embeds one query at a time with its own copy of the encoder, on the other core,
+    while the resident process that started it ranks by full text and the static model: the embedding is
+    ~9 ms of a served prompt's ~20 (threads would not overlap: most of both halves hold the GIL).
+
+    `submit(text)` hands it a query if it is ready (loaded) and idle; `collect()` waits for that query's
+    sentence vector. Every failure (not started, crashed, too slow) answers False/None and the caller embeds
+    the query itself. The child exits when this process closes its stdin, or dies."""
+
+    def __init__(self, max_tokens: int) -> None:
+        import os
+        import subprocess
+        import sys
+
+        package_parent = str(Path(__file__).resolve().parent.parent)
+        env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
+                   PYTHONPATH=os.pathsep.join(p for p in (package_parent, os.environ.get("PYTHONPATH", "")) if p))
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", "from cortex.contextual import serve_queries; serve_queries()", str(max_tokens)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, close_fds=True)
+        self.ready = False
+        self.busy = False
+        self.failed: str | None = None
+
+    def _readable(self, timeout: float) -> bool:
+        import select
+
+        assert self.process.stdout is not None
+        return bool(select.select([self.process.stdout], [], [], timeout)[0])
+
+    def _read(self, size: int) -> bytes:
+        import os
+
+        assert self.process.stdout is not None
+        out = b""
+        while len(out) < size:
+            chunk = os.read(self.process.stdout.fileno(), size - len(out))
+            if not chunk:
+                raise EOFError("the query worker exited")
+            out += chunk
+        return out
+
+    def submit(self, text: str) -> bool:
+        """Start embedding `text`; False (nothing sent) while the worker loads, after it failed, or while it
+        still works on an earlier query."""
+        if self.failed is not None or self.busy:
+            return False
+        try:
+            if not self.ready:
+                if not self._readable(0.0):
+                    return False
+                if self._read(1) != b"R":
+                    raise EOFError("the query worker could not load the model")
+                self.ready = True
+            data = text.encode("utf-8", "replace")
+            assert self.process.stdin is not None
+            write_all(self.process.stdin.fileno(), len(data).to_bytes(4, "little") + data)
+            self.busy = True
+            return True
+        except (OSError, EOFError) as exc:
+            self.close(f"{exc}")
+            return False
+
+    def collect(self, timeout: float = 2.0) -> Any:
+        """The sentence vector of the submitted query (float32), or None (nothing submitted, or it failed)."""
+        import numpy as np
+
+        if not self.busy:
+            return None
+        self.busy = False
+        try:
+            if not self._readable(timeout):
+                raise TimeoutError(f"the query worker took over {timeout} s")
+            size = int.from_bytes(self._read(4), "little")
+            if not size:
+                return None  # it could not embed this text (logged nowhere: the caller embeds it itself)
+            return np.frombuffer(self._read(size), dtype=np.float32).copy()
+        except (OSError, EOFError, TimeoutError) as exc:
+            self.close(f"{exc}")
+            return None
+
+    def close(self, reason: str = "closed") -> None:
+        self.failed = self.failed or reason
+        self.busy = False
+        try:
+            if self.process.stdin is not None:
+                self.process.stdin.close()
+        except OSError:
+            pass
+        if self.process.poll() is None:
+            self.process.kill()
+        try:
+            self.process.wait(timeout=1.0)
+        except Exception:  # a process that will not die is the kernel's to reap
+            pass
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """os.write until all of `data` is in the pipe (a long prompt is more than one pipe buffer)."""
+    import os
+
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def serve_queries() -> None:
+    """The `QueryWorker` child: load the encoder, say "R", then answer each length-prefixed UTF-8 query with
+    its length-prefixed float32 sentence vector (length 0 when it cannot) until stdin closes."""
+    import os
+    import sys
+
+    max_tokens = int(sys.argv[1]) if len(sys.argv) > 1 else None
+    read_fd, write_fd = sys.stdin.fileno(), sys.stdout.fileno()
+
+    def read(size: int) -> bytes | None:
+        out = b""
+        while len(out) < size:
+            chunk = os.read(read_fd, size - len(out))
+            if not chunk:
+                return None
+            out += chunk
+        return out
+
+    try:
+        encoder = Encoder()
+    except Exception:
+        os.write(write_fd, b"F")
+        return
+    os.write(write_fd, b"R")
+    while True:
+        head = read(4)
+        if head is None:
+            return
+        data = read(int.from_bytes(head, "little"))
+        if data is None:
+            return
+        try:
+            vector = encoder.sentence_vectors([data.decode("utf-8", "replace")], max_tokens=max_tokens)[0]
+            payload = vector.astype("<f4").tobytes()
+        except Exception:  # one text it cannot embed; the parent embeds that one itself
+            payload = b""
+        write_all(write_fd, len(payload).to_bytes(4, "little") + payload)

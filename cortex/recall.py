@@ -125,7 +125,17 @@ class Prior:
         self.salience, self.salience_weight = salience.scores(store), float(store.config().get("salience.weight"))
 
     def __call__(self, memory: Memory) -> float:
-        return sum(self.parts(memory).values())
+        """The sum of `parts`, added in the same order (the same float), without building the dict."""
+        from cortex.lifecycle import decayed_confidence
+
+        w, total = self.weights, self.total
+        reads, central = self.access.get(memory.id, 0), self.central.get(memory.id, 0.0)
+        return (w["confidence"] * decayed_confidence(memory, self.now, reads, central) / total
+                + w["priority"] * memory.priority / 10 / total
+                + w["centrality"] * central / total
+                + w["access"] * math.log(reads + 1) / self.max_log / total
+                + w["same_branch"] * (self.branch is not None and memory.branch == self.branch) / total
+                + self.salience_weight * (self.salience.get(memory.id, 0.5) - 0.5) / total)
 
     def parts(self, memory: Memory) -> dict[str, float]:
         """Each term of the prior (weight × value / sum of weights); `cortex show` prints them."""
@@ -155,6 +165,8 @@ class _Contextual:
         self.sidecars: dict[str, Any] = {}
         self.filling: set[str] = set()
         self.queries: dict[str, Any] = {}
+        self.worker: Any = None  # the query worker of a resident process (`prefetch`), started on first use
+        self.sent: str | None = None  # the query handed to it and not collected yet
 
     def get(self) -> Any:
         if self.mode is None or self.problem is not None:
@@ -178,17 +190,46 @@ class _Contextual:
             self.sidecars[key] = Contextual(store.cache_dir)
         return self.sidecars[key]
 
+    def prefetch(self, text: str) -> None:
+        """In a resident process, start embedding `text` in the query worker (`contextual.QueryWorker`, on the
+        other core) while recall ranks by full text and the static model; `query` collects it."""
+        if self.mode != "background" or self.problem is not None or text in self.queries:
+            return
+        if self.worker is None:
+            from cortex.contextual import QueryWorker
+
+            try:
+                self.worker = QueryWorker(QUERY_TOKENS)
+            except OSError:  # no process to spare: this process embeds its queries itself
+                return
+        self.collect()  # an earlier query's vector that nobody asked for (its store's contextual was off)
+        if self.worker.submit(text):
+            self.sent = text
+
+    def collect(self) -> None:
+        if self.sent is not None and self.worker is not None:
+            text, self.sent = self.sent, None
+            vector = self.worker.collect()
+            if vector is not None:
+                self._keep(text, vector)
+
+    def _keep(self, text: str, vector: Any) -> None:
+        if len(self.queries) > 64:
+            self.queries.clear()
+        self.queries[text] = vector
+
     def query(self, text: str) -> Any:
-        """The query's sentence vector (the last few are kept: the prompt hook and MCP often repeat one)."""
+        """The query's sentence vector (the last few are kept: the prompt hook and MCP often repeat one): from
+        the query worker when `prefetch` handed it over, else embedded here."""
         from cortex.contextual import one_blas_thread
 
+        if text not in self.queries:
+            self.collect()
         vector = self.queries.get(text)
         if vector is None:
             with one_blas_thread():
                 vector = self.get().sentence_vectors([text], max_tokens=QUERY_TOKENS)[0]
-            if len(self.queries) > 64:
-                self.queries.clear()
-            self.queries[text] = vector
+            self._keep(text, vector)
         return vector
 
 
@@ -387,17 +428,22 @@ def score_fusion(ranked: dict[str, list[tuple[str, float]]], raw: dict[str, dict
     top = max(bm25.values(), default=0.0) or 1.0
     total = sum(FUSION.values())
     out = {}
-    for rel in raw:
-        if rel in cosines:
-            raw[rel]["ctx"] = cosines[rel]
-        if rel in statics:
-            raw[rel]["dense"] = statics[rel]
-        ctx = match_score({"ctx": raw[rel]["ctx"]}) if "ctx" in raw[rel] else 0.0
-        static = match_score({"dense": raw[rel]["dense"]}) if "dense" in raw[rel] else 0.0
+    for rel, scores in raw.items():
+        cosine, static_cosine = cosines.get(rel), statics.get(rel)
+        if cosine is not None:
+            scores["ctx"] = cosine
+        if static_cosine is not None:
+            scores["dense"] = static_cosine
+        cosine, static_cosine = scores.get("ctx"), scores.get("dense")
+        ctx = 0.0 if cosine is None else _scaled(cosine, CTX_LOW, CTX_HIGH)
+        static = 0.0 if static_cosine is None else _scaled(static_cosine, STATIC_LOW, STATIC_HIGH)
+        # `match_score`, inline (~140 candidates a query)
+        match = (ctx + STATIC_SHARE * static) / (1 + STATIC_SHARE) if cosine is not None and static_cosine is not None \
+            else ctx if cosine is not None else static
         # A shared word counts in proportion to the meaning behind it: full match at `WORD_SUPPORT`.
-        support = min(1.0, (match_score(raw[rel]) or 0.0) / WORD_SUPPORT)
-        out[rel] = (FUSION["bm25"] * support * bm25.get(rel, 0.0) / top + FUSION["ctx"] * (ctx or 0.0)
-                    + FUSION["dense"] * (static or 0.0)) / total
+        support = min(1.0, match / WORD_SUPPORT)
+        out[rel] = (FUSION["bm25"] * support * bm25.get(rel, 0.0) / top + FUSION["ctx"] * ctx
+                    + FUSION["dense"] * static) / total
     return out
 
 
@@ -519,17 +565,19 @@ def match_score(raw: dict[str, float]) -> float | None:
     one `STATIC_SHARE` (either alone when the other is missing). None when only full text ranked it. On the
     developer set, the answer scores ≥ 0.45 for 83 % of the questions, and no question without an answer in
     the store reaches 0.40 (bench/devset.py)."""
-    def scaled(cos: float, low: float, high: float) -> float:
-        return min(1.0, max(0.0, (cos - low) / (high - low)))
-
     if "ctx" in raw and "dense" in raw:
-        return (scaled(raw["ctx"], CTX_LOW, CTX_HIGH) + STATIC_SHARE * scaled(raw["dense"], STATIC_LOW, STATIC_HIGH)) \
+        return (_scaled(raw["ctx"], CTX_LOW, CTX_HIGH) + STATIC_SHARE * _scaled(raw["dense"], STATIC_LOW, STATIC_HIGH)) \
             / (1 + STATIC_SHARE)
     if "ctx" in raw:
-        return scaled(raw["ctx"], CTX_LOW, CTX_HIGH)
+        return _scaled(raw["ctx"], CTX_LOW, CTX_HIGH)
     if "dense" in raw:
-        return scaled(raw["dense"], STATIC_LOW, STATIC_HIGH)
+        return _scaled(raw["dense"], STATIC_LOW, STATIC_HIGH)
     return None
+
+
+def _scaled(cos: float, low: float, high: float) -> float:
+    """A cosine mapped linearly from `low` (0) to `high` (1), clipped."""
+    return min(1.0, max(0.0, (cos - low) / (high - low)))
 
 
 def fuse(ranked: dict[str, list[tuple[str, float]]], rrf_k: float, weights: dict[str, float] | None = None
@@ -594,11 +642,22 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
             found = []
         ranked["bm25"] = [(rel, score) for rel, score in found if rel in allowed][:POOL]
     cosines = statics = None
-    if not keyword_only and "ctx" in methods and allowed and config.get("recall.contextual") is not False:
+    contextual = not keyword_only and "ctx" in methods and bool(allowed) and config.get("recall.contextual") is not False
+    # While the query worker embeds the query (`CONTEXTUAL.prefetch`), everything that does not need its vector
+    # is done first: the static list, how broad the query is, the prior of each candidate so far.
+    early = contextual and CONTEXTUAL.sent == query
+    if early and "dense" in methods:
+        statics = static_scores(index, query, allowed_key, allowed)
+        if statics is not None:
+            ranked["dense"] = top_scores(statics, POOL)
+    share = _matching_share(index, query, len(records))
+    prior = Prior(store, index, now, store.current_branch())
+    priors = {rel: prior(index.memory(rel)) for listed in ranked.values() for rel, _ in listed} if early else {}
+    if contextual:
         cosines = contextual_scores(store, index, query, allowed_key, allowed)
         if cosines is not None:
             ranked["ctx"] = top_scores(cosines, POOL)
-    if not keyword_only and "dense" in methods and allowed:
+    if not early and not keyword_only and "dense" in methods and allowed:
         if cosines is not None:  # score fusion wants every candidate's static cosine, not only the top list's
             statics = static_scores(index, query, allowed_key, allowed)
             found_dense = None if statics is None else top_scores(statics, POOL)
@@ -606,7 +665,6 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
             found_dense = index.dense_search(query, allowed_key, allowed, POOL)
         if found_dense is not None:
             ranked["dense"] = found_dense
-    share = _matching_share(index, query, len(records))
     if share >= BROAD_SHARE and limit > NARROWED:
         limit = NARROWED
         notes.append(f"the query {' '.join(query.split())[:60]!r} matches {share:.0%} of the {store.label} store's "
@@ -627,20 +685,29 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
     if cosines is not None:
         fused = score_fusion(ranked, raw, cosines, statics or {})
         fused = session_lift(index, fused, ranked, raw, ranks, cosines, statics or {}, allowed)
-    prior = Prior(store, index, now, store.current_branch())
-    root = store.memories_dir
     code_question = about_code(query)
     scored = []
     for rel, value in fused.items():
         m = index.memory(rel)
-        match = match_score(raw.get(rel, {}))
         if m.type == "code_description" and not code_question:
             value *= CODE_DAMPING  # an outline of code ranks below knowledge unless the question is about code
-        hit = Hit(m, value + prior_weight * prior(m), store.label, ranks=ranks[rel], raw=raw.get(rel, {}))
-        hit.match = match
+        known = priors.get(rel)
+        hit = Hit(m, value + prior_weight * (prior(m) if known is None else known), store.label, ranks=ranks[rel],
+                  raw=raw.get(rel, {}))
+        hit.match = match_score(raw.get(rel, {}))
         scored.append(hit)
     scored.sort(key=lambda h: (-h.score, h.memory.id))
     hits = scored[:limit]
+    return RecallResult(_linked_and_read(store, index, hits, query, statuses, now, links), notes)
+
+
+def _linked_and_read(store: Store, index: Any, hits: list[Hit], query: str, statuses: tuple[str, ...], now: float,
+                     links: bool) -> list[Hit]:
+    """`hits` with, after each, the memories reached along its links (when `links`), every one read in full
+    with its snippet and the query's words marked."""
+    from cortex.index import fulltext
+
+    records, root = index.records(), store.memories_dir
     # Up to two hops along source_of and strong relates_to links (decayed strengths, `graph.expand`). Hops
     # ignore the type and branch filters: code comes back with its description whatever was asked.
     from cortex.graph import LinkAges, expand
@@ -668,7 +735,7 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
             continue
         hit.snippet = _snippet(hit.memory, words)
         hit.spans = match_spans(hit.snippet, query)
-    return RecallResult(out, notes)
+    return out
 
 
 def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[str] = (), branch: str | None = None,
@@ -686,6 +753,8 @@ def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[
     problem = query_problem(query)
     if problem:
         raise QueryRefused(problem)
+    if not keyword_only and any(store.config().get("recall.contextual") is not False for store in stores):
+        CONTEXTUAL.prefetch(query)  # a resident process: embedded on the other core while the lists are ranked
     indexes = indexes or Indexes()
     hits: list[Hit] = []
     notes: list[str] = []

@@ -11,6 +11,7 @@ import pytest
 
 from cortex import contextual
 from cortex.embedding import EncoderUnavailable
+from tests.helpers import remember
 
 HERE = Path(__file__).resolve().parent
 
@@ -75,3 +76,72 @@ def test_a_query_is_embedded_from_its_opening_tokens(encoder: contextual.Encoder
 def test_a_missing_model_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(EncoderUnavailable, match="contextual model"):
         contextual.Encoder(tmp_path)
+
+
+def _ready(worker: contextual.QueryWorker, text: str) -> bool:
+    """Submit `text` once the worker has loaded its model (within 30 s)."""
+    import time
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if worker.submit(text):
+            return True
+        assert worker.failed is None, worker.failed
+        time.sleep(0.02)
+    return False
+
+
+def test_the_query_worker_gives_the_vectors_this_process_would(encoder: contextual.Encoder) -> None:
+    """A resident process hands its queries to a child (`QueryWorker`) that embeds them on the other core:
+    the vector must be the one it would have computed itself, for a short question and a pasted log alike."""
+    from cortex.recall import QUERY_TOKENS
+
+    worker = contextual.QueryWorker(QUERY_TOKENS)
+    try:
+        question = "which database did we decide on?"
+        pasted = question + " " + "Traceback (most recent call last): File app/auth.py line 42 " * 4000
+        for text in (question, pasted, ""):
+            assert _ready(worker, text)
+            assert not worker.submit("another")  # one query at a time
+            got = worker.collect()
+            with contextual.one_blas_thread():
+                want = encoder.sentence_vectors([text], max_tokens=QUERY_TOKENS)[0]
+            assert got is not None and got.shape == want.shape
+            assert np.allclose(got, want, atol=1e-6)
+    finally:
+        worker.close()
+    assert worker.process.poll() is not None  # the child is gone
+    assert not worker.submit(question)
+
+
+def test_a_dead_query_worker_leaves_recall_to_this_process(tmp_path: Path) -> None:
+    """When the worker dies (killed, out of memory), a resident process's recall embeds the query itself and
+    answers as before; it does not wait on the dead child."""
+    import time
+
+    from cortex.recall import CONTEXTUAL, recall, use_contextual
+    from cortex.store import Store
+
+    store = Store.init(tmp_path)
+    remember(store, "One file, no server; the queue is small.", type="decision",
+             title="Chose SQLite over Postgres for the job queue")
+    remember(store, "Run the MJML build first.", type="gotcha", title="Emails render with MJML templates")
+    saved = (CONTEXTUAL.mode, CONTEXTUAL.worker, CONTEXTUAL.sent)
+    try:
+        use_contextual("background")
+        CONTEXTUAL.worker, CONTEXTUAL.sent = None, None
+        first = recall([store], "which database did we pick?", limit=1)  # starts the worker, embeds here
+        assert first.hits[0].memory.title.startswith("Chose SQLite")
+        worker = CONTEXTUAL.worker
+        assert worker is not None and _ready(worker, "warm") and worker.collect() is not None
+        worker.process.kill()
+        worker.process.wait()
+        started = time.monotonic()
+        again = recall([store], "what database do we store jobs in?", limit=1)
+        assert time.monotonic() - started < 5
+        assert again.hits[0].memory.title.startswith("Chose SQLite")
+        assert worker.failed is not None
+    finally:
+        if CONTEXTUAL.worker is not None:
+            CONTEXTUAL.worker.close()
+        CONTEXTUAL.mode, CONTEXTUAL.worker, CONTEXTUAL.sent = saved
