@@ -706,26 +706,10 @@ def _linked_and_read(store: Store, index: Any, hits: list[Hit], query: str, stat
     """`hits` with, after each, the memories reached along its links (when `links`), every one read in full
     with its snippet and the query's words marked."""
     from cortex.index import fulltext
-
-    records, root = index.records(), store.memories_dir
-    # Up to two hops along source_of and strong relates_to links (decayed strengths, `graph.expand`). Hops
-    # ignore the type and branch filters: code comes back with its description whatever was asked.
-    from cortex.graph import LinkAges, expand
     from cortex.render import match_spans
 
-    rel_of_id = index.rel_of_id()
-    neighbours, ages = index.neighbours(), LinkAges(store, index, now)
-    shown = {h.memory.id for h in hits}
-    out: list[Hit] = []
-    for hit in hits:
-        out.append(hit)
-        if not links:
-            continue
-        # Its own links and `relates_to` links newer memories made to it (the relation reads both ways).
-        for to, rel, via, factor in expand(hit.memory.id, neighbours, lambda i: i in rel_of_id and records[
-                rel_of_id[i]]["status"] in statuses, ages.strength, shown, STRONG_LINK):
-            linked = index.memory(rel_of_id[to])
-            out.append(Hit(linked, hit.score * factor * 0.99, store.label, via=f"{rel} of {via}", root=hit.memory.id))
+    root = store.memories_dir
+    out = _with_links(store, index, hits, statuses, now) if links else list(hits)
     words = fulltext.query_words(query)
     for hit in out:
         try:
@@ -735,6 +719,26 @@ def _linked_and_read(store: Store, index: Any, hits: list[Hit], query: str, stat
             continue
         hit.snippet = _snippet(hit.memory, words)
         hit.spans = match_spans(hit.snippet, query)
+    return out
+
+
+def _with_links(store: Store, index: Any, hits: list[Hit], statuses: tuple[str, ...], now: float) -> list[Hit]:
+    """`hits` with, after each, up to two hops along source_of and strong relates_to links (decayed strengths,
+    `graph.expand`). Hops ignore the type and branch filters: code comes back with its description whatever
+    was asked."""
+    from cortex.graph import LinkAges, expand
+
+    records, rel_of_id = index.records(), index.rel_of_id()
+    neighbours, ages = index.neighbours(), LinkAges(store, index, now)
+    shown = {h.memory.id for h in hits}
+    out: list[Hit] = []
+    for hit in hits:
+        out.append(hit)
+        # Its own links and `relates_to` links newer memories made to it (the relation reads both ways).
+        for to, rel, via, factor in expand(hit.memory.id, neighbours, lambda i: i in rel_of_id and records[
+                rel_of_id[i]]["status"] in statuses, ages.strength, shown, STRONG_LINK):
+            linked = index.memory(rel_of_id[to])
+            out.append(Hit(linked, hit.score * factor * 0.99, store.label, via=f"{rel} of {via}", root=hit.memory.id))
     return out
 
 

@@ -288,3 +288,46 @@ def test_a_big_rebuild_in_two_processes_finds_what_one_process_finds(tmp_path, e
     for one, two in zip(found["one"], found["two"]):
         assert sorted(path for path, _ in one) == sorted(path for path, _ in two)
         assert sorted(round(score, 6) for _, score in one) == sorted(round(score, 6) for _, score in two)
+
+
+def test_centralities_are_kept_for_the_next_process_until_the_store_changes(project):
+    """Working out the link centralities decodes every memory's links; they are kept in the cache for the
+    committed manifest they came from, read back by the next process, and worked out again after a change."""
+    first = remember(project, "Chose SQLite over Postgres for the job queue: one file, no server", type="decision")
+    remember(project, "The job queue in SQLite needs WAL mode for concurrent workers", type="gotcha")
+    store = Store.locate(project)
+    index = Index(store)
+    index.sync(full=True)
+    computed = index.centralities()
+    assert computed and max(computed.values()) == 1.0  # the two were linked when the second was remembered
+    saved = store.cache_dir / "centrality.bin"
+    assert saved.exists()
+    again = Index(store)
+    again.sync(full=True)
+    assert again.centralities() == computed == again._computed_centralities()
+    third = remember(project, "SQLite job queue: vacuum weekly, the file grows with finished jobs", type="pattern")
+    fresh = Index(store)
+    fresh.sync(full=True)
+    assert fresh.centralities() == fresh._computed_centralities()
+    assert third.id in fresh.centralities() or first.id in fresh.centralities()
+    saved.write_bytes(b"garbage")  # damaged: worked out again, and saved again
+    damaged = Index(store)
+    damaged.sync(full=True)
+    assert damaged.centralities() == fresh.centralities()
+
+
+def test_whoosh_is_imported_without_urllib_or_asyncio_and_leaves_them_importable(tmp_path, example_store):
+    """A hook's process opens the full-text index without `urllib.request` (whoosh.compat's download helper) or
+    `asyncio` (the cached_property package): stand-ins only while Whoosh imports, the real modules after."""
+    script = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from cortex.index import fulltext\n"
+        f"ix = fulltext.open_index(Path({str(example_store / 'cache' / 'whoosh')!r}))\n"
+        "assert ix is not None and ix.searcher().doc_count() > 0\n"
+        "print(sorted(m for m in ('urllib.request', 'asyncio', 'cached_property', 'email') if m in sys.modules))\n"
+        "import urllib.request, cached_property\n"
+        "print(callable(urllib.request.urlopen), hasattr(cached_property, 'threaded_cached_property'))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert result.stdout.splitlines() == ["[]", "True True"]
