@@ -109,6 +109,9 @@ class RecallResult:
     notes: list[str] = field(default_factory=list)
 
 
+PRIOR_TERMS = ("confidence", "priority", "centrality", "access", "same_branch", "salience")
+
+
 class Prior:
     """The ranking prior (DESIGN.md §3) of one query or briefing, in 0..1: `recall.weights` over decayed
     confidence, priority, centrality, reads and the current branch, divided by the sum of the weights, plus
@@ -125,29 +128,23 @@ class Prior:
         self.salience, self.salience_weight = salience.scores(store), float(store.config().get("salience.weight"))
 
     def __call__(self, memory: Memory) -> float:
-        """The sum of `parts`, added in the same order (the same float), without building the dict."""
-        from cortex.lifecycle import decayed_confidence
-
-        w, total = self.weights, self.total
-        reads, central = self.access.get(memory.id, 0), self.central.get(memory.id, 0.0)
-        return (w["confidence"] * decayed_confidence(memory, self.now, reads, central) / total
-                + w["priority"] * memory.priority / 10 / total
-                + w["centrality"] * central / total
-                + w["access"] * math.log(reads + 1) / self.max_log / total
-                + w["same_branch"] * (self.branch is not None and memory.branch == self.branch) / total
-                + self.salience_weight * (self.salience.get(memory.id, 0.5) - 0.5) / total)
+        return sum(self._terms(memory))
 
     def parts(self, memory: Memory) -> dict[str, float]:
         """Each term of the prior (weight × value / sum of weights); `cortex show` prints them."""
+        return dict(zip(PRIOR_TERMS, self._terms(memory)))
+
+    def _terms(self, memory: Memory) -> tuple[float, ...]:
+        """The terms in `PRIOR_TERMS` order (a tuple: ranking ~140 candidates a query builds no dicts)."""
         from cortex.lifecycle import decayed_confidence
 
         w, reads, central = self.weights, self.access.get(memory.id, 0), self.central.get(memory.id, 0.0)
-        return {"confidence": w["confidence"] * decayed_confidence(memory, self.now, reads, central) / self.total,
-                "priority": w["priority"] * memory.priority / 10 / self.total,
-                "centrality": w["centrality"] * central / self.total,
-                "access": w["access"] * math.log(reads + 1) / self.max_log / self.total,
-                "same_branch": w["same_branch"] * (self.branch is not None and memory.branch == self.branch) / self.total,
-                "salience": self.salience_weight * (self.salience.get(memory.id, 0.5) - 0.5) / self.total}
+        return (w["confidence"] * decayed_confidence(memory, self.now, reads, central) / self.total,
+                w["priority"] * memory.priority / 10 / self.total,
+                w["centrality"] * central / self.total,
+                w["access"] * math.log(reads + 1) / self.max_log / self.total,
+                w["same_branch"] * (self.branch is not None and memory.branch == self.branch) / self.total,
+                self.salience_weight * (self.salience.get(memory.id, 0.5) - 0.5) / self.total)
 
 
 # ---------------------------------------------------------------- the contextual model (re-ranking)
@@ -165,6 +162,7 @@ class _Contextual:
         self.sidecars: dict[str, Any] = {}
         self.filling: set[str] = set()
         self.queries: dict[str, Any] = {}
+        self.use_worker = False  # `use_contextual(..., worker=True)`
         self.worker: Any = None  # the query worker of a resident process (`prefetch`), started on first use
         self.sent: str | None = None  # the query handed to it and not collected yet
 
@@ -193,7 +191,7 @@ class _Contextual:
     def prefetch(self, text: str) -> None:
         """In a resident process, start embedding `text` in the query worker (`contextual.QueryWorker`, on the
         other core) while recall ranks by full text and the static model; `query` collects it."""
-        if self.mode != "background" or self.problem is not None or text in self.queries:
+        if not self.use_worker or self.problem is not None or text in self.queries:
             return
         if self.worker is None:
             from cortex.contextual import QueryWorker
@@ -241,10 +239,12 @@ QUERY_TOKENS = 64
 INLINE_FILL = 32  # `cortex recall` embeds up to this many missing memories itself (~15 ms each); a detached upkeep the rest
 
 
-def use_contextual(mode: str | None = "inline") -> None:
+def use_contextual(mode: str | None = "inline", worker: bool = False) -> None:
     """Turn contextual re-ranking on for this process: "inline" (fill a few missing vectors before answering)
-    or "background" (a resident process: fill them in a thread, answer at once with what there is)."""
-    CONTEXTUAL.mode = mode
+    or "background" (a resident process: fill them in a thread, answer at once with what there is). With
+    `worker`, a background process embeds its queries in a child process on the other core (`cortex serve`,
+    where the prompt hook waits for the answer: `contextual.QueryWorker`)."""
+    CONTEXTUAL.mode, CONTEXTUAL.use_worker = mode, worker and mode == "background"
 
 
 def missing_contextual(store: Store, index: Any) -> list[tuple[str, str]]:
@@ -758,7 +758,7 @@ def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[
     if problem:
         raise QueryRefused(problem)
     if not keyword_only and any(store.config().get("recall.contextual") is not False for store in stores):
-        CONTEXTUAL.prefetch(query)  # a resident process: embedded on the other core while the lists are ranked
+        CONTEXTUAL.prefetch(query)  # `cortex serve`: embedded on the other core while the lists are ranked
     indexes = indexes or Indexes()
     hits: list[Hit] = []
     notes: list[str] = []

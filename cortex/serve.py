@@ -190,7 +190,7 @@ class _Warm(threading.Thread):
         from cortex import recall as recall_module
         from cortex.store import iter_stores
 
-        recall_module.use_contextual("background")
+        recall_module.use_contextual("background", worker=True)
         try:
             with self.busy:
                 recall_module.recall(list(iter_stores(self.store)), "warm up", limit=1, indexes=self.indexes)

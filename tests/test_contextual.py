@@ -126,9 +126,9 @@ def test_a_dead_query_worker_leaves_recall_to_this_process(tmp_path: Path) -> No
     remember(store, "One file, no server; the queue is small.", type="decision",
              title="Chose SQLite over Postgres for the job queue")
     remember(store, "Run the MJML build first.", type="gotcha", title="Emails render with MJML templates")
-    saved = (CONTEXTUAL.mode, CONTEXTUAL.worker, CONTEXTUAL.sent)
+    saved = (CONTEXTUAL.mode, CONTEXTUAL.use_worker, CONTEXTUAL.worker, CONTEXTUAL.sent)
     try:
-        use_contextual("background")
+        use_contextual("background", worker=True)
         CONTEXTUAL.worker, CONTEXTUAL.sent = None, None
         first = recall([store], "which database did we pick?", limit=1)  # starts the worker, embeds here
         assert first.hits[0].memory.title.startswith("Chose SQLite")
@@ -144,4 +144,4 @@ def test_a_dead_query_worker_leaves_recall_to_this_process(tmp_path: Path) -> No
     finally:
         if CONTEXTUAL.worker is not None:
             CONTEXTUAL.worker.close()
-        CONTEXTUAL.mode, CONTEXTUAL.worker, CONTEXTUAL.sent = saved
+        CONTEXTUAL.mode, CONTEXTUAL.use_worker, CONTEXTUAL.worker, CONTEXTUAL.sent = saved

@@ -165,6 +165,7 @@ def _import_whoosh() -> None:
     if "whoosh.reading" in sys.modules:
         return
     import functools
+    import importlib
     import types
 
     def urlretrieve(*args: Any, **kwargs: Any) -> Any:
@@ -177,8 +178,8 @@ def _import_whoosh() -> None:
                  if name not in sys.modules}
     sys.modules.update(stand_ins)
     try:
-        import whoosh.compat  # noqa: F401
-        import whoosh.reading  # noqa: F401
+        importlib.import_module("whoosh.compat")
+        importlib.import_module("whoosh.reading")
     finally:
         for name, module in stand_ins.items():
             if sys.modules.get(name) is module:
