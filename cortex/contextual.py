@@ -317,16 +317,11 @@ class QueryWorker:
         return bool(select.select([self.process.stdout], [], [], timeout)[0])
 
     def _read(self, size: int) -> bytes:
-        import os
-
         assert self.process.stdout is not None
-        out = b""
-        while len(out) < size:
-            chunk = os.read(self.process.stdout.fileno(), size - len(out))
-            if not chunk:
-                raise EOFError("the query worker exited")
-            out += chunk
-        return out
+        data = read_exactly(self.process.stdout.fileno(), size)
+        if data is None:
+            raise EOFError("the query worker exited")
+        return data
 
     def submit(self, text: str) -> bool:
         """Start embedding `text`; False (nothing sent) while the worker loads, after it failed, or while it
@@ -392,6 +387,19 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
+def read_exactly(fd: int, size: int) -> bytes | None:
+    """`size` bytes from the pipe, or None when it closes first."""
+    import os
+
+    out = b""
+    while len(out) < size:
+        chunk = os.read(fd, size - len(out))
+        if not chunk:
+            return None
+        out += chunk
+    return out
+
+
 def serve_queries() -> None:
     """The `QueryWorker` child: load the encoder, say "R", then answer each length-prefixed UTF-8 query with
     its length-prefixed float32 sentence vector (length 0 when it cannot) until stdin closes."""
@@ -400,16 +408,6 @@ def serve_queries() -> None:
 
     max_tokens = int(sys.argv[1]) if len(sys.argv) > 1 else None
     read_fd, write_fd = sys.stdin.fileno(), sys.stdout.fileno()
-
-    def read(size: int) -> bytes | None:
-        out = b""
-        while len(out) < size:
-            chunk = os.read(read_fd, size - len(out))
-            if not chunk:
-                return None
-            out += chunk
-        return out
-
     try:
         encoder = Encoder()
     except Exception:
@@ -417,10 +415,10 @@ def serve_queries() -> None:
         return
     os.write(write_fd, b"R")
     while True:
-        head = read(4)
+        head = read_exactly(read_fd, 4)
         if head is None:
             return
-        data = read(int.from_bytes(head, "little"))
+        data = read_exactly(read_fd, int.from_bytes(head, "little"))
         if data is None:
             return
         try:

@@ -135,7 +135,6 @@ class _Analyzer:
 
 
 def _schema() -> Any:
-    _import_whoosh()
     from whoosh.fields import ID, KEYWORD, TEXT, Schema  # noqa: F401
 
     analyzer = _Analyzer()
