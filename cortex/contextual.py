@@ -30,6 +30,7 @@ from cortex.embedding import EncoderUnavailable, read_safetensors
 
 NAME = "minilm-l6"
 BATCH_TOKENS = 4096
+PAD = 4
 
 
 _BLAS: list[Any] = []  # [(set, get)] of numpy's OpenBLAS once looked up; [None] when there is none to call
@@ -267,7 +268,7 @@ class Encoder:
         for chunk in chunks:
             if not chunk:
                 continue
-            length = max(len(ids[i]) for i in chunk) + 2
+            length = -(-(max(len(ids[i]) for i in chunk) + 2) // PAD) * PAD
             batch = np.zeros((len(chunk), length), dtype=np.int64)
             mask = np.zeros((len(chunk), length), dtype=np.float32)
             for row, i in enumerate(chunk):
@@ -309,6 +310,7 @@ class QueryWorker:
         self.ready = False
         self.busy = False
         self.failed: str | None = None
+        self._placement = _Placement(self.process.pid)
 
     def _readable(self, timeout: float) -> bool:
         import select
@@ -336,6 +338,7 @@ class QueryWorker:
                     raise EOFError("the query worker could not load the model")
                 self.ready = True
             data = text.encode("utf-8", "replace")
+            self._placement.elsewhere()
             assert self.process.stdin is not None
             write_all(self.process.stdin.fileno(), len(data).to_bytes(4, "little") + data)
             self.busy = True
@@ -376,6 +379,43 @@ class QueryWorker:
             self.process.wait(timeout=1.0)
         except Exception:  # a process that will not die is the kernel's to reap
             pass
+
+
+class _Placement:
+    """Keeps the query worker off the CPU its parent runs on when it hands over a query.
+
+    Waking a process blocked on a pipe is a "sync" wake-up: Linux takes it as a hint that the writer will
+    sleep soon and often runs the reader on the writer's CPU, so on 2 cores the worker's embedding and the
+    parent's ranking took turns on one core instead of running side by side (the parent's write took ~1 ms,
+    the served prompt 12-18 ms in process, varying from run to run; with the worker kept off the parent's
+    CPU 10.5-10.9 ms, docs/benchmarks.md). The parent itself is never pinned: the scheduler still moves it.
+    Best effort: off where `sched_getcpu`/`sched_setaffinity` are missing, or with one CPU to use."""
+
+    def __init__(self, pid: int) -> None:
+        import os
+
+        self.pid, self.getcpu, self.cpus, self.last = pid, None, frozenset(), -1
+        try:
+            import ctypes
+
+            self.cpus = frozenset(os.sched_getaffinity(0))
+            if len(self.cpus) >= 2:
+                self.getcpu = ctypes.CDLL(None).sched_getcpu
+        except (AttributeError, OSError):  # not Linux, or no libc symbol: the scheduler places it
+            self.getcpu = None
+
+    def elsewhere(self) -> None:
+        import os
+
+        if self.getcpu is None:
+            return
+        try:
+            cpu = int(self.getcpu())
+            if cpu != self.last and cpu in self.cpus:
+                os.sched_setaffinity(self.pid, self.cpus - {cpu})
+                self.last = cpu
+        except OSError:  # the worker exited (its own read says so next), or the mask was refused
+            self.getcpu = None
 
 
 def write_all(fd: int, data: bytes) -> None:

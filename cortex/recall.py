@@ -130,6 +130,13 @@ class Prior:
     def __call__(self, memory: Memory) -> float:
         return sum(self._terms(memory))
 
+    def bound(self) -> float:
+        """The most this prior can give any memory (each term's value is in 0..1, salience's − 0.5 in ±0.5);
+        infinite when a weight is negative (a configuration may say so) and nothing can be bounded."""
+        if self.total <= 0 or any(value < 0 for value in self.weights.values()):
+            return math.inf
+        return (sum(self.weights.values()) + 0.5 * abs(self.salience_weight)) / self.total
+
     def parts(self, memory: Memory) -> dict[str, float]:
         """Each term of the prior (weight × value / sum of weights); `cortex show` prints them."""
         return dict(zip(PRIOR_TERMS, self._terms(memory)))
@@ -686,8 +693,15 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
         fused = score_fusion(ranked, raw, cosines, statics or {})
         fused = session_lift(index, fused, ranked, raw, ranks, cosines, statics or {}, allowed)
     code_question = about_code(query)
-    scored = []
-    for rel, value in fused.items():
+    scored: list[Hit] = []
+    # Best relevance first; a candidate whose relevance plus the most the prior could add is below the
+    # `limit`-th score so far cannot be among the hits, nor can any after it: no memory, prior or Hit is made
+    # for it (~140 candidates a query, most of them far behind).
+    reach = prior_weight * prior.bound() if prior_weight >= 0 else math.inf
+    best: list[float] = []  # min-heap of the `limit` best scores so far
+    for rel, value in sorted(fused.items(), key=lambda kv: (-kv[1], kv[0])):
+        if limit <= 0 or (len(best) >= limit and value + reach < best[0]):
+            break
         m = index.memory(rel)
         if m.type == "code_description" and not code_question:
             value *= CODE_DAMPING  # an outline of code ranks below knowledge unless the question is about code
@@ -696,6 +710,10 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
                   raw=raw.get(rel, {}))
         hit.match = match_score(raw.get(rel, {}))
         scored.append(hit)
+        if len(best) < limit:
+            heapq.heappush(best, hit.score)
+        elif hit.score > best[0]:
+            heapq.heapreplace(best, hit.score)
     scored.sort(key=lambda h: (-h.score, h.memory.id))
     hits = scored[:limit]
     return RecallResult(_linked_and_read(store, index, hits, query, statuses, now, links), notes)

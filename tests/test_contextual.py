@@ -114,6 +114,30 @@ def test_the_query_worker_gives_the_vectors_this_process_would(encoder: contextu
     assert not worker.submit(question)
 
 
+def test_the_query_worker_is_kept_off_the_cpu_that_hands_it_a_query() -> None:
+    """Waking the worker through its pipe made Linux run it on the parent's CPU (a "sync" wake-up), so the
+    embedding and the parent's ranking took turns on one core. With two CPUs or more to use, each query is
+    handed over with the worker kept off the CPU the parent runs on at that moment; the parent stays free."""
+    import os
+
+    from cortex.recall import QUERY_TOKENS
+
+    cpus = os.sched_getaffinity(0)
+    if len(cpus) < 2:
+        pytest.skip("one CPU to use: nothing to keep apart")
+    worker = contextual.QueryWorker(QUERY_TOKENS)
+    try:
+        for n in range(3):
+            assert _ready(worker, f"which database did we decide on? ({n})")
+            handed_from = worker._placement.last  # the CPU this process ran on when it wrote the query
+            allowed = os.sched_getaffinity(worker.process.pid)
+            assert worker.collect() is not None
+            assert handed_from in cpus and allowed == cpus - {handed_from}
+        assert os.sched_getaffinity(0) == cpus  # the parent is never pinned
+    finally:
+        worker.close()
+
+
 def test_a_dead_query_worker_leaves_recall_to_this_process(tmp_path: Path) -> None:
     """When the worker dies (killed, out of memory), a resident process's recall embeds the query itself and
     answers as before; it does not wait on the dead child."""

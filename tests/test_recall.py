@@ -113,3 +113,22 @@ def test_natural_language_questions_work_on_the_full_text_side(example, tmp_path
     hits = cortex_json("recall", "Why does the Stripe signature check fail?!", "--keyword", "--dir", str(example),
                        cwd=tmp_path)
     assert hits[0]["id"] == "b3dc534099f0"
+
+
+def test_a_smaller_limit_gives_the_first_hits_of_a_larger_one(example, tmp_path):
+    """Recall stops ranking candidates that cannot reach the hits (relevance plus the most the prior can add
+    under the limit-th score): whatever the limit, the first hits and their scores are the same."""
+    from cortex.index import Index
+    from cortex.recall import recall_store, use_contextual
+
+    store = Store.locate(directory=example)
+    index = Index(store)
+    use_contextual("inline")
+    try:
+        for query, _ in PARAPHRASES:
+            wide = recall_store(store, query, limit=40, index=index, now=1.8e9, links=False).hits
+            for limit in (1, 3, 5):
+                narrow = recall_store(store, query, limit=limit, index=index, now=1.8e9, links=False).hits
+                assert [(h.memory.id, h.score) for h in narrow] == [(h.memory.id, h.score) for h in wide[:limit]]
+    finally:
+        use_contextual(None)
