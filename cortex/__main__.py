@@ -14,8 +14,15 @@ CLAUDE_EVENTS = {"stop": "claude_stop", "pre-compact": "claude_stop", "session-s
                  "subagent-start": "claude_subagent_start", "subagent-stop": "claude_subagent_stop"}
 
 
+# Commands whose matrix products are big enough for numpy's BLAS threads to pay (a rebuild, consolidation and the
+# upkeep compare thousands of memories at once); every other command and hook runs numpy on one BLAS thread.
+BULK = frozenset({"reindex", "consolidate", "maintain", "gc", "verify", "index-code", "report", "sync"})
+ONE_THREAD = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
 def run() -> None:
     import gc
+    import os
 
     # No cyclic garbage collection in a command or hook: loading the cache makes tens of thousands of dicts and
     # lists at once, and the collector's passes over them were half of `cortex list` at 10,000 memories (0.81 s
@@ -23,6 +30,12 @@ def run() -> None:
     # watch, the upkeep, the worker) collect again: `cortex.spawn.resident`.
     gc.disable()
     args = sys.argv[1:]
+    if not args or args[0] not in BULK:
+        # One query or one memory at a time is a few matrix-vector products: OpenBLAS's second thread spins on
+        # them instead of speeding them up (`cortex recall` at 10,000 memories: ~100 ms of CPU and ~40 ms of
+        # wall time more, docs/benchmarks.md). Set before numpy is imported; a value already set is kept.
+        for name in ONE_THREAD:
+            os.environ.setdefault(name, "1")
     if len(args) >= 2 and args[0] == "hook" and args[1] == "pre-tool-use":
         from cortex import hotpath
 

@@ -30,6 +30,8 @@ from cortex.embedding import EncoderUnavailable, read_safetensors
 
 NAME = "minilm-l6"
 BATCH_TOKENS = 4096
+LEAN_TEXTS = 2  # up to this many texts are tokenised in pure Python (`Encoder._token_ids`)
+UNPACKED_FORMAT = 1  # of the float32 weights kept in the user's cache (`Unpacked`)
 PAD = 4
 
 
@@ -108,6 +110,115 @@ def _gelu(x: Any) -> Any:
     return x
 
 
+def user_cache() -> Path:
+    """The user's cache folder for cortex (`$XDG_CACHE_HOME/cortex`, else `~/.cache/cortex`): derived files shared
+    by every store, each safe to delete."""
+    import os
+
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "cortex"
+
+
+class Unpacked:
+    """The transformer's big matrices as float32, dequantised and laid out for `x @ W`, kept in one file of the
+    user's cache and memory-mapped from there.
+
+    The package ships int8 weights (23 MB instead of 91); turning them into float32 took ~40 ms of every
+    process that loads the model (allocating and filling 43 MB), more than the query it then embeds. The first
+    process writes the result (atomically); later ones map it in ~1 ms, and resident processes (`cortex
+    serve`, its query worker, the MCP server) share its pages instead of holding a copy each. The file is
+    named after the model file's size and time, so a reinstalled model gets a new one (older ones are
+    removed); a file of the wrong size is ignored and written again. Without a writable cache the weights are
+    dequantised in memory as before."""
+
+    MAGIC = b"CXW" + bytes([UNPACKED_FORMAT])
+
+    def __init__(self, folder: Path, layers: int) -> None:
+        self.folder, self.layers = folder, layers
+
+    def names(self) -> list[str]:
+        return [f"{n}.{part}" for n in range(self.layers) for part in ("qkv", "out", "up", "down")] + ["positions"]
+
+    def path(self) -> Path | None:
+        import hashlib
+
+        try:
+            stat = (self.folder / "model.safetensors").stat()
+            key = hashlib.sha1(f"{self.folder.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+            return user_cache() / f"{self.folder.name}-{key}.f32"
+        except (OSError, RuntimeError):  # no home folder to find a cache in
+            return None
+
+    def compute(self, tensors: dict[str, Any]) -> dict[str, Any]:
+        import numpy as np
+
+        def matrix(name: str) -> Any:  # dequantised and transposed for x @ W
+            return np.ascontiguousarray((tensors[name].astype(np.float32) * tensors[name + ".scale"][:, None]).T)
+
+        out: dict[str, Any] = {}
+        for n in range(self.layers):
+            p = f"encoder.layer.{n}."
+            out[f"{n}.qkv"] = np.concatenate([matrix(p + f"attention.self.{k}.weight") for k in ("query", "key", "value")],
+                                             axis=1)
+            out[f"{n}.out"] = matrix(p + "attention.output.dense.weight")
+            out[f"{n}.up"] = matrix(p + "intermediate.dense.weight")
+            out[f"{n}.down"] = matrix(p + "output.dense.weight")
+        out["positions"] = np.ascontiguousarray(tensors["embeddings.position_embeddings.weight"].astype(np.float32) *
+                                                tensors["embeddings.position_embeddings.weight.scale"][:, None])
+        return out
+
+    def load(self, tensors: dict[str, Any]) -> dict[str, Any]:
+        """The matrices: mapped from the cache file, or computed (and the file written for the next process)."""
+        path = self.path()
+        mapped = self._read(path) if path is not None else None
+        if mapped is not None:
+            return mapped
+        computed = self.compute(tensors)
+        if path is not None:
+            self._write(path, computed)
+        return computed
+
+    def _read(self, path: Path) -> dict[str, Any] | None:
+        import numpy as np
+
+        try:
+            with open(path, "rb") as handle:
+                head = handle.read(12)
+                if len(head) < 12 or head[:4] != self.MAGIC:
+                    return None
+                size = int.from_bytes(head[4:12], "little")
+                header = json.loads(handle.read(size))
+            start = 12 + size
+            start += -start % 64
+            shapes = [tuple(shape) for shape in header["shapes"]]
+            if header["names"] != self.names() or path.stat().st_size != start + 4 * sum(math.prod(s) for s in shapes):
+                return None
+            data = np.memmap(path, dtype="<f4", mode="r", offset=start)
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        out, at = {}, 0
+        for name, shape in zip(header["names"], shapes):
+            count = math.prod(shape)
+            out[name] = data[at:at + count].reshape(shape)
+            at += count
+        return out
+
+    def _write(self, path: Path, arrays: dict[str, Any]) -> None:
+        from cortex.files import atomic_write
+
+        names = self.names()
+        header = json.dumps({"names": names, "shapes": [list(arrays[name].shape) for name in names]}).encode()
+        head = self.MAGIC + len(header).to_bytes(8, "little") + header
+        head += bytes(-len(head) % 64)
+        try:
+            for old in path.parent.glob(f"{self.folder.name}-*.f32"):
+                if old != path:
+                    old.unlink()
+            atomic_write(path, [head, *(arrays[name].astype("<f4").tobytes() for name in names)], durable=False)
+        except OSError:
+            pass  # a read-only or full cache: the next process dequantises again
+
+
 class Encoder:
     def __init__(self, folder: Path | None = None, max_tokens: int | None = None) -> None:
         folder = folder or model_path()
@@ -120,13 +231,12 @@ class Encoder:
 
     def _load(self, folder: Path, max_tokens: int | None) -> None:
         import numpy as np
-        from tokenizers import Tokenizer
 
         self.config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-        self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        self.folder = folder
+        self._fast: Any = None  # the `tokenizers` tokenizer, loaded for batches only (`_token_ids`)
+        self._lean: Any = None  # the pure-Python WordPiece tokenizer for a query or two
         tensors = read_safetensors(folder / "model.safetensors")
-        self.tokenizer.no_padding()
-        self.tokenizer.no_truncation()
         self.hidden = int(self.config["hidden_size"])
         self.heads = int(self.config["num_attention_heads"])
         self.eps = float(self.config["layer_norm_eps"])
@@ -134,33 +244,61 @@ class Encoder:
         self._tensors = tensors
         self.dim = self.hidden
         self.identity = f"{folder.name}:{(folder / 'model.safetensors').stat().st_size}:{self.max_tokens}"
-
-        def matrix(name: str) -> Any:  # dequantised and transposed for x @ W
-            return np.ascontiguousarray((tensors[name].astype(np.float32) * tensors[name + ".scale"][:, None]).T)
+        layers = int(self.config["num_hidden_layers"])
+        big = Unpacked(folder, layers).load(tensors)
 
         def vector(name: str) -> Any:
             return np.asarray(tensors[name], dtype=np.float32)
 
         self.layers = []
-        for n in range(int(self.config["num_hidden_layers"])):
+        for n in range(layers):
             p = f"encoder.layer.{n}."
-            qkv = np.concatenate([matrix(p + f"attention.self.{k}.weight") for k in ("query", "key", "value")], axis=1)
             self.layers.append({
-                "qkv": qkv,
+                "qkv": big[f"{n}.qkv"],
                 "qkv_b": np.concatenate([vector(p + f"attention.self.{k}.bias") for k in ("query", "key", "value")]),
-                "out": matrix(p + "attention.output.dense.weight"), "out_b": vector(p + "attention.output.dense.bias"),
+                "out": big[f"{n}.out"], "out_b": vector(p + "attention.output.dense.bias"),
                 "ln1": (vector(p + "attention.output.LayerNorm.weight"), vector(p + "attention.output.LayerNorm.bias")),
-                "up": matrix(p + "intermediate.dense.weight"), "up_b": vector(p + "intermediate.dense.bias"),
-                "down": matrix(p + "output.dense.weight"), "down_b": vector(p + "output.dense.bias"),
+                "up": big[f"{n}.up"], "up_b": vector(p + "intermediate.dense.bias"),
+                "down": big[f"{n}.down"], "down_b": vector(p + "output.dense.bias"),
                 "ln2": (vector(p + "output.LayerNorm.weight"), vector(p + "output.LayerNorm.bias")),
             })
-        self.positions = tensors["embeddings.position_embeddings.weight"].astype(np.float32) * \
-            tensors["embeddings.position_embeddings.weight.scale"][:, None]
+        self.positions = big["positions"]
         self.token_type = tensors["embeddings.token_type_embeddings.weight"][0].astype(np.float32) * \
             tensors["embeddings.token_type_embeddings.weight.scale"][0]
         self.ln0 = (vector("embeddings.LayerNorm.weight"), vector("embeddings.LayerNorm.bias"))
-        if self.tokenizer.token_to_id("[CLS]") is None or self.tokenizer.token_to_id("[SEP]") is None:
-            raise EncoderUnavailable(f"{folder}: the tokenizer has no [CLS]/[SEP]")
+        self.cls, self.sep = self._lean_tokenizer().special_ids()
+
+    def _lean_tokenizer(self) -> Any:
+        if self._lean is None:
+            from cortex.embedding import WordPiece
+
+            try:
+                cache: Path | None = user_cache()
+            except OSError:
+                cache = None
+            self._lean = WordPiece(self.folder, cache, max_length=None)
+        return self._lean
+
+    def _token_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """WordPiece ids without special tokens: a query or two through the pure-Python tokenizer (loading
+        `tokenizers` and its 700 KB JSON costs ~20 ms a process), batches through `tokenizers` (same ids:
+        tests/test_contextual.py)."""
+        if len(texts) <= LEAN_TEXTS:
+            lean = self._lean_tokenizer()
+            return [lean.tokenize(text) for text in texts]
+        return [e.ids for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+
+    @property
+    def tokenizer(self) -> Any:
+        """The model's `tokenizers` tokenizer, without padding or truncation (loaded on first use)."""
+        if self._fast is None:
+            from tokenizers import Tokenizer
+
+            fast = Tokenizer.from_file(str(self.folder / "tokenizer.json"))
+            fast.no_padding()
+            fast.no_truncation()
+            self._fast = fast
+        return self._fast
 
     def sentence_vectors(self, texts: Sequence[str], max_tokens: int | None = None) -> Any:
         """A float32 matrix of sentence vectors (mean-pooled, L2-normalised), one row per text: what recall
@@ -236,7 +374,7 @@ class Encoder:
         import numpy as np
 
         room = min(self.max_tokens, max_tokens or self.max_tokens) - 2  # [CLS] and [SEP]
-        full = [e.ids for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+        full = self._token_ids(texts)
         segments = [ids[:room] for ids in full]
         tails = {i: len(segments) + n for n, i in enumerate(i for i, ids in enumerate(full) if tail and len(ids) > room)}
         segments += [full[i][-room:] for i in tails]
@@ -257,7 +395,7 @@ class Encoder:
     def _encode_segments(self, ids: list[list[int]]) -> list[Encoded]:
         import numpy as np
 
-        cls, sep = int(self.tokenizer.token_to_id("[CLS]") or 0), int(self.tokenizer.token_to_id("[SEP]") or 0)
+        cls, sep = self.cls, self.sep
         out: list[Encoded | None] = [None] * len(ids)
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))  # similar lengths share a batch: less padding
         chunks: list[list[int]] = [[]]

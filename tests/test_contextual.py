@@ -3,6 +3,7 @@ duplicate score tells a paraphrase from a memory on the same subject."""
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 
@@ -169,3 +170,44 @@ def test_a_dead_query_worker_leaves_recall_to_this_process(tmp_path: Path) -> No
         if CONTEXTUAL.worker is not None:
             CONTEXTUAL.worker.close()
         CONTEXTUAL.mode, CONTEXTUAL.use_worker, CONTEXTUAL.worker, CONTEXTUAL.sent = saved
+
+
+@pytest.mark.parametrize("text", [
+    "which database did we decide on?", "naïve café façade Ångström", "日本語のテキスト 中文 한국어",
+    "zero\u200bwidth\x00nul", "Traceback (most recent call last): File app/auth.py, line 42, in refresh",
+    "[CLS] a [SEP] [UNK] [PAD] [MASK] tokens typed by hand", "", "   ", "snake_case camelCase kebab-case v1.2.3",
+])
+def test_a_query_is_tokenised_without_tokenizers_into_the_same_ids(encoder: contextual.Encoder, text: str) -> None:
+    """One or two texts (a query) go through the pure-Python WordPiece tokenizer, batches through `tokenizers`:
+    the ids, and so the vectors, are the same either way."""
+    lean = encoder._token_ids([text])[0]
+    assert lean == encoder.tokenizer.encode(text, add_special_tokens=False).ids
+    batch = encoder.encode([text] * (contextual.LEAN_TEXTS + 1))[0]
+    assert encoder.encode([text])[0].ids == batch.ids
+    assert np.allclose(encoder.encode([text])[0].mean, batch.mean, atol=1e-6)
+
+
+def test_the_unpacked_weights_are_kept_in_the_user_cache_and_rewritten_when_damaged(tmp_path, monkeypatch) -> None:
+    """The first load writes the float32 weights to the user's cache; the next maps them from there (the same
+    vectors); a damaged file is ignored and written again; an unwritable cache only costs time."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    texts = ["which database did we decide on?", "Chose SQLite over Postgres for the job queue"]
+    first = contextual.Encoder()
+    files = list((tmp_path / "cache" / "cortex").glob("minilm-l6-*.f32"))
+    assert len(files) == 1 and files[0].stat().st_size > 40_000_000
+    second = contextual.Encoder()
+    assert isinstance(second.layers[0]["up"], np.memmap)
+    expected = first.sentence_vectors(texts)
+    assert np.array_equal(second.sentence_vectors(texts), expected)
+    del second  # its pages are mapped: a file cut short under a mapping faults (cortex replaces, never truncates)
+    gc.collect()
+    with open(files[0], "r+b") as handle:  # cut short by hand
+        handle.truncate(files[0].stat().st_size // 2)
+    third = contextual.Encoder()
+    assert not isinstance(third.layers[0]["up"], np.memmap)
+    assert np.array_equal(third.sentence_vectors(texts), expected)
+    assert files[0].stat().st_size > 40_000_000  # written again whole
+    blocked = tmp_path / "not-a-folder"  # a cache that cannot be made (root ignores read-only modes)
+    blocked.write_text("", encoding="utf-8")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
+    assert np.array_equal(contextual.Encoder().sentence_vectors(texts), expected)

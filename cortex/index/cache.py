@@ -432,13 +432,14 @@ class Index:
             with contextlib.suppress(FileNotFoundError):
                 self.vectors_path.unlink()
         known = set(manifest.vector_keys)
-        wanted: dict[str, str] = {}
-        for rel, entry in sorted(manifest.files.items()):
+        first: dict[str, str] = {}  # each text hash without a vector -> the first path holding it (by name)
+        for rel, entry in manifest.files.items():  # not sorted first: mostly nothing is missing (~10 ms at 10,000)
             vhash = entry.get("vhash")
-            if vhash and vhash not in known and vhash not in wanted:
-                wanted[vhash] = rel
-        if not wanted:
+            if vhash and vhash not in known and (vhash not in first or rel < first[vhash]):
+                first[vhash] = rel
+        if not first:
             return reset
+        wanted = dict(sorted(first.items(), key=lambda item: item[1]))
         # A handful of changed memories (the usual incremental sync) go through the pure-Python query
         # encoder: same vectors, without loading tokenizers (~60 ms). Batches use the vectorised encoder.
         few = len(wanted) <= SMALL_BATCH and not isinstance(self.query_encoder(), type(None))
@@ -604,6 +605,8 @@ class Index:
         """The `limit` allowed (path, cosine) nearest the query, best first; None when there are no vectors."""
         import numpy as np
 
+        import cortex.index.vectors as vectors_module
+
         vectors = self.vector_matrix()
         if vectors is None:
             return None
@@ -614,14 +617,14 @@ class Index:
             files = self.manifest.files
             rels = sorted(rel for rel in allowed if files[rel].get("vhash") in row_of)
             rows = np.fromiter((row_of[files[rel]["vhash"]] for rel in rels), dtype=np.int64, count=len(rels))
-            self._allowed[cache_key] = (rels, np.ascontiguousarray(matrix[rows]))
+            self._allowed[cache_key] = (rels, vectors_module.rows_view(matrix, rows))
         rels, sub = self._allowed[cache_key]
         if not rels:
             return []
         encoder = self.query_encoder()
         if encoder is None:
             return None
-        scores = sub @ np.asarray(encoder.encode_one(query), dtype=np.float32)
+        scores = vectors_module.cosines(sub, np.asarray(encoder.encode_one(query), dtype=np.float32))
         top = min(limit, len(rels))
         best = np.argpartition(-scores, top - 1)[:top]
         return [(rels[i], float(scores[i])) for i in sorted(best, key=lambda i: (-scores[i], rels[i]))]

@@ -118,3 +118,24 @@ class Contextual:
         append(self.matrix_path, len(old), dim, matrix)
         atomic_write(self.keys_path, json.dumps({"model": identity, "dim": dim, "keys": old + list(keys)}),
                      durable=False)
+
+
+def rows_view(matrix: Any, rows: Any) -> tuple[Any, Any]:
+    """What `cosines` multiplies for these rows of a vector matrix: the rows copied out when the matrix holds
+    many more (vectors of archived, filtered or replaced memories), else the whole matrix and the rows to pick
+    from its product. A one-shot command at 10,000 memories copied 15 MB of contextual and 10 MB of static
+    vectors (~40 ms) for a single product; a resident process keeps either view for every query of a sync."""
+    import numpy as np
+
+    if 2 * len(rows) < matrix.shape[0]:
+        return np.ascontiguousarray(matrix[rows]), None
+    return matrix, rows
+
+
+def cosines(view: tuple[Any, Any], vector: Any) -> Any:
+    from cortex.contextual import one_blas_thread
+
+    matrix, rows = view
+    with one_blas_thread():
+        products = matrix @ vector
+    return products if rows is None else products[rows]
