@@ -835,10 +835,16 @@ def recall(store: Any, query: str, limit: int | None, types: tuple[str, ...], br
     if at:
         store, no_global = _at(store, at), True
 
+    from cortex.index import Indexes
+
     stores = list(iter_stores(store, include_global=not no_global and store.label == "project"))
     limit = limit or int(store.config().get("recall.limit"))
-    result = None if at else _served_recall(stores, query, limit=limit, types=types, branch=branch,
-                                            include_all=include_all, keyword=keyword)
+    if Indexes.serving is not None:  # run inside `cortex serve` for a client: its warm indexes and models
+        result = run_recall(stores, query, limit=limit, types=types, branch=branch, include_all=include_all,
+                            keyword_only=keyword, indexes=Indexes.serving)
+    else:
+        result = None if at else _served_recall(stores, query, limit=limit, types=types, branch=branch,
+                                                include_all=include_all, keyword=keyword)
     if result is None:  # no server (or still warming): search here
         if not keyword:
             use_contextual("inline")

@@ -6,7 +6,7 @@ cached briefing when its key (`cortex.layout.briefing_key`) still matches;
 `prompt` asks the resident `cortex serve` over its socket. Either returns
 False when the full hook (`cortex.hooks`) must run instead. `served_command`
 hands a command that a running server answers (`cortex list`, `status`,
-`show`, `remember`) to it before click and the store are even imported.
+`show`, `remember`, `recall`) to it before click and the store are even imported.
 JSON and the socket go through `cortex.wire` (the C halves of `json` and
 `socket`: importing those two modules alone costs more than Python's start).
 """
@@ -170,7 +170,7 @@ def pre_tool_use(raw: str) -> bool:
 
 # The commands `cortex serve` runs for a client (`cortex.cli.run_served`), and the arguments that keep one in
 # its own process: another store, a past revision, text on stdin, help.
-SERVED = frozenset({"list", "status", "show", "remember"})
+SERVED = frozenset({"list", "status", "show", "remember", "recall"})
 _NOT_SERVED = frozenset({"--global", "--at", "-", "--help", "-h", "--"})
 
 

@@ -125,6 +125,15 @@ def test_commands_are_answered_by_the_running_server_as_they_would_be_here(proje
         assert traced.stdout == cortex("list", cwd=project).stdout
         imported = {line.rsplit("|", 1)[-1].strip() for line in traced.stderr.splitlines() if "|" in line}
         assert "cortex.hotpath" in imported and not {"click", "cortex.cli", "cortex.store"} & imported
+        traced = subprocess.run([sys.executable, "-X", "importtime", "-m", "cortex", "recall",
+                                 "which database did we decide on", "--json"], cwd=project, capture_output=True,
+                                text=True, check=True)
+        again = json.loads(cortex("recall", "which database did we decide on", "--json", cwd=project).stdout)
+        assert [hit["id"] for hit in json.loads(traced.stdout)] == [hit["id"] for hit in again]
+        imported = {line.rsplit("|", 1)[-1].strip() for line in traced.stderr.splitlines() if "|" in line}
+        assert not {"click", "cortex.cli", "numpy", "whoosh"} & imported  # the server's warm models answered
+        refused = cortex("recall", "?", cwd=project, check=False)  # a refused query: said as without a server
+        assert refused.returncode == 1 and "no word to search for" in refused.stderr
         piped = cortex("remember", "-", cwd=project, input="Deploys freeze on Fridays after noon\n").stdout.strip()
         assert piped in cortex("list", cwd=project).stdout
     finally:
