@@ -1,7 +1,7 @@
 """Issue 21's table: what each command and hook costs at 1,000, 10,000 and 100,000 memories.
 
     python bench/scale.py [--sizes 1000,10000,100000] [--runs 5] [--transcript PATH] [--stop-max 10000]
-                          [--no-reindex] [--no-contextual] [--source TREE]
+                          [--no-reindex] [--no-contextual] [--source TREE] [--contextual-from CACHE]
 
 Everything runs from a regular (non-editable) install of this tree made in a
 temporary virtual environment (`regular_install`): the package copied into its
@@ -234,7 +234,7 @@ def reindex(python: str, root: Path, env: dict[str, str]) -> tuple[float, float]
 
 
 def make_project(root: Path, size: int, python: str, env: dict[str, str], do_reindex: bool,
-                 contextual: bool = True) -> dict[str, str]:
+                 contextual: bool = True, contextual_from: Path | None = None) -> dict[str, str]:
     import pygit2
 
     row: dict[str, str] = {}
@@ -256,6 +256,9 @@ def make_project(root: Path, size: int, python: str, env: dict[str, str], do_rei
     subprocess.run([python, "-m", "cortex", "project"], cwd=root, env=env, check=True, capture_output=True)
     subprocess.run(["git", "add", "-A", ".cortex"], cwd=root, env=env, check=True, capture_output=True)
     subprocess.run(["git", "commit", "-q", "-m", "pages"], cwd=root, env=env, check=True, capture_output=True)
+    if contextual and contextual_from is not None:
+        for name in ("contextual.f32", "contextual.json"):
+            shutil.copy(contextual_from / name, root / ".cortex" / "cache" / name)
     if contextual:  # every memory's contextual vector, as the detached upkeep leaves them: no bulk fill while timing
         started = time.perf_counter()
         subprocess.run([python, "-c", "import sys; from pathlib import Path; from cortex import maintain; "
@@ -400,6 +403,10 @@ def main() -> None:
     parser.add_argument("--stop-max", type=int, default=10_000, help="the Stop rows only up to this many memories")
     parser.add_argument("--source", type=Path, default=REPO,
                         help="the tree to install (e.g. `git archive` of an older commit, for a before/after table)")
+    parser.add_argument("--contextual-from", type=Path, default=None, metavar="CACHE",
+                        help="with one size: copy contextual.f32/.json from this cache folder of an earlier run's store of that size "
+                             "(the generator is seeded: same memories, same vectors) instead of filling them (~12 min "
+                             "of one core at 10,000)")
     parser.add_argument("--no-contextual", action="store_true",
                         help="recall without the contextual re-ranking (`recall.contextual: false`)")
     args = parser.parse_args()
@@ -419,7 +426,8 @@ def main() -> None:
             print("recall.contextual: false (re-ranking with the contextual model off)")
         for size in sizes:
             root = Path(tmp) / f"s{size}"
-            row = make_project(root, size, python, env, not args.no_reindex, not args.no_contextual)
+            row = make_project(root, size, python, env, not args.no_reindex, not args.no_contextual,
+                               args.contextual_from)
             row.update(unserved(python, root, env, args.runs, bare))
             row.update(served(python, root, env, args.runs, bare))
             row["recall in process p50 / p95"] = in_process(python, root, env)
