@@ -156,7 +156,9 @@ class _Warm(threading.Thread):
                     if vouch is not None:
                         self.vouches.append(vouch)
             self._warm_contextual()
-            self._briefing()  # before answering: a first prompt would share the interpreter with these
+            # Serve what is ready: prompts and commands are answered from here on, while the next SessionStart's
+            # briefing is built on its own index (at 100,000 memories it took seconds, and until then every
+            # prompt fell back to a recall in the hook's own process, ~2.5 s there).
             self.ready.set()
         except Exception as exc:  # the server answers "warming" and hooks recall in their own process
             self.store.log(f"serve: warming failed: {exc!r}")
@@ -166,6 +168,10 @@ class _Warm(threading.Thread):
             from cortex.spawn import resident
 
             resident()  # warmed with the collector off (as fast as a command); collect from now on
+        try:
+            self._briefing()
+        except Exception as exc:  # the loop below tries again
+            self.store.log(f"serve: briefing not built: {exc!r}")
         last_look = time.monotonic()
         due = False  # a sync happened since the briefing was last looked at
         while not self.stopping.wait(0.25):
@@ -240,7 +246,8 @@ class _Warm(threading.Thread):
             index.trust_watcher = False  # a file removed by hand a moment ago is not yet in the watched manifest
             index.commits = False  # the warm index commits: a commit here would cost its next sync a reload and a walk
             built = briefing.build(self.store, index=index)
-            key = briefing_key(root, __version__)  # after the build: its sync may have rewritten the manifest
+            if briefing_key(root, __version__) != key:
+                return  # the store changed while it was built (a write, a commit): the next look builds it again
             atomic_write(self.store.state_dir / "briefing.next.json",
                          json.dumps({"key": key, "text": built.text, "tokens": built.tokens, "ids": built.ids}),
                          durable=False)

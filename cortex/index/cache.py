@@ -25,6 +25,7 @@ import shutil
 import sys
 import time
 import zlib
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
@@ -688,7 +689,7 @@ class Index:
                 pass
             self._searcher = None
 
-    def neighbours(self) -> dict[str, list[tuple[str, str, float | None]]]:
+    def neighbours(self) -> Mapping[str, list[tuple[str, str, float | None]]]:
         """id -> (rel, other id, strength) of every link that touches it: its own, and `relates_to` links other
         memories made to it (automatic links are written in the newer memory's file only; the relation reads
         both ways). A link written on both ends, as older stores have it, counts once. Computed once per sync."""
@@ -702,8 +703,7 @@ class Index:
                     out.setdefault(entry["id"], {}).setdefault((rel, to), strength)
                     if rel == "relates_to":
                         out.setdefault(to, {}).setdefault((rel, entry["id"]), strength)
-            self._neighbours = {memory_id: [(rel, other, strength) for (rel, other), strength in sorted(links.items())]
-                                for memory_id, links in out.items()}
+            self._neighbours = LinkMap(out)
         return self._neighbours
 
     @property
@@ -869,6 +869,32 @@ class Index:
         shown = ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
         return [f"{len(bad)} of {len(texts)} vectors differ from their memory's text by more than "
                 f"{VECTOR_TOLERANCE:g} (damaged vectors.f32 rows): {shown}"]
+
+
+class LinkMap(Mapping[str, list[tuple[str, str, Any]]]):
+    """`Index.neighbours`: each memory's links as a sorted list, sorted when first asked for. A `remember` at
+    100,000 memories asks for one memory's links, and sorting all ~46,000 lists took 0.19 s of it."""
+
+    __slots__ = ("_raw", "_sorted")
+
+    def __init__(self, raw: dict[str, dict[tuple[str, str], Any]]) -> None:
+        self._raw, self._sorted = raw, {}
+
+    def __getitem__(self, memory_id: str) -> list[tuple[str, str, Any]]:
+        links = self._sorted.get(memory_id)
+        if links is None:
+            links = self._sorted[memory_id] = [(rel, other, strength)
+                                               for (rel, other), strength in sorted(self._raw[memory_id].items())]
+        return links
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._raw)
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+    def __contains__(self, memory_id: object) -> bool:
+        return memory_id in self._raw
 
 
 def _crc(path: Path) -> int:
