@@ -133,6 +133,7 @@ class _Warm(threading.Thread):
         self.ready = threading.Event()
         self.stopping = threading.Event()
         self.watched: list[tuple["Store", threading.Event, Any]] = []  # (store, changed event, observer)
+        self.changes: dict[str, Any] = {}  # store root -> the files its observer saw change (`watch.Changes`)
         self.vouches: list[Any] = []  # the `watch.ready` locks this server holds
         self.written: dict[str, int] = {}
         self.asked = 0.0  # monotonic time of the last request (`_loop`)
@@ -140,14 +141,16 @@ class _Warm(threading.Thread):
     def run(self) -> None:
         from cortex.files import hold_lock
         from cortex.store import iter_stores
-        from cortex.watch import change_observer
+        from cortex.watch import Changes, change_observer
 
         try:
             with self.busy:
                 for each in iter_stores(self.store):
                     each.memories_dir.mkdir(parents=True, exist_ok=True)
                     changed = threading.Event()
-                    self.watched.append((each, changed, change_observer(each.memories_dir, changed)))
+                    self.changes[str(each.root)] = Changes()
+                    self.watched.append((each, changed, change_observer(each.memories_dir, changed,
+                                                                        self.changes[str(each.root)])))
                     self.written[str(each.root)] = _written_stamp(each)
                     self.indexes.get(each).trust_watcher = False  # this server is the watcher
                     index = self.indexes.synced(each, full=True)
@@ -218,7 +221,12 @@ class _Warm(threading.Thread):
                 if changed.is_set() and debounce:
                     time.sleep(debounce)
                 changed.clear()
-                self.indexes.stale(each)
+                paths, seen_ns = self.changes[str(each.root)].take()
+                files = _memory_files(each, paths)
+                if files is None:
+                    self.indexes.stale(each)  # a folder changed, or too much at once: walk every file
+                else:  # only what the observer saw: read those files, no walk over the store
+                    self.indexes.get(each).watched(files, seen_ns)
                 self.indexes.synced(each, full=True)
                 self.written[str(each.root)] = stamp  # after the sync: one that failed is tried again
                 synced = True
@@ -273,6 +281,29 @@ def _written_stamp(store: "Store") -> int:
         return os.stat(os.path.join(store.state_dir, "changed")).st_mtime_ns
     except OSError:
         return 0
+
+
+def _memory_files(store: "Store", paths: list[str] | None) -> list[Any] | None:
+    """The memory files among the paths an observer reported (`.md` files under `memories/`, not hidden: what
+    the walk reads), or None when they need a walk after all: no list, or one that is a link or not a regular
+    file now (the walk reports those as problems)."""
+    if paths is None:
+        return None
+    from pathlib import Path
+
+    root = os.path.realpath(store.memories_dir)
+    out = []
+    for raw in paths:
+        path = os.path.realpath(os.path.dirname(raw))
+        if path != root and not path.startswith(root + os.sep):
+            continue
+        rel = os.path.relpath(os.path.join(path, os.path.basename(raw)), root)
+        if not rel.endswith(".md") or any(part.startswith(".") for part in rel.split(os.sep)):
+            continue
+        if os.path.islink(raw) or (os.path.lexists(raw) and not os.path.isfile(raw)):
+            return None
+        out.append(Path(store.memories_dir) / rel)
+    return out
 
 
 def _recall(store: "Store", warm: _Warm, request: dict[str, Any]) -> dict[str, object]:

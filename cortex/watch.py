@@ -7,6 +7,7 @@ sync). One watcher per store: `state/watch.lock` refuses a second one.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from typing import Any, Callable
@@ -37,8 +38,43 @@ def stop_on_sigterm() -> None:
         signal.signal(signal.SIGTERM, _terminate)
 
 
-def change_observer(folder: Any, changed: threading.Event) -> Any:
-    """A started watchdog observer on `folder` that sets `changed` when a file there changes (not when read)."""
+class Changes:
+    """The memory files a watcher saw change since they were last taken, or "everything" when it cannot say
+    which: a folder created, moved or deleted (the events of the files inside may be incomplete), or more
+    than `MOST` files at once (a checkout, a pull; and the kernel's event queue may have overflowed, losing
+    events without a word). Thread-safe: the observer's thread adds, the server's takes."""
+
+    MOST = 256
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.paths: set[str] = set()
+        self.everything = False
+
+    def add(self, event: Any) -> None:
+        with self.lock:
+            if getattr(event, "is_directory", True):
+                if getattr(event, "event_type", "") not in ("modified", "closed"):  # a folder's own listing changed
+                    self.everything = True  # (its files' events say which): not that, but a folder came or went
+                return
+            for path in (getattr(event, "src_path", None), getattr(event, "dest_path", None)):
+                if path:
+                    self.paths.add(os.fsdecode(path))
+            if len(self.paths) > self.MOST:
+                self.everything = True
+
+    def take(self) -> tuple[list[str] | None, int]:
+        """(the paths seen, or None for "walk everything"; the time they were taken, in ns): what was seen up
+        to that time. Resets."""
+        with self.lock:
+            paths = None if self.everything else sorted(self.paths)
+            self.paths, self.everything = set(), False
+            return paths, time.time_ns()
+
+
+def change_observer(folder: Any, changed: threading.Event, changes: Changes | None = None) -> Any:
+    """A started watchdog observer on `folder` that sets `changed` when a file there changes (not when read),
+    and notes in `changes` which."""
     from watchdog.events import FileSystemEventHandler
     from watchdog.observers import Observer
 
@@ -46,6 +82,8 @@ def change_observer(folder: Any, changed: threading.Event) -> Any:
         def on_any_event(self, event: object) -> None:
             # Reads raise inotify events too (opened, closed_no_write): only changes count.
             if getattr(event, "event_type", "") in ("created", "deleted", "modified", "moved", "closed"):
+                if changes is not None:
+                    changes.add(event)
                 changed.set()
 
     observer = Observer()

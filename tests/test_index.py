@@ -331,3 +331,45 @@ def test_whoosh_is_imported_without_urllib_or_asyncio_and_leaves_them_importable
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert result.stdout.splitlines() == ["[]", "True True"]
+
+
+def test_a_watchers_account_of_the_changed_files_stands_for_a_walk(project, monkeypatch):
+    """`cortex serve`'s observer names the files that changed: the index reads those, brings the full text and
+    vectors in step and commits a newer check time (other processes trust it again), without a stat of every
+    file; anything it cannot account for (no manifest yet) is a walk as before."""
+    from cortex.index.manifest import Manifest
+
+    edited = _remember(project, "Deploys go through the staging cluster first", type="pattern")
+    removed = _remember(project, "Redis runs in a container on port 6380")
+    store = Store.locate(project)
+    index = Index(store)
+    index.sync(full=True)
+    before = Manifest.load(index.manifest_path).synced_ns
+    path = _path(project, edited)
+    path.write_text(path.read_text(encoding="utf-8").replace("staging cluster", "canary fleet"), encoding="utf-8")
+    gone = _path(project, removed)
+    gone.unlink()
+    added = store.memories_dir / "gotcha" / "written-by-hand-0123456789ab.md"
+    added.parent.mkdir(exist_ok=True)
+    added.write_text("---\nid: 0123456789ab\ntype: gotcha\ntitle: The VPN drops idle SSH sessions\n---\n"
+                     "The VPN drops SSH sessions idle for five minutes.\n", encoding="utf-8")
+    seen = time.time_ns()
+
+    def no_walk(*args, **kwargs):
+        raise AssertionError("walked every file")
+
+    monkeypatch.setattr(Manifest, "refresh", no_walk)
+    index.watched([path, gone, added], seen)
+    index.ensure(full=True)
+    from cortex.recall import recall_store
+
+    assert [h.memory.id for h in recall_store(store, "canary fleet", index=index, sync=False).hits][:1] == [edited]
+    assert "0123456789ab" in [h.memory.id for h in recall_store(store, "VPN idle SSH", index=index, sync=False).hits]
+    assert removed not in index.rel_of_id()
+    committed = Manifest.load(index.manifest_path)
+    assert committed.synced_ns == seen > before
+    assert "0123456789ab" in {entry.get("id") for entry in committed.files.values()}
+    fresh = Index(store)  # no manifest in memory: the account cannot stand for a walk
+    fresh.watched([path], time.time_ns())
+    with pytest.raises(AssertionError, match="walked every file"):
+        fresh.ensure(full=False)

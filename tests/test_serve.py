@@ -139,3 +139,64 @@ def test_commands_are_answered_by_the_running_server_as_they_would_be_here(proje
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_files_changed_by_hand_reach_the_server_from_its_observer(project):
+    """With `cortex serve` running, a memory edited in place, one deleted and one added by hand (an editor, `rm`,
+    a file copied in) reach its answers; the server reads the files its observer named (no walk over the
+    store) and other processes trust its cache again once it has."""
+    from cortex.index import Index
+    from cortex.store import Store
+
+    edited = remember(project, "Deploys go through the staging cluster first", type="pattern")
+    removed = remember(project, "Redis runs in a container on port 6380", type="context")
+    root = project / ".cortex"
+    proc = subprocess.Popen([*cortex_command(), "serve", "--idle", "60"], cwd=project, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_for(lambda: serve.ask(str(root), {"op": "ping"}) is not None, 60)
+        assert edited.path is not None and removed.path is not None
+        edited.path.write_text(edited.path.read_text(encoding="utf-8").replace(
+            "title: Deploys go through the staging cluster first", "title: Deploys go through the canary fleet first"),
+            encoding="utf-8")
+        removed.path.unlink()
+        added = root / "memories" / "pattern" / "written-by-hand-0123456789ab.md"  # a folder that exists: no walk
+        added.write_text("---\nid: 0123456789ab\ntype: pattern\ntitle: The VPN drops idle SSH sessions\n---\n"
+                         "The VPN drops SSH sessions idle for five minutes.\n", encoding="utf-8")
+
+        def served_list() -> str:
+            return cortex("list", cwd=project).stdout
+
+        assert wait_for(lambda: "canary fleet" in served_list() and removed.id not in served_list()
+                        and "0123456789ab" in served_list(), 30)
+        store = Store.locate(project)
+        assert wait_for(lambda: "cache kept by a watcher (cortex watch or cortex serve)"
+                        in Index(store).sync(full=False).notes, 30)
+        hits = json.loads(cortex("recall", "VPN drops idle SSH sessions", "--json", cwd=project).stdout)
+        assert hits and hits[0]["id"] == "0123456789ab"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_the_observer_names_the_files_or_asks_for_a_walk() -> None:
+    """What `cortex serve` reads after a change: the files named by their events (a folder's own "modified",
+    which every file added or removed in it raises, names nothing), or a walk when a folder came or went or
+    too many files changed at once (a checkout; the kernel may drop events past that)."""
+    from watchdog.events import (DirCreatedEvent, DirModifiedEvent, FileClosedEvent, FileCreatedEvent,
+                                 FileDeletedEvent, FileMovedEvent)
+
+    from cortex.watch import Changes
+
+    changes = Changes()
+    for event in (FileCreatedEvent("/m/decision/.a.md.x.tmp"), FileMovedEvent("/m/decision/.a.md.x.tmp", "/m/decision/a.md"),
+                  DirModifiedEvent("/m/decision"), FileClosedEvent("/m/gotcha/b.md"), FileDeletedEvent("/m/gotcha/c.md")):
+        changes.add(event)
+    paths, seen = changes.take()
+    assert paths == ["/m/decision/.a.md.x.tmp", "/m/decision/a.md", "/m/gotcha/b.md", "/m/gotcha/c.md"] and seen > 0
+    assert changes.take()[0] == []  # taken: nothing since
+    changes.add(DirCreatedEvent("/m/plan"))
+    changes.add(FileCreatedEvent("/m/plan/d.md"))
+    assert changes.take()[0] is None  # a new folder: walk
+    for n in range(Changes.MOST + 1):
+        changes.add(FileCreatedEvent(f"/m/decision/{n}.md"))
+    assert changes.take()[0] is None
