@@ -102,6 +102,8 @@ def test_commands_are_answered_by_the_running_server_as_they_would_be_here(proje
     proc = subprocess.Popen([*cortex_command(), "serve", "--idle", "60"], cwd=project, stderr=subprocess.DEVNULL)
     try:
         assert wait_for(lambda: serve.ask(str(root), {"op": "ping"}) is not None, 60)
+        # It answers before it has built the next briefing; that build would rebuild a missing manifest.
+        assert wait_for(lambda: (root / "state" / "briefing.next.json").exists(), 60)
         # Proof that the server answers: with the cache's manifest gone, a command run here would rebuild it.
         (root / "cache" / "manifest.bin").unlink()
         assert cortex("list", cwd=project).stdout == here["list"]
