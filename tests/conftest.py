@@ -10,11 +10,19 @@ import pytest
 from tests.helpers import EXAMPLE_STORE, cortex, make_repo
 
 
+@pytest.fixture(scope="session")
+def user_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One user cache (`XDG_CACHE_HOME`) for the session's tests: the transformer's weights are unpacked into it
+    once (43 MB), not once per test (`contextual.Unpacked`; its own test uses a cache of its own)."""
+    return tmp_path_factory.mktemp("user-cache")
+
+
 @pytest.fixture(autouse=True)
-def isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+def isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, user_cache: Path) -> Path:
     """No test touches a real home: CORTEX_HOME and HOME point at a temp folder."""
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(user_cache))
     monkeypatch.setenv("CORTEX_HOME", str(home / ".cortex"))
     monkeypatch.delenv("CORTEX_DIR", raising=False)
     monkeypatch.delenv("VISUAL", raising=False)
