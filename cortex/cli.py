@@ -410,8 +410,14 @@ def _ranking(store: Any, item: Any) -> dict[str, Any] | None:
     from cortex.memory import now_epoch
     from cortex.recall import Prior
 
+    from cortex.index import Index, Indexes
+
     try:
-        prior = Prior(store, _index(store), now_epoch(), store.current_branch())
+        # One memory's explanation needs no sync of the store: the centralities kept for the committed cache
+        # (`saved_centralities`) when there are some, else the synced index's.
+        central = Index(store).saved_centralities() if Indexes.serving is None else None
+        prior = Prior(store, None if central is not None else _index(store), now_epoch(), store.current_branch(),
+                      central=central)
         return salience.explain(store, item, prior.parts(item))
     except Exception as exc:  # the explanation is extra: a broken cache never hides the memory
         store.log(f"show: no ranking explanation: {exc!r}")

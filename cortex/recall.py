@@ -117,12 +117,14 @@ class Prior:
     confidence, priority, centrality, reads and the current branch, divided by the sum of the weights, plus
     `salience.weight` × (salience − 0.5) over the same sum (`cortex.salience`: zero for a memory never shown)."""
 
-    def __init__(self, store: Store, index: Any, now: float, branch: str | None) -> None:
+    def __init__(self, store: Store, index: Any, now: float, branch: str | None,
+                 central: dict[str, float] | None = None) -> None:
+        """`central`: the centralities when the caller has them (`Index.saved_centralities`); else the index's."""
         self.weights = {name: float(value) for name, value in store.config().get("recall.weights").items()}
         self.total = sum(self.weights.values()) or 1.0
         self.access = store.access_counts()
         self.max_log = math.log(max(self.access.values(), default=0) + 1) or 1.0
-        self.central = index.centralities()
+        self.central = central if central is not None else index.centralities()
         self.now, self.branch = now, branch
         # Learned from use (state/salience.json): weight × (salience − 0.5), so no history changes nothing.
         self.salience, self.salience_weight = salience.scores(store), float(store.config().get("salience.weight"))

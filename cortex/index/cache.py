@@ -754,6 +754,19 @@ class Index:
                     pass
         return self._central
 
+    def saved_centralities(self) -> dict[str, float] | None:
+        """The centralities kept for the committed manifest (`centralities`), read without loading it or
+        looking at the files; None when none are kept for the manifest as it is now. What `cortex show` explains
+        a ranking with: syncing 100,000 memories for that took 1.1 s of its 1.3."""
+        import marshal
+
+        try:
+            version, saved = marshal.loads(self.centrality_path.read_bytes())
+        except Exception:  # missing or damaged
+            return None
+        current = _file_version(self.manifest_path)
+        return saved if current is not None and tuple(version) == current and isinstance(saved, dict) else None
+
     def _computed_centralities(self) -> dict[str, float]:
         degree: dict[str, float] = {}
         for memory_id, links in self.neighbours().items():
