@@ -214,6 +214,8 @@ class _Warm(threading.Thread):
     def follow(self, debounce: float) -> bool:
         """Sync a store whose watcher saw a change (after `debounce`, so a burst of changes is one sync) or that
         cortex itself wrote to since the last sync (the caller holds `busy`); True when one was synced."""
+        from cortex.watch import memory_files
+
         synced = False
         for each, changed, _observer in self.watched:
             stamp = _written_stamp(each)
@@ -222,7 +224,7 @@ class _Warm(threading.Thread):
                     time.sleep(debounce)
                 changed.clear()
                 paths, seen_ns = self.changes[str(each.root)].take()
-                files = _memory_files(each, paths)
+                files = memory_files(each, paths)
                 if files is None:
                     self.indexes.stale(each)  # a folder changed, or too much at once: walk every file
                 else:  # only what the observer saw: read those files, no walk over the store
@@ -281,29 +283,6 @@ def _written_stamp(store: "Store") -> int:
         return os.stat(os.path.join(store.state_dir, "changed")).st_mtime_ns
     except OSError:
         return 0
-
-
-def _memory_files(store: "Store", paths: list[str] | None) -> list[Any] | None:
-    """The memory files among the paths an observer reported (`.md` files under `memories/`, not hidden: what
-    the walk reads), or None when they need a walk after all: no list, or one that is a link or not a regular
-    file now (the walk reports those as problems)."""
-    if paths is None:
-        return None
-    from pathlib import Path
-
-    root = os.path.realpath(store.memories_dir)
-    out = []
-    for raw in paths:
-        path = os.path.realpath(os.path.dirname(raw))
-        if path != root and not path.startswith(root + os.sep):
-            continue
-        rel = os.path.relpath(os.path.join(path, os.path.basename(raw)), root)
-        if not rel.endswith(".md") or any(part.startswith(".") for part in rel.split(os.sep)):
-            continue
-        if os.path.islink(raw) or (os.path.lexists(raw) and not os.path.isfile(raw)):
-            return None
-        out.append(Path(store.memories_dir) / rel)
-    return out
 
 
 def _recall(store: "Store", warm: _Warm, request: dict[str, Any]) -> dict[str, object]:

@@ -72,6 +72,29 @@ class Changes:
             return paths, time.time_ns()
 
 
+def memory_files(store: Store, paths: list[str] | None) -> list[Any] | None:
+    """The memory files among the paths an observer reported (`.md` files under `memories/`, not hidden: what
+    the walk reads), or None when they need a walk after all: no list, or one that is a link or not a regular
+    file now (the walk reports those as problems)."""
+    if paths is None:
+        return None
+    from pathlib import Path
+
+    root = os.path.realpath(store.memories_dir)
+    out = []
+    for raw in paths:
+        path = os.path.realpath(os.path.dirname(raw))
+        if path != root and not path.startswith(root + os.sep):
+            continue
+        rel = os.path.relpath(os.path.join(path, os.path.basename(raw)), root)
+        if not rel.endswith(".md") or any(part.startswith(".") for part in rel.split(os.sep)):
+            continue
+        if os.path.islink(raw) or (os.path.lexists(raw) and not os.path.isfile(raw)):
+            return None
+        out.append(Path(store.memories_dir) / rel)
+    return out
+
+
 def change_observer(folder: Any, changed: threading.Event, changes: Changes | None = None) -> Any:
     """A started watchdog observer on `folder` that sets `changed` when a file there changes (not when read),
     and notes in `changes` which."""
@@ -108,7 +131,8 @@ def watch(store: Store, debounce: float = 0.3, echo: Callable[[str], None] = pri
     stop_on_sigterm()
     try:
         store.memories_dir.mkdir(parents=True, exist_ok=True)
-        observer = change_observer(store.memories_dir, changed)  # before the first sync: nothing is missed
+        changes = Changes()
+        observer = change_observer(store.memories_dir, changed, changes)  # before the first sync: nothing is missed
         index = Index(store)
         index.trust_watcher = False
         index.sync(full=True)
@@ -122,14 +146,22 @@ def watch(store: Store, debounce: float = 0.3, echo: Callable[[str], None] = pri
                 changed.clear()
                 time.sleep(debounce)
             try:
-                syncer = Index(store)
-                syncer.trust_watcher = False
-                report = syncer.sync(full=True, progress=False)
+                paths, seen_ns = changes.take()
+                files = memory_files(store, paths)
+                if files is None:
+                    index.stale()  # a folder came or went, or too much at once: walk every file
+                else:  # the files the observer named: read those, no walk (as `cortex serve` does)
+                    index.watched(files, seen_ns)
+                report = index.sync(full=True, progress=False)
             except Exception as exc:  # keep watching; say what went wrong
                 store.log(f"watch: sync failed: {exc!r}")
                 echo(f"sync failed: {exc}")
+                index = Index(store)  # start again from the committed cache
+                index.trust_watcher = False
                 continue
-            if report.changed or report.removed:
+            if files:
+                echo(f"synced: {len(files)} file(s) read, {report.embedded} embedded ({report.seconds * 1000:.0f} ms)")
+            elif files is None and (report.changed or report.removed):
                 echo(f"synced: {report.changed} changed, {report.removed} removed, {report.embedded} embedded "
                      f"({report.seconds * 1000:.0f} ms)")
     except KeyboardInterrupt:
