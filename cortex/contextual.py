@@ -30,7 +30,7 @@ from cortex.embedding import EncoderUnavailable, read_safetensors
 
 NAME = "minilm-l6"
 BATCH_TOKENS = 4096
-LEAN_TEXTS = 2  # up to this many texts are tokenised in pure Python (`Encoder._token_ids`)
+LEAN_TEXTS = 2  # up to this many ASCII texts are tokenised in pure Python (`Encoder._token_ids`)
 UNPACKED_FORMAT = 1  # of the float32 weights kept in the user's cache (`Unpacked`)
 PAD = 4
 
@@ -140,12 +140,15 @@ class Unpacked:
         return [f"{n}.{part}" for n in range(self.layers) for part in ("qkv", "out", "up", "down")] + ["positions"]
 
     def path(self) -> Path | None:
+        """`<model>-<install>-<version>.f32`: one file per installed model folder (two installs of cortex keep
+        one each), named after the model file's size and time."""
         import hashlib
 
         try:
             stat = (self.folder / "model.safetensors").stat()
-            key = hashlib.sha1(f"{self.folder.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
-            return user_cache() / f"{self.folder.name}-{key}.f32"
+            install = hashlib.sha1(str(self.folder.resolve()).encode()).hexdigest()[:8]
+            version = hashlib.sha1(f"{stat.st_size}:{stat.st_mtime_ns}:{UNPACKED_FORMAT}".encode()).hexdigest()[:8]
+            return user_cache() / f"{self.folder.name}-{install}-{version}.f32"
         except (OSError, RuntimeError):  # no home folder to find a cache in
             return None
 
@@ -187,6 +190,8 @@ class Unpacked:
                 if len(head) < 12 or head[:4] != self.MAGIC:
                     return None
                 size = int.from_bytes(head[4:12], "little")
+                if size > 1 << 20:
+                    return None  # a damaged length: the header is a few hundred bytes
                 header = json.loads(handle.read(size))
             start = 12 + size
             start += -start % 64
@@ -194,7 +199,7 @@ class Unpacked:
             if header["names"] != self.names() or path.stat().st_size != start + 4 * sum(math.prod(s) for s in shapes):
                 return None
             data = np.memmap(path, dtype="<f4", mode="r", offset=start)
-        except (OSError, ValueError, KeyError, TypeError):
+        except Exception:  # missing, damaged in any way: dequantise, and write it again
             return None
         out, at = {}, 0
         for name, shape in zip(header["names"], shapes):
@@ -210,10 +215,16 @@ class Unpacked:
         header = json.dumps({"names": names, "shapes": [list(arrays[name].shape) for name in names]}).encode()
         head = self.MAGIC + len(header).to_bytes(8, "little") + header
         head += bytes(-len(head) % 64)
+        import time
+
+        install = path.name.rsplit("-", 1)[0]
         try:
-            for old in path.parent.glob(f"{self.folder.name}-*.f32"):
+            for old in path.parent.glob(f"{install}-*.f32"):  # this install's older versions
                 if old != path:
                     old.unlink()
+            for left in path.parent.glob(f".{self.folder.name}-*.f32.*.tmp"):  # a writer killed mid-way
+                if left.stat().st_mtime < time.time() - 600:
+                    left.unlink()
             atomic_write(path, [head, *(arrays[name].astype("<f4").tobytes() for name in names)], durable=False)
         except OSError:
             pass  # a read-only or full cache: the next process dequantises again
@@ -280,10 +291,12 @@ class Encoder:
         return self._lean
 
     def _token_ids(self, texts: Sequence[str]) -> list[list[int]]:
-        """WordPiece ids without special tokens: a query or two through the pure-Python tokenizer (loading
-        `tokenizers` and its 700 KB JSON costs ~20 ms a process), batches through `tokenizers` (same ids:
-        tests/test_contextual.py)."""
-        if len(texts) <= LEAN_TEXTS:
+        """WordPiece ids without special tokens: a query or two in ASCII through the pure-Python tokenizer
+        (loading `tokenizers` and its 700 KB JSON costs ~20 ms a process), the rest through `tokenizers` (same
+        ids: tests/test_contextual.py)."""
+        if len(texts) <= LEAN_TEXTS and all(text.isascii() for text in texts):
+            # ASCII only: elsewhere Python's Unicode tables and the Rust tokenizer's can disagree (a capital
+            # sigma at a word's end, characters newer than Python's tables), and the ids would differ.
             lean = self._lean_tokenizer()
             return [lean.tokenize(text) for text in texts]
         return [e.ids for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]

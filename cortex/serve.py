@@ -141,7 +141,7 @@ class _Warm(threading.Thread):
     def run(self) -> None:
         from cortex.files import hold_lock
         from cortex.store import iter_stores
-        from cortex.watch import Changes, change_observer
+        from cortex.watch import Changes, change_observer, written_stamp
 
         try:
             with self.busy:
@@ -151,7 +151,7 @@ class _Warm(threading.Thread):
                     self.changes[str(each.root)] = Changes()
                     self.watched.append((each, changed, change_observer(each.memories_dir, changed,
                                                                         self.changes[str(each.root)])))
-                    self.written[str(each.root)] = _written_stamp(each)
+                    self.written[str(each.root)] = written_stamp(each)
                     self.indexes.get(each).trust_watcher = False  # this server is the watcher
                     index = self.indexes.synced(each, full=True)
                     index.query_encoder(), index.searcher()  # loaded now, not by the first prompt
@@ -208,26 +208,34 @@ class _Warm(threading.Thread):
 
     def pending(self) -> bool:
         """Whether a store changed since its last sync (its watcher saw a file change, or cortex wrote to it)."""
-        return any(changed.is_set() or _written_stamp(each) != self.written.get(str(each.root))
+        from cortex.watch import written_stamp
+
+        return any(changed.is_set() or written_stamp(each) != self.written.get(str(each.root))
                    for each, changed, _observer in self.watched)
 
     def follow(self, debounce: float) -> bool:
         """Sync a store whose watcher saw a change (after `debounce`, so a burst of changes is one sync) or that
         cortex itself wrote to since the last sync (the caller holds `busy`); True when one was synced."""
-        from cortex.watch import memory_files
+        from cortex.watch import memory_files, written_stamp
 
         synced = False
         for each, changed, _observer in self.watched:
-            stamp = _written_stamp(each)
+            stamp = written_stamp(each)
             if changed.is_set() or stamp != self.written[str(each.root)]:
                 if changed.is_set() and debounce:
                     time.sleep(debounce)
                 changed.clear()
                 paths, seen_ns = self.changes[str(each.root)].take()
                 files = memory_files(each, paths)
-                if files is None:
-                    self.indexes.stale(each)  # a folder changed, or too much at once: walk every file
-                else:  # only what the observer saw: read those files, no walk over the store
+                wrote = stamp != self.written[str(each.root)]
+                if files == [] and not wrote:
+                    continue  # only files that are not memories (an editor's swap file): nothing to read or commit
+                if files is None or wrote:
+                    # A folder came or went, too much at once, or cortex wrote (perhaps another process, whose
+                    # file events may still be on their way: an account without them would vouch for a cache
+                    # that lacks its write): walk every file.
+                    self.indexes.stale(each)
+                else:  # changed by hand (an editor, git): read what the observer named, no walk over the store
                     self.indexes.get(each).watched(files, seen_ns)
                 self.indexes.synced(each, full=True)
                 self.written[str(each.root)] = stamp  # after the sync: one that failed is tried again
@@ -275,14 +283,6 @@ class _Warm(threading.Thread):
         for _each, _changed, observer in self.watched:
             observer.stop()
         self._release()
-
-
-def _written_stamp(store: "Store") -> int:
-    """The mtime of `state/changed`, which every cortex write touches (one stat: no waiting for the watcher)."""
-    try:
-        return os.stat(os.path.join(store.state_dir, "changed")).st_mtime_ns
-    except OSError:
-        return 0
 
 
 def _recall(store: "Store", warm: _Warm, request: dict[str, Any]) -> dict[str, object]:

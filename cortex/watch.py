@@ -38,6 +38,29 @@ def stop_on_sigterm() -> None:
         signal.signal(signal.SIGTERM, _terminate)
 
 
+_LISTENING: Any = None  # the `Changes` to tell when the kernel dropped events (`_listen_for_overflow`)
+
+
+def _listen_for_overflow(changes: Changes) -> None:
+    """watchdog tells no handler when the kernel's inotify queue overflows and events are lost; it only logs a
+    warning. Listen for that warning, and have every `Changes` ask for a walk."""
+    global _LISTENING
+    import logging
+    import weakref
+
+    if _LISTENING is None:
+        _LISTENING = weakref.WeakSet()
+
+        class Overflow(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                if "overflow" in record.getMessage().lower():
+                    for each in list(_LISTENING):
+                        each.lost()
+
+        logging.getLogger("watchdog.observers").addHandler(Overflow(logging.WARNING))
+    _LISTENING.add(changes)
+
+
 class Changes:
     """The memory files a watcher saw change since they were last taken, or "everything" when it cannot say
     which: a folder created, moved or deleted (the events of the files inside may be incomplete), or more
@@ -50,6 +73,7 @@ class Changes:
         self.lock = threading.Lock()
         self.paths: set[str] = set()
         self.everything = False
+        self.wake: threading.Event | None = None  # set when events were lost (`lost`), so a sync follows
 
     def add(self, event: Any) -> None:
         with self.lock:
@@ -63,6 +87,13 @@ class Changes:
             if len(self.paths) > self.MOST:
                 self.everything = True
 
+    def lost(self) -> None:
+        """Events were dropped: the next take asks for a walk."""
+        with self.lock:
+            self.everything = True
+        if self.wake is not None:
+            self.wake.set()
+
     def take(self) -> tuple[list[str] | None, int]:
         """(the paths seen, or None for "walk everything"; the time they were taken, in ns): what was seen up
         to that time. Resets."""
@@ -70,6 +101,14 @@ class Changes:
             paths = None if self.everything else sorted(self.paths)
             self.paths, self.everything = set(), False
             return paths, time.time_ns()
+
+
+def written_stamp(store: Store) -> int:
+    """The mtime of `state/changed`, which every cortex write touches (one stat: no waiting for the observer)."""
+    try:
+        return os.stat(os.path.join(store.state_dir, "changed")).st_mtime_ns
+    except OSError:
+        return 0
 
 
 def memory_files(store: Store, paths: list[str] | None) -> list[Any] | None:
@@ -87,11 +126,12 @@ def memory_files(store: Store, paths: list[str] | None) -> list[Any] | None:
         if path != root and not path.startswith(root + os.sep):
             continue
         rel = os.path.relpath(os.path.join(path, os.path.basename(raw)), root)
-        if not rel.endswith(".md") or any(part.startswith(".") for part in rel.split(os.sep)):
-            continue
+        if any(part.startswith(".") for part in rel.split(os.sep)):
+            continue  # hidden: never read by the walk either
         if os.path.islink(raw) or (os.path.lexists(raw) and not os.path.isfile(raw)):
-            return None
-        out.append(Path(store.memories_dir) / rel)
+            return None  # a link (to a file or a folder) or something else: the walk says what is wrong with it
+        if rel.endswith(".md"):
+            out.append(Path(store.memories_dir) / rel)
     return out
 
 
@@ -108,6 +148,10 @@ def change_observer(folder: Any, changed: threading.Event, changes: Changes | No
                 if changes is not None:
                     changes.add(event)
                 changed.set()
+
+    if changes is not None:
+        changes.wake = changed
+        _listen_for_overflow(changes)
 
     observer = Observer()
     observer.daemon = True  # never keeps the process alive after Ctrl-C
@@ -135,6 +179,7 @@ def watch(store: Store, debounce: float = 0.3, echo: Callable[[str], None] = pri
         observer = change_observer(store.memories_dir, changed, changes)  # before the first sync: nothing is missed
         index = Index(store)
         index.trust_watcher = False
+        written = written_stamp(store)
         index.sync(full=True)
         ready = hold_lock(store.state_dir / "watch.ready", wait=True)  # from here on, readers trust this watcher
         echo(f"watching {store.memories_dir} ({len(index.manifest.files) if index.manifest else 0} files); Ctrl-C stops")
@@ -148,11 +193,15 @@ def watch(store: Store, debounce: float = 0.3, echo: Callable[[str], None] = pri
             try:
                 paths, seen_ns = changes.take()
                 files = memory_files(store, paths)
-                if files is None:
-                    index.stale()  # a folder came or went, or too much at once: walk every file
-                else:  # the files the observer named: read those, no walk (as `cortex serve` does)
+                stamp = written_stamp(store)
+                if files == [] and stamp == written:
+                    continue  # only files that are not memories (an editor's swap file): nothing to read or commit
+                if files is None or stamp != written:
+                    index.stale()  # a folder came or went, too much at once, or cortex wrote: walk (as serve does)
+                else:  # changed by hand: read the files the observer named, no walk
                     index.watched(files, seen_ns)
                 report = index.sync(full=True, progress=False)
+                written = stamp
             except Exception as exc:  # keep watching; say what went wrong
                 store.log(f"watch: sync failed: {exc!r}")
                 echo(f"sync failed: {exc}")

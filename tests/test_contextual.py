@@ -177,11 +177,12 @@ def test_a_dead_query_worker_leaves_recall_to_this_process(tmp_path: Path) -> No
     "which database did we decide on?", "naïve café façade Ångström", "日本語のテキスト 中文 한국어",
     "zero\u200bwidth\x00nul", "Traceback (most recent call last): File app/auth.py, line 42, in refresh",
     "[CLS] a [SEP] [UNK] [PAD] [MASK] tokens typed by hand", "", "   ", "snake_case camelCase kebab-case v1.2.3",
+    "ΟΔΟΣ ΣΟΦΟΣ", "why does the deploy fail \U0001fae8\U0001fa77", "\U0002b820 CJK extension",
 ])
 def test_a_query_is_tokenised_without_tokenizers_into_the_same_ids(encoder: contextual.Encoder, text: str) -> None:
     """One or two texts (a query) go through the pure-Python WordPiece tokenizer, batches through `tokenizers`:
     the ids, and so the vectors, are the same either way."""
-    lean = encoder._token_ids([text])[0]
+    lean = encoder._token_ids([text])[0]  # the pure-Python tokenizer for ASCII, `tokenizers` for the rest
     assert lean == encoder.tokenizer.encode(text, add_special_tokens=False).ids
     batch = encoder.encode([text] * (contextual.LEAN_TEXTS + 1))[0]
     assert encoder.encode([text])[0].ids == batch.ids

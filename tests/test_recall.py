@@ -119,7 +119,7 @@ def test_a_smaller_limit_gives_the_first_hits_of_a_larger_one(example, tmp_path)
     """Recall stops ranking candidates that cannot reach the hits (relevance plus the most the prior can add
     under the limit-th score): whatever the limit, the first hits and their scores are the same."""
     from cortex.index import Index
-    from cortex.recall import recall_store, use_contextual
+    from cortex.recall import CONTEXTUAL, recall_store, use_contextual
 
     store = Store.locate(directory=example)
     index = Index(store)
@@ -132,3 +132,4 @@ def test_a_smaller_limit_gives_the_first_hits_of_a_larger_one(example, tmp_path)
                 assert [(h.memory.id, h.score) for h in narrow] == [(h.memory.id, h.score) for h in wide[:limit]]
     finally:
         use_contextual(None)
+        CONTEXTUAL.queries.clear()  # the process's query vectors: a later test's worker must see its query first

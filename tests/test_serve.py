@@ -202,3 +202,33 @@ def test_the_observer_names_the_files_or_asks_for_a_walk() -> None:
     for n in range(Changes.MOST + 1):
         changes.add(FileCreatedEvent(f"/m/decision/{n}.md"))
     assert changes.take()[0] is None
+
+
+def test_files_that_are_not_memories_change_nothing_and_a_linked_folder_is_reported(project, tmp_path):
+    """An editor's swap file beside a memory does not rewrite the cache (the server reads nothing and commits
+    nothing: other processes would reload it), and a link to a folder put into `memories/` is walked and
+    reported as a problem, as a walk without a server would."""
+    import os
+
+    remember(project, "Deploys go through the staging cluster first", type="pattern")
+    root = project / ".cortex"
+    proc = subprocess.Popen([*cortex_command(), "serve", "--idle", "60"], cwd=project, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_for(lambda: serve.ask(str(root), {"op": "ping"}) is not None, 60)
+        assert wait_for(lambda: (root / "state" / "briefing.next.json").exists(), 60)
+        time.sleep(1.0)  # the server at rest
+        manifest = root / "cache" / "manifest.bin"
+        before = manifest.stat().st_mtime_ns
+        swap = root / "memories" / "pattern" / ".deploys-go-through.md.swp"
+        for n in range(5):  # vim rewrites its swap file every few seconds
+            swap.write_bytes(b"swap %d" % n)
+            time.sleep(0.2)
+        time.sleep(1.0)
+        assert manifest.stat().st_mtime_ns == before
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        os.symlink(elsewhere, root / "memories" / "linked")
+        assert wait_for(lambda: "linked" in cortex("status", cwd=project, check=False).stdout, 30)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
