@@ -237,8 +237,11 @@ class _Warm(threading.Thread):
                     self.indexes.stale(each)
                 else:  # changed by hand (an editor, git): read what the observer named, no walk over the store
                     self.indexes.get(each).watched(files, seen_ns)
-                self.indexes.synced(each, full=True)
-                self.written[str(each.root)] = stamp  # after the sync: one that failed is tried again
+                index = self.indexes.synced(each, full=True)
+                # After the sync: one that failed is tried again, and so is one whose walk began too soon after
+                # cortex's write for readers to trust it (`Manifest.refresh`: its time is its start, less a slack).
+                if index.manifest is None or index.manifest.synced_ns > stamp:
+                    self.written[str(each.root)] = stamp
                 synced = True
         return synced
 

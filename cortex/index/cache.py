@@ -209,9 +209,11 @@ class Index:
         if self.manifest is None or self._synced is None:
             self.stale()
             return
+        from cortex.index.manifest import CLOCK_SLACK_NS
+
         self.note_written(paths)
         self._synced, self._noted_only = 1, True
-        self._checked_ns = max(self._checked_ns or 0, seen_ns)
+        self._checked_ns = max(self._checked_ns or 0, seen_ns - CLOCK_SLACK_NS)
 
     def _forget_views(self) -> None:
         self._scan = self._vectors = self._records = self._central = self._rel_of_id = self._neighbours = None

@@ -53,6 +53,10 @@ LIST_FIELDS = ("title", "priority", "pinned", "tags")  # and `session` (`source.
 BRIEF_FIELDS = ("confidence", "created", "updated", "files")  # the ranking prior and the briefing's checks
 CHUNK = 5000  # entries per marshalled piece of the manifest file
 RACY_NS = 2_000_000_000  # files modified within 2 s of the last sync are re-hashed next time
+# A sync's time is when its walk began, less this: a file or folder changed during the walk (perhaps after the
+# walk looked at it) then has a time at or after the sync's, even with the kernel's file times, which lag the
+# clock by up to a tick, so a reader that trusts a watcher's sync (`Index._watched`) walks instead.
+CLOCK_SLACK_NS = 50_000_000
 
 
 def embed_text(item: Memory) -> str:
@@ -184,6 +188,7 @@ class Manifest:
 
     def refresh(self, memories_dir: Path, max_bytes: int = MAX_MEMORY_BYTES) -> tuple[list[str], list[str], int]:
         """Re-read what changed on disk; returns (changed paths, removed paths, files re-hashed)."""
+        started = time.time_ns()
         seen, odd = _walk(memories_dir) if memories_dir.is_dir() else ({}, {})
         changed: list[str] = []
         removed = [rel for rel in self.files if rel not in seen and rel not in odd]
@@ -216,7 +221,7 @@ class Manifest:
                 continue
             self.files[rel] = new_entry
             changed.append(rel)
-        self.synced_ns = time.time_ns()
+        self.synced_ns = started - CLOCK_SLACK_NS
         return changed, removed, rehashed
 
     # ------------------------------------------------------------ views
