@@ -17,7 +17,6 @@ CLAUDE_EVENTS = {"stop": "claude_stop", "pre-compact": "claude_stop", "session-s
 # Commands whose matrix products are big enough for numpy's BLAS threads to pay (a rebuild, consolidation and the
 # upkeep compare thousands of memories at once); every other command and hook runs numpy on one BLAS thread.
 BULK = frozenset({"reindex", "consolidate", "maintain", "gc", "verify", "index-code", "report", "sync"})
-ONE_THREAD = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def run() -> None:
@@ -34,6 +33,8 @@ def run() -> None:
         # One query or one memory at a time is a few matrix-vector products: OpenBLAS's second thread spins on
         # them instead of speeding them up (`cortex recall` at 10,000 memories: ~100 ms of CPU and ~40 ms of
         # wall time more, docs/benchmarks.md). Set before numpy is imported; a value already set is kept.
+        from cortex import ONE_THREAD
+
         for name in ONE_THREAD:
             os.environ.setdefault(name, "1")
     if len(args) >= 2 and args[0] == "hook" and args[1] == "pre-tool-use":

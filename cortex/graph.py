@@ -124,7 +124,7 @@ class Similarity:
         self.method = method or ("cosine" if self.vectors is not None else "jaccard")
         self._words: dict[str, set[str]] = {}
         self._centred: Any = None
-        self._parts: Any = None  # (mean, each row · mean, each row's centred norm): `against` without a centred copy
+        self._parts: Any = None  # (mean, each row's centred norm): `against` without a centred copy of the matrix
 
     def records(self) -> dict[str, dict[str, Any]]:
         return self.index.records()
@@ -135,14 +135,14 @@ class Similarity:
 
         assert self.vectors is not None
         matrix, row_of = self.vectors
+        if not self.centred:
+            return np.zeros(matrix.shape[1], dtype=np.float32)
         rows = [row_of[e["vhash"]] for e in self.records().values()
                 if e["status"] == "active" and e.get("vhash") in row_of]
         # Each active memory's row counted once per memory (two memories may share a text): a product with the
         # counts, not a copy of every active row (100 MB at 100,000 memories).
         counts = np.bincount(np.asarray(rows, dtype=np.int64), minlength=matrix.shape[0]).astype(np.float32)
         total = counts @ matrix if rows else np.zeros(matrix.shape[1], dtype=np.float32)
-        if not self.centred:
-            return np.zeros(matrix.shape[1], dtype=np.float32)
         return ((total + REFERENCE_WEIGHT * self._reference()) / (len(rows) + REFERENCE_WEIGHT)).astype(np.float32)
 
     def _matrix(self) -> Any:
@@ -157,8 +157,8 @@ class Similarity:
             self._centred = centred / np.maximum(norms, 1e-9)
         return self._centred
 
-    def _centring(self) -> tuple[Any, Any, Any]:
-        """(mean, each row · mean, each row's norm once centred), computed once: with them the centred cosine of
+    def _centring(self) -> tuple[Any, Any]:
+        """(mean, each row's norm once centred), computed once: with them the centred cosine of
         one memory with every other is one matrix–vector product over the cached vectors as they are. Making
         the centred copy of the matrix took 0.3 s of a `remember` at 100,000 memories."""
         if self._parts is None:
@@ -170,7 +170,7 @@ class Similarity:
             along = (matrix @ mean).astype(np.float64)
             squares = np.einsum("ij,ij->i", matrix, matrix, dtype=np.float64)
             norms = np.sqrt(np.maximum(squares - 2 * along + float(mean.astype(np.float64) @ mean), 0.0))
-            self._parts = (mean, along, norms)
+            self._parts = (mean, norms)
         return self._parts
 
     def _reference(self) -> Any:
@@ -214,15 +214,9 @@ class Similarity:
     def against(self, rel: str, others: list[str]) -> list[float]:
         """Similarity of memory `rel` with each of `others` (0 when a vector is missing)."""
         if self.method == "cosine":
-            import numpy as np
-
             if self.vectors is None or not others:
                 return [0.0] * len(others)
-            _matrix, row_of = self.vectors
-            records = self.records()
-            rows = np.fromiter((row_of.get(records[o].get("vhash") or "", -1) for o in others), dtype=np.int64,
-                               count=len(others))
-            return [float(s) for s in self._row_scores(rel, rows)]
+            return [float(s) for s in self._row_scores(rel, self.pool_rows(others))]
         mine_words = self.word_set(rel)
         return [jaccard(mine_words, self.word_set(o)) for o in others]
 
@@ -264,7 +258,7 @@ class Similarity:
             centred = self._centred
             scores = ((centred[take] if few else centred) @ centred[row]).astype(np.float64)
         else:
-            mean, _along, norms = self._centring()
+            mean, norms = self._centring()
             mine = np.asarray(matrix[row], dtype=np.float32) - mean
             mine /= max(float(np.linalg.norm(mine)), 1e-9)
             # (b − mean)·mine / |b − mean|, without a centred copy of the matrix

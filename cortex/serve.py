@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # importing the store costs a hook ~20 ms, `typing` ~4 ms; th
     from cortex.store import Store
 
 
+from cortex import ONE_THREAD  # noqa: E402
 from cortex.layout import server_up, socket_path  # noqa: E402  (os-level, shared with the hook fast path)
 
 
@@ -58,7 +59,6 @@ def ask(store_root: str, request: dict[str, object], timeout: float = 0.5) -> di
     return ask_at(socket_path(store_root), request, timeout)
 
 
-ONE_THREAD = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 BRIEFING_CHECK = 2.0  # seconds between looks at whether the cached briefing still matches branch, HEAD and store
 QUIET = 1.0  # seconds without a request before the server builds the next briefing
 # How long a command waits for the server to finish a sync before running on its own: a sync after a write takes
@@ -216,7 +216,7 @@ class _Warm(threading.Thread):
     def follow(self, debounce: float) -> bool:
         """Sync a store whose watcher saw a change (after `debounce`, so a burst of changes is one sync) or that
         cortex itself wrote to since the last sync (the caller holds `busy`); True when one was synced."""
-        from cortex.watch import memory_files, written_stamp
+        from cortex.watch import account, written_stamp
 
         synced = False
         for each, changed, _observer in self.watched:
@@ -225,18 +225,9 @@ class _Warm(threading.Thread):
                 if changed.is_set() and debounce:
                     time.sleep(debounce)
                 changed.clear()
-                paths, seen_ns = self.changes[str(each.root)].take()
-                files = memory_files(each, paths)
-                wrote = stamp != self.written[str(each.root)]
-                if files == [] and not wrote:
-                    continue  # only files that are not memories (an editor's swap file): nothing to read or commit
-                if files is None or wrote:
-                    # A folder came or went, too much at once, or cortex wrote (perhaps another process, whose
-                    # file events may still be on their way: an account without them would vouch for a cache
-                    # that lacks its write): walk every file.
-                    self.indexes.stale(each)
-                else:  # changed by hand (an editor, git): read what the observer named, no walk over the store
-                    self.indexes.get(each).watched(files, seen_ns)
+                if not account(each, self.indexes.get(each), self.changes[str(each.root)],
+                               wrote=stamp != self.written[str(each.root)]):
+                    continue
                 index = self.indexes.synced(each, full=True)
                 # After the sync: one that failed is tried again, and so is one whose walk began too soon after
                 # cortex's write for readers to trust it (`Manifest.refresh`: its time is its start, less a slack).

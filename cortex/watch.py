@@ -135,6 +135,25 @@ def memory_files(store: Store, paths: list[str] | None) -> list[Any] | None:
     return out
 
 
+def account(store: Store, index: Any, changes: Changes, wrote: bool) -> bool:
+    """Make ready the sync that follows what a store's observer saw (`cortex serve` and `cortex watch`); False
+    when there is nothing to sync (only files that are not memories changed: an editor's swap file).
+
+    A change made by hand is read from the files the observer named (`Index.watched`: no walk). Every file is
+    walked when cortex wrote (`wrote`: perhaps another process, whose file events may still be on their way,
+    and an account without them would vouch for a cache that lacks the write), when a folder or a link came or
+    went, when too much changed at once, and when events were lost."""
+    paths, seen_ns = changes.take()
+    files = memory_files(store, paths)
+    if files == [] and not wrote:
+        return False
+    if files is None or wrote:
+        index.stale()
+    else:
+        index.watched(files, seen_ns)
+    return True
+
+
 def change_observer(folder: Any, changed: threading.Event, changes: Changes | None = None) -> Any:
     """A started watchdog observer on `folder` that sets `changed` when a file there changes (not when read),
     and notes in `changes` which."""
@@ -191,15 +210,9 @@ def watch(store: Store, debounce: float = 0.3, echo: Callable[[str], None] = pri
                 changed.clear()
                 time.sleep(debounce)
             try:
-                paths, seen_ns = changes.take()
-                files = memory_files(store, paths)
                 stamp = written_stamp(store)
-                if files == [] and stamp == written:
-                    continue  # only files that are not memories (an editor's swap file): nothing to read or commit
-                if files is None or stamp != written:
-                    index.stale()  # a folder came or went, too much at once, or cortex wrote: walk (as serve does)
-                else:  # changed by hand: read the files the observer named, no walk
-                    index.watched(files, seen_ns)
+                if not account(store, index, changes, wrote=stamp != written):
+                    continue
                 report = index.sync(full=True, progress=False)
                 written = stamp
             except Exception as exc:  # keep watching; say what went wrong
@@ -208,9 +221,7 @@ def watch(store: Store, debounce: float = 0.3, echo: Callable[[str], None] = pri
                 index = Index(store)  # start again from the committed cache
                 index.trust_watcher = False
                 continue
-            if files:
-                echo(f"synced: {len(files)} file(s) read, {report.embedded} embedded ({report.seconds * 1000:.0f} ms)")
-            elif files is None and (report.changed or report.removed):
+            if report.changed or report.removed or report.embedded:
                 echo(f"synced: {report.changed} changed, {report.removed} removed, {report.embedded} embedded "
                      f"({report.seconds * 1000:.0f} ms)")
     except KeyboardInterrupt:
