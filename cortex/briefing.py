@@ -170,11 +170,12 @@ class _Row:
     __slots__ = ("rel", "id", "type", "branch", "files", "pinned", "priority", "confidence", "created", "updated",
                  "title", "links")
 
-    def __init__(self, rel: str, entry: dict[str, Any]) -> None:
-        self.rel, self.id, self.type, self.branch = rel, entry["id"], entry["type"], entry["branch"]
-        self.files, self.pinned, self.priority = entry["files"], entry["pinned"], entry["priority"]
-        self.confidence, self.created, self.updated = entry["confidence"], entry["created"], entry["updated"]
-        self.title, self.links = entry["title"], entry["links"]
+    def __init__(self, rel: str, _status: str, ident: str, kind: str, branch: str | None, files: list[str],
+                 pinned: bool, priority: int, confidence: float, created: str, updated: str, title: str,
+                 links: list[tuple[str, str, float | None]]) -> None:  # the manifest's fields in `__slots__` order
+        self.rel, self.id, self.type, self.branch, self.files, self.pinned = rel, ident, kind, branch, files, pinned
+        self.priority, self.confidence, self.created, self.updated = priority, confidence, created, updated
+        self.title, self.links = title, links
 
 
 class _Pool:
@@ -190,9 +191,9 @@ class _Pool:
         branch = facts["branch"]
         self.store, self.index, self.ranking, self.stable, self.now, self.page = store, index, ranking, stable, now, page
         self.changed, self.root = set(facts["changed"]), store.worktree
-        rows = [_Row(rel, entry) for rel, entry in index.records().items()
-                if entry["status"] == "active" and entry["type"] != "code"
-                and not (entry["type"] in BRANCH_SCOPED and entry["branch"] != branch)]  # progress and plans: their branch's
+        rows = [_Row(*fields) for fields in index.records().column("status", *_Row.__slots__[1:])
+                if fields[1] == "active" and fields[3] != "code"
+                and not (fields[3] in BRANCH_SCOPED and fields[4] != branch)]  # progress and plans: their branch's
         prior = {row.rel: ranking(row) for row in rows}
         self.prior = prior
         self.rows = sorted(rows, key=lambda row: (-prior[row.rel], row.id))

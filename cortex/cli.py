@@ -342,30 +342,29 @@ def list_command(store: Any, types: tuple[str, ...], statuses: tuple[str, ...], 
     wanted_status = set() if show_all else set(statuses or ("active",))
     root = str(store.memories_dir)
     wanted = set(tags)
-    rows = [(rel, entry) for rel, entry in index.records().items()
-            if not ((types and entry["type"] not in types) or (wanted_status and entry["status"] not in wanted_status)
-                    or (branch is not None and entry["branch"] != branch) or (pinned and not entry["pinned"])
-                    or (wanted and not wanted & set(entry["tags"])))]
-    rows.sort(key=lambda row: (not row[1]["pinned"], -row[1]["priority"], row[1]["type"], row[1]["title"].lower(),
-                               row[1]["id"]))
+    # Eight fields of every record, read as columns: no dict for each of 100,000 entries.
+    rows = [row for row in index.records().column("pinned", "priority", "type", "title", "id", "status", "branch", "tags")
+            if not ((types and row[3] not in types) or (wanted_status and row[6] not in wanted_status)
+                    or (branch is not None and row[7] != branch) or (pinned and not row[1])
+                    or (wanted and not wanted & set(row[8])))]
+    rows.sort(key=lambda row: (not row[1], -row[2], row[3], row[4].lower(), row[5]))
     if as_json:  # the only form that decodes each memory's metadata (one decode for all of them)
         keys = ("id", "type", "title", "status", "priority", "confidence", "pinned", "branch", "tags", "files",
                 "created", "updated")
-        metas = index.manifest.metas([rel for rel, _ in rows])
-        _print_json([{key: meta[key] for key in keys} | {"path": f"{root}/{rel}", "store": store.label}
-                     for (rel, _), meta in zip(rows, metas)])
+        metas = index.manifest.metas([row[0] for row in rows])
+        _print_json([{key: meta[key] for key in keys} | {"path": f"{root}/{row[0]}", "store": store.label}
+                     for row, meta in zip(rows, metas)])
         return
-    rows = [entry for _, entry in rows]
     if not rows:
         click.echo("no memories" + ("" if show_all else " (try --all)"))
         return
     width = shutil.get_terminal_size((100, 20)).columns
-    type_width = max(len(m["type"]) for m in rows)
+    type_width = max(len(row[3]) for row in rows)
     lines = []
-    for m in rows:
-        flags = ("*" if m["pinned"] else " ") + (" " if m["status"] == "active" else m["status"][0].upper())
-        prefix = f"{m['id']}  {m['type']:<{type_width}}  p{m['priority']:<2} {flags} "
-        title = _safe(m["title"])
+    for _, is_pinned, priority, kind, title, ident, status, _, _ in rows:
+        flags = ("*" if is_pinned else " ") + (" " if status == "active" else status[0].upper())
+        prefix = f"{ident}  {kind:<{type_width}}  p{priority:<2} {flags} "
+        title = _safe(title)
         if len(prefix) + len(title) > width:
             title = title[: max(10, width - len(prefix) - 1)] + "…"
         lines.append(prefix + title)

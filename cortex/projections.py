@@ -346,14 +346,12 @@ def _inputs_digests(store: Store, index: Any = None) -> dict[str, str] | None:
                 stat = path.stat()
                 common.update(f"{path}\0{stat.st_mtime_ns}\0{stat.st_size}\0".encode())
     by_kinds = {kinds: common.copy() for kinds in set(PAGE_KINDS.values())}
-    for rel in sorted(index.manifest.files):
-        entry = index.manifest.files[rel]
-        kind = entry.get("type")
-        if kind == "architecture" and not any(f'"{tag}"' in entry["meta"] for tag in RECORD_TAGS):
+    for rel, kind, error, digest in sorted(index.manifest.files.column("type", "error", "hash")):
+        if kind == "architecture" and not any(f'"{tag}"' in index.manifest.files.value(rel, "meta") for tag in RECORD_TAGS):
             continue  # not a decision record (no `decision`/`adr` tag, nor the word in its metadata): on no page
         for kinds, h in by_kinds.items():
-            if "error" in entry or kind in kinds:
-                h.update(f"{rel}\0{entry['hash']}\0".encode())
+            if error is not None or kind in kinds:
+                h.update(f"{rel}\0{digest}\0".encode())
     return {name: by_kinds[kinds].hexdigest() for name, kinds in PAGE_KINDS.items()}
 
 

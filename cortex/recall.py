@@ -299,8 +299,7 @@ def missing_contextual(store: Store, index: Any) -> list[tuple[str, str]]:
     views = index._allowed  # noqa: SLF001 - the per-sync view cache of the index
     if key not in views:
         wanted: dict[str, str] = {}
-        for rel, entry in index.records().items():
-            vhash = entry.get("vhash")
+        for rel, vhash in index.records().column("vhash"):
             if vhash and vhash not in have and vhash not in wanted:
                 wanted[vhash] = rel
         for stale in [k for k in views if isinstance(k, tuple) and k[:1] == ("missing-contextual",)]:
@@ -398,10 +397,10 @@ def contextual_scores(store: Store, index: Any, query: str, key: Any, allowed: f
     if cache_key not in views:
         for stale in [k for k in views if isinstance(k, tuple) and k[:2] == ("contextual", key)]:
             del views[stale]  # rows were appended since: one view per filter, not one per batch
-        files = index.manifest.files
-        rels = sorted(rel for rel in allowed if files[rel].get("vhash") in row_of)
-        rows = np.fromiter((row_of[files[rel]["vhash"]] for rel in rels), dtype=np.int64, count=len(rels))
-        complete = len(rels) == sum(1 for rel in allowed if files[rel].get("vhash"))
+        vhash = index.vhashes()
+        rels = sorted(rel for rel in allowed if vhash[rel] in row_of)
+        rows = np.fromiter((row_of[vhash[rel]] for rel in rels), dtype=np.int64, count=len(rels))
+        complete = len(rels) == sum(1 for rel in allowed if vhash[rel])
         views[cache_key] = (rels, vectors.rows_view(matrix, rows), complete, {rel: i for i, rel in enumerate(rels)})
     rels, sub, complete, where = views[cache_key]
     if not rels or not complete:
@@ -494,8 +493,7 @@ def sessions(index: Any) -> tuple[dict[str, str], dict[str, list[str]]]:
     if "sessions" not in views:
         session_of: dict[str, str] = {}
         members: dict[str, list[str]] = {}
-        for rel, entry in index.records().items():
-            session = entry.get("session")
+        for rel, session in index.records().column("session"):
             if session:
                 session_of[rel] = session
                 members.setdefault(session, []).append(rel)
@@ -586,9 +584,9 @@ def static_scores(index: Any, query: str, key: Any, allowed: frozenset[str]) -> 
     cache_key = ("static-all", key)
     views = index._allowed  # noqa: SLF001 - the per-sync view cache of the index
     if cache_key not in views:
-        files = index.manifest.files
-        rels = sorted(rel for rel in allowed if files[rel].get("vhash") in row_of)
-        rows = np.fromiter((row_of[files[rel]["vhash"]] for rel in rels), dtype=np.int64, count=len(rels))
+        vhash = index.vhashes()
+        rels = sorted(rel for rel in allowed if vhash[rel] in row_of)
+        rows = np.fromiter((row_of[vhash[rel]] for rel in rels), dtype=np.int64, count=len(rels))
         views[cache_key] = (rels, vectors.rows_view(matrix, rows), {rel: i for i, rel in enumerate(rels)})
     rels, sub, where = views[cache_key]
     if not rels:
@@ -664,9 +662,9 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
     allowed_key = (statuses, tuple(types), branch)
     # Source code is found through its description (and comes back right after it, one hop along source_of);
     # it is searched directly only when asked for by type.
-    allowed = index.allowed(allowed_key, lambda entry: entry["status"] in statuses
-                            and (entry["type"] in types if types else entry["type"] != "code")
-                            and (branch is None or entry["branch"] == branch))
+    allowed = index.allowed(allowed_key, lambda status, kind, on: status in statuses
+                            and (kind in types if types else kind != "code")
+                            and (branch is None or on == branch))
     ranked: dict[str, list[tuple[str, float]]] = {}
     ix = index.fulltext_index() if "bm25" in methods else None
     if ix is not None:

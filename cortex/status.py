@@ -15,9 +15,9 @@ def report(store: Store, index: Index) -> dict[str, Any]:
 
     if index.damaged_parts():  # its sync read only the manifest: rebuild the damaged parts now, and say so
         index.sync(full=True, progress=False)
-    root = str(store.memories_dir)  # from the manifest's fields: no `Memory` (or `Path`) for each of 10,000 entries
-    out = store.status_of([(f"{root}/{rel}", entry["id"], entry["type"], entry["status"], entry["pinned"], entry["links"])
-                           for rel, entry in index.records().items()],
+    # From the manifest's columns: no `Memory`, `Path` or dict for each of 100,000 entries (paths relative to
+    # memories/ until a problem names one).
+    out = store.status_of(index.records().column("id", "type", "status", "pinned", "links"),
                           [f"{path}: {reason}" for path, reason in index.problems()])
     from cortex.embedding import model_identity
 

@@ -570,8 +570,9 @@ class Store:
                                for item in scan.memories], [str(p) for p in scan.problems])
 
     def status_of(self, rows: list[tuple[Any, str, str, str, bool, list[Any]]], problems: list[str]) -> dict[str, Any]:
-        """`status` from (path, id, type, status, pinned, links) of each memory (links as `Link`s or as
-        (rel, to, strength) tuples: what the cache's manifest holds) and the problems already found."""
+        """`status` from (path, id, type, status, pinned, links) of each memory (the path absolute, or relative to
+        memories/ and links as (rel, to, strength) tuples: what the cache's manifest holds) and the problems
+        already found."""
         by_type: dict[str, int] = {}
         by_status: dict[str, int] = {}
         for _, _, kind, status, _, _ in rows:
@@ -581,13 +582,20 @@ class Store:
         ids = {row[1] for row in rows}
         warnings: list[str] = []
         for path, memory_id, _, _, _, links in rows:
-            links = [link if isinstance(link, fmt.Link) else fmt.Link(link[0], link[1], link[2]) for link in links]
-            for link in links:
-                if link.to not in ids:
-                    problems.append(f"{path}: link {link.rel} to unknown id {link.to}")
-            if links:
-                warnings += [f"{path}: {problem} (ignored; remove the line)"
-                             for problem in fmt.link_problems(memory_id, links)[1]]
+            if not links:
+                continue
+            pairs = [(link.rel, link.to) if isinstance(link, fmt.Link) else (link[0], link[1]) for link in links]
+            if all(to in ids for _, to in pairs) and len(set(pairs)) == len(pairs) \
+                    and all(to != memory_id for _, to in pairs):
+                continue  # nothing to say (the path is made only when something is)
+            if isinstance(path, str):  # relative to memories/, as the cache's manifest names it
+                path = self.memories_dir / path
+            for rel, to in pairs:
+                if to not in ids:
+                    problems.append(f"{path}: link {rel} to unknown id {to}")
+            if len(set(pairs)) < len(pairs) or any(to == memory_id for _, to in pairs):  # made `Link`s only then
+                warnings += [f"{path}: {problem} (ignored; remove the line)" for problem in fmt.link_problems(
+                    memory_id, [fmt.Link(rel, to) for rel, to in pairs])[1]]
         try:
             warnings = list(self.config().warnings) + warnings
         except CortexError as exc:

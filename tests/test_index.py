@@ -191,10 +191,11 @@ def test_watch_stops_cleanly_on_sigterm(project):
     assert not watcher_active(Store.locate(project))
 
 
-@pytest.mark.parametrize("schema", [6, 7])
+@pytest.mark.parametrize("schema", [6, 7, 8])
 def test_a_cache_from_an_older_schema_is_upgraded_in_place_not_rebuilt(project, schema):
     """Schema 6 lacked the fields `cortex list` shows, 7 those the briefing ranks by: they are filled from each
-    entry's metadata, and the full-text index and vectors (minutes at 100,000 memories) are kept."""
+    entry's metadata; 8 held every entry as a dict. The full-text index and vectors (minutes at 100,000
+    memories) are kept, and the manifest is written back in columns."""
     import marshal
     import zlib
 
@@ -206,16 +207,20 @@ def test_a_cache_from_an_older_schema_is_upgraded_in_place_not_rebuilt(project, 
     path = project / ".cortex" / "cache" / "manifest.bin"
     old = Manifest.load(path)
     vectors = (project / ".cortex" / "cache" / "vectors.f32").read_bytes()
-    for entry in old.files.values():
-        for key in ((*mf.LIST_FIELDS, "session") if schema == 6 else ()) + mf.BRIEF_FIELDS:
+    files = {rel: dict(entry) for rel, entry in old.files.items()}
+    for entry in files.values():
+        for key in ((*mf.LIST_FIELDS, "session") if schema == 6 else ()) + (mf.BRIEF_FIELDS if schema < 8 else ()):
             entry.pop(key, None)
+    header = {"synced_ns": old.synced_ns, "model": old.model, "dim": old.dim, "vector_keys": old.vector_keys,
+              "pending_deletes": old.pending_deletes, "parts": old.parts}
     if schema == 6:  # one marshalled dict after its CRC
-        payload = marshal.dumps({"synced_ns": old.synced_ns, "model": old.model, "dim": old.dim,
-                                 "vector_keys": old.vector_keys, "pending_deletes": old.pending_deletes,
-                                 "parts": old.parts, "files": old.files})
+        payload = marshal.dumps(header | {"files": files})
         path.write_bytes(mf.UPGRADABLE + zlib.crc32(payload).to_bytes(4, "little") + payload)
-    else:  # today's chunked layout under schema 7's magic
-        path.write_bytes(mf.CHUNKED + old.dumps()[len(mf.MAGIC):])
+    else:  # schema 7 and 8: the header, then the entries as dicts in chunks, each after its length, then the CRC
+        pieces = [marshal.dumps(header | {"chunks": 1}), marshal.dumps(files)]
+        body = b"".join(len(piece).to_bytes(4, "little") + piece for piece in pieces)
+        magic = mf.CHUNKED if schema == 7 else mf.ROWS
+        path.write_bytes(magic + body + zlib.crc32(body).to_bytes(4, "little"))
     assert path.read_bytes()[:len(mf.MAGIC)] != mf.MAGIC
     report = Index(Store.locate(project)).sync(full=True)
     assert not report.rebuilt and report.embedded == 0

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from cortex.files import atomic_write, file_lock, try_lock
-from cortex.index.manifest import Manifest, embed_text, memory_from_meta
+from cortex.index.manifest import Entries, Manifest, embed_text, memory_from_meta
 from cortex.memory import Memory
 from cortex.store import Problem, Scan, Store
 
@@ -88,7 +88,8 @@ class Index:
         self._synced: int | None = None  # the level of the last sync this object made (see `ensure`)
         self.encoder_problem: str | None = None
         self._scan: Scan | None = None
-        self._records: dict[str, dict[str, Any]] | None = None
+        self._records: Records | None = None
+        self._problems: list[tuple[str, str]] = []  # (path relative to memories/, reason): with the records
         self._central: dict[str, float] | None = None
         self._neighbours: dict[str, list[tuple[str, str, float | None]]] | None = None
         self._allowed: dict[Any, Any] = {}
@@ -379,7 +380,7 @@ class Index:
     def _update_fulltext(self, manifest: Manifest, report: SyncReport, progress: bool) -> bool:
         import cortex.index.fulltext as fulltext
 
-        todo = [rel for rel, entry in manifest.files.items() if not entry.get("ft")]
+        todo = [rel for rel, ft in manifest.files.column("ft") if not ft]
         deletes = list(manifest.pending_deletes)
         if not todo and not deletes and self.whoosh_dir.is_dir():
             return False  # opening Whoosh costs ~40 ms: only when there is work (or no index at all)
@@ -454,8 +455,7 @@ class Index:
                 self.vectors_path.unlink()
         known = set(manifest.vector_keys)
         first: dict[str, str] = {}  # each text hash without a vector -> the first path holding it (by name)
-        for rel, entry in manifest.files.items():  # not sorted first: mostly nothing is missing (~10 ms at 10,000)
-            vhash = entry.get("vhash")
+        for rel, vhash in manifest.files.column("vhash"):  # not sorted first: mostly nothing is missing
             if vhash and vhash not in known and (vhash not in first or rel < first[vhash]):
                 first[vhash] = rel
         if not first:
@@ -573,36 +573,45 @@ class Index:
             self.sync(full=False)
         assert self.manifest is not None
         if self._records is None:
-            seen: set[str] = set()
-            records = {}
-            for rel in sorted(self.manifest.files):
-                entry = self.manifest.files[rel]
-                if "error" not in entry and entry["id"] not in seen:
-                    seen.add(entry["id"])
-                    records[rel] = entry
-            self._records = records
+            self._records, self._problems = self._sorted_out()
         return self._records
+
+    def _sorted_out(self) -> tuple[Records, list[tuple[str, str]]]:
+        """The records (`records`) and (path, reason) of the problems (`problems`), from one pass in path order
+        over three columns."""
+        assert self.manifest is not None
+        seen: dict[str, str] = {}
+        valid: list[tuple[str, int]] = []
+        problems: list[tuple[str, str]] = []
+        rows = sorted((rel, error, ident, n) for n, (rel, error, ident) in enumerate(self.manifest.files.column(
+            "error", "id")))
+        for rel, error, ident, n in rows:
+            if error is not None:
+                problems.append((rel, error))
+            elif ident in seen:
+                problems.append((rel, f"duplicate id {ident} (also in {self.store.memories_dir / seen[ident]})"))
+            else:
+                seen[ident] = rel
+                valid.append((rel, n))
+        return Records(self.manifest.files, valid), problems
 
     def problems(self) -> list[tuple[Path, str]]:
         """(path, reason) of every malformed file and duplicate id."""
-        assert self.manifest is not None
-        out = []
-        seen: dict[str, str] = {}
-        for rel in sorted(self.manifest.files):
-            entry = self.manifest.files[rel]
-            if "error" in entry:
-                out.append((self.store.memories_dir / rel, entry["error"]))
-            elif entry["id"] in seen:
-                out.append((self.store.memories_dir / rel, f"duplicate id {entry['id']} (also in {self.store.memories_dir / seen[entry['id']]})"))
-            else:
-                seen[entry["id"]] = rel
-        return out
+        self.records()
+        return [(self.store.memories_dir / rel, reason) for rel, reason in self._problems]
 
-    def allowed(self, key: Any, keep: Callable[[dict[str, Any]], bool]) -> frozenset[str]:
-        """The paths whose entries pass a filter, computed once per sync for each filter `key`."""
+    def allowed(self, key: Any, keep: Callable[[str, str, str | None], bool]) -> frozenset[str]:
+        """The paths of the records whose (status, type, branch) pass a filter, computed once per sync for each
+        filter `key`."""
         if key not in self._allowed:
-            self._allowed[key] = frozenset(rel for rel, entry in self.records().items() if keep(entry))
+            self._allowed[key] = frozenset(rel for rel, status, kind, branch in self.records().column(
+                "status", "type", "branch") if keep(status, kind, branch))
         return self._allowed[key]
+
+    def vhashes(self) -> dict[str, str | None]:
+        """path -> the hash of its embedded text (None for source code and malformed files), once per sync."""
+        assert self.manifest is not None
+        return self.memo(("vhash",), lambda: dict(self.manifest.files.column("vhash")))  # type: ignore[union-attr]
 
     def memo(self, key: Any, make: Callable[[], Any]) -> Any:
         """A value kept until the next sync that changes something (with the filtered views): `make()` once."""
@@ -635,9 +644,9 @@ class Index:
         if cache_key not in self._allowed:
             matrix, row_of = vectors
             assert self.manifest is not None
-            files = self.manifest.files
-            rels = sorted(rel for rel in allowed if files[rel].get("vhash") in row_of)
-            rows = np.fromiter((row_of[files[rel]["vhash"]] for rel in rels), dtype=np.int64, count=len(rels))
+            vhash = self.vhashes()
+            rels = sorted(rel for rel in allowed if vhash[rel] in row_of)
+            rows = np.fromiter((row_of[vhash[rel]] for rel in rels), dtype=np.int64, count=len(rels))
             self._allowed[cache_key] = (rels, vectors_module.rows_view(matrix, rows))
         rels, sub = self._allowed[cache_key]
         if not rels:
@@ -678,7 +687,7 @@ class Index:
 
     def rel_of_id(self) -> dict[str, str]:
         if self._rel_of_id is None:
-            self._rel_of_id = {entry["id"]: rel for rel, entry in self.records().items()}
+            self._rel_of_id = {ident: rel for rel, ident in self.records().column("id")}
         return self._rel_of_id
 
     def searcher(self) -> Any:
@@ -714,15 +723,15 @@ class Index:
         memories made to it (automatic links are written in the newer memory's file only; the relation reads
         both ways). A link written on both ends, as older stores have it, counts once. Computed once per sync."""
         if self._neighbours is None:
-            known = {entry["id"] for entry in self.records().values()}
+            known = self.rel_of_id()
             out: dict[str, dict[tuple[str, str], float | None]] = {}
-            for entry in self.records().values():
-                for rel, to, strength in entry.get("links", ()):
+            for _, ident, links in self.records().column("id", "links"):
+                for rel, to, strength in links or ():
                     if to not in known:  # a link to a missing memory is a problem for `status`, not a neighbour
                         continue
-                    out.setdefault(entry["id"], {}).setdefault((rel, to), strength)
+                    out.setdefault(ident, {}).setdefault((rel, to), strength)
                     if rel == "relates_to":
-                        out.setdefault(to, {}).setdefault((rel, entry["id"]), strength)
+                        out.setdefault(to, {}).setdefault((rel, ident), strength)
             self._neighbours = LinkMap(out)
         return self._neighbours
 
@@ -975,6 +984,43 @@ def _marks(files: dict[str, Path], recorded: dict[str, Any],
     return out
 
 
+class Records(Mapping[str, dict[str, Any]]):
+    """The manifest's valid entries by path, in path order (`Index.records`): an entry's dict is made when it
+    is asked for, and `column` reads a few fields of every record without making any."""
+
+    def __init__(self, files: Entries, rows: list[tuple[str, int]]) -> None:
+        """`rows`: (path, its place in `Entries.column`'s order) of each record, in path order."""
+        self._files, self._keys, self._order, self._shape = files, dict(rows), [n for _, n in rows], files.shape
+
+    def __getitem__(self, rel: str) -> dict[str, Any]:
+        if rel not in self._keys:
+            raise KeyError(rel)
+        return self._files[rel]
+
+    def __contains__(self, rel: object) -> bool:
+        return rel in self._keys
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def value(self, rel: str, name: str) -> Any:
+        """One field of one record (None when it has none), without making its dict."""
+        if rel not in self._keys:
+            raise KeyError(rel)
+        return self._files.value(rel, name)
+
+    def column(self, *names: str) -> list[tuple[Any, ...]]:
+        """(path, value of each named field, None where it has none) of every record, in path order."""
+        if self._files.shape != self._shape:  # rows added or removed since: find each by its path
+            found = {row[0]: row for row in self._files.column(*names) if row[0] in self._keys}
+            return [found[rel] for rel in self._keys if rel in found]
+        rows = list(self._files.column(*names))
+        return [rows[n] for n in self._order]
+
+
 def _level(full: bool, vectors: bool) -> int:
     """Sync depth: 1 the manifest, 2 with vectors, 3 with the full-text index and vectors."""
     return 3 if full else 2 if vectors else 1
@@ -983,7 +1029,7 @@ def _level(full: bool, vectors: bool) -> int:
 def _incomplete(manifest: Manifest) -> bool:
     if manifest.pending_deletes or (manifest.files and not manifest.vector_keys):
         return True
-    return any(not entry.get("ft") for entry in manifest.files.values())
+    return any(not ft for _, ft in manifest.files.column("ft"))
 
 
 def _file_version(path: Path) -> tuple[int, int, int] | None:
