@@ -372,8 +372,6 @@ def contextual_scores(store: Store, index: Any, query: str, key: Any, allowed: f
     """Cosine of the query with every allowed memory that has a contextual vector (None when the model is off
     or there are no vectors). Missing vectors are filled first (a command, up to `INLINE_FILL`) or in a thread
     (a resident process)."""
-    import numpy as np
-
     import cortex.index.vectors as vectors
 
     encoder = CONTEXTUAL.get()
@@ -397,10 +395,8 @@ def contextual_scores(store: Store, index: Any, query: str, key: Any, allowed: f
     if cache_key not in views:
         for stale in [k for k in views if isinstance(k, tuple) and k[:2] == ("contextual", key)]:
             del views[stale]  # rows were appended since: one view per filter, not one per batch
-        vhash = index.vhashes()
-        rels = sorted(rel for rel in allowed if vhash[rel] in row_of)
-        rows = np.fromiter((row_of[vhash[rel]] for rel in rels), dtype=np.int64, count=len(rels))
-        complete = len(rels) == sum(1 for rel in allowed if vhash[rel])
+        rels, rows, embeddable = index.embedded(allowed, row_of)
+        complete = len(rels) == embeddable
         views[cache_key] = (rels, vectors.rows_view(matrix, rows), complete, {rel: i for i, rel in enumerate(rels)})
     rels, sub, complete, where = views[cache_key]
     if not rels or not complete:
@@ -584,9 +580,7 @@ def static_scores(index: Any, query: str, key: Any, allowed: frozenset[str]) -> 
     cache_key = ("static-all", key)
     views = index._allowed  # noqa: SLF001 - the per-sync view cache of the index
     if cache_key not in views:
-        vhash = index.vhashes()
-        rels = sorted(rel for rel in allowed if vhash[rel] in row_of)
-        rows = np.fromiter((row_of[vhash[rel]] for rel in rels), dtype=np.int64, count=len(rels))
+        rels, rows, _ = index.embedded(allowed, row_of)
         views[cache_key] = (rels, vectors.rows_view(matrix, rows), {rel: i for i, rel in enumerate(rels)})
     rels, sub, where = views[cache_key]
     if not rels:
@@ -775,7 +769,7 @@ def _with_links(store: Store, index: Any, hits: list[Hit], statuses: tuple[str, 
     from cortex.graph import LinkAges, expand
 
     records, rel_of_id = index.records(), index.rel_of_id()
-    neighbours, ages = index.neighbours(), LinkAges(store, index, now)
+    neighbours, ages = index.hops(STRONG_LINK), LinkAges(store, index, now)
     shown = {h.memory.id for h in hits}
     out: list[Hit] = []
     for hit in hits:

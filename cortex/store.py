@@ -650,12 +650,21 @@ def walk_memory_files(root: str, keep: Callable[[str], bool] | None = None) -> t
     a reader). Hidden entries are skipped; odd ones are never read, written or descended into."""
     files: builtins.list[Found] = []
     odd: builtins.list[tuple[str, str]] = []
-    _walk_folder(root, "", keep, files, odd)
+    _walk_folder(root, "", keep, files, odd, None)
     return files, odd
 
 
-def _walk_folder(folder: str, prefix: str, keep: Callable[[str], bool] | None,
-                 files: builtins.list[Found], odd: builtins.list[tuple[str, str]]) -> None:
+def walk_memory_stats(root: str) -> tuple[dict[str, os.stat_result], builtins.list[tuple[str, str]]]:
+    """The same walk, with the stat of each memory file as it is listed: {relative path: stat} and the odd
+    entries (the cache's check of every file: one loop, not a list of entries and a second loop over it)."""
+    stats: dict[str, os.stat_result] = {}
+    odd: builtins.list[tuple[str, str]] = []
+    _walk_folder(root, "", None, [], odd, stats)
+    return stats, odd
+
+
+def _walk_folder(folder: str, prefix: str, keep: Callable[[str], bool] | None, files: builtins.list[Found],
+                 odd: builtins.list[tuple[str, str]], stats: dict[str, os.stat_result] | None) -> None:
     try:
         with os.scandir(folder) as listing:
             entries = list(listing)
@@ -666,13 +675,18 @@ def _walk_folder(folder: str, prefix: str, keep: Callable[[str], bool] | None,
         if name.startswith("."):
             continue
         if name.endswith(".md") and entry.is_file(follow_symlinks=False):  # the common case first
-            if keep is None or keep(name):
+            if stats is not None:
+                try:
+                    stats[prefix + name] = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue  # vanished while we looked
+            elif keep is None or keep(name):
                 files.append((folder, name, prefix, entry))
         elif entry.is_symlink():
             if name.endswith(".md") or _points_to_folder(entry):
                 odd.append((prefix + name, SYMLINK))
         elif entry.is_dir(follow_symlinks=False):
-            _walk_folder(entry.path, f"{prefix}{name}/", keep, files, odd)
+            _walk_folder(entry.path, f"{prefix}{name}/", keep, files, odd, stats)
         elif name.endswith(".md"):
             odd.append((prefix + name, NOT_REGULAR))
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import operator
 import os
 import shutil
 import sys
@@ -583,9 +584,10 @@ class Index:
         seen: dict[str, str] = {}
         valid: list[tuple[str, int]] = []
         problems: list[tuple[str, str]] = []
-        rows = sorted((rel, error, ident, n) for n, (rel, error, ident) in enumerate(self.manifest.files.column(
-            "error", "id")))
-        for rel, error, ident, n in rows:
+        files = self.manifest.files
+        paths, errors, ids = files.paths, files.full_column("error"), files.full_column("id")
+        for n in sorted((n for n, rel in enumerate(paths) if rel is not None), key=paths.__getitem__):
+            rel, error, ident = paths[n], errors[n], ids[n]
             if error is not None:
                 problems.append((rel, error))
             elif ident in seen:
@@ -608,10 +610,22 @@ class Index:
                 "status", "type", "branch") if keep(status, kind, branch))
         return self._allowed[key]
 
-    def vhashes(self) -> dict[str, str | None]:
-        """path -> the hash of its embedded text (None for source code and malformed files), once per sync."""
-        assert self.manifest is not None
-        return self.memo(("vhash",), lambda: dict(self.manifest.files.column("vhash")))  # type: ignore[union-attr]
+    def embedded(self, allowed: frozenset[str], row_of: dict[str, int]) -> tuple[list[str], Any, int]:
+        """(the allowed records with a row in a vector matrix, in path order; those rows; how many allowed records
+        have a text to embed at all), from the records' column of embedded-text hashes: no sort."""
+        import numpy as np
+
+        rels: list[str] = []
+        rows: list[int] = []
+        embeddable = 0
+        for rel, vhash in self.records().column("vhash"):
+            if vhash and rel in allowed:
+                embeddable += 1
+                row = row_of.get(vhash)
+                if row is not None:
+                    rels.append(rel)
+                    rows.append(row)
+        return rels, np.array(rows, dtype=np.int64), embeddable
 
     def memo(self, key: Any, make: Callable[[], Any]) -> Any:
         """A value kept until the next sync that changes something (with the filtered views): `make()` once."""
@@ -644,9 +658,7 @@ class Index:
         if cache_key not in self._allowed:
             matrix, row_of = vectors
             assert self.manifest is not None
-            vhash = self.vhashes()
-            rels = sorted(rel for rel in allowed if vhash[rel] in row_of)
-            rows = np.fromiter((row_of[vhash[rel]] for rel in rels), dtype=np.int64, count=len(rels))
+            rels, rows, _ = self.embedded(allowed, row_of)
             self._allowed[cache_key] = (rels, vectors_module.rows_view(matrix, rows))
         rels, sub = self._allowed[cache_key]
         if not rels:
@@ -734,6 +746,25 @@ class Index:
                         out.setdefault(to, {}).setdefault((rel, ident), strength)
             self._neighbours = LinkMap(out)
         return self._neighbours
+
+    def hops(self, strong: float) -> Mapping[str, list[tuple[str, str, float | None]]]:
+        """`neighbours` for `graph.expand`: only the links it follows (source_of, and relates_to of at least
+        `strong`, both ways), read from the links column once per sync: a one-shot `recall` at 100,000 memories
+        made the whole map for a few hits (~0.3 s)."""
+
+        def make() -> LinkMap:
+            known = self.rel_of_id()
+            out: dict[str, dict[tuple[str, str], float | None]] = {}
+            for _, ident, links in self.records().column("id", "links"):
+                for rel, to, strength in links or ():
+                    if (rel == "source_of" or (rel == "relates_to" and strength is not None and strength >= strong)) \
+                            and to in known:
+                        out.setdefault(ident, {}).setdefault((rel, to), strength)
+                        if rel == "relates_to":
+                            out.setdefault(to, {}).setdefault((rel, ident), strength)
+            return LinkMap(out)
+
+        return self.memo(("hops", strong), make)
 
     @property
     def centrality_path(self) -> Path:
@@ -989,8 +1020,8 @@ class Records(Mapping[str, dict[str, Any]]):
     is asked for, and `column` reads a few fields of every record without making any."""
 
     def __init__(self, files: Entries, rows: list[tuple[str, int]]) -> None:
-        """`rows`: (path, its place in `Entries.column`'s order) of each record, in path order."""
-        self._files, self._keys, self._order, self._shape = files, dict(rows), [n for _, n in rows], files.shape
+        """`rows`: (path, its row in `files`) of each record, in path order."""
+        self._files, self._keys, self._rows = files, dict(rows), [n for _, n in rows]
 
     def __getitem__(self, rel: str) -> dict[str, Any]:
         if rel not in self._keys:
@@ -1014,11 +1045,10 @@ class Records(Mapping[str, dict[str, Any]]):
 
     def column(self, *names: str) -> list[tuple[Any, ...]]:
         """(path, value of each named field, None where it has none) of every record, in path order."""
-        if self._files.shape != self._shape:  # rows added or removed since: find each by its path
-            found = {row[0]: row for row in self._files.column(*names) if row[0] in self._keys}
-            return [found[rel] for rel in self._keys if rel in found]
-        rows = list(self._files.column(*names))
-        return [rows[n] for n in self._order]
+        if len(self._rows) < 2:
+            return [(rel, *(self._files.value(rel, name) for name in names)) for rel in self._keys]
+        pick = operator.itemgetter(*self._rows)  # rows stay where they are while these records hold
+        return list(zip(self._keys, *(pick(self._files.full_column(name)) for name in names)))
 
 
 def _level(full: bool, vectors: bool) -> int:

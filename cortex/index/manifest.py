@@ -44,7 +44,7 @@ from typing import Any, Iterator
 
 from cortex.errors import MalformedMemory
 from cortex.memory import Link, Memory
-from cortex.store import MAX_MEMORY_BYTES, parse_bytes, read_memory_bytes, too_large, walk_memory_files
+from cortex.store import MAX_MEMORY_BYTES, parse_bytes, read_memory_bytes, too_large, walk_memory_stats
 
 # 6: issue 21 (the duplicate check, the pages and `cortex serve` read the cache); 7: list's fields; 8: the
 # prior's and the briefing's fields; 9: columns (`Entries`)
@@ -106,7 +106,6 @@ class Entries(MutableMapping[str, dict[str, Any]]):
         self._touched: set[int] = set()  # chunks a row was removed from
         self._holes = paths.count(None)
         self._names: list[str] | None = None
-        self.shape = 0  # counts rows added and removed: a position in `column`'s order holds while it is equal
 
     @classmethod
     def of(cls, files: dict[str, dict[str, Any]]) -> Entries:
@@ -145,7 +144,6 @@ class Entries(MutableMapping[str, dict[str, Any]]):
         if i is None:
             i = pos[rel] = len(self._paths)
             self._paths.append(rel)
-            self.shape += 1
         self._rows[i] = entry
 
     def __delitem__(self, rel: str) -> None:
@@ -154,7 +152,6 @@ class Entries(MutableMapping[str, dict[str, Any]]):
         self._rows.pop(i, None)
         self._touched.add(i // self._size)
         self._holes += 1
-        self.shape += 1
 
     def value(self, rel: str, name: str, default: Any = None) -> Any:
         """One field of one entry, without making its dict."""
@@ -170,24 +167,24 @@ class Entries(MutableMapping[str, dict[str, Any]]):
 
     def column(self, *names: str) -> Iterator[tuple[Any, ...]]:
         """(path, value of each named field, None where the entry has none) of every entry, in row order."""
-        for chunk in range((len(self._paths) + self._size - 1) // self._size):
-            base = chunk * self._size
-            paths = self._paths[base:base + self._size]
-            stored = base < self._stored
-            columns = [self._plain_column(name, chunk) for name in names] if stored else []
-            handed = self._rows and any(i in self._rows for i in range(base, base + len(paths)))
-            if stored and not handed and base + len(paths) <= self._stored:
-                rows = zip(paths, *columns)
-                yield from (rows if not self._holes else (row for row in rows if row[0] is not None))
-                continue
-            for at, rel in enumerate(paths):
-                if rel is None:
-                    continue
-                row = self._rows.get(base + at)
-                if row is not None:
-                    yield (rel, *(row.get(name) for name in names))
-                else:
-                    yield (rel, *(column[at] for column in columns))
+        rows = zip(self._paths, *(self.full_column(name) for name in names))
+        return (row for row in rows if row[0] is not None) if self._holes else rows
+
+    def full_column(self, name: str) -> list[Any]:
+        """A field of every row (None where the entry has none, or the row is a hole), by row."""
+        out: list[Any] = []
+        for chunk in range((min(self._stored, len(self._paths)) + self._size - 1) // self._size):
+            out += self._plain_column(name, chunk)
+        if len(out) < len(self._paths):
+            out += [None] * (len(self._paths) - len(out))
+        for i, row in self._rows.items():
+            out[i] = row.get(name)
+        return out
+
+    @property
+    def paths(self) -> list[str | None]:
+        """The path of every row, None for a hole: `full_column`'s rows."""
+        return self._paths
 
     # ------------------------------------------------------------ columns
 
@@ -492,13 +489,7 @@ def _pieces(body: memoryview) -> Iterator[Any]:
 def _walk(memories_dir: Path) -> tuple[dict[str, os.stat_result], dict[str, str]]:
     """`Store.walk`'s entries with their stat: {relative path: stat} of the memory files, {relative path:
     reason} of the links and other odd entries."""
-    files, odd = walk_memory_files(str(memories_dir))
-    seen: dict[str, os.stat_result] = {}
-    for _, name, prefix, entry in files:
-        try:
-            seen[prefix + name] = entry.stat(follow_symlinks=False)
-        except OSError:
-            continue  # vanished while we looked
+    seen, odd = walk_memory_stats(str(memories_dir))
     return seen, dict(odd)
 
 
