@@ -380,3 +380,49 @@ def test_a_watchers_account_of_the_changed_files_stands_for_a_walk(project, monk
     fresh.watched([path], time.time_ns())
     with pytest.raises(AssertionError, match="walked every file"):
         fresh.ensure(full=False)
+
+
+def test_a_manifest_kept_in_columns_reads_back_as_one_built_from_nothing(tmp_path, example_store, monkeypatch):
+    """The manifest is written in columns of `CHUNK` rows, copying the chunks nothing changed and leaving holes
+    where files went. After files are edited, removed, added, hand-broken and removed again, across several
+    syncs and processes, what the next process reads is what a rebuild from the files makes, and the commands
+    that read columns (list, status) say the same as after that rebuild."""
+    from cortex.index import manifest as mf
+
+    monkeypatch.setattr(mf, "CHUNK", 4)  # the example's ~40 memories in ten chunks: every path of the code
+    root = tmp_path / "project"
+    shutil.copytree(example_store, root / ".cortex")
+    store = Store(root / ".cortex", "project")
+    Index(store).rebuild()
+    files = sorted((root / ".cortex" / "memories").rglob("*.md"))
+    edited, removed, broken = files[1], files[5:9], files[13]
+    edited.write_text(edited.read_text(encoding="utf-8").replace("\n\n", "\n\nRevisited on Friday.\n\n", 1),
+                      encoding="utf-8")
+    for path in removed:
+        path.unlink()
+    Index(store).sync(full=True)
+    holed = Manifest.load(store.cache_dir / "manifest.bin")
+    assert holed is not None and holed.files.paths.count(None) == len(removed)  # holes left, other chunks copied
+    broken.write_text("---\nid: [unclosed\n---\nbody\n", encoding="utf-8")
+    (root / ".cortex" / "memories" / "decision" / "2026-11-27-new-queue.md").write_text(
+        "---\nid: 5e1f0a2b3c4d\ntype: decision\ntitle: The queue moved to arq\nstatus: active\n---\n\n"
+        "The queue moved to arq from celery.\n", encoding="utf-8")
+    Index(store).sync(full=True)
+    files[20].unlink()
+    later = Index(store)
+    later.sync(full=True)
+    kept = Manifest.load(store.cache_dir / "manifest.bin")
+    assert kept is not None and kept.files.paths.count(None) == 0  # a fifth hole in 27 rows: packed
+    listed, status = cortex("list", "--all", cwd=root).stdout, cortex("status", cwd=root).stdout
+
+    (store.cache_dir / "manifest.bin").unlink()
+    fresh = Index(store)
+    fresh.rebuild()
+    rebuilt = Manifest.load(store.cache_dir / "manifest.bin")
+    assert rebuilt is not None
+    assert {rel: dict(entry) for rel, entry in kept.files.items()} == \
+        {rel: dict(entry) for rel, entry in rebuilt.files.items()}
+    assert len(kept.files) == len(files) - len(removed) - 1 + 1
+    assert "The queue moved to arq" in listed and broken.name in status  # the new memory; the broken file
+    assert cortex("list", "--all", cwd=root).stdout == listed
+    assert cortex("status", cwd=root).stdout == status

@@ -93,8 +93,8 @@ class Entries(MutableMapping[str, dict[str, Any]]):
     only the chunks whose rows were handed out, added or removed, and copies every other chunk as it was."""
 
     def __init__(self, paths: list[str | None], table: dict[tuple[str, int], tuple[int, int, bool]] | None = None,
-                 raw: Any = None, size: int = CHUNK) -> None:
-        self._size = size  # rows per chunk, as the file was written (a new file: `CHUNK`)
+                 raw: Any = None, size: int | None = None) -> None:
+        self._size = size or CHUNK  # rows per chunk, as the file was written (a new file: `CHUNK`)
         self._paths = paths  # row -> path; None where a removed file's row waits for the next packing
         self._pos: dict[str, int] | None = None
         self._table = table or {}  # (field, chunk) -> (offset, length, whether ABSENT is in it) in `raw`
