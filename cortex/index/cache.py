@@ -735,36 +735,30 @@ class Index:
         memories made to it (automatic links are written in the newer memory's file only; the relation reads
         both ways). A link written on both ends, as older stores have it, counts once. Computed once per sync."""
         if self._neighbours is None:
-            known = self.rel_of_id()
-            out: dict[str, dict[tuple[str, str], float | None]] = {}
-            for _, ident, links in self.records().column("id", "links"):
-                for rel, to, strength in links or ():
-                    if to not in known:  # a link to a missing memory is a problem for `status`, not a neighbour
-                        continue
-                    out.setdefault(ident, {}).setdefault((rel, to), strength)
-                    if rel == "relates_to":
-                        out.setdefault(to, {}).setdefault((rel, ident), strength)
-            self._neighbours = LinkMap(out)
+            self._neighbours = self._link_map(None)
         return self._neighbours
 
     def hops(self, strong: float) -> Mapping[str, list[tuple[str, str, float | None]]]:
         """`neighbours` for `graph.expand`: only the links it follows (source_of, and relates_to of at least
-        `strong`, both ways), read from the links column once per sync: a one-shot `recall` at 100,000 memories
-        made the whole map for a few hits (~0.3 s)."""
+        `strong`, both ways), once per sync: a one-shot `recall` at 100,000 memories made the whole map for a
+        few hits (~0.3 s)."""
+        return self.memo(("hops", strong), lambda: self._link_map(
+            lambda rel, strength: rel == "source_of" or (rel == "relates_to" and strength is not None
+                                                           and strength >= strong)))
 
-        def make() -> LinkMap:
-            known = self.rel_of_id()
-            out: dict[str, dict[tuple[str, str], float | None]] = {}
-            for _, ident, links in self.records().column("id", "links"):
-                for rel, to, strength in links or ():
-                    if (rel == "source_of" or (rel == "relates_to" and strength is not None and strength >= strong)) \
-                            and to in known:
-                        out.setdefault(ident, {}).setdefault((rel, to), strength)
-                        if rel == "relates_to":
-                            out.setdefault(to, {}).setdefault((rel, ident), strength)
-            return LinkMap(out)
-
-        return self.memo(("hops", strong), make)
+    def _link_map(self, follows: Callable[[str, float | None], bool] | None) -> LinkMap:
+        """The links (of the relations and strengths `follows` takes, or all) of every record, from the links
+        column; a link to a missing memory is a problem for `status`, not a neighbour."""
+        known = self.rel_of_id()
+        out: dict[str, dict[tuple[str, str], float | None]] = {}
+        for _, ident, links in self.records().column("id", "links"):
+            for rel, to, strength in links or ():
+                if to not in known or (follows is not None and not follows(rel, strength)):
+                    continue
+                out.setdefault(ident, {}).setdefault((rel, to), strength)
+                if rel == "relates_to":
+                    out.setdefault(to, {}).setdefault((rel, ident), strength)
+        return LinkMap(out)
 
     @property
     def centrality_path(self) -> Path:

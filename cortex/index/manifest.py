@@ -14,9 +14,10 @@ magic number), then a header with the table of those pieces, and a CRC-32
 of it all. Opening it decodes the paths and the header alone: at 100,000
 files ~50 ms against ~270 ms for decoding every entry as a dict, and a
 process reads only the fields it asks for. A cache from another Python, a
-truncated, garbage or bit-flipped file is simply rebuilt. It also records the stat of the Whoosh files and of the vectors as
-this writer left them (`parts`), so a part changed behind cortex's back is
-noticed by a stat and rebuilt.
+truncated, garbage or bit-flipped file is simply rebuilt. It also records
+the stat of the Whoosh files and of the vectors as this writer left them
+(`parts`), so a part changed behind cortex's back is noticed by a stat and
+rebuilt.
 
 A symbolic link, a `.md` that is not a regular file and a file over
 `store.max_memory_bytes` are entries with an `error` (reported by status,
@@ -37,9 +38,9 @@ import os
 import sys
 import time
 import zlib
+from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import MutableMapping
 from typing import Any, Iterator
 
 from cortex.errors import MalformedMemory
@@ -273,19 +274,19 @@ class Entries(MutableMapping[str, dict[str, Any]]):
     def _chunks(self) -> Iterator[tuple[str, int, Any, bool]]:
         handed = {i // self._size for i in self._rows}
         handed = {chunk for chunk in handed if (chunk + 1) * self._size > self._stored or self._changed(chunk)}
-        extra = sorted(({name for row in self._rows.values() for name in row} | set(self._fields())) - set(FIELDS))
-        names = ("path", *FIELDS, *extra)
+        stored = ("path", *self._fields())
         for chunk in range((len(self._paths) + self._size - 1) // self._size):
             base = chunk * self._size
             end = min(len(self._paths), base + self._size)
             if self._raw is not None and end == min(self._stored, base + self._size) and chunk not in handed \
                     and chunk not in self._touched:
-                for name in names:
+                for name in stored:
                     where = self._table.get((name, chunk))
                     if where is not None:
                         yield name, chunk, self._raw[where[0]:where[0] + where[1]], where[2]
                 continue
-            for name in names:
+            given = {name for i in range(base, end) if (row := self._rows.get(i)) is not None for name in row}
+            for name in ("path", *FIELDS, *sorted((given | set(self._fields())) - set(FIELDS))):
                 if name == "path":
                     values: list[Any] = self._paths[base:end]
                 else:
