@@ -137,8 +137,8 @@ class Similarity:
         matrix, row_of = self.vectors
         if not self.centred:
             return np.zeros(matrix.shape[1], dtype=np.float32)
-        rows = [row_of[e["vhash"]] for e in self.records().values()
-                if e["status"] == "active" and e.get("vhash") in row_of]
+        rows = [row_of[vhash] for _, status, vhash in self.records().column("status", "vhash")
+                if status == "active" and vhash in row_of]
         # Each active memory's row counted once per memory (two memories may share a text): a product with the
         # counts, not a copy of every active row (100 MB at 100,000 memories).
         counts = np.bincount(np.asarray(rows, dtype=np.int64), minlength=matrix.shape[0]).astype(np.float32)
@@ -238,9 +238,10 @@ class Similarity:
         import numpy as np
 
         _matrix, row_of = self.vectors
+        vhash = dict(self.records().column("vhash")) if len(pool) > 1000 else None  # one column, not a dict each
         records = self.records()
-        return np.fromiter((row_of.get(records[o].get("vhash") or "", -1) for o in pool), dtype=np.int64,
-                           count=len(pool))
+        return np.fromiter((row_of.get((vhash[o] if vhash is not None else records.value(o, "vhash")) or "", -1)
+                            for o in pool), dtype=np.int64, count=len(pool))
 
     def _row_scores(self, rel: str, rows: Any) -> Any:
         """The centred cosine of `rel` with the memories at `rows` of the vector matrix (0 where a row is -1 or
@@ -293,7 +294,8 @@ def connect(store: Store, ids: Iterable[str], index: Any = None) -> LinkReport:
     flag_at = candidate_floor(float(config.get("consolidate.candidate_threshold")), similarity.method)
     records = similarity.records()
     rel_of = similarity.index.rel_of_id()
-    active = [rel for rel, entry in records.items() if entry["status"] == "active" and entry["type"] not in NO_LINK_TYPES]
+    active = [rel for rel, status, kind in records.column("status", "type")
+              if status == "active" and kind not in NO_LINK_TYPES]
     rows = similarity.pool_rows(active)
     floor = min(low, suggest_from, flag_at)  # nothing under it is linked, suggested or flagged
     new_links: dict[str, list[Link]] = {}
@@ -307,25 +309,25 @@ def connect(store: Store, ids: Iterable[str], index: Any = None) -> LinkReport:
         # Already linked: its own links, and `relates_to` links other memories made to it (`Index.neighbours`,
         # asked only of the few candidates: building the whole link map took 0.2 s at 100,000 memories).
         own = {to for _rel, to, _strength in mine.get("links", ())}
-        found = [(s, o) for s, o in similarity.above(rel, active, rows, floor)
-                 if o not in done and records[o]["id"] not in own
-                 and not any(r == "relates_to" and to == memory_id for r, to, _s in records[o].get("links", ()))]
+        found = [(s, o) for s, o in similarity.above(rel, active, rows, floor)  # two fields of each, no dict
+                 if o not in done and records.value(o, "id") not in own
+                 and not any(r == "relates_to" and to == memory_id for r, to, _s in records.value(o, "links") or ())]
         scores, others = [s for s, _o in found], [o for _s, o in found]
         band = sorted(((s, o) for s, o in zip(scores, others) if low <= s <= high), key=lambda p: (-p[0], p[1]))[:most]
         for score, other in band:
             strength = round(score, 2)
-            other_id = records[other]["id"]
+            other_id = records.value(other, "id")
             new_links.setdefault(memory_id, []).append(Link("relates_to", other_id, strength))
             report.linked.append((memory_id, other_id, strength))
         near = sorted(((s, o) for s, o in zip(scores, others) if suggest_from <= s < low),
                       key=lambda p: (-p[0], p[1]))[:most]
-        report.suggested += [(memory_id, records[o]["id"], round(s, 2)) for s, o in near]
+        report.suggested += [(memory_id, records.value(o, "id"), round(s, 2)) for s, o in near]
         pinned = json.loads(mine["meta"]).get("pinned", False)
-        close = sorted(((s, o) for s, o in zip(scores, others) if s >= flag_at and records[o]["type"] == mine["type"]),
-                       key=lambda p: (-p[0], p[1]))
+        close = sorted(((s, o) for s, o in zip(scores, others)
+                        if s >= flag_at and records.value(o, "type") == mine["type"]), key=lambda p: (-p[0], p[1]))
         for score, other in close[:FLAG_MOST]:
-            if not pinned and not json.loads(records[other]["meta"]).get("pinned", False):
-                report.flagged.append((memory_id, records[other]["id"], round(score, 3)))
+            if not pinned and not records.value(other, "pinned"):
+                report.flagged.append((memory_id, records.value(other, "id"), round(score, 3)))
     for memory_id, links in sorted(new_links.items()):
         store.add_links(memory_id, links, path=store.memories_dir / rel_of[memory_id])
     if report.flagged:
