@@ -61,6 +61,8 @@ def ask(store_root: str, request: dict[str, object], timeout: float = 0.5) -> di
 
 BRIEFING_CHECK = 2.0  # seconds between looks at whether the cached briefing still matches branch, HEAD and store
 QUIET = 1.0  # seconds without a request before the server builds the next briefing
+COLLECT_EVERY = 30.0  # seconds between collections of the young generations, while requests pause
+COLLECT_ALL_EVERY = 600.0  # ... and of every generation
 # How long a command waits for the server to finish a sync before running on its own: a sync after a write takes
 # ~1 s at 100,000 memories, running the command in its own process several.
 COMMAND_WAIT = 5.0
@@ -199,7 +201,10 @@ class _Warm(threading.Thread):
         finally:
             from cortex.spawn import resident
 
-            resident()  # warmed with the collector off (as fast as a command); collect from now on
+            # Warmed with the collector off (as fast as a command), and it stays off: at 100,000 memories its
+            # passes over the cache's objects made a served `remember` 1.55 s instead of 1.16 s and `status`
+            # 237 ms instead of 143 ms. The server collects when requests pause (`_collect`).
+            resident(collect=False)
         try:
             self._briefing()
         except Exception as exc:  # the loop below tries again
@@ -207,6 +212,7 @@ class _Warm(threading.Thread):
         last_look = time.monotonic()
         due = False  # a sync happened since the briefing was last looked at
         cold = False  # a sync happened since a recall last made the per-sync views (`_warm_views`)
+        collected = full = time.monotonic()  # when garbage was last collected, young and all
         while not self.stopping.wait(0.25):
             try:
                 if self.debounce and self.pending():
@@ -227,6 +233,8 @@ class _Warm(threading.Thread):
             if (due or time.monotonic() - last_look > BRIEFING_CHECK) and time.monotonic() - self.asked > QUIET:
                 self._briefing()
                 last_look, due = time.monotonic(), False
+            if time.monotonic() - self.asked > QUIET and time.monotonic() - collected > COLLECT_EVERY:
+                collected, full = self._collect(time.monotonic() - full > COLLECT_ALL_EVERY, full)
 
     def _warm_contextual(self) -> None:
         """Load the contextual model for re-ranking (`cortex.recall.use_contextual`): its vectors of memories
@@ -236,6 +244,19 @@ class _Warm(threading.Thread):
         recall_module.use_contextual("background", worker=True)
         with self.busy:
             self._warm_views()
+
+    def _collect(self, everything: bool, full: float) -> tuple[float, float]:
+        """Collect cyclic garbage while requests pause (the collector is off in this process): the young
+        generations every `COLLECT_EVERY` seconds, all of them every `COLLECT_ALL_EVERY`. Returns when it
+        collected, and when it last collected everything."""
+        import gc
+
+        started = time.monotonic()
+        found = gc.collect() if everything else gc.collect(1)  # not under `busy`: a prompt waits, never fails
+        now = time.monotonic()
+        if now - started > 0.2:
+            self.store.log(f"serve: collecting garbage took {now - started:.2f} s ({found} objects)")
+        return now, now if everything else full
 
     def _warm_views(self) -> None:
         """After a sync, make what a recall reads once per sync (the records, the filters, the rows of the
@@ -259,7 +280,7 @@ class _Warm(threading.Thread):
     def follow(self, debounce: float) -> bool:
         """Sync a store whose watcher saw a change (after `debounce`, so a burst of changes is one sync) or that
         cortex itself wrote to since the last sync (the caller holds `busy`); True when one was synced."""
-        from cortex.watch import account, written_stamp
+        from cortex.watch import account, fence, written_stamp
 
         synced = False
         for each, changed, _observer in self.watched:
@@ -268,8 +289,12 @@ class _Warm(threading.Thread):
                 if changed.is_set() and debounce:
                     time.sleep(debounce)
                 changed.clear()
-                if not account(each, self.indexes.get(each), self.changes[str(each.root)],
-                               wrote=stamp != self.written[str(each.root)]):
+                wrote = stamp != self.written[str(each.root)]
+                # After a cortex write (this server's command, the upkeep, a hook), the files the observer named
+                # once a fence came back, not a walk of every file (~0.5 s at 100,000 memories, which the next
+                # command waited behind).
+                fenced = fence(each, self.changes[str(each.root)]) if wrote else None
+                if not account(each, self.indexes.get(each), self.changes[str(each.root)], wrote, fenced):
                     continue
                 index = self.indexes.synced(each, full=True)
                 # After the sync: one that failed is tried again, and so is one whose walk began too soon after

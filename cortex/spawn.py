@@ -37,8 +37,10 @@ def nested() -> bool:
     return os.environ.get("CORTEX_NESTED") == "1"
 
 
-def resident() -> None:
+def resident(collect: bool = True) -> None:
     """A process that stays (serve, mcp, watch, the upkeep and the worker): collect again, with what was loaded
-    so far (modules, the model, the cache) frozen out of every pass."""
+    so far (modules, the model, the cache) frozen out of every pass. `collect=False`: the process collects
+    itself, when it is idle (`cortex serve`)."""
     gc.freeze()
-    gc.enable()
+    if collect:
+        gc.enable()

@@ -74,6 +74,8 @@ class Changes:
         self.paths: set[str] = set()
         self.everything = False
         self.wake: threading.Event | None = None  # set when events were lost (`lost`), so a sync follows
+        self.fence: str | None = None  # the fence file's path as the observer names it (`fence`)
+        self.fenced = threading.Event()  # set when the observer reported the fence file
 
     def add(self, event: Any) -> None:
         with self.lock:
@@ -82,7 +84,9 @@ class Changes:
                     self.everything = True  # (its files' events say which): not that, but a folder came or went
                 return
             for path in (getattr(event, "src_path", None), getattr(event, "dest_path", None)):
-                if path:
+                if path and os.fsdecode(path) == self.fence:
+                    self.fenced.set()
+                elif path:
                     self.paths.add(os.fsdecode(path))
             if len(self.paths) > self.MOST:
                 self.everything = True
@@ -101,6 +105,36 @@ class Changes:
             paths = None if self.everything else sorted(self.paths)
             self.paths, self.everything = set(), False
             return paths, time.time_ns()
+
+
+FENCE_DIR = ".fence"  # under memories/: hidden, so never read as a memory; a `.gitignore` of `*` keeps it out of git
+FENCE_WAIT = 1.0  # seconds to wait for the observer to report the fence before walking instead
+
+
+def fence(store: Store, changes: Changes) -> int | None:
+    """Write the fence file under `memories/` and wait until the store's observer reports it: the kernel hands
+    an observer its events in order, so every change made before the fence (another process's writes
+    included) has then reached `changes`. Returns the time just before the fence was written, up to which
+    `changes` is complete; None when the fence did not come back in `FENCE_WAIT` (the caller walks).
+
+    The file is rewritten in place, so its folder's listing (and `memories/`'s, which the briefing's key and
+    `Index._folders_since` stat) changes only when the folder is first made."""
+    folder = os.path.join(str(store.memories_dir), FENCE_DIR)
+    path = os.path.join(folder, "mark")
+    try:
+        if not os.path.isdir(folder):
+            os.makedirs(folder, exist_ok=True)
+            with open(os.path.join(folder, ".gitignore"), "w", encoding="utf-8") as handle:
+                handle.write("*\n")  # ignores itself too: nothing of the fence shows in `git status`
+        with changes.lock:
+            changes.fence = path
+            changes.fenced.clear()
+        before = time.time_ns()
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(str(before))
+    except OSError:
+        return None
+    return before if changes.fenced.wait(FENCE_WAIT) else None
 
 
 def written_stamp(store: Store) -> int:
@@ -135,22 +169,23 @@ def memory_files(store: Store, paths: list[str] | None) -> list[Any] | None:
     return out
 
 
-def account(store: Store, index: Any, changes: Changes, wrote: bool) -> bool:
+def account(store: Store, index: Any, changes: Changes, wrote: bool, fenced_ns: int | None = None) -> bool:
     """Make ready the sync that follows what a store's observer saw (`cortex serve` and `cortex watch`); False
     when there is nothing to sync (only files that are not memories changed: an editor's swap file).
 
-    A change made by hand is read from the files the observer named (`Index.watched`: no walk). Every file is
-    walked when cortex wrote (`wrote`: perhaps another process, whose file events may still be on their way,
-    and an account without them would vouch for a cache that lacks the write), when a folder or a link came or
-    went, when too much changed at once, and when events were lost."""
+    A change made by hand is read from the files the observer named (`Index.watched`: no walk). When cortex
+    wrote (`wrote`: perhaps another process, whose file events may still be on their way), the files named are
+    enough only behind a fence (`fence`, which returned `fenced_ns`: every event before it has arrived, and
+    the account stands for the files as they were then); without one every file is walked, as it is when a
+    folder or a link came or went, when too much changed at once, and when events were lost."""
     paths, seen_ns = changes.take()
     files = memory_files(store, paths)
     if files == [] and not wrote:
         return False
-    if files is None or wrote:
+    if files is None or (wrote and fenced_ns is None):
         index.stale()
     else:
-        index.watched(files, seen_ns)
+        index.watched(files, seen_ns if fenced_ns is None else fenced_ns)
     return True
 
 

@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pygit2
+
 from cortex import serve
 from tests.helpers import cortex, cortex_command, remember, wait_for
 
@@ -175,6 +177,43 @@ def test_files_changed_by_hand_reach_the_server_from_its_observer(project):
                         in Index(store).sync(full=False).notes, 30)
         hits = json.loads(cortex("recall", "VPN drops idle SSH sessions", "--json", cwd=project).stdout)
         assert hits and hits[0]["id"] == "0123456789ab"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_a_write_by_another_cortex_process_reaches_the_server_behind_a_fence(project):
+    """Another cortex process (a hook, the upkeep) writes a memory and rewrites one while `cortex serve` runs:
+    the server writes its fence file, waits for its observer to report it (every event before it has then
+    arrived) and reads the files the observer named, not every file; its answers hold both writes, other
+    processes trust its cache again, and nothing of the fence shows in `git status`, `cortex status` or the
+    list."""
+    from cortex.index import Index
+    from cortex.memory import Memory
+    from cortex.store import Store
+
+    kept = remember(project, "Deploys go through the staging cluster first", type="pattern")
+    root = project / ".cortex"
+    proc = subprocess.Popen([*cortex_command(), "serve", "--idle", "60"], cwd=project, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_for(lambda: serve.ask(str(root), {"op": "ping"}) is not None and
+                        serve.ask(str(root), {"op": "ping"}).get("ready"), 60)
+        store = Store.locate(project)  # this test's process: another writer than the server
+        written = store.create(Memory(id="", type="gotcha", title="The VPN drops idle SSH sessions",
+                                     body="The VPN drops SSH sessions idle for five minutes."))
+        store.update(kept.id, {"title": "Deploys go through the canary fleet first"})
+
+        def served_list() -> str:
+            return cortex("list", cwd=project).stdout
+
+        assert wait_for(lambda: written.id in served_list() and "canary fleet" in served_list(), 30)
+        fence = root / "memories" / ".fence" / "mark"
+        assert fence.is_file()  # the write was followed behind a fence
+        assert wait_for(lambda: "cache kept by a watcher (cortex watch or cortex serve)"
+                        in Index(store).sync(full=False).notes, 30)
+        assert not any(".fence" in path for path in pygit2.Repository(str(project)).status())
+        status = cortex("status", cwd=project).stdout
+        assert "problems: none" in status and ".fence" not in status + served_list()
     finally:
         proc.terminate()
         proc.wait(timeout=30)
