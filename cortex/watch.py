@@ -246,7 +246,8 @@ def watch(store: Store, debounce: float = 0.3, echo: Callable[[str], None] = pri
                 time.sleep(debounce)
             try:
                 stamp = written_stamp(store)
-                if not account(store, index, changes, wrote=stamp != written):
+                fenced = fence(store, changes) if stamp != written else None  # as `cortex serve` does
+                if not account(store, index, changes, stamp != written, fenced):
                     continue
                 report = index.sync(full=True, progress=False)
                 written = stamp
