@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import click
 
@@ -24,6 +24,7 @@ from cortex.errors import CortexError
 from cortex.memory import TYPES
 
 TYPE_CHOICE = click.Choice(TYPES)
+T = TypeVar("T")
 
 
 def _fail(message: str) -> None:
@@ -133,6 +134,17 @@ def _index(store: Any) -> Any:
     if Indexes.serving is not None:
         return Indexes.serving.synced(store)
     return Index(store).ensure()
+
+
+def _answered(store: Any, answer: Callable[[Any], T]) -> T:
+    """`answer(index)` of the store's index synced at manifest level: `cortex serve`'s warm one while it runs a
+    command, else made from the committed cache while a child syncs it, and again if files had changed
+    (`cortex.index.answer_ahead`)."""
+    from cortex.index import Indexes, answer_ahead
+
+    if Indexes.serving is not None:
+        return answer(Indexes.serving.synced(store))
+    return answer_ahead([store], lambda indexes: answer(indexes.synced(store)), full=False)
 
 
 def _warn_config(store: Any) -> None:
@@ -334,24 +346,28 @@ def list_command(store: Any, types: tuple[str, ...], statuses: tuple[str, ...], 
     """List memories (active ones unless --status or --all)."""
 
     store = _at(store, at)
-
-    index = _index(store)
-    assert index.manifest is not None
-    for path, reason in index.problems():
-        click.echo(f"cortex: skipped {_safe(str(path))}: {_safe(reason)}", err=True)
     wanted_status = set() if show_all else set(statuses or ("active",))
     root = str(store.memories_dir)
     wanted = set(tags)
-    # Eight fields of every record, read as columns: no dict for each of 100,000 entries.
-    rows = [row for row in index.records().column("pinned", "priority", "type", "title", "id", "status", "branch", "tags")
-            if not ((types and row[3] not in types) or (wanted_status and row[6] not in wanted_status)
-                    or (branch is not None and row[7] != branch) or (pinned and not row[1])
-                    or (wanted and not wanted & set(row[8])))]
-    rows.sort(key=lambda row: (not row[1], -row[2], row[3], row[4].lower(), row[5]))
-    if as_json:  # the only form that decodes each memory's metadata (one decode for all of them)
+
+    def listed(index: Any) -> tuple[list[tuple[Path, str]], list[Any], list[dict[str, Any]]]:
+        assert index.manifest is not None
+        # Eight fields of every record, read as columns: no dict for each of 100,000 entries.
+        rows = [row for row in index.records().column("pinned", "priority", "type", "title", "id", "status", "branch",
+                                                      "tags")
+                if not ((types and row[3] not in types) or (wanted_status and row[6] not in wanted_status)
+                        or (branch is not None and row[7] != branch) or (pinned and not row[1])
+                        or (wanted and not wanted & set(row[8])))]
+        rows.sort(key=lambda row: (not row[1], -row[2], row[3], row[4].lower(), row[5]))
+        # JSON is the only form that decodes each memory's metadata (one decode for all of them).
+        return list(index.problems()), rows, index.manifest.metas([row[0] for row in rows]) if as_json else []
+
+    problems, rows, metas = _answered(store, listed)
+    for path, reason in problems:
+        click.echo(f"cortex: skipped {_safe(str(path))}: {_safe(reason)}", err=True)
+    if as_json:
         keys = ("id", "type", "title", "status", "priority", "confidence", "pinned", "branch", "tags", "files",
                 "created", "updated")
-        metas = index.manifest.metas([row[0] for row in rows])
         _print_json([{key: meta[key] for key in keys} | {"path": f"{root}/{row[0]}", "store": store.label}
                      for row, meta in zip(rows, metas)])
         return
@@ -851,10 +867,14 @@ def recall(store: Any, query: str, limit: int | None, types: tuple[str, ...], br
         result = None if at else _served_recall(stores, query, limit=limit, types=types, branch=branch,
                                                 include_all=include_all, keyword=keyword)
     if result is None:  # no server (or still warming): search here
+        from cortex.index import answer_ahead
+
         if not keyword:
             use_contextual("inline")
-        result = run_recall(stores, query, limit=limit, types=types, branch=branch, include_all=include_all,
-                            keyword_only=keyword)
+        # Ranked from the committed cache while a child syncs it, and again if it found files changed.
+        result = answer_ahead(stores, lambda indexes: run_recall(
+            stores, query, limit=limit, types=types, branch=branch, include_all=include_all, keyword_only=keyword,
+            indexes=indexes))
     hits, left_out = _within_budget(result.hits, budget)
     for note in result.notes:
         click.echo(f"cortex: {_safe(note)}", err=True)

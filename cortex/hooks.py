@@ -280,11 +280,13 @@ def claude_prompt(raw: str) -> int:
 
     def body(store: Store, payload: dict[str, Any]) -> None:
         from cortex.events import prompt_context
-        from cortex.index import Indexes
+        from cortex.index import answer_ahead
+        from cortex.store import iter_stores
 
         prompt = payload_prompt(payload)
         if prompt and not prompt.startswith("/"):
-            text = prompt_context(store, prompt, Indexes())
+            # From the committed caches while children sync them, and again if they found files changed.
+            text = answer_ahead(list(iter_stores(store)), lambda indexes: prompt_context(store, prompt, indexes))
             if text:
                 emit(event_name(payload, "UserPromptSubmit"), text)
                 note_injected(str(store.root), payload, "UserPromptSubmit", text)

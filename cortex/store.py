@@ -72,16 +72,22 @@ def defer_access() -> None:
         _DEFERRED_ACCESS = {}
 
 
-def flush_access() -> None:
-    """Write the access counts held since the last flush (each store's in one locked rewrite)."""
+def flush_access(stop: bool = False) -> None:
+    """Write the access counts held since the last flush (each store's in one locked rewrite); with `stop`,
+    later counts are written as they come again."""
     global _DEFERRED_ACCESS
-    if not _DEFERRED_ACCESS:
-        return
     held, _DEFERRED_ACCESS = _DEFERRED_ACCESS, None
     try:
-        for store, ids in held.values():
+        for store, ids in (held or {}).values():
             store.record_access(ids)
     finally:
+        _DEFERRED_ACCESS = None if stop or held is None else {}
+
+
+def drop_access() -> None:
+    """Forget the access counts held since the last flush: an answer that was thrown away (`Index.confirm`)."""
+    global _DEFERRED_ACCESS
+    if _DEFERRED_ACCESS is not None:
         _DEFERRED_ACCESS = {}
 
 

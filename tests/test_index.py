@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -319,6 +320,77 @@ def test_centralities_are_kept_for_the_next_process_until_the_store_changes(proj
     damaged = Index(store)
     damaged.sync(full=True)
     assert damaged.centralities() == fresh.centralities()
+
+
+def test_the_hop_map_is_kept_for_the_next_process_until_the_store_changes(project, monkeypatch):
+    """Recall follows strong links from its hits; the map of those links is made from every memory's links once
+    and kept in the cache for the committed manifest: the next process reads it instead of the links column, and
+    a new link made after that is followed."""
+    from cortex.memory import Link
+
+    hub = remember(project, "Chose SQLite over Postgres for the job queue: one file, no server", type="decision")
+    near = remember(project, "WAL mode keeps readers unblocked", type="gotcha", links=[Link("relates_to", hub.id, 0.9)])
+    store = Store.locate(project)
+    for path in store.memories_dir.rglob("*.md"):  # written a while ago: no sync re-reads them as racily clean
+        os.utime(path, (time.time() - 60, time.time() - 60))
+    index = Index(store)
+    index.sync(full=True)
+    made = {key: list(index.hops(0.4)[key]) for key in index.hops(0.4)}
+    assert ("relates_to", near.id, 0.9) in made[hub.id] and ("relates_to", hub.id, 0.9) in made[near.id]
+    assert (store.cache_dir / "hops.bin").exists()
+
+    def no_links(*args, **kwargs):
+        raise AssertionError("read every memory's links again")
+
+    again = Index(store)
+    again.sync(full=True)
+    with monkeypatch.context() as patched:
+        patched.setattr(Index, "_link_map", no_links)
+        assert {key: list(again.hops(0.4)[key]) for key in again.hops(0.4)} == made
+    later = remember(project, "Vacuum the queue database weekly", type="pattern", links=[Link("relates_to", hub.id, 0.8)])
+    fresh = Index(store)
+    fresh.sync(full=True)
+    assert ("relates_to", later.id, 0.8) in fresh.hops(0.4)[hub.id]
+    (store.cache_dir / "hops.bin").write_bytes(b"garbage")  # damaged: made again
+    damaged = Index(store)
+    damaged.sync(full=True)
+    assert ("relates_to", later.id, 0.8) in damaged.hops(0.4)[hub.id]
+
+
+def test_recall_ranks_while_a_child_syncs_and_answers_again_when_files_changed(project):
+    """A one-shot `cortex recall` ranks from the committed cache while a forked child makes the sync; when the
+    child finds files changed by hand (edited, removed, added), the answer is made again from the synced cache,
+    and that sync is committed: the next run finds nothing to do."""
+    from tests.helpers import cortex_json
+
+    remember(project, "Chose SQLite over Postgres for the job queue: one file, no server", type="decision")
+    edited = remember(project, "Retry flaky uploads three times with backoff", type="pattern")
+    gone = remember(project, "The staging bucket is cleaned every night by a cron job", type="gotcha")
+    store = Store.locate(project)
+    for path in store.memories_dir.rglob("*.md"):  # written a while ago: no sync re-reads them as racily clean
+        os.utime(path, (time.time() - 60, time.time() - 60))
+    assert [hit["id"] for hit in cortex_json("recall", "staging bucket cron", cwd=project)][:1] == [gone.id]
+    committed = (store.cache_dir / "manifest.bin").stat().st_mtime_ns
+
+    path = edited.path
+    assert path is not None
+    path.write_text(path.read_text(encoding="utf-8").replace("three times", "three times, then page the zebrafish team"),
+                    encoding="utf-8")
+    assert gone.path is not None
+    gone.path.unlink()
+    added = store.memories_dir / "gotcha" / "added-by-hand.md"
+    added.write_text("---\nid: 0a0b0c0d0e0f\ntype: gotcha\ntitle: Narwhal builds need the arm64 runner\nstatus: active\n"
+                     "created: 2026-08-05T11:48:00Z\nupdated: 2026-08-05T11:48:00Z\n---\n"
+                     "The narwhal image is built for arm64 only.\n", encoding="utf-8")
+
+    assert [hit["id"] for hit in cortex_json("recall", "zebrafish", cwd=project)][:1] == [edited.id]
+    assert gone.id not in [hit["id"] for hit in cortex_json("recall", "staging bucket cron", cwd=project)]
+    assert [hit["id"] for hit in cortex_json("recall", "narwhal arm64", cwd=project)][:1] == ["0a0b0c0d0e0f"]
+    after = (store.cache_dir / "manifest.bin").stat().st_mtime_ns
+    assert after > committed  # the child's sync was committed
+    manifest = Manifest.load(store.cache_dir / "manifest.bin")
+    assert manifest is not None and "zebrafish" in manifest.files.value(path.relative_to(store.memories_dir).as_posix(),
+                                                                        "meta")
 
 
 def test_whoosh_is_imported_without_urllib_or_asyncio_and_leaves_them_importable(tmp_path, example_store):

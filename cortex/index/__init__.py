@@ -9,6 +9,6 @@
 warm indexes of one process); `manifest`, `fulltext` and `vectors` the parts.
 """
 
-from cortex.index.cache import Index, Indexes, SyncReport
+from cortex.index.cache import Index, Indexes, SyncReport, answer_ahead
 
-__all__ = ["Index", "Indexes", "SyncReport"]
+__all__ = ["Index", "Indexes", "SyncReport", "answer_ahead"]
