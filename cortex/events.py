@@ -39,6 +39,7 @@ class Changes:
     staged: list[str] = field(default_factory=list)
     agents: str | None = None
     upkeep: list[str] = field(default_factory=list)  # stores whose upkeep was started or run
+    briefing: bool = False  # the next session start's briefing is being built ahead (no server to do it)
 
 
 def memories_changed(store: Store, indexes: Indexes, written: Iterable[Path] = (), *, link: Iterable[str] = (),
@@ -87,6 +88,10 @@ def memories_changed(store: Store, indexes: Indexes, written: Iterable[Path] = (
             store.log(f"global store not committed: {exc!r}")
     if upkeep == "detached":
         changes.upkeep = [str(each.root) for each in iter_stores(store) if upkeep_due(each) and _spawn_upkeep(each)]
+    if store.label == "project" and (written or everything or changes.linked):
+        from cortex.serve import start_next_briefing  # a running server builds it itself
+
+        changes.briefing = start_next_briefing(str(store.root))
     return changes
 
 

@@ -91,6 +91,30 @@ def test_the_server_vouches_for_the_files_and_builds_the_next_briefing_ahead(pro
     assert not layout.watcher_ready(root)  # gone with the server: readers walk again
 
 
+def test_a_write_without_a_server_builds_the_next_briefing_ahead(project):
+    """No server (it left when idle): `cortex remember` in its own process starts a detached build of the next
+    SessionStart's briefing, so that session start prints a file, the new memory in it. A store that never
+    briefed a session gets none."""
+    from cortex import __version__, layout
+
+    root = str(project / ".cortex")
+    cortex("remember", "Pinned rule: never log card numbers", "--pin", cwd=project)
+    time.sleep(1)
+    assert layout.saved_briefing(root, "briefing.next.json") is None  # no session was ever briefed here
+    payload = json.dumps({"session_id": "s", "cwd": str(project), "hook_event_name": "SessionStart", "source": "startup"})
+    cortex("hook", "session-start", cwd=project, input=payload, env={"CORTEX_SERVE_IDLE": "1"})
+    assert wait_for(lambda: not layout.server_up(root), 60)  # the server it started has left
+    fresh = json.loads(cortex("remember", "Pinned: the staging database is read-only on Fridays", "--pin", "--json",
+                              cwd=project).stdout)["id"]
+    ahead = lambda: layout.saved_briefing(root, "briefing.next.json") or {}  # noqa: E731
+    assert wait_for(lambda: ahead().get("key") == layout.briefing_key(root, __version__), 60)
+    assert fresh in ahead()["text"]
+    started = cortex("hook", "session-start", cwd=project, input=payload, env={"CORTEX_SERVE_IDLE": "1"})
+    assert fresh in json.loads(started.stdout)["hookSpecificOutput"]["additionalContext"]
+    assert fresh in str((layout.saved_briefing(root) or {}).get("text"))  # the file was what it printed
+    assert not (project / ".cortex" / "state" / "briefing.next.json").exists()
+
+
 def test_commands_are_answered_by_the_running_server_as_they_would_be_here(project):
     """`list`, `show`, `status`, `recall` and `remember` ask a running server first (its warm indexes), and
     print exactly what they print without one; `remember -` (stdin) and `--at` stay in the process."""
