@@ -44,6 +44,38 @@ def test_served_answers_equal_the_in_process_ones_and_follow_edits(project):
     assert memory_id in _prompt(project, "redis out of memory on staging")  # no server: the in-process path
 
 
+def test_a_server_started_after_edits_made_without_one_serves_the_files_as_they_are(project):
+    """The server warms from the committed cache while a forked child syncs it; files edited, removed and added
+    while no server ran are what it serves once it says it is warm."""
+    import os
+
+    from cortex.store import Store
+
+    edited = remember(project, "Retry flaky uploads three times with backoff", type="pattern")
+    gone = remember(project, "The staging bucket is cleaned every night by a cron job", type="gotcha")
+    store = Store.locate(project)
+    for path in store.memories_dir.rglob("*.md"):  # written a while ago: no sync re-reads them as racily clean
+        os.utime(path, (time.time() - 60, time.time() - 60))
+    cortex("recall", "staging bucket cron", cwd=project)  # the cache committed as it is now
+    assert edited.path is not None and gone.path is not None
+    edited.path.write_text(edited.path.read_text(encoding="utf-8").replace(
+        "three times", "three times, then page the zebrafish team"), encoding="utf-8")
+    gone.path.unlink()
+    root = str(project / ".cortex")
+    proc = subprocess.Popen([*cortex_command(), "serve", "--idle", "30"], cwd=project, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_for(lambda: serve.ask(root, {"op": "ping"}) is not None, 60)
+        answer = serve.ask(root, {"op": "recall", "query": "zebrafish team", "limit": 5, "types": [],
+                                  "stores": [[root, "project"]]}, timeout=10)
+        assert answer is not None and [hit["memory"]["id"] for hit in answer["hits"]][:1] == [edited.id]
+        answer = serve.ask(root, {"op": "recall", "query": "staging bucket cron", "limit": 5, "types": [],
+                                  "stores": [[root, "project"]]}, timeout=10)
+        assert answer is not None and gone.id not in [hit["memory"]["id"] for hit in answer["hits"]]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
 def test_serve_exits_when_idle_and_session_start_starts_it(project):
     remember(project, "Pinned rule: never log card numbers", pinned=True)
     started = time.time()

@@ -26,6 +26,7 @@ import os
 import shutil
 import sys
 import time
+import warnings
 import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -170,7 +171,7 @@ class Index:
             self._forget_views()
         return report
 
-    def ensure(self, full: bool = False, vectors: bool = False, ahead: bool = False) -> Index:
+    def ensure(self, full: bool = False, vectors: bool = False, ahead: bool = False, threads_ok: bool = False) -> Index:
         """Sync once: nothing when this object already synced at this level (or deeper) since `stale()`.
 
         How the calls of one process share one sync: a hook's capture, projections and links all ask for
@@ -178,14 +179,15 @@ class Index:
 
         With `ahead`, a one-shot reader may answer from the committed cache while a forked child makes the
         sync (`_sync_ahead`); it must then call `confirm()` before it says anything, and answer again when
-        that returns False.
+        that returns False. `threads_ok`: the caller's other threads never take a lock the sync needs (`cortex
+        serve`'s file watchers), so it may fork beside them.
         """
         if self._synced is None or self._synced < _level(full, vectors):
-            if not (ahead and self._sync_ahead(full, vectors)):
+            if not (ahead and self._sync_ahead(full, vectors, threads_ok)):
                 self.sync(full=full, progress=False, vectors=vectors)
         return self
 
-    def _sync_ahead(self, full: bool, vectors: bool) -> bool:
+    def _sync_ahead(self, full: bool, vectors: bool, threads_ok: bool = False) -> bool:
         """Start the sync in a forked child and take the committed manifest as synced meanwhile; False (the
         committed manifest loaded, the sync still to make) when that cannot be done here.
 
@@ -199,7 +201,7 @@ class Index:
         import threading
 
         if self.manifest is not None or not hasattr(os, "fork") or sys.platform == "darwin" \
-                or threading.active_count() > 1 or os.environ.get("CORTEX_SYNC_AHEAD") == "0":
+                or (threading.active_count() > 1 and not threads_ok) or os.environ.get("CORTEX_SYNC_AHEAD") == "0":
             return False
         seen = _file_version(self.manifest_path)
         manifest = Manifest.load(self.manifest_path) if seen is not None else None
@@ -210,7 +212,9 @@ class Index:
             return False  # a writer has work to finish first; or a watcher vouches, and the sync is a few stats
         read_end, write_end = os.pipe()
         try:
-            child = os.fork()
+            with warnings.catch_warnings():  # Python 3.12 warns of any fork beside threads; `threads_ok` says why not
+                warnings.simplefilter("ignore", DeprecationWarning)
+                child = os.fork()
         except OSError:  # no process to spare: sync here
             os.close(read_end)
             os.close(write_end)
@@ -1235,8 +1239,9 @@ class Indexes:
             index = self._by_root[key] = Index(store)
         return index
 
-    def synced(self, store: Store, full: bool = False, vectors: bool = False, ahead: bool = False) -> Index:
-        return self.get(store).ensure(full=full, vectors=vectors, ahead=ahead)
+    def synced(self, store: Store, full: bool = False, vectors: bool = False, ahead: bool = False,
+               threads_ok: bool = False) -> Index:
+        return self.get(store).ensure(full=full, vectors=vectors, ahead=ahead, threads_ok=threads_ok)
 
     def confirm(self) -> bool:
         """`Index.confirm` of every index (each waited for): False when any store's files had changed."""
