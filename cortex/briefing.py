@@ -389,3 +389,62 @@ def get(store: Store) -> Briefing:
     except OSError:
         pass
     return briefing
+
+
+def build_next(root: str, commits: bool = False) -> None:
+    """Build the next SessionStart's briefing of the project store at `root` into `state/briefing.next.json`
+    (what `cortex serve` runs in a process of its own, and a write without a server starts: `start_next`):
+    `briefing.json` stays what this session was shown (the prompt hook leaves those memories out) until a
+    SessionStart prints the new one (`cortex.layout.cached_briefing`). Nothing is written when the store changed
+    while it was built (a write, a commit): the next look builds it again. One build at a time
+    (`state/briefing.lock`); one that finds the briefing already built for the store as it is does nothing.
+    `commits`: the sync commits the cache (no server's index to spare a reload)."""
+    import gc
+    from pathlib import Path
+
+    from cortex import __version__
+    from cortex.files import atomic_write, file_lock
+    from cortex.index import Index
+    from cortex.layout import briefing_key, saved_briefing
+
+    gc.disable()  # a command's process: see `cortex.__main__.run`
+    store = Store(Path(root), "project")
+    with file_lock(store.state_dir / "briefing.lock"):
+        key = briefing_key(root, __version__)
+        if any((saved_briefing(root, name) or {}).get("key") == key for name in ("briefing.json", "briefing.next.json")):
+            return
+        index = Index(store)
+        index.trust_watcher = False  # a file removed by hand a moment ago is not yet in the server's manifest
+        index.commits = commits  # the server's index commits: one here would cost its next sync a reload and a walk
+        built = build(store, index=index)
+        if briefing_key(root, __version__) != key:
+            return
+        atomic_write(store.state_dir / "briefing.next.json",
+                     json.dumps({"key": key, "text": built.text, "tokens": built.tokens, "ids": built.ids}),
+                     durable=False)
+
+
+def start_next(store_root: str) -> bool:
+    """After cortex changed the project store at `store_root` (a write, a git hook's sync) with no `cortex serve`
+    to do it: build the next SessionStart's briefing in a detached process (`build_next`), so that session
+    start reads a file instead of building it (~0.24 s at 10,000 memories, ~2 s at 100,000). Only for a store
+    that has briefed a session before (`state/briefing.json`). True when one was started."""
+    import os
+
+    from cortex import ONE_THREAD
+    from cortex.layout import server_up
+
+    if server_up(store_root) or not os.path.exists(os.path.join(store_root, "state", "briefing.json")):
+        return False
+    import subprocess
+    import sys
+
+    try:
+        with open(os.path.join(store_root, "state", "worker.log"), "a", encoding="utf-8") as log:
+            subprocess.Popen([sys.executable, "-c", "import sys; from cortex.briefing import build_next; "
+                              "build_next(sys.argv[1], commits=True)", store_root],
+                             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True,
+                             env={**os.environ, **{name: os.environ.get(name, "1") for name in ONE_THREAD}})
+    except OSError:
+        return False  # the SessionStart builds it
+    return True

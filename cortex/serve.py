@@ -122,61 +122,6 @@ def serve(store: "Store", idle: float = 900.0, debounce: float = 0.3,
         lock.close()
 
 
-def next_briefing(root: str, commits: bool = False) -> None:
-    """Build the next SessionStart's briefing of the project store at `root` into `state/briefing.next.json`
-    (what `cortex serve` runs in a process of its own, and a write without a server starts: `start_next_briefing`):
-    `briefing.json` stays what this session was shown (the prompt hook leaves those memories out) until a
-    SessionStart prints the new one (`cortex.layout.cached_briefing`). Nothing is written when the store changed
-    while it was built (a write, a commit): the next look builds it again. One build at a time
-    (`state/briefing.lock`); one that finds the briefing already built for the store as it is does nothing.
-    `commits`: the sync commits the cache (no server's index to spare a reload)."""
-    import gc
-    from pathlib import Path
-
-    from cortex import __version__, briefing
-    from cortex.files import atomic_write, file_lock
-    from cortex.index import Index
-    from cortex.layout import briefing_key, saved_briefing
-    from cortex.store import Store
-
-    gc.disable()  # a command's process: see `cortex.__main__.run`
-    store = Store(Path(root), "project")
-    with file_lock(store.state_dir / "briefing.lock"):
-        key = briefing_key(root, __version__)
-        if any((saved_briefing(root, name) or {}).get("key") == key for name in ("briefing.json", "briefing.next.json")):
-            return
-        index = Index(store)
-        index.trust_watcher = False  # a file removed by hand a moment ago is not yet in the server's manifest
-        index.commits = commits  # the server's index commits: one here would cost its next sync a reload and a walk
-        built = briefing.build(store, index=index)
-        if briefing_key(root, __version__) != key:
-            return
-        atomic_write(store.state_dir / "briefing.next.json",
-                     json.dumps({"key": key, "text": built.text, "tokens": built.tokens, "ids": built.ids}),
-                     durable=False)
-
-
-def start_next_briefing(store_root: str) -> bool:
-    """After cortex changed the project store at `store_root` (a write, a git hook's sync) with no `cortex serve`
-    to do it: build the next SessionStart's briefing in a detached process (`next_briefing`), so that session
-    start reads a file instead of building it (~0.24 s at 10,000 memories, ~2 s at 100,000). Only for a store
-    that has briefed a session before (`state/briefing.json`). True when one was started."""
-    if server_up(store_root) or not os.path.exists(os.path.join(store_root, "state", "briefing.json")):
-        return False
-    import subprocess
-    import sys
-
-    try:
-        with open(os.path.join(store_root, "state", "worker.log"), "a", encoding="utf-8") as log:
-            subprocess.Popen([sys.executable, "-c", "import sys; from cortex.serve import next_briefing; "
-                              "next_briefing(sys.argv[1], commits=True)", store_root],
-                             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True,
-                             env={**os.environ, **{name: os.environ.get(name, "1") for name in ONE_THREAD}})
-    except OSError:
-        return False  # the SessionStart builds it
-    return True
-
-
 class _Warm(threading.Thread):
     """The server's indexes, warmed and kept in step in the background; every use holds `busy`."""
 
@@ -343,7 +288,8 @@ class _Warm(threading.Thread):
 
     def _briefing(self) -> None:
         """Build the next SessionStart's briefing now when the cached one no longer matches (a Stop or a write
-        changed the store, a commit moved HEAD), so the next session start is a file read (`next_briefing`).
+        changed the store, a commit moved HEAD), so the next session start is a file read
+        (`cortex.briefing.build_next`).
 
         It is built in a process of its own: in this one it shared the interpreter lock with the commands that
         came meanwhile, and at 100,000 memories (~2.5 s of work) a `remember` sent during it took 1.3 s instead
@@ -360,8 +306,8 @@ class _Warm(threading.Thread):
                                                 for name in ("briefing.json", "briefing.next.json")):
             return
         try:
-            done = subprocess.run([sys.executable, "-c", "import sys; from cortex.serve import next_briefing; "
-                                   "next_briefing(sys.argv[1])", root], stdin=subprocess.DEVNULL,
+            done = subprocess.run([sys.executable, "-c", "import sys; from cortex.briefing import build_next; "
+                                   "build_next(sys.argv[1])", root], stdin=subprocess.DEVNULL,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=600, check=False)
             if done.returncode != 0:
                 self.store.log(f"serve: briefing not rebuilt: {done.stderr.decode(errors='replace')[-500:]!r}")
