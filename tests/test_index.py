@@ -357,6 +357,33 @@ def test_the_hop_map_is_kept_for_the_next_process_until_the_store_changes(projec
     assert ("relates_to", later.id, 0.8) in damaged.hops(0.4)[hub.id]
 
 
+def test_the_views_a_recall_reads_are_kept_for_the_next_process_until_the_store_changes(project, monkeypatch):
+    """The records, the id map, the filters and the rows of the vectors are made from the manifest's columns
+    once and kept in the cache for the committed manifest: a later process recalls the same hits without
+    making any of them, and after a change they are made again (the new memory found)."""
+    from cortex.recall import recall_store
+
+    remember(project, "Chose SQLite over Postgres for the job queue: one file, no server", type="decision")
+    remember(project, "WAL mode keeps readers unblocked", type="gotcha")
+    store = Store.locate(project)
+    for path in store.memories_dir.rglob("*.md"):  # written a while ago: no sync re-reads them as racily clean
+        os.utime(path, (time.time() - 60, time.time() - 60))
+    made = [hit.memory.id for hit in recall_store(store, "sqlite job queue", index=Index(store)).hits]
+    assert made
+    names = {path.name.split("-")[0] for path in store.cache_dir.glob("*.bin")}
+    assert {"records.bin", "ids.bin", "allowed", "dense", "hops.bin"} <= names
+
+    def made_again(*args, **kwargs):
+        raise AssertionError("made a view the cache keeps")
+
+    with monkeypatch.context() as patched:
+        for name in ("_sorted_out", "embedded", "_link_map"):
+            patched.setattr(Index, name, made_again)
+        assert [hit.memory.id for hit in recall_store(store, "sqlite job queue", index=Index(store)).hits] == made
+    later = remember(project, "The job queue vacuums its SQLite file weekly", type="pattern")
+    assert later.id in [hit.memory.id for hit in recall_store(store, "vacuums sqlite weekly", index=Index(store)).hits]
+
+
 def test_recall_ranks_while_a_child_syncs_and_answers_again_when_files_changed(project):
     """A one-shot `cortex recall` ranks from the committed cache while a forked child makes the sync; when the
     child finds files changed by hand (edited, removed, added), the answer is made again from the synced cache,

@@ -675,15 +675,18 @@ class Index:
             self.sync(full=False)
         assert self.manifest is not None
         if self._records is None:
-            self._records, self._problems = self._sorted_out()
+            # Kept for the committed manifest (`_kept`): a pass over 100,000 paths, ids and errors is ~0.16 s.
+            rels, rows, problems = self._kept(self.dir / "records.bin", None, self._sorted_out)
+            self._records, self._problems = Records(self.manifest.files, rels, rows), [tuple(p) for p in problems]
         return self._records
 
-    def _sorted_out(self) -> tuple[Records, list[tuple[str, str]]]:
-        """The records (`records`) and (path, reason) of the problems (`problems`), from one pass in path order
-        over three columns."""
+    def _sorted_out(self) -> tuple[list[str], list[int], list[tuple[str, str]]]:
+        """The records (`records`: their paths and rows, in path order) and (path, reason) of the problems
+        (`problems`), from one pass in path order over three columns."""
         assert self.manifest is not None
         seen: dict[str, str] = {}
-        valid: list[tuple[str, int]] = []
+        rels: list[str] = []
+        rows: list[int] = []
         problems: list[tuple[str, str]] = []
         files = self.manifest.files
         paths, errors, ids = files.paths, files.full_column("error"), files.full_column("id")
@@ -695,8 +698,9 @@ class Index:
                 problems.append((rel, f"duplicate id {ident} (also in {self.store.memories_dir / seen[ident]})"))
             else:
                 seen[ident] = rel
-                valid.append((rel, n))
-        return Records(self.manifest.files, valid), problems
+                rels.append(rel)
+                rows.append(n)
+        return rels, rows, problems
 
     def problems(self) -> list[tuple[Path, str]]:
         """(path, reason) of every malformed file and duplicate id."""
@@ -707,8 +711,9 @@ class Index:
         """The paths of the records whose (status, type, branch) pass a filter, computed once per sync for each
         filter `key`."""
         if key not in self._allowed:
-            self._allowed[key] = frozenset(rel for rel, status, kind, branch in self.records().column(
-                "status", "type", "branch") if keep(status, kind, branch))
+            self._allowed[key] = self._kept(self.dir / f"allowed-{_digest(key)}.bin", key, lambda: frozenset(
+                rel for rel, status, kind, branch in self.records().column("status", "type", "branch")
+                if keep(status, kind, branch)))
         return self._allowed[key]
 
     def embedded(self, allowed: frozenset[str], row_of: dict[str, int]) -> tuple[list[str], Any, int]:
@@ -759,8 +764,14 @@ class Index:
         if cache_key not in self._allowed:
             matrix, row_of = vectors
             assert self.manifest is not None
-            rels, rows, _ = self.embedded(allowed, row_of)
-            self._allowed[cache_key] = (rels, vectors_module.rows_view(matrix, rows))
+
+            def embedded() -> tuple[list[str], bytes]:
+                rels, rows, _ = self.embedded(allowed, row_of)
+                return rels, rows.tobytes()
+
+            # Kept with the committed manifest, whose vector keys `row_of` comes from (~0.1 s at 100,000).
+            rels, rows = self._kept(self.dir / f"dense-{_digest(key)}.bin", key, embedded)
+            self._allowed[cache_key] = (rels, vectors_module.rows_view(matrix, np.frombuffer(rows, dtype=np.int64)))
         rels, sub = self._allowed[cache_key]
         if not rels:
             return []
@@ -800,7 +811,8 @@ class Index:
 
     def rel_of_id(self) -> dict[str, str]:
         if self._rel_of_id is None:
-            self._rel_of_id = {ident: rel for rel, ident in self.records().column("id")}
+            self._rel_of_id = self._kept(self.dir / "ids.bin", None, lambda: {
+                ident: rel for rel, ident in self.records().column("id")})
         return self._rel_of_id
 
     def searcher(self) -> Any:
@@ -1134,9 +1146,9 @@ class Records(Mapping[str, dict[str, Any]]):
     """The manifest's valid entries by path, in path order (`Index.records`): an entry's dict is made when it
     is asked for, and `column` reads a few fields of every record without making any."""
 
-    def __init__(self, files: Entries, rows: list[tuple[str, int]]) -> None:
-        """`rows`: (path, its row in `files`) of each record, in path order."""
-        self._files, self._rels, self._rows = files, [rel for rel, _ in rows], [n for _, n in rows]
+    def __init__(self, files: Entries, rels: list[str], rows: list[int]) -> None:
+        """`rels`: the path of each record, in path order; `rows`: its row in `files`."""
+        self._files, self._rels, self._rows = files, rels, rows
         self._set: frozenset[str] | None = None
 
     @property
@@ -1171,6 +1183,11 @@ class Records(Mapping[str, dict[str, Any]]):
             return [(rel, *(self._files.value(rel, name) for name in names)) for rel in self._rels]
         pick = operator.itemgetter(*self._rows)  # rows stay where they are while these records hold
         return list(zip(self._rels, *(pick(self._files.full_column(name)) for name in names)))
+
+
+def _digest(key: Any) -> str:
+    """A short name for a view's key (`Index._kept` files: `allowed-<digest>.bin`)."""
+    return hashlib.sha1(repr(key).encode()).hexdigest()[:12]
 
 
 def _level(full: bool, vectors: bool) -> int:
