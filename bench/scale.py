@@ -21,7 +21,10 @@ pages (`cortex project`) and indexed (`cortex reindex`, timed, with its peak
 memory), then, medians of `--runs` fresh processes unless said:
 
 - no server running: `list`, `status`, `recall`, the prompt hook, a
-  SessionStart after a memory changed (the briefing rebuilt), `remember`;
+  SessionStart after a memory file was written behind cortex's back (the
+  hook builds the briefing), a SessionStart after a `cortex remember` (which
+  started the briefing's build ahead; how long that took is its own row),
+  `remember`;
 - `cortex serve` started: how long until it answers (`state`) and until it is
   warm (`ping`); then the prompt hook served (a different prompt each run:
   the server keeps its last queries' vectors), `list`, `status` and `recall`
@@ -293,6 +296,30 @@ def unserved(python: str, root: Path, env: dict[str, str], runs: int, bare: floa
     row["SessionStart, memory changed, no server"] = ms(
         median([*cortex, "hook", "session-start"], root, env, runs, hook_payload(root, "SessionStart", source="startup"),
                before=changed), bare)
+    notes = iter(f"Bench rule {n}: the {n}th migration runs before the deploy" for n in range(1000))
+    built: list[float] = []
+
+    def remembered() -> None:  # `cortex remember` with no server: it starts the next briefing's build itself
+        from cortex import __version__
+        from cortex.layout import briefing_key, saved_briefing
+
+        time.sleep(1.0)
+        stop_servers(root)
+        subprocess.run([*cortex, "remember", next(notes)], cwd=root, env=env, capture_output=True, check=True)
+        store_root = str(root / ".cortex")
+        started = time.time()
+        while time.time() < started + 120 and (saved_briefing(store_root, "briefing.next.json") or {}).get("key") \
+                != briefing_key(store_root, __version__):
+            if time.time() > started + 30 and saved_briefing(store_root, "briefing.next.json") is None:
+                return  # a cortex that does not build it ahead without a server (`--source` of an older tree)
+            time.sleep(0.05)
+        built.append(time.time() - started)
+
+    row["SessionStart, after a remember, no server"] = ms(
+        median([*cortex, "hook", "session-start"], root, env, runs, hook_payload(root, "SessionStart", source="startup"),
+               before=remembered), bare)
+    if built:
+        row["briefing built ahead after a remember, no server"] = f"{statistics.median(built):,.1f} s"
     stop_servers(root)
     texts = iter(f"Bench note {n}: the staging deploy needs the {n}th feature flag off" for n in range(1000))
     remember = []
@@ -401,7 +428,8 @@ def stop_hook(python: str, root: Path, transcript: Path, env: dict[str, str], ru
 
 
 ROWS = ["prompt, served", "prompt, no server", "SessionStart, cached", "SessionStart, memory changed, served",
-        "briefing rebuilt by the server after a change", "SessionStart, memory changed, no server", "recall", "recall, served", "list", "list, served", "status",
+        "briefing rebuilt by the server after a change", "SessionStart, memory changed, no server",
+        "SessionStart, after a remember, no server", "briefing built ahead after a remember, no server", "recall", "recall, served", "list", "list, served", "status",
         "status, served", "show", "show, served", "remember", "remember, served", "Stop, cold", "Stop, one more turn", "recall in process p50 / p95",
         "reindex", "server answering / warm", "server: next briefing built", "contextual vectors (upkeep, one thread)"]
 
