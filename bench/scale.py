@@ -320,6 +320,7 @@ def unserved(python: str, root: Path, env: dict[str, str], runs: int, bare: floa
                before=remembered), bare)
     if built:
         row["briefing built ahead after a remember, no server"] = f"{statistics.median(built):,.1f} s"
+    time.sleep(1.0)  # the last SessionStart started `cortex serve`: let it bind, then stop it (else it serves `remember`)
     stop_servers(root)
     texts = iter(f"Bench note {n}: the staging deploy needs the {n}th feature flag off" for n in range(1000))
     remember = []
