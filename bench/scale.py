@@ -167,14 +167,21 @@ def ask(root: Path, op: str, timeout: float = 30) -> dict[str, object] | None:
 
 
 def stop_servers(root: Path) -> None:
+    """Stop the store's `cortex serve`, one that is still starting included, and wait until it is gone (its
+    socket and its lock: a server on its way out still counts as running for the hooks)."""
     import signal
 
-    answer = ask(root, "state", 2)
-    if answer and isinstance(answer.get("pid"), int):
-        os.kill(int(answer["pid"]), signal.SIGTERM)
-        deadline = time.time() + 20
-        while time.time() < deadline and ask(root, "state", 1) is not None:
-            time.sleep(0.1)
+    from cortex.layout import server_up
+
+    deadline = time.time() + 30
+    while time.time() < deadline and server_up(str(root / ".cortex")):
+        answer = ask(root, "state", 1)
+        if answer and isinstance(answer.get("pid"), int):
+            try:
+                os.kill(int(answer["pid"]), signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.05)
 
 
 def settle(root: Path, limit: float = 60.0) -> None:

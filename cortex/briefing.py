@@ -391,14 +391,15 @@ def get(store: Store) -> Briefing:
     return briefing
 
 
-def build_next(root: str, commits: bool = False) -> None:
+def build_next(root: str) -> None:
     """Build the next SessionStart's briefing of the project store at `root` into `state/briefing.next.json`
     (what `cortex serve` runs in a process of its own, and a write without a server starts: `start_next`):
     `briefing.json` stays what this session was shown (the prompt hook leaves those memories out) until a
-    SessionStart prints the new one (`cortex.layout.cached_briefing`). Nothing is written when the store changed
-    while it was built (a write, a commit): the next look builds it again. One build at a time
-    (`state/briefing.lock`); one that finds the briefing already built for the store as it is does nothing.
-    `commits`: the sync commits the cache (no server's index to spare a reload)."""
+    SessionStart prints the new one (`cortex.layout.cached_briefing`). A briefing of a store that changed while
+    it was built (a write, a commit) is not saved under the new key: it is built again, up to three times. One
+    build at a time (`state/briefing.lock`); one that finds the briefing already built for the store as it is
+    does nothing. Its sync commits nothing: a commit would change the key (the manifest's stat is part of it)
+    and cost a running server's next sync a reload and a walk."""
     import gc
     from pathlib import Path
 
@@ -410,18 +411,20 @@ def build_next(root: str, commits: bool = False) -> None:
     gc.disable()  # a command's process: see `cortex.__main__.run`
     store = Store(Path(root), "project")
     with file_lock(store.state_dir / "briefing.lock"):
-        key = briefing_key(root, __version__)
-        if any((saved_briefing(root, name) or {}).get("key") == key for name in ("briefing.json", "briefing.next.json")):
-            return
-        index = Index(store)
-        index.trust_watcher = False  # a file removed by hand a moment ago is not yet in the server's manifest
-        index.commits = commits  # the server's index commits: one here would cost its next sync a reload and a walk
-        built = build(store, index=index)
-        if briefing_key(root, __version__) != key:
-            return
-        atomic_write(store.state_dir / "briefing.next.json",
-                     json.dumps({"key": key, "text": built.text, "tokens": built.tokens, "ids": built.ids}),
-                     durable=False)
+        for _ in range(3):
+            key = briefing_key(root, __version__)
+            if any((saved_briefing(root, name) or {}).get("key") == key
+                   for name in ("briefing.json", "briefing.next.json")):
+                return
+            index = Index(store)
+            index.trust_watcher = False  # a file removed by hand a moment ago is not yet in the server's manifest
+            index.commits = False
+            built = build(store, index=index)
+            if briefing_key(root, __version__) == key:
+                atomic_write(store.state_dir / "briefing.next.json",
+                             json.dumps({"key": key, "text": built.text, "tokens": built.tokens, "ids": built.ids}),
+                             durable=False)
+                return
 
 
 def start_next(store_root: str) -> bool:
@@ -442,7 +445,7 @@ def start_next(store_root: str) -> bool:
     try:
         with open(os.path.join(store_root, "state", "worker.log"), "a", encoding="utf-8") as log:
             subprocess.Popen([sys.executable, "-c", "import sys; from cortex.briefing import build_next; "
-                              "build_next(sys.argv[1], commits=True)", store_root],
+                              "build_next(sys.argv[1])", store_root],
                              stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True,
                              env={**os.environ, **{name: os.environ.get(name, "1") for name in ONE_THREAD}})
     except OSError:

@@ -350,26 +350,27 @@ def list_command(store: Any, types: tuple[str, ...], statuses: tuple[str, ...], 
     root = str(store.memories_dir)
     wanted = set(tags)
 
-    def listed(index: Any) -> tuple[list[tuple[Path, str]], list[Any], list[dict[str, Any]]]:
-        assert index.manifest is not None
-        # Eight fields of every record, read as columns: no dict for each of 100,000 entries.
-        rows = [row for row in index.records().column("pinned", "priority", "type", "title", "id", "status", "branch",
-                                                      "tags")
+    def listed(index: Any) -> tuple[list[tuple[Path, str]], list[Any]]:
+        # The fields of every record, read as columns: no dict (and for JSON no metadata decoded) for each of
+        # 100,000 entries; JSON's four more fields are columns too.
+        fields = ("pinned", "priority", "type", "title", "id", "status", "branch", "tags") + (
+            ("confidence", "files", "created", "updated") if as_json else ())
+        rows = [row for row in index.records().column(*fields)
                 if not ((types and row[3] not in types) or (wanted_status and row[6] not in wanted_status)
                         or (branch is not None and row[7] != branch) or (pinned and not row[1])
                         or (wanted and not wanted & set(row[8])))]
         rows.sort(key=lambda row: (not row[1], -row[2], row[3], row[4].lower(), row[5]))
-        # JSON is the only form that decodes each memory's metadata (one decode for all of them).
-        return list(index.problems()), rows, index.manifest.metas([row[0] for row in rows]) if as_json else []
+        return list(index.problems()), rows
 
-    problems, rows, metas = _answered(store, listed)
+    problems, rows = _answered(store, listed)
     for path, reason in problems:
         click.echo(f"cortex: skipped {_safe(str(path))}: {_safe(reason)}", err=True)
     if as_json:
-        keys = ("id", "type", "title", "status", "priority", "confidence", "pinned", "branch", "tags", "files",
-                "created", "updated")
-        _print_json([{key: meta[key] for key in keys} | {"path": f"{root}/{row[0]}", "store": store.label}
-                     for row, meta in zip(rows, metas)])
+        _print_json([{"id": ident, "type": kind, "title": title, "status": status, "priority": priority,
+                      "confidence": confidence, "pinned": is_pinned, "branch": on, "tags": tags, "files": files,
+                      "created": created, "updated": updated, "path": f"{root}/{rel}", "store": store.label}
+                     for rel, is_pinned, priority, kind, title, ident, status, on, tags, confidence, files, created,
+                     updated in rows])
         return
     if not rows:
         click.echo("no memories" + ("" if show_all else " (try --all)"))
