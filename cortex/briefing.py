@@ -393,7 +393,7 @@ def get(store: Store) -> Briefing:
 
 def build_next(root: str) -> None:
     """Build the next SessionStart's briefing of the project store at `root` into `state/briefing.next.json`
-    (what `cortex serve` runs in a process of its own, and a write without a server starts: `start_next`):
+    (what `cortex serve` runs in a process of its own, and a write without a server starts: `cortex.spawn.briefing_ahead`):
     `briefing.json` stays what this session was shown (the prompt hook leaves those memories out) until a
     SessionStart prints the new one (`cortex.layout.cached_briefing`). A briefing of a store that changed while
     it was built (a write, a commit) is not saved under the new key: it is built again, up to three times. One
@@ -425,29 +425,3 @@ def build_next(root: str) -> None:
                              json.dumps({"key": key, "text": built.text, "tokens": built.tokens, "ids": built.ids}),
                              durable=False)
                 return
-
-
-def start_next(store_root: str) -> bool:
-    """After cortex changed the project store at `store_root` (a write, a git hook's sync) with no `cortex serve`
-    to do it: build the next SessionStart's briefing in a detached process (`build_next`), so that session
-    start reads a file instead of building it (~0.24 s at 10,000 memories, ~2 s at 100,000). Only for a store
-    that has briefed a session before (`state/briefing.json`). True when one was started."""
-    import os
-
-    from cortex import ONE_THREAD
-    from cortex.layout import server_up
-
-    if server_up(store_root) or not os.path.exists(os.path.join(store_root, "state", "briefing.json")):
-        return False
-    import subprocess
-    import sys
-
-    try:
-        with open(os.path.join(store_root, "state", "worker.log"), "a", encoding="utf-8") as log:
-            subprocess.Popen([sys.executable, "-c", "import sys; from cortex.briefing import build_next; "
-                              "build_next(sys.argv[1])", store_root],
-                             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True,
-                             env={**os.environ, **{name: os.environ.get(name, "1") for name in ONE_THREAD}})
-    except OSError:
-        return False  # the SessionStart builds it
-    return True

@@ -89,9 +89,9 @@ def memories_changed(store: Store, indexes: Indexes, written: Iterable[Path] = (
     if upkeep == "detached":
         changes.upkeep = [str(each.root) for each in iter_stores(store) if upkeep_due(each) and _spawn_upkeep(each)]
     if store.label == "project" and (written or everything or changes.linked):
-        from cortex.briefing import start_next  # a running server builds it itself
+        from cortex.spawn import briefing_ahead  # a running server builds it itself
 
-        changes.briefing = start_next(str(store.root))
+        changes.briefing = briefing_ahead(str(store.root))
     return changes
 
 

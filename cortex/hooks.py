@@ -133,9 +133,9 @@ def git_refresh(event: str, args: list[str]) -> int:
         index.sync(full=True, progress=False)
         if event == "post-merge" or rebased:
             _refresh_tracked_pages(store, index, "merge" if event == "post-merge" else "rebase")
-        from cortex.briefing import start_next
+        from cortex.spawn import briefing_ahead
 
-        start_next(str(store.root))  # another branch or new memories: the next session start's briefing
+        briefing_ahead(str(store.root))  # another branch or new memories: the next session start's briefing
     except Exception as exc:
         store.log(f"git {event}: {exc!r}")
     return 0

@@ -44,3 +44,25 @@ def resident(collect: bool = True) -> None:
     gc.freeze()
     if collect:
         gc.enable()
+
+
+def briefing_ahead(store_root: str) -> bool:
+    """After cortex changed the project store at `store_root` (a write, a git hook's sync) with no `cortex serve`
+    to do it: build the next SessionStart's briefing in a detached process (`cortex.briefing.build_next`), so
+    that session start reads a file instead of building it (~0.24 s at 10,000 memories, ~2 s at 100,000). Only
+    for a store that has briefed a session before (`state/briefing.json`). True when one was started."""
+    from cortex import ONE_THREAD
+    from cortex.layout import server_up
+
+    if server_up(store_root) or not os.path.exists(os.path.join(store_root, "state", "briefing.json")):
+        return False
+    try:
+        with open(os.path.join(store_root, "state", "worker.log"), "a", encoding="utf-8") as log:
+            # Niced: it must not take the core the command that started it (or the next one) is still using.
+            subprocess.Popen([sys.executable, "-c", "import os, sys; os.nice(10); from cortex.briefing import build_next; "
+                              "build_next(sys.argv[1])", store_root],
+                             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True,
+                             env={**os.environ, **{name: os.environ.get(name, "1") for name in ONE_THREAD}})
+    except OSError:
+        return False  # the SessionStart builds it
+    return True
