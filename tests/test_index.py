@@ -380,6 +380,12 @@ def test_the_views_a_recall_reads_are_kept_for_the_next_process_until_the_store_
         for name in ("_sorted_out", "embedded", "_link_map"):
             patched.setattr(Index, name, made_again)
         assert [hit.memory.id for hit in recall_store(store, "sqlite job queue", index=Index(store)).hits] == made
+    records = store.cache_dir / "records.bin"
+    damaged = bytearray(records.read_bytes())
+    damaged[-3] ^= 0x20  # one bit of a path flipped: still a valid marshal, no longer the same bytes
+    records.write_bytes(bytes(damaged))
+    assert [hit.memory.id for hit in recall_store(store, "sqlite job queue", index=Index(store)).hits] == made
+    assert records.read_bytes() != bytes(damaged)  # made again and saved
     later = remember(project, "The job queue vacuums its SQLite file weekly", type="pattern")
     assert later.id in [hit.memory.id for hit in recall_store(store, "vacuums sqlite weekly", index=Index(store)).hits]
 
