@@ -124,7 +124,7 @@ def cached(store: Store) -> Briefing | None:
 
 
 def build(store: Store, budget_tokens: int | None = None, now: float | None = None, rev: str | None = None,
-          stable: bool = False, index: Any = None) -> Briefing:
+          stable: bool = False, index: Any = None, facts: dict[str, Any] | None = None) -> Briefing:
     """Assemble the briefing (see the module docstring); `rev` labels a store read at a git revision.
 
     `stable` leaves out what changes with every commit or edit (HEAD, recent
@@ -137,7 +137,7 @@ def build(store: Store, budget_tokens: int | None = None, now: float | None = No
 
     now = now_epoch() if now is None else now
     index = (index or Index(store)).ensure()
-    facts = _git_facts(store, rev)
+    facts = dict(facts) if facts is not None else _git_facts(store, rev)
     if stable:
         facts.update(head=None, commits=[], changed=[])
     page = _Page(int(budget_tokens or store.config().get("briefing.budget_tokens")), _header(facts, stable))
@@ -375,10 +375,16 @@ def get(store: Store) -> Briefing:
     import time
 
     from cortex.files import atomic_write
+    from cortex.index import Index
     from cortex.metrics import record
 
     started = time.perf_counter()
-    briefing = build(store)
+    # The sync (a stat of every memory file) in a forked child while this process reads git's side of the page
+    # (`git status` over the tracked files: ~0.35 s at 100,000 memories), then the page from the synced cache.
+    index = Index(store).ensure(ahead=True)
+    facts = _git_facts(store, None)
+    index.confirm()
+    briefing = build(store, index=index, facts=facts)
     record(store.state_dir, "briefing", {"builds": 1}, {"tokens": briefing.tokens, "chars": len(briefing.text),
            "memories": len(briefing.ids), "ms": round((time.perf_counter() - started) * 1000, 1)})
     key = _cache_key(store)  # after the build: its sync may have rewritten the manifest
