@@ -881,12 +881,20 @@ class Index:
         return value
 
     def _link_map(self, follows: Callable[[str, float | None], bool] | None) -> LinkMap:
-        """The links (of the relations and strengths `follows` takes, or all) of every record, from the links
-        column; a link to a missing memory is a problem for `status`, not a neighbour."""
-        known = self.rel_of_id()
+        """The links (of the relations and strengths `follows` takes, or all) of every record, in path order, from
+        the manifest's id and links columns read by row (most rows have no links: nothing is made for them); a
+        link to a missing memory is a problem for `status`, not a neighbour."""
+        assert self.manifest is not None
+        rows = self.records().rows
+        ids, links_of = self.manifest.files.full_column("id"), self.manifest.files.full_column("links")
+        known = {ids[n] for n in rows}
         out: dict[str, dict[tuple[str, str], float | None]] = {}
-        for _, ident, links in self.records().column("id", "links"):
-            for rel, to, strength in links or ():
+        for n in rows:
+            links = links_of[n]
+            if not links:
+                continue
+            ident = ids[n]
+            for rel, to, strength in links:
                 if to not in known or (follows is not None and not follows(rel, strength)):
                     continue
                 out.setdefault(ident, {}).setdefault((rel, to), strength)
@@ -1167,6 +1175,11 @@ class Records(Mapping[str, dict[str, Any]]):
 
     def __len__(self) -> int:
         return len(self._rels)
+
+    @property
+    def rows(self) -> list[int]:
+        """The row in the manifest's columns (`Entries.full_column`) of each record, in path order."""
+        return self._rows
 
     def value(self, rel: str, name: str) -> Any:
         """One field of one record (None when it has none), without making its dict."""
