@@ -263,8 +263,9 @@ def claude_session_start(raw: str) -> int:
     """SessionStart (startup, resume, clear, compact): print the briefing as additionalContext; retry queued jobs."""
 
     def body(store: Store, payload: dict[str, Any]) -> None:
-        from cortex import briefing, serve
+        from cortex import briefing
         from cortex.layout import queued_jobs
+        from cortex.spawn import start_server
 
         shown = briefing.get(store)
         emit(event_name(payload, "SessionStart"), shown.text)
@@ -273,7 +274,7 @@ def claude_session_start(raw: str) -> int:
             from cortex.capture import spawn_worker
 
             spawn_worker(store)
-        serve.start_detached(str(store.root))  # prompt-time recall from a warm process
+        start_server(str(store.root))  # prompt-time recall from a warm process
 
     return _claude_hook("session-start", raw, body)
 

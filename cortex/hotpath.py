@@ -116,9 +116,9 @@ def session_start(raw: str) -> bool:
     if layout.queued_jobs(store_root):
         return False  # queued capture jobs: the full hook starts the worker
     if not layout.server_up(store_root):  # prompt-time recall from a warm process (it exits by itself when idle)
-        from cortex import serve
+        from cortex.spawn import start_server
 
-        serve.start_detached(store_root)
+        start_server(store_root)
     emit(event_name(payload, "SessionStart"), str(cached.get("text", "")))
     note_injected(store_root, payload, "SessionStart", "", [str(i) for i in cached.get("ids", [])])
     return True

@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # importing the store costs a hook ~20 ms, `typing` ~4 ms; th
 
 
 from cortex import ONE_THREAD  # noqa: E402
-from cortex.layout import server_up, socket_path  # noqa: E402  (os-level, shared with the hook fast path)
+from cortex.layout import socket_path  # noqa: E402  (os-level, shared with the hook fast path)
 
 
 def _read_line(connection: socket.socket) -> bytes:
@@ -66,20 +66,6 @@ COLLECT_ALL_EVERY = 600.0  # ... and of every generation
 # How long a command waits for the server to finish a sync before running on its own: a sync after a write takes
 # ~1 s at 100,000 memories, running the command in its own process several.
 COMMAND_WAIT = 5.0
-
-
-def start_detached(store_root: str) -> None:
-    """Start `cortex serve` for a store in its own session, unless one runs already (os-level, for hot paths)."""
-    if server_up(store_root):
-        return
-    from cortex.spawn import detached
-
-    idle = os.environ.get("CORTEX_SERVE_IDLE", "900")  # tests shorten it so no server outlives them
-    try:
-        detached(["serve", "--dir", store_root, "--idle", idle], os.path.join(store_root, "state"), "serve.log",
-                 env={name: os.environ.get(name, "1") for name in ONE_THREAD})
-    except OSError:
-        pass  # a read-only store: the prompt hook recalls in its own process
 
 
 def serve(store: "Store", idle: float = 900.0, debounce: float = 0.3,
@@ -155,6 +141,7 @@ class _Warm(threading.Thread):
                                                                         self.changes[str(each.root)])))
                     self.written[str(each.root)] = written_stamp(each)
                     self.indexes.get(each).trust_watcher = False  # this server is the watcher
+                    self.indexes.get(each).keeps_views = False  # its views stay in memory; files are for one-shots
                     # The sync (a stat of every file: ~0.45 s at 100,000 memories) is made by a forked child while
                     # this thread warms from the committed cache on the other core (`Index.confirm`). Its
                     # watchers started first, so nothing written from now on is missed; they take no lock a sync

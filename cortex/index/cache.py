@@ -107,6 +107,10 @@ class Index:
         # index, which builds the next briefing: a commit from it would make the warm index reload the manifest
         # and walk every file). A sync that builds or writes Whoosh or the vectors commits as any other.
         self.commits = True
+        # Views made from a committed manifest are saved for the next process (`_kept`), except by a process that
+        # writes memories itself (`note_written`: its next commit makes them stale at once; `remember` at 100,000
+        # memories paid ~0.2 s for files nobody read) and by a resident server, which keeps its own in memory.
+        self.keeps_views = True
         self._ix: Any = None
         self._vectors: Any = None
         self.repaired: list[str] = []  # every damaged part this object's syncs found and rebuilt
@@ -292,6 +296,7 @@ class Index:
         from cortex.index.manifest import read_entry
 
         self._committed = False
+        self.keeps_views = False
         for path in paths:
             rel = path.relative_to(self.store.memories_dir).as_posix()
             if path.is_file():
@@ -872,10 +877,11 @@ class Index:
             if saved is not None:
                 return saved[0]
         value = compute()
-        if self._committed and self._version is not None:
+        if self._committed and self._version is not None and self.keeps_views:
             try:
                 blob = marshal.dumps(value)
-                atomic_write(path, marshal.dumps((self._version, key, zlib.crc32(blob), blob)), durable=False)
+                head = marshal.dumps((self._version, key, zlib.crc32(blob), len(blob)))
+                atomic_write(path, len(head).to_bytes(4, "little") + head + blob, durable=False)
             except (OSError, ValueError):  # a read-only cache, or something marshal cannot write: worked out each time
                 pass
         return value
@@ -1197,10 +1203,18 @@ class Records(Mapping[str, dict[str, Any]]):
 
 def _read_kept(path: Path, version: tuple[int, int, int] | None, key: Any) -> tuple[Any] | None:
     """(the value,) saved by `Index._kept` in `path` for this manifest version and key; None when the file is
-    missing, for another version or key, damaged (its CRC-32) or of an older format."""
+    missing, for another version or key (told from its short head, without reading the rest), damaged (its
+    CRC-32) or of an older format."""
     try:
-        saved_version, saved_key, crc, blob = marshal.loads(path.read_bytes())
-        if tuple(saved_version) != version or saved_key != key or zlib.crc32(blob) != crc:
+        with open(path, "rb") as handle:
+            size = int.from_bytes(handle.read(4), "little")
+            if not 0 < size <= 4096:
+                return None
+            saved_version, saved_key, crc, length = marshal.loads(handle.read(size))
+            if tuple(saved_version) != version or saved_key != key:
+                return None
+            blob = handle.read(length + 1)
+        if len(blob) != length or zlib.crc32(blob) != crc:
             return None
         return (marshal.loads(blob),)
     except Exception:  # missing, unreadable, an older format
