@@ -397,9 +397,13 @@ def test_a_path_gone_after_git_status_is_skipped(project, monkeypatch):
 
 def test_a_temp_file_left_by_a_killed_writer_is_removed_and_never_staged(project, tmp_path):
     """Before: a consolidate killed mid-write left `.x.md.<random>.tmp`, and the next Stop staged it. After: a
-    writer holding the lock removes temp files older than a few minutes; no Stop stages one."""
+    writer holding the lock removes temp files older than a few minutes (once the last sweep is that old too:
+    `state/swept`); no Stop stages one."""
     store = Store.locate(project)
     remember(store, POSTGRES, type="decision", link=False)
+    swept = store.state_dir / "swept"
+    assert swept.exists()  # the remember's writer swept
+    os.utime(swept, (time.time() - 3600, time.time() - 3600))  # an hour ago
     folder = store.memories_dir / "decision"
     stale = folder / ".use-postgres-abc.md.k1ll3d.tmp"
     fresh = folder / ".use-postgres-abc.md.w0rk1n.tmp"
