@@ -28,7 +28,7 @@ import sys
 import time
 import warnings
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
@@ -816,8 +816,8 @@ class Index:
 
     def rel_of_id(self) -> dict[str, str]:
         if self._rel_of_id is None:
-            self._rel_of_id = self._kept(self.dir / "ids.bin", None, lambda: {
-                ident: rel for rel, ident in self.records().column("id")})
+            self._rel_of_id = self._kept(self.dir / "ids.bin", None, lambda: dict(zip(
+                self.records().field("id"), self.records())))  # no tuple made for each of 100,000 records
         return self._rel_of_id
 
     def searcher(self) -> Any:
@@ -1192,6 +1192,12 @@ class Records(Mapping[str, dict[str, Any]]):
         if rel not in self._keys:
             raise KeyError(rel)
         return self._files.value(rel, name)
+
+    def field(self, name: str) -> Sequence[Any]:
+        """One field of every record (None where it has none), in path order."""
+        if len(self._rows) < 2:
+            return [self._files.value(rel, name) for rel in self._rels]
+        return operator.itemgetter(*self._rows)(self._files.full_column(name))
 
     def column(self, *names: str) -> list[tuple[Any, ...]]:
         """(path, value of each named field, None where it has none) of every record, in path order."""
