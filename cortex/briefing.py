@@ -430,4 +430,7 @@ def build_next(root: str) -> None:
                 atomic_write(store.state_dir / "briefing.next.json",
                              json.dumps({"key": key, "text": built.text, "tokens": built.tokens, "ids": built.ids}),
                              durable=False)
+                from cortex.recall import keep_views
+
+                keep_views(store, index)  # and recall's views, saved for the next command or server (niced)
                 return

@@ -111,6 +111,9 @@ def test_the_server_vouches_for_the_files_and_builds_the_next_briefing_ahead(pro
         assert wait_for(lambda: ahead().get("key") == layout.briefing_key(root, __version__), 60)
         assert layout.saved_briefing(root) == shown  # what this session was shown stays until the next start
         assert fresh.id in ahead()["text"]
+        # That build also saved recall's views for the manifest the server committed: the next server reads them.
+        assert wait_for(lambda: _kept_for_current(project) >= {"records.bin", "ids.bin", "hops.bin", "allowed", "dense"},
+                        30)
         capsys.readouterr()
         payload = json.dumps({"session_id": "s2", "cwd": str(project), "hook_event_name": "SessionStart",
                               "source": "startup"})
@@ -121,6 +124,26 @@ def test_the_server_vouches_for_the_files_and_builds_the_next_briefing_ahead(pro
         proc.terminate()
         proc.wait(timeout=30)
     assert not layout.watcher_ready(root)  # gone with the server: readers walk again
+
+
+def _kept_for_current(project: Path) -> set[str]:
+    """The names (up to the first dash) of the views kept in the cache (`Index._kept`: a length, then a head
+    starting with the manifest version) for the committed manifest as it is now."""
+    import marshal
+
+    from cortex.index.cache import _file_version
+
+    cache = project / ".cortex" / "cache"
+    version = _file_version(cache / "manifest.bin")
+    found = set()
+    for path in cache.glob("*.bin"):
+        raw = path.read_bytes()
+        try:
+            if tuple(marshal.loads(raw[4:4 + int.from_bytes(raw[:4], "little")])[0]) == version:
+                found.add(path.name.split("-")[0])
+        except Exception:  # the manifest and pages.bin have formats of their own
+            continue
+    return found
 
 
 def test_a_write_without_a_server_builds_the_next_briefing_ahead(project):
@@ -141,6 +164,8 @@ def test_a_write_without_a_server_builds_the_next_briefing_ahead(project):
     ahead = lambda: layout.saved_briefing(root, "briefing.next.json") or {}  # noqa: E731
     assert wait_for(lambda: ahead().get("key") == layout.briefing_key(root, __version__), 60)
     assert fresh in ahead()["text"]
+    # The build also saved recall's views for the manifest as the write left it: the next command reads them.
+    assert wait_for(lambda: _kept_for_current(project) >= {"records.bin", "ids.bin", "hops.bin", "allowed", "dense"}, 30)
     started = cortex("hook", "session-start", cwd=project, input=payload, env={"CORTEX_SERVE_IDLE": "1"})
     assert fresh in json.loads(started.stdout)["hookSpecificOutput"]["additionalContext"]
     assert fresh in str((layout.saved_briefing(root) or {}).get("text"))  # the file was what it printed

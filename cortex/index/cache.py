@@ -109,7 +109,8 @@ class Index:
         self.commits = True
         # Views made from a committed manifest are saved for the next process (`_kept`), except by a process that
         # writes memories itself (`note_written`: its next commit makes them stale at once; `remember` at 100,000
-        # memories paid ~0.2 s for files nobody read) and by a resident server, which keeps its own in memory.
+        # memories paid ~0.2 s for files nobody read) and by a resident server, which keeps its own in memory (the
+        # next briefing's build, in a process of its own, saves them: `cortex.recall.keep_views`).
         self.keeps_views = True
         self._ix: Any = None
         self._vectors: Any = None
@@ -365,8 +366,12 @@ class Index:
                 # Someone else is writing (or this index only reads): the committed manifest, changes re-parsed
                 # in memory only.
                 report.locked_out = True
-                manifest.refresh(self.store.memories_dir, max_bytes)  # in memory only
-                self.manifest, self._committed = manifest, False
+                changed, removed, _ = manifest.refresh(self.store.memories_dir, max_bytes)  # in memory only
+                # Nothing changed: the manifest in memory is the committed one (the views made from it may be
+                # kept for it, `_kept`).
+                self.manifest, self._committed = manifest, not changed and not removed and seen_version is not None
+                if self._committed:
+                    self._version = seen_version
                 report.seconds = time.monotonic() - started
                 return report
             # Another writer may have committed while we waited or looked: work from the latest state.
@@ -756,8 +761,10 @@ class Index:
                 self._query_encoder = self.encoder()
         return self._query_encoder
 
-    def dense_search(self, query: str, key: Any, allowed: frozenset[str], limit: int) -> list[tuple[str, float]] | None:
-        """The `limit` allowed (path, cosine) nearest the query, best first; None when there are no vectors."""
+    def dense_view(self, key: Any, allowed: frozenset[str]) -> tuple[list[str], Any] | None:
+        """(the allowed paths with a static vector, what `vectors.cosines` multiplies for them), made once per sync
+        for each filter `key` and kept with the committed manifest, whose vector keys it comes from (~0.1 s at
+        100,000 memories); None when there are no vectors."""
         import numpy as np
 
         import cortex.index.vectors as vectors_module
@@ -768,16 +775,25 @@ class Index:
         cache_key = ("dense", key)
         if cache_key not in self._allowed:
             matrix, row_of = vectors
-            assert self.manifest is not None
 
             def embedded() -> tuple[list[str], bytes]:
                 rels, rows, _ = self.embedded(allowed, row_of)
                 return rels, rows.tobytes()
 
-            # Kept with the committed manifest, whose vector keys `row_of` comes from (~0.1 s at 100,000).
             rels, rows = self._kept(self.dir / f"dense-{_digest(key)}.bin", key, embedded)
             self._allowed[cache_key] = (rels, vectors_module.rows_view(matrix, np.frombuffer(rows, dtype=np.int64)))
-        rels, sub = self._allowed[cache_key]
+        return self._allowed[cache_key]
+
+    def dense_search(self, query: str, key: Any, allowed: frozenset[str], limit: int) -> list[tuple[str, float]] | None:
+        """The `limit` allowed (path, cosine) nearest the query, best first; None when there are no vectors."""
+        import numpy as np
+
+        import cortex.index.vectors as vectors_module
+
+        view = self.dense_view(key, allowed)
+        if view is None:
+            return None
+        rels, sub = view
         if not rels:
             return []
         encoder = self.query_encoder()
@@ -878,12 +894,7 @@ class Index:
                 return saved[0]
         value = compute()
         if self._committed and self._version is not None and self.keeps_views:
-            try:
-                blob = marshal.dumps(value)
-                head = marshal.dumps((self._version, key, zlib.crc32(blob), len(blob)))
-                atomic_write(path, len(head).to_bytes(4, "little") + head + blob, durable=False)
-            except (OSError, ValueError):  # a read-only cache, or something marshal cannot write: worked out each time
-                pass
+            _write_kept(path, self._version, key, value)
         return value
 
     def _link_map(self, follows: Callable[[str, float | None], bool] | None) -> LinkMap:
@@ -1205,6 +1216,17 @@ class Records(Mapping[str, dict[str, Any]]):
             return [(rel, *(self._files.value(rel, name) for name in names)) for rel in self._rels]
         pick = operator.itemgetter(*self._rows)  # rows stay where they are while these records hold
         return list(zip(self._rels, *(pick(self._files.full_column(name)) for name in names)))
+
+
+def _write_kept(path: Path, version: tuple[int, int, int], key: Any, value: Any) -> bool:
+    """Save a view for `Index._kept` (the head: version, key, CRC-32 and length of the marshalled value)."""
+    try:
+        blob = marshal.dumps(value)
+        head = marshal.dumps((version, key, zlib.crc32(blob), len(blob)))
+        atomic_write(path, len(head).to_bytes(4, "little") + head + blob, durable=False)
+        return True
+    except (OSError, ValueError):  # a read-only cache, or something marshal cannot write: worked out each time
+        return False
 
 
 def _read_kept(path: Path, version: tuple[int, int, int] | None, key: Any) -> tuple[Any] | None:
