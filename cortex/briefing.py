@@ -426,11 +426,11 @@ def build_next(root: str) -> None:
             index.trust_watcher = False  # a file removed by hand a moment ago is not yet in the server's manifest
             index.commits = False
             built = build(store, index=index)
-            if briefing_key(root, __version__) == key:
+            from cortex.recall import keep_views
+
+            keep_views(store, index)  # and recall's views, saved for the next command or server
+            if briefing_key(root, __version__) == key:  # written last: once it is there, the build is done
                 atomic_write(store.state_dir / "briefing.next.json",
                              json.dumps({"key": key, "text": built.text, "tokens": built.tokens, "ids": built.ids}),
                              durable=False)
-                from cortex.recall import keep_views
-
-                keep_views(store, index)  # and recall's views, saved for the next command or server (niced)
                 return
