@@ -390,6 +390,29 @@ def test_the_views_a_recall_reads_are_kept_for_the_next_process_until_the_store_
     assert later.id in [hit.memory.id for hit in recall_store(store, "vacuums sqlite weekly", index=Index(store)).hits]
 
 
+def test_a_remember_walks_no_folder_and_leaves_changes_made_behind_cortex_for_the_next_sync(project):
+    """`cortex remember` in its own process reads the committed cache without a walk (its own file read into
+    it, the new memory linked against the others, committed); a file edited by hand before it is still found
+    by the next command's sync, because that commit did not claim a check of every file."""
+    from tests.helpers import cortex, cortex_json
+    from tests.test_graph import TOPICS
+
+    made = [remember(project, text, type=kind) for text, kind in TOPICS]
+    edited = remember(project, "Retry flaky uploads three times with backoff", type="pattern")
+    store = Store.locate(project)
+    for path in store.memories_dir.rglob("*.md"):  # written a while ago: no sync re-reads them as racily clean
+        os.utime(path, (time.time() - 60, time.time() - 60))
+    cortex("list", cwd=project)  # the cache committed as it is now
+    assert edited.path is not None
+    edited.path.write_text(edited.path.read_text(encoding="utf-8").replace(
+        "three times", "three times, then page the zebrafish team"), encoding="utf-8")
+    fresh = json.loads(cortex("remember", "Invoice totals are summed in integer cents and only formatted as decimals "
+                              "in the PDF", "--type", "decision", "--json", cwd=project).stdout)
+    linked = {link.to for link in Store.locate(project).get(fresh["id"]).links}
+    assert linked & {made[6].id, made[7].id, made[8].id}  # the invoice memories, as a walk before would have found
+    assert [hit["id"] for hit in cortex_json("recall", "zebrafish", cwd=project)][:1] == [edited.id]
+
+
 def test_recall_ranks_while_a_child_syncs_and_answers_again_when_files_changed(project):
     """A one-shot `cortex recall` ranks from the committed cache while a forked child makes the sync; when the
     child finds files changed by hand (edited, removed, added), the answer is made again from the synced cache,

@@ -291,9 +291,21 @@ class Index:
 
     def note_written(self, paths: list[Path]) -> None:
         """This process just wrote these memory files: read them into the synced manifest (in memory), so the
-        same run sees them without another walk over the store. The next sync commits them to the cache."""
-        if self.manifest is None or not paths:
+        same run sees them without another walk over the store. The next sync commits them to the cache.
+
+        Not synced yet (a `remember`, `forget` or `restore` in its own process): the committed manifest is taken
+        as it is, these files read into it, and no walk made. What the process does next (linking a new memory
+        to the others) reads the cache as the last sync left it; its commit records its own files without
+        moving the time of that sync, so the next process still walks for anything changed behind cortex's
+        back (a `remember` at 100,000 memories spent ~0.45 s of its ~1.4 s on that walk)."""
+        if not paths:
             return
+        if self.manifest is None:
+            seen = _file_version(self.manifest_path)
+            manifest = Manifest.load(self.manifest_path) if seen is not None else None
+            if manifest is None:
+                return  # nothing committed: the next sync walks, as for any process
+            self.manifest, self._version, self._synced = manifest, seen, 1
         from cortex.index.manifest import read_entry
 
         self._committed = False
