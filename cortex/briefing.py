@@ -104,12 +104,12 @@ def _git_facts(store: Store, rev: str | None = None) -> dict[str, Any]:
     return facts
 
 
-def _cache_key(store: Store) -> str:
+def _cache_key(store: Store, settled: bool = False) -> str:
     """Computed by `cortex.layout`, which the SessionStart fast path uses without importing the store."""
     from cortex import __version__
     from cortex.layout import briefing_key
 
-    return briefing_key(str(store.root), __version__)
+    return briefing_key(str(store.root), __version__, settled)
 
 
 def cached(store: Store) -> Briefing | None:
@@ -384,16 +384,19 @@ def get(store: Store) -> Briefing:
     index = Index(store).ensure(ahead=True)
     facts = _git_facts(store, None)
     index.confirm()
+    # The key taken after the sync (which may have rewritten the manifest) and before the page is made: the page
+    # is kept under it only when nothing changed meanwhile.
+    key = _cache_key(store, settled=True)
     briefing = build(store, index=index, facts=facts)
     record(store.state_dir, "briefing", {"builds": 1}, {"tokens": briefing.tokens, "chars": len(briefing.text),
            "memories": len(briefing.ids), "ms": round((time.perf_counter() - started) * 1000, 1)})
-    key = _cache_key(store)  # after the build: its sync may have rewritten the manifest
-    try:
-        atomic_write(store.state_dir / "briefing.json",
-                     json.dumps({"key": key, "text": briefing.text, "tokens": briefing.tokens, "ids": briefing.ids}),
-                     durable=False)
-    except OSError:
-        pass
+    if _cache_key(store) == key:
+        try:
+            atomic_write(store.state_dir / "briefing.json",
+                         json.dumps({"key": key, "text": briefing.text, "tokens": briefing.tokens, "ids": briefing.ids}),
+                         durable=False)
+        except OSError:
+            pass
     return briefing
 
 
@@ -418,7 +421,7 @@ def build_next(root: str) -> None:
     store = Store(Path(root), "project")
     with file_lock(store.state_dir / "briefing.lock"):
         for _ in range(3):
-            key = briefing_key(root, __version__)
+            key = briefing_key(root, __version__, settled=True)
             if any((saved_briefing(root, name) or {}).get("key") == key
                    for name in ("briefing.json", "briefing.next.json")):
                 return

@@ -42,32 +42,57 @@ def find_store(cwd: str) -> str | None:
         folder = parent
 
 
+# A file system stamps a change with its clock's last tick (up to 10 ms old), so two changes that close together
+# may leave the same times: a key taken between them would not tell them apart.
+SETTLE_NS = 50_000_000
+
+
 def signature(store_root: str) -> str:
     """The stat of what a briefing depends on: manifest, cortex's own writes, config, the memory folders."""
+    return _signature(store_root)[0]
+
+
+def _signature(store_root: str) -> tuple[str, int]:
+    """(`signature`, the newest time in it)."""
     parts = []
+    newest = 0
     memories = os.path.join(store_root, "memories")
     for path in (os.path.join(store_root, "cache", "manifest.bin"), os.path.join(store_root, "state", "changed"),
                  os.path.join(store_root, "config.yaml"), memories):
         try:
             stat = os.stat(path)
             parts.append(f"{stat.st_mtime_ns}:{stat.st_size}")
+            newest = max(newest, stat.st_mtime_ns)
         except OSError:
             parts.append("-")
     try:
         for name in sorted(os.listdir(memories)):
             folder = os.path.join(memories, name)
             if os.path.isdir(folder):
-                parts.append(f"{name}:{os.stat(folder).st_mtime_ns}")
+                stamp = os.stat(folder).st_mtime_ns
+                parts.append(f"{name}:{stamp}")
+                newest = max(newest, stamp)
     except OSError:
         pass
-    return "|".join(parts)
+    return "|".join(parts), newest
 
 
-def briefing_key(store_root: str, version: str) -> str:
-    """What the cached briefing (`state/briefing.json`) is valid for: cortex's version, branch, HEAD, signature."""
+def briefing_key(store_root: str, version: str, settled: bool = False) -> str:
+    """What the cached briefing (`state/briefing.json`) is valid for: cortex's version, branch, HEAD, signature.
+
+    `settled`: taken once the newest time in the signature is SETTLE_NS old (waiting at most that long), for a
+    key taken before a briefing is built: a change made after it then moves a time the key holds, and the
+    build, which looks after the key was taken, sees every change made before."""
     root = worktree_root(os.path.dirname(store_root))
     branch, head = branch_and_head(root)
-    return f"{version}|{branch}|{head}|{signature(store_root)}"
+    made, newest = _signature(store_root)
+    if settled:
+        import time
+
+        while 0 <= (wait := newest + SETTLE_NS - time.time_ns()) <= SETTLE_NS:
+            time.sleep(wait / 1e9)
+            made, newest = _signature(store_root)
+    return f"{version}|{branch}|{head}|{made}"
 
 
 def saved_briefing(store_root: str, name: str = "briefing.json") -> dict | None:
