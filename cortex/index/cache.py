@@ -209,9 +209,9 @@ class Index:
                 or (threading.active_count() > 1 and not threads_ok) or os.environ.get("CORTEX_SYNC_AHEAD") == "0":
             return False
         seen = _file_version(self.manifest_path)
-        manifest = Manifest.load(self.manifest_path) if seen is not None else None
+        manifest = _load_version(self.manifest_path, seen)
         if manifest is None:
-            return False
+            return False  # none committed, or a writer committed while it was read: sync here
         self.manifest, self._version, self._committed = manifest, seen, True  # a sync now reuses it: no reload
         if ((full or vectors) and _incomplete(manifest)) or (self.trust_watcher and self._watched(manifest, full)):
             return False  # a writer has work to finish first; or a watcher vouches, and the sync is a few stats
@@ -274,7 +274,7 @@ class Index:
             return True
         self._forget_views()
         self._synced = None
-        manifest = Manifest.load(self.manifest_path) if version and _file_version(self.manifest_path) == version else None
+        manifest = _load_version(self.manifest_path, version)
         if manifest is not None:  # the child's commit is this process's sync: its walk was made for it
             self.manifest, self._version, self._committed = manifest, version, True
             self._synced = _level(full, vectors)
@@ -302,9 +302,9 @@ class Index:
             return
         if self.manifest is None:
             seen = _file_version(self.manifest_path)
-            manifest = Manifest.load(self.manifest_path) if seen is not None else None
+            manifest = _load_version(self.manifest_path, seen)
             if manifest is None:
-                return  # nothing committed: the next sync walks, as for any process
+                return  # nothing committed (or a writer committing just now): the next sync walks, as for any process
             self.manifest, self._version, self._synced = manifest, seen, 1
         from cortex.index.manifest import read_entry
 
@@ -365,7 +365,11 @@ class Index:
         elif self.trust_watcher and self._watched(manifest, with_vectors):
             # A live `cortex watch` keeps the cache in step: skip the stat of every file.
             report.notes.append("cache kept by a watcher (cortex watch or cortex serve)")
-            self.manifest, self._version, self._committed = manifest, seen_version, True
+            # The committed manifest of `seen_version` only when the file is still that one (the watcher commits
+            # often: one it replaced while this process read it holds a newer manifest than `seen_version`'s,
+            # and the views kept for `seen_version` would not match it).
+            self.manifest, self._version = manifest, seen_version
+            self._committed = current or _file_version(self.manifest_path) == seen_version
             report.seconds = time.monotonic() - started
             return report
         # Wait for a writer only when the committed cache cannot answer: nothing committed, or (for a
@@ -381,7 +385,9 @@ class Index:
                 changed, removed, _ = manifest.refresh(self.store.memories_dir, max_bytes)  # in memory only
                 # Nothing changed: the manifest in memory is the committed one (the views made from it may be
                 # kept for it, `_kept`).
-                self.manifest, self._committed = manifest, not changed and not removed and seen_version is not None
+                # (The file still of `seen_version` now: it was that one when it was read, if it was read here.)
+                self.manifest, self._committed = manifest, (not changed and not removed and seen_version is not None
+                                                            and _file_version(self.manifest_path) == seen_version)
                 if self._committed:
                     self._version = seen_version
                 report.seconds = time.monotonic() - started
@@ -1228,6 +1234,16 @@ class Records(Mapping[str, dict[str, Any]]):
             return [(rel, *(self._files.value(rel, name) for name in names)) for rel in self._rels]
         pick = operator.itemgetter(*self._rows)  # rows stay where they are while these records hold
         return list(zip(self._rels, *(pick(self._files.full_column(name)) for name in names)))
+
+
+def _load_version(path: Path, version: tuple[int, int, int] | None) -> Manifest | None:
+    """The manifest at `path` when it is the file of `version` before and after it was read (a commit replaces
+    the file, so the times of a new one never match), else None: what is loaded is then known to be the
+    committed manifest of `version`, whose kept views (`Index._kept`) it may read and save."""
+    if version is None or _file_version(path) != version:
+        return None
+    manifest = Manifest.load(path)
+    return manifest if manifest is not None and _file_version(path) == version else None
 
 
 def _write_kept(path: Path, version: tuple[int, int, int], key: Any, value: Any) -> bool:
