@@ -40,16 +40,13 @@ def start_server(store_root: str) -> None:
     server's log as its output, not `subprocess` (importing it and `cortex.serve` cost ~11 ms, more than the
     rest of a cached SessionStart). Only the standard streams are handed on (Python opens every other file
     non-inheritable); the child is reaped by init once this short-lived process ends."""
-    from cortex import ONE_THREAD
     from cortex.layout import server_up
 
     if server_up(store_root):
         return
     state = os.path.join(store_root, "state")
     args = ["serve", "--dir", store_root, "--idle", os.environ.get("CORTEX_SERVE_IDLE", "900")]  # tests shorten it
-    env = dict(os.environ)
-    for name in ONE_THREAD:  # one BLAS thread: a matrix-vector product per query spins, not speeds up, on 2 cores
-        env.setdefault(name, "1")
+    env = _one_blas_thread()
     try:
         os.makedirs(state, exist_ok=True)
         if not hasattr(os, "posix_spawn"):
@@ -82,7 +79,6 @@ def briefing_ahead(store_root: str) -> bool:
     to do it: build the next SessionStart's briefing in a detached process (`cortex.briefing.build_next`), so
     that session start reads a file instead of building it (~0.24 s at 10,000 memories, ~2 s at 100,000). Only
     for a store that has briefed a session before (`state/briefing.json`). True when one was started."""
-    from cortex import ONE_THREAD
     from cortex.layout import server_up
 
     if server_up(store_root) or not os.path.exists(os.path.join(store_root, "state", "briefing.json")):
@@ -95,7 +91,18 @@ def briefing_ahead(store_root: str) -> bool:
             subprocess.Popen([sys.executable, "-c", "import os, sys; os.nice(10); from cortex.briefing import build_next; "
                               "build_next(sys.argv[1])", store_root],
                              stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True,
-                             env={**os.environ, **{name: os.environ.get(name, "1") for name in ONE_THREAD}})
+                             env=_one_blas_thread())
     except OSError:
         return False  # the SessionStart builds it
     return True
+
+
+def _one_blas_thread() -> dict[str, str]:
+    """This process's environment for a resident or bulk child, with numpy's BLAS on one thread unless it says
+    otherwise: a matrix-vector product per query spins a second thread instead of speeding up on 2 cores."""
+    from cortex import ONE_THREAD
+
+    env = dict(os.environ)
+    for name in ONE_THREAD:
+        env.setdefault(name, "1")
+    return env

@@ -359,17 +359,17 @@ class Index:
         current = self.manifest is not None and self._version is not None and seen_version == self._version
         reuse = current and self._noted_only
         manifest = self.manifest if current else Manifest.load(self.manifest_path)
+        # What was loaded is the committed manifest of `seen_version` only when the file is still that one (a
+        # watcher commits often: one it replaced meanwhile holds a newer manifest, and the views kept for
+        # `seen_version` would not match it).
+        as_seen = current or _file_version(self.manifest_path) == seen_version
         max_bytes = self.store.max_memory_bytes()
         if manifest is None:
             manifest, report.rebuilt = Manifest(), True
         elif self.trust_watcher and self._watched(manifest, with_vectors):
             # A live `cortex watch` keeps the cache in step: skip the stat of every file.
             report.notes.append("cache kept by a watcher (cortex watch or cortex serve)")
-            # The committed manifest of `seen_version` only when the file is still that one (the watcher commits
-            # often: one it replaced while this process read it holds a newer manifest than `seen_version`'s,
-            # and the views kept for `seen_version` would not match it).
-            self.manifest, self._version = manifest, seen_version
-            self._committed = current or _file_version(self.manifest_path) == seen_version
+            self.manifest, self._version, self._committed = manifest, seen_version, as_seen
             report.seconds = time.monotonic() - started
             return report
         # Wait for a writer only when the committed cache cannot answer: nothing committed, or (for a
@@ -385,9 +385,8 @@ class Index:
                 changed, removed, _ = manifest.refresh(self.store.memories_dir, max_bytes)  # in memory only
                 # Nothing changed: the manifest in memory is the committed one (the views made from it may be
                 # kept for it, `_kept`).
-                # (The file still of `seen_version` now: it was that one when it was read, if it was read here.)
-                self.manifest, self._committed = manifest, (not changed and not removed and seen_version is not None
-                                                            and _file_version(self.manifest_path) == seen_version)
+                self.manifest, self._committed = manifest, (as_seen and not changed and not removed
+                                                            and seen_version is not None)
                 if self._committed:
                     self._version = seen_version
                 report.seconds = time.monotonic() - started
