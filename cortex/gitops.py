@@ -238,8 +238,38 @@ def commit_paths(repo: object, paths: Mapping[str, bytes | None], message: str) 
     tree = scratch.write_tree(r)
     author, committer = _signature(r, "AUTHOR"), _signature(r, "COMMITTER")
     oid = r.create_commit("HEAD", author, committer, message, tree, [head.id])
-    r.index.write()
+    write_index(r)
     return str(oid)
+
+
+def write_index(repo: Any, index: Any = None, seconds: float = 5.0) -> None:
+    """Write a repository's index (`index`, or `repo.index`), waiting up to `seconds` for another git process
+    to release `index.lock`.
+
+    `git status` (a person's prompt, an editor, a test polling) takes the lock for a few milliseconds to save
+    the stat data it refreshed. Failing there, after the commit was made, left the index behind HEAD: the
+    committed file showed as staged for deletion and untracked until something wrote the index again.
+    A lock still held after `seconds` (a crashed git) raises, naming the lock file.
+    """
+    import time
+
+    import pygit2
+
+    index = repo.index if index is None else index
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            index.write()
+            return
+        except pygit2.GitError as exc:
+            if "locked" not in str(exc):
+                raise
+            if time.monotonic() > deadline:
+                from cortex.errors import CortexError
+
+                raise CortexError(f"{Path(repo.path) / 'index.lock'}: held by another git process for "
+                                  f"{seconds:.0f} s; if none runs, remove it") from exc
+            time.sleep(0.02)
 
 
 def _signature(repo: object, role: str) -> Any:
@@ -670,7 +700,7 @@ def _record(store_root: Path, policy: str, message: str) -> list[str]:
                 continue
             index.remove(path)
         recorded.append(path)
-    index.write()
+    write_index(repo, index)
     return recorded
 
 

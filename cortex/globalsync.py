@@ -146,6 +146,7 @@ def commit_changes(store: Store, message: str = "cortex: global memory update", 
     import pygit2
 
     from cortex.files import file_lock
+    from cortex.gitops import write_index
 
     if not is_repository(store):
         return []
@@ -169,7 +170,7 @@ def commit_changes(store: Store, message: str = "cortex: global memory update", 
         repo.create_commit(f"refs/heads/{_branch(repo)}", _signature(repo, "AUTHOR"), _signature(repo, "COMMITTER"),
                            message, tree, parents)
         repo.index.read_tree(repo[tree])
-        repo.index.write()
+        write_index(repo)
         return sorted(contents)
 
 
@@ -461,6 +462,7 @@ def _check_out(store: Store, repo: Any, branch: str, head: Any, target: Any, res
     import pygit2
 
     from cortex.files import atomic_write
+    from cortex.gitops import write_index
 
     old = _files(repo, head.tree) if head is not None else {}
     new = _files(repo, target.tree)
@@ -482,7 +484,7 @@ def _check_out(store: Store, repo: Any, branch: str, head: Any, target: Any, res
             atomic_write(where, repo[new[path]].data, durable=False)
     repo.references.create(f"refs/heads/{branch}", target.id, force=True)
     repo.index.read_tree(target.tree)
-    repo.index.write()
+    write_index(repo)
     made_here = {conflict.copy for conflict in result.conflicts}
     result.pulled += [path for path in changed if path.startswith(COMMITTED) and path not in made_here]
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
+from typing import Any
 
 from tests.helpers import cortex, cortex_json, fake_claude, git, hook, wait_for
 
@@ -144,7 +146,9 @@ def test_promote_copies_a_project_memory_to_the_global_store_naming_its_project_
     assert promoted["id"] in committed  # committed in the global store's own repository
 
 
-def test_the_stop_hooks_global_captures_are_committed_and_reach_another_machine(project, tmp_path):
+def _stop_capturing_globally(project: Path, tmp_path: Path, before_stop: Any = None) -> tuple[dict, Path, Path]:
+    """A synced global store, and a Stop hook whose LLM layer (the fake `claude -p`) proposes one global
+    memory; `before_stop(home)` runs just before the hook. The environment, the global store and the remote."""
     answer = [{"type": "pattern", "title": "Prefer ripgrep over grep for code search",
                "content": "ripgrep respects .gitignore and is fast.", "confidence": 0.95, "priority": 5,
                "scope": "global", "tags": []}]
@@ -160,21 +164,43 @@ def test_the_stop_hooks_global_captures_are_committed_and_reach_another_machine(
     transcript.write_text(json.dumps({"type": "assistant", "uuid": "a1", "sessionId": "s-1", "message": {
         "id": "m1", "role": "assistant", "content": [{"type": "text", "text": "Use ripgrep, not grep, to search."}]}})
         + "\n", encoding="utf-8")
+    if before_stop is not None:
+        before_stop(home)
     result = hook("stop", project, {"session_id": "s-1", "transcript_path": str(transcript), "cwd": str(project)},
                   env=env)
     assert result.returncode == 0 and result.stdout == ""
+    return env, home, remote
 
-    def committed() -> bool:
-        tracked = git(home, "ls-tree", "-r", "--name-only", "HEAD").stdout
-        return "prefer-ripgrep-over-grep-for-code-search" in tracked and not git(
-            home, "status", "--porcelain", "memories").stdout.strip()
 
-    assert wait_for(committed), "the global capture was not committed in the global store"
+def _committed(home: Path) -> bool:
+    """The captured memory is in the global store's HEAD, and `git status` shows nothing under memories/."""
+    tracked = git(home, "ls-tree", "-r", "--name-only", "HEAD").stdout
+    return "prefer-ripgrep-over-grep-for-code-search" in tracked and not git(
+        home, "status", "--porcelain", "memories").stdout.strip()
+
+
+def test_the_stop_hooks_global_captures_are_committed_and_reach_another_machine(project, tmp_path):
+    env, home, remote = _stop_capturing_globally(project, tmp_path)
+    assert wait_for(lambda: _committed(home)), "the global capture was not committed in the global store"
     cortex("sync", "--global", cwd=project, env=env)
     other = _machine(tmp_path, "laptop")
     _sync(other, tmp_path, "--remote", str(remote))
     titles = [row["title"] for row in cortex_json("list", "--global", cwd=tmp_path, env=other)]
     assert titles == ["Prefer ripgrep over grep for code search"]
+
+
+def test_a_global_capture_committed_while_git_holds_the_index_lock_leaves_the_store_clean(project, tmp_path):
+    """`git status` (a prompt, an editor) holds `index.lock` for a moment: the commit waits for it, and the
+    index ends in step with HEAD. (Failing on the lock once left the committed memory staged for deletion.)"""
+    def lock(home: Path) -> None:
+        (home / ".git" / "index.lock").write_bytes(b"")
+
+    env, home, _ = _stop_capturing_globally(project, tmp_path, before_stop=lock)
+    written = home / "memories"
+    assert wait_for(lambda: any(written.rglob("prefer-ripgrep-over-grep-for-code-search*.md")))
+    time.sleep(0.5)  # the worker is at its commit now, the lock still held
+    (home / ".git" / "index.lock").unlink()
+    assert wait_for(lambda: _committed(home), 30), git(home, "status", "--porcelain").stdout
 
 
 def test_sync_errors_are_one_line_and_push_nothing(tmp_path):
