@@ -419,7 +419,8 @@ class Encoder:
         for chunk in chunks:
             if not chunk:
                 continue
-            length = -(-(max(len(ids[i]) for i in chunk) + 2) // PAD) * PAD
+            longest = max(len(ids[i]) for i in chunk) + 2
+            length = longest if len(chunk) == 1 else -(-longest // PAD) * PAD  # one text: nothing to pad it to
             batch = np.zeros((len(chunk), length), dtype=np.int64)
             mask = np.zeros((len(chunk), length), dtype=np.float32)
             for row, i in enumerate(chunk):
