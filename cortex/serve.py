@@ -232,10 +232,16 @@ class _Warm(threading.Thread):
         vectors, the link map): at 100,000 memories the first prompt after a change paid ~0.5 s for them (the
         caller holds `busy`)."""
         from cortex import recall as recall_module
+        from cortex.index import fulltext
         from cortex.store import iter_stores
 
         try:
-            recall_module.recall(list(iter_stores(self.store)), "warm up", limit=1, indexes=self.indexes)
+            stores = list(iter_stores(self.store))
+            recall_module.recall(stores, "warm up", limit=1, indexes=self.indexes)
+            for each in stores:  # "warm up" may match nothing: what a search reads, read now
+                searcher = self.indexes.get(each).searcher()
+                if searcher is not None:
+                    fulltext.warm(searcher)
         except Exception as exc:
             self.store.log(f"serve: warming after a sync failed: {exc!r}")
 

@@ -263,6 +263,49 @@ def test_a_searcher_asked_again_ranks_exactly_as_whoosh_does(tmp_path, example_s
     assert fulltext.search(ix, "arq celery", 20, searcher=searcher)  # something was found at all
 
 
+def test_postings_and_lengths_read_a_block_at_a_time_are_whooshs_own(tmp_path, example_store):
+    """The postings and document lengths a resident process keeps are read from the whoosh3 codec a block (a
+    column) at a time: for every word of the index, the same documents and weights as walking Whoosh's own
+    matcher posting by posting, edited (deleted) and removed documents and several segments included."""
+    import numpy as np
+    from whoosh.reading import TermNotFound
+
+    from cortex.index import fulltext
+
+    root = tmp_path / "project"
+    shutil.copytree(example_store, root / ".cortex")
+    store = Store(root / ".cortex", "project")
+    index = Index(store)
+    index.sync(full=True)
+    decisions = sorted((root / ".cortex" / "memories" / "decision").glob("*.md"))
+    decisions[0].write_text(decisions[0].read_text(encoding="utf-8").replace(
+        "\n\n", "\n\nRevisited: the queue moved to arq.\n\n", 1), encoding="utf-8")
+    decisions[1].unlink()
+    index.sync(full=True)
+    searcher = index.searcher()
+    reader = searcher.reader()
+    assert sum(len(leaf.deleted_docs_set) for leaf, _ in reader.leaf_readers()) >= 2
+    words = [w.decode() if isinstance(w, bytes) else w for w in reader.lexicon("text")]
+    assert len(words) > 100
+    for field, word in [("text", w) for w in words] + [("type", "decision"), ("text", "zebra")]:
+        fast = fulltext._postings_at_once(reader, field, word)
+        assert fast is not None, word  # the codec's layout was read, not left to the slow way
+        ids, weights = [], []
+        try:
+            matcher = searcher.postings(field, word)
+            while matcher.is_active():
+                ids.append(matcher.id())
+                weights.append(matcher.weight())
+                matcher.next()
+        except TermNotFound:
+            pass
+        assert fast[0].tolist() == ids and fast[1].tolist() == weights, word
+    count = searcher.doc_count_all()
+    lengths = fulltext._lengths_at_once(reader, count)
+    assert lengths is not None
+    assert lengths.tolist() == [searcher.doc_field_length(n, "text", 1) for n in range(count)]
+
+
 def test_a_big_rebuild_in_two_processes_finds_what_one_process_finds(tmp_path, example_store, monkeypatch):
     """A full-text build of many documents runs in two processes (Whoosh's multiprocessing writer): the same
     documents and scores as a build in one."""
