@@ -21,8 +21,9 @@ pages (`cortex project`) and indexed (`cortex reindex`, timed, with its peak
 memory), then, medians of `--runs` fresh processes unless said:
 
 - no server running: `list`, `status`, `recall`, the prompt hook, a
-  SessionStart after a memory file was written behind cortex's back (the
-  hook builds the briefing), a SessionStart after a `cortex remember` (which
+  SessionStart after a memory file was written with no briefing built ahead
+  (the hook prints the last briefing; since stop 23) and the session's first
+  prompt a second later (it says what changed), a SessionStart after a `cortex remember` (which
   started the briefing's build ahead; how long that took is its own row),
   `remember`;
 - `cortex serve` started: how long until it answers (`state`) and until it is
@@ -303,6 +304,18 @@ def unserved(python: str, root: Path, env: dict[str, str], runs: int, bare: floa
     row["SessionStart, memory changed, no server"] = ms(
         median([*cortex, "hook", "session-start"], root, env, runs, hook_payload(root, "SessionStart", source="startup"),
                before=changed), bare)
+    # That SessionStart printed the last briefing and started the server; the session's first prompt, a second
+    # later (as a person types it), says what changed since (`events.briefing_catch_up`).
+    caught = []
+    for n in range(runs + 1):
+        changed()
+        session = hook_payload(root, "SessionStart", source="startup", session_id=f"catch-up-{n}")
+        subprocess.run([*cortex, "hook", "session-start"], cwd=root, env=env, input=session.encode(),
+                       capture_output=True, check=True)
+        time.sleep(1.0)
+        asked = json.loads(prompts(root)(n)) | {"session_id": f"catch-up-{n}"}
+        caught.append(timed([*cortex, "hook", "prompt"], root, env, json.dumps(asked)))
+    row["first prompt after it, with what changed"] = ms(median_of(caught[1:]), bare)
     notes = iter(f"Bench rule {n}: the {n}th migration runs before the deploy" for n in range(1000))
     built: list[float] = []
 
@@ -437,7 +450,8 @@ def stop_hook(python: str, root: Path, transcript: Path, env: dict[str, str], ru
 
 ROWS = ["prompt, served", "prompt, no server", "SessionStart, cached", "SessionStart, memory changed, served",
         "briefing rebuilt by the server after a change", "SessionStart, memory changed, no server",
-        "SessionStart, after a remember, no server", "briefing built ahead after a remember, no server", "recall", "recall, served", "list", "list, served", "status",
+        "first prompt after it, with what changed", "SessionStart, after a remember, no server",
+        "briefing built ahead after a remember, no server", "recall", "recall, served", "list", "list, served", "status",
         "status, served", "show", "show, served", "remember", "remember, served", "Stop, cold", "Stop, one more turn", "recall in process p50 / p95",
         "reindex", "server answering / warm", "server: next briefing built", "contextual vectors (upkeep, one thread)"]
 

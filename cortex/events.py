@@ -273,3 +273,69 @@ def prompt_context(store: Store, prompt: str, indexes: Indexes) -> str | None:
         lines.append(line)
         used += estimate_tokens(line + "\n")
     return header + "\n".join(lines) + "\n" if lines else None
+
+
+# ---------------------------------------------------------------- a briefing older than its store
+
+CATCH_UP_MAX = 8  # memories a catch-up names at most (the rest are counted)
+CATCH_UP_ORDER = ("decision", "plan", "gotcha", "convention", "pattern")  # first; every other type after
+
+
+def take_catch_up(store: Store, session: str) -> dict[str, Any] | None:
+    """What a session shown an older briefing (`cortex.layout.stale_briefing`) still has to be told, taken once:
+    the marker its SessionStart left, removed here, or None."""
+    import json
+
+    from cortex.layout import catch_up_file
+
+    if not session:
+        return None
+    path = Path(catch_up_file(str(store.root), session))
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        path.unlink()
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("since_ns"), int) else None
+
+
+def briefing_catch_up(store: Store, marker: dict[str, Any], indexes: Indexes) -> str | None:
+    """The memories of the project store changed since the briefing a session was shown at its start was saved
+    (`marker["since_ns"]`): added or edited where cortex did not see it (a pull with no git hook, a hand
+    edit), active and on this branch or none, decisions and plans first; and those the briefing showed that are
+    gone or no longer active. None when nothing changed. The session's first prompt carries it."""
+    from cortex.text import INJECTED_MARK, estimate_tokens
+
+    index = indexes.synced(store, full=True)
+    if index.manifest is None:
+        return None
+    since, branch = int(marker["since_ns"]), store.current_branch()
+    rank = {kind: i for i, kind in enumerate(CATCH_UP_ORDER)}
+    changed = sorted(((rank.get(kind, len(rank)), -mtime, rel)
+                      for rel, mtime, status, kind, where in index.manifest.files.column(
+                          "mtime", "status", "type", "branch")
+                      if mtime and mtime > since and status == "active" and kind != "code_description"
+                      and (not where or where == branch)))
+    live = index.rel_of_id()
+    gone = [str(i) for i in marker.get("ids") or [] if str(i) not in live
+            or index.manifest.files.value(live[str(i)], "status") != "active"]
+    if not changed and not gone:
+        return None
+    budget = int(store.config().get("prompt.budget_tokens"))
+    header = INJECTED_MARK + "\nChanged since the briefing at this session's start (cortex):\n"
+    used, lines = estimate_tokens(header), []
+    for _rank, _mtime, rel in changed[:CATCH_UP_MAX]:
+        memory = index.memory(rel)
+        label = f"- [{memory.type}] {memory.title} `{memory.id}`"
+        line = f"{label}: {memory.summary}" if memory.summary else label  # the manifest's (no body read)
+        if used + estimate_tokens(line + "\n") > budget:
+            line = label
+        if used + estimate_tokens(line + "\n") > budget:
+            break
+        lines.append(line)
+        used += estimate_tokens(line + "\n")
+    if len(changed) > len(lines):
+        lines.append(f"- and {len(changed) - len(lines)} more (`cortex list`)")
+    if gone:
+        lines.append("No longer current (removed, archived or replaced): " + ", ".join(gone))
+    return header + "\n".join(lines) + "\n"

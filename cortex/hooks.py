@@ -268,6 +268,10 @@ def claude_session_start(raw: str) -> int:
         from cortex.spawn import start_server
 
         shown = briefing.get(store)
+        if payload.get("session_id"):  # the briefing is as the store is now: nothing for a prompt to catch up on
+            from cortex.layout import catch_up_file
+
+            Path(catch_up_file(str(store.root), str(payload["session_id"]))).unlink(missing_ok=True)
         emit(event_name(payload, "SessionStart"), shown.text)
         note_injected(str(store.root), payload, "SessionStart", "", shown.ids)
         if queued_jobs(str(store.root)):
@@ -283,14 +287,22 @@ def claude_prompt(raw: str) -> int:
     """UserPromptSubmit without a resident `cortex serve` (the fast path asks it first): recall in this process."""
 
     def body(store: Store, payload: dict[str, Any]) -> None:
-        from cortex.events import prompt_context
+        from cortex.events import briefing_catch_up, prompt_context, take_catch_up
         from cortex.index import answer_ahead
         from cortex.store import iter_stores
 
         prompt = payload_prompt(payload)
         if prompt and not prompt.startswith("/"):
+            marker = take_catch_up(store, str(payload.get("session_id") or ""))
+
+            def answer(indexes: Any) -> str | None:
+                context = prompt_context(store, prompt, indexes)
+                if marker is None:  # else this session's briefing was older than the store: what changed first
+                    return context
+                return (briefing_catch_up(store, marker, indexes) or "") + (context or "") or None
+
             # From the committed caches while children sync them, and again if they found files changed.
-            text = answer_ahead(list(iter_stores(store)), lambda indexes: prompt_context(store, prompt, indexes))
+            text = answer_ahead(list(iter_stores(store)), answer)
             if text:
                 emit(event_name(payload, "UserPromptSubmit"), text)
                 note_injected(str(store.root), payload, "UserPromptSubmit", text)

@@ -110,11 +110,20 @@ def session_start(raw: str) -> bool:
     store_root = layout.find_store(payload_cwd(payload))
     if store_root is None:
         return True  # not a cortex project: say nothing
-    cached = layout.cached_briefing(store_root, __version__)  # or the one `cortex serve` built ahead
-    if cached is None:
-        return False
     if layout.queued_jobs(store_root):
         return False  # queued capture jobs: the full hook starts the worker
+    cached = layout.cached_briefing(store_root, __version__)  # or the one `cortex serve` built ahead
+    session = str(payload.get("session_id") or "")
+    if cached is None and session and os.environ.get("CORTEX_STALE_BRIEFING") != "0":
+        # Memories changed where cortex did not see it (no server, no git hook): the last briefing now, and
+        # the session's first prompt adds what changed since (the server started below builds the new one).
+        stale = layout.stale_briefing(store_root, __version__)
+        if stale is not None:
+            cached = stale[0]
+            _write(layout.catch_up_file(store_root, session),
+                   wire.dumps({"since_ns": stale[1], "ids": [str(i) for i in cached.get("ids", [])]}))
+    if cached is None:
+        return False
     if not layout.server_up(store_root):  # prompt-time recall from a warm process (it exits by itself when idle)
         from cortex.spawn import start_server
 
@@ -122,6 +131,18 @@ def session_start(raw: str) -> bool:
     emit(event_name(payload, "SessionStart"), str(cached.get("text", "")))
     note_injected(store_root, payload, "SessionStart", "", [str(i) for i in cached.get("ids", [])])
     return True
+
+
+def _write(path: str, text: str) -> None:
+    """Write a small state file whole (a temp file renamed over it); best effort, as every hook's bookkeeping."""
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        temp = f"{path}.{os.getpid()}.tmp"
+        with open(temp, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(temp, path)
+    except OSError:
+        pass
 
 
 def prompt(raw: str) -> bool:
@@ -135,7 +156,8 @@ def prompt(raw: str) -> bool:
     store_root = layout.find_store(payload_cwd(payload))
     if store_root is None or not text or text.startswith("/"):
         return True
-    answer = wire.ask(layout.socket_path(store_root), {"op": "prompt", "prompt": text})
+    answer = wire.ask(layout.socket_path(store_root), {"op": "prompt", "prompt": text,
+                                                        "session": str(payload.get("session_id") or "")})
     if answer is None or "context" not in answer:
         return False
     if answer["context"]:

@@ -393,7 +393,7 @@ def _send(connection: socket.socket, answer: dict[str, object]) -> None:
 def _loop(store: "Store", server: socket.socket, warm: _Warm, idle: float,
           run_command: Callable[[list[str], bool], int] | None = None) -> str:
     """Answer requests until `idle` seconds pass without one."""
-    from cortex.events import prompt_context
+    from cortex.events import briefing_catch_up, prompt_context, take_catch_up
     from cortex.text import injected_ids
     from cortex.store import defer_access, flush_access
 
@@ -427,6 +427,9 @@ def _loop(store: "Store", server: socket.socket, warm: _Warm, idle: float,
                     try:
                         warm.follow(0.0)  # what was written since the last look, before answering
                         context = prompt_context(store, str(request.get("prompt", "")), warm.indexes)
+                        marker = take_catch_up(store, str(request.get("session") or ""))
+                        if marker is not None:  # this session's briefing was older than the store
+                            context = (briefing_catch_up(store, marker, warm.indexes) or "") + (context or "") or None
                         answer = {"context": context, "ids": injected_ids(context or "")}
                     finally:
                         warm.busy.release()

@@ -75,17 +75,56 @@ def test_a_new_memory_makes_the_cache_stale_until_the_full_hook_runs(briefed, ca
     assert _fast(_payload(briefed), capsys)[0] is True
 
 
-def test_a_memory_written_by_another_tool_into_a_new_type_folder_makes_the_cache_stale(briefed, capsys):
-    _full_hook(briefed)
+def test_memories_changed_by_another_tool_show_the_last_briefing_and_the_first_prompt_catches_up(briefed, capsys):
+    """Memory files added and removed where cortex did not see it (a pull with no git hook, an editor; no server):
+    the SessionStart prints the last briefing at once instead of building one, and the session's first prompt
+    (no server: the full hook, in its own process) says what changed since: the new memory, and the one the
+    briefing showed that is gone. Once: the second prompt does not repeat it."""
+    shown = _full_hook(briefed)
     store = Store.locate(briefed)
+    pinned = next((store.memories_dir / "pattern").glob("*.md"))
+    gone = pinned.stem.rsplit("-", 1)[-1]
+    assert f"`{gone}`" in shown
     folder = store.memories_dir / "decision"
     folder.mkdir()
-    source = store.memories_dir / "pattern"
-    made = next(source.glob("*.md"))
-    (folder / made.name).write_text(made.read_text(encoding="utf-8").replace("type: pattern", "type: decision"),
-                                    encoding="utf-8")  # not through cortex: no state/changed touch
-    made.unlink()
-    assert _declines(_payload(briefed), capsys)
+    (folder / "payments-use-stripe-checkout-0123456789ab.md").write_text(
+        "---\nid: 0123456789ab\ntype: decision\ntitle: Payments go through Stripe Checkout\n"
+        "summary: We never handle card numbers ourselves.\n---\nPayments go through Stripe Checkout.\n",
+        encoding="utf-8")  # not through cortex: no state/changed touch
+    pinned.unlink()
+    saved = (store.state_dir / "briefing.json").read_bytes()
+    answered, out = _fast(_payload(briefed, session_id="s2"), capsys)
+    assert answered is True
+    assert json.loads(out)["hookSpecificOutput"]["additionalContext"] == shown  # nothing built in the hook
+    assert (store.state_dir / "briefing.json").read_bytes() == saved
+    assert _declines(_payload(briefed, session_id=""), capsys)  # no session to catch up: built as before
+
+    def prompt(session: str) -> str:
+        result = hook("prompt", briefed, {"session_id": session, "cwd": str(briefed),
+                                          "hook_event_name": "UserPromptSubmit", "prompt": "what is the release plan"})
+        assert result.returncode == 0
+        return json.loads(result.stdout)["hookSpecificOutput"]["additionalContext"] if result.stdout else ""
+
+    assert prompt("another-session") == ""  # it was not shown the older briefing
+    caught = prompt("s2")
+    assert "Changed since the briefing at this session's start" in caught
+    assert "Payments go through Stripe Checkout `0123456789ab`: We never handle card numbers ourselves." in caught
+    assert "No longer current" in caught and gone in caught.split("No longer current")[1]
+    assert "Changed since" not in prompt("s2")
+
+
+def test_a_cortex_write_or_an_edited_config_builds_the_briefing_in_the_hook_not_the_last_one(briefed, capsys):
+    """The last briefing stands in only for changes cortex did not make: after its own write the next one is
+    being built ahead (`state/changed` moved), and an edited config changes what a briefing holds."""
+    _full_hook(briefed)
+    remember(briefed, "Feature flags are read once at startup", type="gotcha", link=False)
+    assert _declines(_payload(briefed, session_id="s3"), capsys)
+    _full_hook(briefed)
+    config = briefed / ".cortex" / "config.yaml"
+    config.write_text(config.read_text(encoding="utf-8").replace("budget_tokens: 500", "budget_tokens: 200"),
+                      encoding="utf-8")
+    assert _declines(_payload(briefed, session_id="s3"), capsys)
+    assert not (briefed / ".cortex" / "state" / "catch-up").exists()
 
 
 def test_a_new_commit_or_another_branch_makes_the_cache_stale(briefed, capsys):

@@ -172,6 +172,40 @@ def test_a_write_without_a_server_builds_the_next_briefing_ahead(project):
     assert not (project / ".cortex" / "state" / "briefing.next.json").exists()
 
 
+def test_a_session_shown_the_last_briefing_gets_what_changed_from_the_server_at_its_first_prompt(project):
+    """No server, and a memory file added by hand (a pull with no git hook): the SessionStart prints the last
+    briefing and starts the server, which answers the first prompt with what changed since, then builds the next
+    briefing, which the next SessionStart prints with the new memory in it."""
+    from cortex import __version__, layout
+
+    root = str(project / ".cortex")
+    cortex("remember", "Pinned rule: never log card numbers", "--pin", cwd=project)
+
+    def session_start(session: str) -> str:
+        payload = json.dumps({"session_id": session, "cwd": str(project), "hook_event_name": "SessionStart",
+                              "source": "startup"})
+        started = cortex("hook", "session-start", cwd=project, input=payload, env={"CORTEX_SERVE_IDLE": "3"})
+        return json.loads(started.stdout)["hookSpecificOutput"]["additionalContext"]
+
+    first = session_start("s1")
+    assert wait_for(lambda: not layout.server_up(root), 60)  # it left when idle
+    folder = project / ".cortex" / "memories" / "decision"
+    folder.mkdir(exist_ok=True)
+    (folder / "payments-use-stripe-checkout-0123456789ab.md").write_text(
+        "---\nid: 0123456789ab\ntype: decision\ntitle: Payments go through Stripe Checkout\npinned: true\n---\n"
+        "Payments go through Stripe Checkout; we never handle card numbers.\n", encoding="utf-8")
+    assert session_start("s2") == first  # the last briefing, as it was
+    assert wait_for(lambda: serve.ask(root, {"op": "ping"}) is not None, 60)  # the server it started is warm
+    payload = json.dumps({"session_id": "s2", "cwd": str(project), "hook_event_name": "UserPromptSubmit",
+                          "prompt": "what should the next release include"})
+    caught = cortex("hook", "prompt", cwd=project, input=payload).stdout
+    assert "Changed since the briefing" in caught and "`0123456789ab`" in caught
+    assert "Changed since" not in cortex("hook", "prompt", cwd=project, input=payload).stdout  # once
+    ahead = lambda: layout.saved_briefing(root, "briefing.next.json") or {}  # noqa: E731
+    assert wait_for(lambda: ahead().get("key") == layout.briefing_key(root, __version__), 60)
+    assert "0123456789ab" in session_start("s3")
+
+
 def test_commands_are_answered_by_the_running_server_as_they_would_be_here(project):
     """`list`, `show`, `status`, `recall` and `remember` ask a running server first (its warm indexes), and
     print exactly what they print without one; `remember -` (stdin) and `--at` stay in the process."""
