@@ -209,9 +209,10 @@ def _spawn_upkeep(store: Store) -> bool:
 # ---------------------------------------------------------------- what a prompt gets
 
 
-def prompt_context(store: Store, prompt: str, indexes: Indexes) -> str | None:
+def prompt_context(store: Store, prompt: str, indexes: Indexes, catch_up: dict[str, Any] | None = None) -> str | None:
     """The additionalContext for a prompt: relevant memories of the project and global stores, not already in
-    the briefing, or None.
+    the briefing, or None. With `catch_up` (`take_catch_up`: this session was shown a briefing older than the
+    store), what changed since that briefing comes first (`briefing_catch_up`).
 
     Relevant means, with the contextual model loaded (`cortex serve`): a calibrated match (`Hit.match`) of at
     least `prompt.min_match` (0.45) and within `MATCH_SPREAD` of the best hit's. Without it (the hook's own
@@ -221,7 +222,7 @@ def prompt_context(store: Store, prompt: str, indexes: Indexes) -> str | None:
     """
     import json
 
-    from cortex.recall import recall
+    from cortex.recall import read_hits, recall
     from cortex.text import INJECTED_MARK, estimate_tokens
 
     config = store.config()
@@ -240,9 +241,12 @@ def prompt_context(store: Store, prompt: str, indexes: Indexes) -> str | None:
     try:
         # Direct hits only (a linked memory is never injected); room for those already shown and for a few
         # that miss the thresholds below.
-        hits = recall(list(iter_stores(store)), prompt, limit=2 * limit + len(shown), indexes=indexes, links=False).hits
-    except QueryRefused:  # "ok", "?": nothing to look for
-        return None
+        # Read in full only the few shown (`read_hits`), not the ~20 ranked (at 100,000 memories, ~6 ms of a
+        # new prompt went to parsing files it never showed).
+        stores = list(iter_stores(store))
+        hits = recall(stores, prompt, limit=2 * limit + len(shown), indexes=indexes, links=False, read=False).hits
+    except QueryRefused:  # "ok", "?": nothing to look for (what changed since the briefing is still said)
+        hits = []
     header = INJECTED_MARK + "\nMemories that may bear on this request (cortex):\n"
     used = estimate_tokens(header)
     lines: list[str] = []
@@ -250,8 +254,9 @@ def prompt_context(store: Store, prompt: str, indexes: Indexes) -> str | None:
     # With the contextual model (a resident `cortex serve`), its calibrated match decides: at least
     # `prompt.min_match`, and not far behind the best hit (a clear answer is not padded with near-misses).
     best_match = max((h.match for h in hits if h.via is None and "ctx" in h.raw and h.match is not None), default=None)
+    chosen: list[Any] = []
     for hit in hits:
-        if hit.via is not None or hit.memory.id in shown or len(lines) >= limit:
+        if hit.via is not None or hit.memory.id in shown or len(chosen) >= limit:
             continue
         if best_match is not None:
             if "ctx" not in hit.raw or hit.match is None or hit.match < max(min_match, best_match - MATCH_SPREAD):
@@ -262,6 +267,10 @@ def prompt_context(store: Store, prompt: str, indexes: Indexes) -> str | None:
                 continue  # a shared word in another sense, or not close enough in meaning
             if cosine is None and "bm25" not in hit.raw:
                 continue
+        chosen.append(hit)
+    if chosen:
+        read_hits(stores, chosen, prompt, indexes)
+    for hit in chosen:
         label = f"- [{hit.memory.type}] {hit.memory.title} `{hit.memory.id}`"
         if hit.store != "project":
             label += f" ({hit.store}: {hit.memory.project})" if hit.memory.project else f" ({hit.store})"
@@ -272,7 +281,10 @@ def prompt_context(store: Store, prompt: str, indexes: Indexes) -> str | None:
                 break
         lines.append(line)
         used += estimate_tokens(line + "\n")
-    return header + "\n".join(lines) + "\n" if lines else None
+    relevant = header + "\n".join(lines) + "\n" if lines else None
+    if catch_up is None:
+        return relevant
+    return (briefing_catch_up(store, catch_up, indexes) or "") + (relevant or "") or None
 
 
 # ---------------------------------------------------------------- a briefing older than its store

@@ -287,22 +287,16 @@ def claude_prompt(raw: str) -> int:
     """UserPromptSubmit without a resident `cortex serve` (the fast path asks it first): recall in this process."""
 
     def body(store: Store, payload: dict[str, Any]) -> None:
-        from cortex.events import briefing_catch_up, prompt_context, take_catch_up
+        from cortex.events import prompt_context, take_catch_up
         from cortex.index import answer_ahead
         from cortex.store import iter_stores
 
         prompt = payload_prompt(payload)
         if prompt and not prompt.startswith("/"):
-            marker = take_catch_up(store, str(payload.get("session_id") or ""))
-
-            def answer(indexes: Any) -> str | None:
-                context = prompt_context(store, prompt, indexes)
-                if marker is None:  # else this session's briefing was older than the store: what changed first
-                    return context
-                return (briefing_catch_up(store, marker, indexes) or "") + (context or "") or None
-
+            catch_up = take_catch_up(store, str(payload.get("session_id") or ""))  # once, whatever is answered
             # From the committed caches while children sync them, and again if they found files changed.
-            text = answer_ahead(list(iter_stores(store)), answer)
+            text = answer_ahead(list(iter_stores(store)),
+                                lambda indexes: prompt_context(store, prompt, indexes, catch_up))
             if text:
                 emit(event_name(payload, "UserPromptSubmit"), text)
                 note_injected(str(store.root), payload, "UserPromptSubmit", text)

@@ -651,7 +651,8 @@ def keep_views(store: Store, index: Any) -> None:
 def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[str] = (), branch: str | None = None,
                  include_all: bool = False, keyword_only: bool = False, now: float | None = None,
                  index: Any = None, sync: bool = True,
-                 methods: tuple[str, ...] = ("bm25", "dense", "ctx"), links: bool = True) -> RecallResult:
+                 methods: tuple[str, ...] = ("bm25", "dense", "ctx"), links: bool = True,
+                 read: bool = True) -> RecallResult:
     """Recall from one store (see the module docstring for the ranking).
 
     `methods` picks the ranked lists to fuse (benchmarks compare each alone). `links=False` leaves out the
@@ -755,6 +756,8 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
             heapq.heapreplace(best, hit.score)
     scored.sort(key=lambda h: (-h.score, h.memory.id))
     hits = scored[:limit]
+    if not read:  # the caller reads the few it shows (`read_hits`): the prompt hook shows 3 of ~20
+        return RecallResult(_with_links(store, index, hits, statuses, now) if links else hits, notes)
     return RecallResult(_linked_and_read(store, index, hits, query, statuses, now, links), notes)
 
 
@@ -762,13 +765,19 @@ def _linked_and_read(store: Store, index: Any, hits: list[Hit], query: str, stat
                      links: bool) -> list[Hit]:
     """`hits` with, after each, the memories reached along its links (when `links`), every one read in full
     with its snippet and the query's words marked."""
+    out = _with_links(store, index, hits, statuses, now) if links else list(hits)
+    _read(store, index, out, query)
+    return out
+
+
+def _read(store: Store, index: Any, hits: list[Hit], query: str) -> None:
+    """Each hit's memory read in full (its body), with its snippet and the query's words marked in it."""
     from cortex.index import fulltext
     from cortex.render import match_spans
 
     root = store.memories_dir
-    out = _with_links(store, index, hits, statuses, now) if links else list(hits)
     words = fulltext.query_words(query)
-    for hit in out:
+    for hit in hits:
         try:
             assert hit.memory.path is not None
             hit.memory = index.read(hit.memory.path.relative_to(root).as_posix())
@@ -776,7 +785,14 @@ def _linked_and_read(store: Store, index: Any, hits: list[Hit], query: str, stat
             continue
         hit.snippet = _snippet(hit.memory, words)
         hit.spans = match_spans(hit.snippet, query)
-    return out
+
+
+def read_hits(stores: list[Store], hits: list[Hit], query: str, indexes: Any) -> None:
+    """What `recall(..., read=False)` left out, for these hits only: each read in full, snippet and marks."""
+    for store in stores:
+        mine = [hit for hit in hits if hit.store == store.label]
+        if mine:
+            _read(store, indexes.synced(store, full=True), mine, query)
 
 
 def _with_links(store: Store, index: Any, hits: list[Hit], statuses: tuple[str, ...], now: float) -> list[Hit]:
@@ -801,12 +817,13 @@ def _with_links(store: Store, index: Any, hits: list[Hit], statuses: tuple[str, 
 
 def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[str] = (), branch: str | None = None,
            include_all: bool = False, keyword_only: bool = False, now: float | None = None,
-           indexes: Any = None, links: bool = True) -> RecallResult:
+           indexes: Any = None, links: bool = True, read: bool = True) -> RecallResult:
     """Recall across stores (project first): at most `limit` hits, linked ones (`via`) included, each right
     after the hit it was reached from. Archived and superseded hits come back with `include_all`, as they are:
     reading never changes a memory (`cortex restore` brings one back). `indexes` (a `cortex.index.Indexes`) holds the warm
     indexes of a resident process, or of one command: each store is synced at most once through it. With
-    `links=False`, direct hits only."""
+    `links=False`, direct hits only. With `read=False` the hits hold what the cache has of each memory (no
+    body, no snippet) until `read_hits` reads the ones the caller keeps."""
     from cortex.errors import QueryRefused
     from cortex.index import Indexes
     from cortex.text import query_problem
@@ -823,7 +840,7 @@ def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[
     for store in stores:
         result = recall_store(store, query, limit=limit, types=types, branch=branch, include_all=include_all,
                               keyword_only=keyword_only, now=now, index=indexes.synced(store, full=True), sync=False,
-                              links=links)
+                              links=links, read=read)
         hits.extend(result.hits)
         for note in result.notes:
             if note not in notes:

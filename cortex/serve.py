@@ -11,9 +11,9 @@ exits by itself after `--idle` seconds without a request. The SessionStart
 hook starts it detached; the prompt hook asks it with a short timeout and
 falls back to recall in its own process when it is absent or slow.
 
-Protocol: one JSON line in, one JSON line out. `{"op": "prompt", "prompt": "…"}`
+Protocol: one JSON line in, one JSON line out. `{"op": "prompt", "prompt": "…", "session": …, "wait": s}`
 gets `{"context": "…" | null, "ids": [the memories it names]}`, or `{"warming": true}` while the indexes are
-still loading (the hook then recalls in its own process); `{"op": "ping"}`
+still loading `wait` seconds later (the hook then recalls in its own process); `{"op": "ping"}`
 is answered once the server is warm, `{"op": "state"}` at once (`ready`
 says whether it is warm). `{"op": "recall", "query": …, "limit": …, …}` runs
 `cortex recall`'s search on the warm indexes (`cortex.cli.recall` asks it
@@ -239,9 +239,12 @@ class _Warm(threading.Thread):
             stores = list(iter_stores(self.store))
             recall_module.recall(stores, "warm up", limit=1, indexes=self.indexes)
             for each in stores:  # "warm up" may match nothing: what a search reads, read now
-                searcher = self.indexes.get(each).searcher()
+                index = self.indexes.get(each)
+                searcher = index.searcher()
                 if searcher is not None:
                     fulltext.warm(searcher)
+                if index.manifest is not None:  # what ranking reads of each candidate, and `Index.read`
+                    index.manifest.files.decode("meta", "hash")
         except Exception as exc:
             self.store.log(f"serve: warming after a sync failed: {exc!r}")
 
@@ -393,7 +396,7 @@ def _send(connection: socket.socket, answer: dict[str, object]) -> None:
 def _loop(store: "Store", server: socket.socket, warm: _Warm, idle: float,
           run_command: Callable[[list[str], bool], int] | None = None) -> str:
     """Answer requests until `idle` seconds pass without one."""
-    from cortex.events import briefing_catch_up, prompt_context, take_catch_up
+    from cortex.events import prompt_context, take_catch_up
     from cortex.text import injected_ids
     from cortex.store import defer_access, flush_access
 
@@ -421,15 +424,14 @@ def _loop(store: "Store", server: socket.socket, warm: _Warm, idle: float,
                     if not warm.ready.is_set():
                         continue
                     answer = {"ok": True, "pid": os.getpid(), "ready": True}
-                elif not warm.ready.is_set() or not warm.busy.acquire(timeout=0.3):
+                elif not warm.ready.wait(min(float(request.get("wait") or 0), 5.0)) \
+                        or not warm.busy.acquire(timeout=0.3):
                     answer = {"warming": True}  # no "context": the hook recalls in its own process
                 else:
                     try:
                         warm.follow(0.0)  # what was written since the last look, before answering
-                        context = prompt_context(store, str(request.get("prompt", "")), warm.indexes)
-                        marker = take_catch_up(store, str(request.get("session") or ""))
-                        if marker is not None:  # this session's briefing was older than the store
-                            context = (briefing_catch_up(store, marker, warm.indexes) or "") + (context or "") or None
+                        context = prompt_context(store, str(request.get("prompt", "")), warm.indexes,
+                                                 take_catch_up(store, str(request.get("session") or "")))
                         answer = {"context": context, "ids": injected_ids(context or "")}
                     finally:
                         warm.busy.release()

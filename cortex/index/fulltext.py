@@ -318,12 +318,15 @@ def _postings_at_once(reader: Any, field: str, text: str) -> tuple[Any, Any] | N
         except TermNotFound:
             continue
         start = len(ids)
-        if isinstance(matcher, W3LeafMatcher):
+        if isinstance(matcher, W3LeafMatcher) and not matcher._byteids:
             while matcher.is_active():
-                matcher._read_ids()
-                matcher._read_weights()
-                ids.append(np.asarray(matcher._ids, dtype=np.int64))
-                weights.append(np.asarray(matcher._weights, dtype=np.float64))
+                matcher._read_data()  # the block's pickled (delta-coded ids, weights, values)
+                deltas, weight = matcher._data[0], matcher._data[1]
+                ids.append(np.cumsum(np.asarray(deltas, dtype=np.int64)))  # `delta_decode`, without its loop
+                if weight is None or isinstance(weight, float):  # every posting weighs the same (1.0 when None)
+                    weights.append(np.full(len(deltas), np.float32(1.0 if weight is None else weight), dtype=np.float64))
+                else:
+                    weights.append(np.asarray(weight, dtype=np.float64))
                 matcher._next_block()
         else:  # a term with one posting, kept in the term's own entry (a ListMatcher): posting by posting
             one: list[int] = []
