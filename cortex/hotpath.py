@@ -19,7 +19,7 @@ import sys
 from cortex import layout, wire
 
 
-PROMPT_WAIT = 3.0  # seconds the prompt hook lets a warming server take before it recalls in its own process
+PROMPT_WAIT = 2.0  # seconds the prompt hook lets a warming server take before it recalls in its own process
 
 
 def _payload(raw: str) -> dict[str, object] | None:
