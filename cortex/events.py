@@ -294,7 +294,7 @@ CATCH_UP_ORDER = ("decision", "plan", "gotcha", "convention", "pattern")  # firs
 
 
 def take_catch_up(store: Store, session: str) -> dict[str, Any] | None:
-    """What a session shown an older briefing (`cortex.layout.stale_briefing`) still has to be told, taken once:
+    """What a session shown an older briefing (`cortex.layout.start_briefing`) still has to be told, taken once:
     the marker its SessionStart left, removed here, or None."""
     import json
 
@@ -308,7 +308,20 @@ def take_catch_up(store: Store, session: str) -> dict[str, Any] | None:
         path.unlink()
     except (OSError, ValueError):
         return None
+    _sweep_catch_ups(path.parent)
     return data if isinstance(data, dict) and isinstance(data.get("since_ns"), int) else None
+
+
+def _sweep_catch_ups(folder: Path, days: float = 1.0) -> None:
+    """Remove the markers of sessions that never sent a prompt (older than `days`)."""
+    import time
+
+    try:
+        for marker in folder.glob("*.json"):
+            if marker.stat().st_mtime < time.time() - days * 86400:
+                marker.unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 def briefing_catch_up(store: Store, marker: dict[str, Any], indexes: Indexes) -> str | None:

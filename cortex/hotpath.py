@@ -115,18 +115,17 @@ def session_start(raw: str) -> bool:
         return True  # not a cortex project: say nothing
     if layout.queued_jobs(store_root):
         return False  # queued capture jobs: the full hook starts the worker
-    cached = layout.cached_briefing(store_root, __version__)  # or the one `cortex serve` built ahead
     session = str(payload.get("session_id") or "")
-    if cached is None and session and os.environ.get("CORTEX_STALE_BRIEFING") != "0":
-        # Memories changed where cortex did not see it (no server, no git hook): the last briefing now, and
-        # the session's first prompt adds what changed since (the server started below builds the new one).
-        stale = layout.stale_briefing(store_root, __version__)
-        if stale is not None:
-            cached = stale[0]
-            _write(layout.catch_up_file(store_root, session),
-                   wire.dumps({"since_ns": stale[1], "ids": [str(i) for i in cached.get("ids", [])]}))
+    # The cached briefing (or the one `cortex serve` built ahead); or, after memories changed where cortex did
+    # not see it, the last one now, and the session's first prompt adds what changed since (the server
+    # started below builds the new one).
+    cached, stale_since = layout.start_briefing(store_root, __version__,
+                                                stale_ok=bool(session) and os.environ.get("CORTEX_STALE_BRIEFING") != "0")
     if cached is None:
         return False
+    if stale_since is not None:
+        _write(layout.catch_up_file(store_root, session),
+               wire.dumps({"since_ns": stale_since, "ids": [str(i) for i in cached.get("ids", [])]}))
     if not layout.server_up(store_root):  # prompt-time recall from a warm process (it exits by itself when idle)
         from cortex.spawn import start_server
 

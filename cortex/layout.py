@@ -111,51 +111,54 @@ def saved_briefing(store_root: str, name: str = "briefing.json") -> dict | None:
 def cached_briefing(store_root: str, version: str) -> dict | None:
     """The saved briefing that still matches the store (`briefing_key`), or None. A match in
     `briefing.next.json` becomes `briefing.json`: what the session starting now is shown."""
-    key = briefing_key(store_root, version)
-    current = saved_briefing(store_root)
-    if current is not None and current.get("key") == key:
-        return current
-    ahead = saved_briefing(store_root, "briefing.next.json")
-    if ahead is None or ahead.get("key") != key:
-        return None
-    try:
-        os.replace(os.path.join(store_root, "state", "briefing.next.json"),
-                   os.path.join(store_root, "state", "briefing.json"))
-    except OSError:
-        return None
-    return ahead
+    return start_briefing(store_root, version, stale_ok=False)[0]
 
 
-def stale_briefing(store_root: str, version: str) -> tuple[dict, int] | None:
-    """The newest saved briefing made by this cortex on this branch at this HEAD with this config, when only
-    memory files changed since, and not through cortex (added, edited or removed where it did not see it: no
-    server running, no git hook; a cortex write starts the next briefing's build itself), and the time it was
-    saved (ns); None otherwise. A SessionStart shows it at once and the session's first
-    prompt brings what changed since (`cortex.events.briefing_catch_up`): building it again in the hook took
-    ~0.2 s at 10,000 memories and ~1.7 s at 100,000."""
+def start_briefing(store_root: str, version: str, stale_ok: bool = True) -> tuple[dict | None, int | None]:
+    """What a SessionStart shows from `state/`, the key's parts found once: `(briefing, None)` when a saved
+    one matches the store (`cached_briefing`); with `stale_ok`, `(briefing, saved_ns)` for the newest saved
+    briefing made by this cortex on this branch at this HEAD with this config when only memory files changed
+    since, and not through cortex (added, edited or removed where it did not see it: no server running, no git
+    hook; a cortex write starts the next briefing's build itself, and after the PreCompact capture the compact
+    SessionStart must show it), `saved_ns` the time it was saved; `(None, None)` otherwise. The stale one is
+    shown at once and the session's first prompt brings what changed since (`cortex.events.briefing_catch_up`):
+    building it again in the hook took ~0.2 s at 10,000 memories and ~1.7 s at 100,000."""
     branch, head = branch_and_head(worktree_root(os.path.dirname(store_root)))
-    version_branch_head = f"{version}|{branch}|{head}|"  # `briefing_key` without the store's signature
+    version_branch_head = f"{version}|{branch}|{head}|"  # `briefing_key`'s form
     signature = _signature(store_root)[0]
-    current, written_and_config = version_branch_head + signature, signature.split("|")[1:3]
-    found: tuple[dict, int] | None = None
-    for name in ("briefing.json", "briefing.next.json"):
-        saved = saved_briefing(store_root, name)
-        key = (saved or {}).get("key")
+    key = version_branch_head + signature
+    saved = {name: saved_briefing(store_root, name) for name in ("briefing.json", "briefing.next.json")}
+    current, ahead = saved["briefing.json"], saved["briefing.next.json"]
+    if current is not None and current.get("key") == key:
+        return current, None
+    if ahead is not None and ahead.get("key") == key:
+        try:
+            os.replace(os.path.join(store_root, "state", "briefing.next.json"),
+                       os.path.join(store_root, "state", "briefing.json"))
+        except OSError:
+            return None, None
+        return ahead, None
+    if not stale_ok:
+        return None, None
+    written_and_config = signature.split("|")[1:3]
+    found: tuple[dict | None, int | None] = (None, None)
+    for name, briefing in saved.items():
+        old = (briefing or {}).get("key")
         # Not after a cortex write (`state/changed`: the next briefing is being built ahead) nor an edited config.
-        if not isinstance(key, str) or not key.startswith(version_branch_head) or key == current \
-                or key[len(version_branch_head):].split("|")[1:3] != written_and_config:
+        if not isinstance(old, str) or not old.startswith(version_branch_head) \
+                or old[len(version_branch_head):].split("|")[1:3] != written_and_config:
             continue
         try:
             at = os.stat(os.path.join(store_root, "state", name)).st_mtime_ns
         except OSError:
             continue
-        if found is None or at > found[1]:
-            found = (saved, at)  # type: ignore[assignment]
+        if found[1] is None or at > found[1]:
+            found = (briefing, at)
     return found
 
 
 def catch_up_file(store_root: str, session: str) -> str:
-    """`state/catch-up/<session>.json`: a session shown a briefing older than its store (`stale_briefing`),
+    """`state/catch-up/<session>.json`: a session shown a briefing older than its store (`start_briefing`),
     with what its first prompt should add: the memories changed since that briefing was saved."""
     return os.path.join(store_root, "state", "catch-up", os.path.basename(injections_file(store_root, session))[:-1])
 
