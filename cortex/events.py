@@ -344,15 +344,21 @@ def briefing_catch_up(store: Store, marker: dict[str, Any], indexes: Indexes) ->
     live = index.rel_of_id()
     gone = [str(i) for i in marker.get("ids") or [] if str(i) not in live
             or index.manifest.files.value(live[str(i)], "status") != "active"]
-    if not changed and not gone:
+    then, now = str(marker.get("head") or ""), str(marker.get("now") or "")
+    moved = then != now and then not in ("", "None") and now not in ("", "None")
+    if not changed and not gone and not moved:
         return None
     budget = int(store.config().get("prompt.budget_tokens"))
     header = INJECTED_MARK + "\nChanged since the briefing at this session's start (cortex):\n"
     used, lines = estimate_tokens(header), []
+    if moved:  # its header and recent commits are of the commit it was made at
+        lines.append(f"- HEAD moved since it was made: {then[:7]} → {now[:7]} (`git log --oneline {then[:7]}..{now[:7]}`)")
+        used += estimate_tokens(lines[-1] + "\n")
     for _rank, _mtime, rel in changed[:CATCH_UP_MAX]:
         memory = index.memory(rel)
         label = f"- [{memory.type}] {memory.title} `{memory.id}`"
-        line = f"{label}: {memory.summary}" if memory.summary else label  # the manifest's (no body read)
+        said = memory.summary.rstrip(". ") not in ("", memory.title.rstrip(". "))  # more than the title again
+        line = f"{label}: {memory.summary}" if said else label  # the manifest's summary (no body read)
         if used + estimate_tokens(line + "\n") > budget:
             line = label
         if used + estimate_tokens(line + "\n") > budget:

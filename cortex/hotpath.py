@@ -117,15 +117,15 @@ def session_start(raw: str) -> bool:
         return False  # queued capture jobs: the full hook starts the worker
     session = str(payload.get("session_id") or "")
     # The cached briefing (or the one `cortex serve` built ahead); or, after memories changed where cortex did
-    # not see it, the last one now, and the session's first prompt adds what changed since (the server
-    # started below builds the new one).
-    cached, stale_since = layout.start_briefing(store_root, __version__,
-                                                stale_ok=bool(session) and os.environ.get("CORTEX_STALE_BRIEFING") != "0")
+    # not see it or HEAD moved, the last one now, and the session's first prompt adds what changed since (the
+    # server started below builds the new one).
+    cached, stale = layout.start_briefing(store_root, __version__,
+                                          stale_ok=bool(session) and os.environ.get("CORTEX_STALE_BRIEFING") != "0")
     if cached is None:
         return False
-    if stale_since is not None:
+    if stale is not None:
         _write(layout.catch_up_file(store_root, session),
-               wire.dumps({"since_ns": stale_since, "ids": [str(i) for i in cached.get("ids", [])]}))
+               wire.dumps(stale | {"ids": [str(i) for i in cached.get("ids", [])]}))
     if not layout.server_up(store_root):  # prompt-time recall from a warm process (it exits by itself when idle)
         from cortex.spawn import start_server
 

@@ -114,19 +114,20 @@ def cached_briefing(store_root: str, version: str) -> dict | None:
     return start_briefing(store_root, version, stale_ok=False)[0]
 
 
-def start_briefing(store_root: str, version: str, stale_ok: bool = True) -> tuple[dict | None, int | None]:
+def start_briefing(store_root: str, version: str, stale_ok: bool = True) -> tuple[dict | None, dict | None]:
     """What a SessionStart shows from `state/`, the key's parts found once: `(briefing, None)` when a saved
-    one matches the store (`cached_briefing`); with `stale_ok`, `(briefing, saved_ns)` for the newest saved
-    briefing made by this cortex on this branch at this HEAD with this config when only memory files changed
-    since, and not through cortex (added, edited or removed where it did not see it: no server running, no git
-    hook; a cortex write starts the next briefing's build itself, and after the PreCompact capture the compact
-    SessionStart must show it), `saved_ns` the time it was saved; `(None, None)` otherwise. The stale one is
-    shown at once and the session's first prompt brings what changed since (`cortex.events.briefing_catch_up`):
-    building it again in the hook took ~0.2 s at 10,000 memories and ~1.7 s at 100,000."""
+    one matches the store (`cached_briefing`); with `stale_ok`, `(briefing, stale)` for the newest saved
+    briefing made by this cortex on this branch with this config when since then only memory files changed and
+    not through cortex (added, edited or removed where it did not see it: a pull, an editor, with no server
+    running and no git hook; a cortex write starts the next briefing's build itself, and after the PreCompact
+    capture the compact SessionStart must show it) or HEAD moved (a pull, a commit), `stale` saying when it was
+    saved (`since_ns`) and at which HEAD (`head`, and `now`); `(None, None)` otherwise. The stale one is shown at
+    once and the session's first prompt brings what changed since (`cortex.events.briefing_catch_up`): building
+    it again in the hook took ~0.2 s at 10,000 memories and ~1.7 s at 100,000."""
     branch, head = branch_and_head(worktree_root(os.path.dirname(store_root)))
-    version_branch_head = f"{version}|{branch}|{head}|"  # `briefing_key`'s form
+    version_branch = f"{version}|{branch}|"  # `briefing_key`'s form: then HEAD, then the store's signature
     signature = _signature(store_root)[0]
-    key = version_branch_head + signature
+    key = f"{version_branch}{head}|{signature}"
     saved = {name: saved_briefing(store_root, name) for name in ("briefing.json", "briefing.next.json")}
     current, ahead = saved["briefing.json"], saved["briefing.next.json"]
     if current is not None and current.get("key") == key:
@@ -141,19 +142,21 @@ def start_briefing(store_root: str, version: str, stale_ok: bool = True) -> tupl
     if not stale_ok:
         return None, None
     written_and_config = signature.split("|")[1:3]
-    found: tuple[dict | None, int | None] = (None, None)
+    found: tuple[dict | None, dict | None] = (None, None)
     for name, briefing in saved.items():
         old = (briefing or {}).get("key")
+        if not isinstance(old, str) or not old.startswith(version_branch):
+            continue
+        then, _, old_signature = old[len(version_branch):].partition("|")
         # Not after a cortex write (`state/changed`: the next briefing is being built ahead) nor an edited config.
-        if not isinstance(old, str) or not old.startswith(version_branch_head) \
-                or old[len(version_branch_head):].split("|")[1:3] != written_and_config:
+        if old_signature.split("|")[1:3] != written_and_config:
             continue
         try:
             at = os.stat(os.path.join(store_root, "state", name)).st_mtime_ns
         except OSError:
             continue
-        if found[1] is None or at > found[1]:
-            found = (briefing, at)
+        if found[1] is None or at > found[1]["since_ns"]:
+            found = (briefing, {"since_ns": at, "head": then, "now": str(head)})
     return found
 
 

@@ -27,8 +27,9 @@ def _payload(cwd: Path, **extra: object) -> str:
 
 
 def _full_hook(project: Path) -> str:
-    """The briefing the full `cortex hook session-start` prints (and caches)."""
-    result = hook("session-start", project, _payload(project))
+    """The briefing the full `cortex hook session-start` prints (and caches): with no session id, so never the
+    last briefing shown while a new one would be built (`layout.start_briefing`)."""
+    result = hook("session-start", project, _payload(project, session_id=""))
     assert result.returncode == 0
     return json.loads(result.stdout)["hookSpecificOutput"]["additionalContext"]
 
@@ -127,11 +128,21 @@ def test_a_cortex_write_or_an_edited_config_builds_the_briefing_in_the_hook_not_
     assert not (briefed / ".cortex" / "state" / "catch-up").exists()
 
 
-def test_a_new_commit_or_another_branch_makes_the_cache_stale(briefed, capsys):
-    _full_hook(briefed)
+def test_a_new_commit_shows_the_last_briefing_and_another_branch_makes_the_cache_stale(briefed, capsys):
+    """A commit (or a pull) moves HEAD, which the briefing names: without a session id the hook builds it
+    again; with one it prints the last briefing and the first prompt says HEAD moved. Another branch always
+    builds it (progress and plans are per branch)."""
+    shown = _full_hook(briefed)
     (briefed / "app.py").write_text("print('changed')\n", encoding="utf-8")
     commit_all(briefed, "change the app")
-    assert _declines(_payload(briefed), capsys)  # the briefing names HEAD's commit
+    assert _declines(_payload(briefed, session_id=""), capsys)  # the briefing names HEAD's commit
+    answered, out = _fast(_payload(briefed, session_id="moved"), capsys)
+    assert answered is True and json.loads(out)["hookSpecificOutput"]["additionalContext"] == shown
+    head = str(pygit2.Repository(str(briefed)).head.target)
+    prompt = hook("prompt", briefed, {"session_id": "moved", "cwd": str(briefed), "hook_event_name": "UserPromptSubmit",
+                                      "prompt": "what changed in the app"})
+    caught = json.loads(prompt.stdout)["hookSpecificOutput"]["additionalContext"]
+    assert "HEAD moved since it was made" in caught and f"→ {head[:7]}" in caught
     assert "change the app" in _full_hook(briefed)
     assert _fast(_payload(briefed), capsys)[0] is True
     checkout_new_branch(briefed, "feature/search")
