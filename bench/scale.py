@@ -24,7 +24,8 @@ memory), then, medians of `--runs` fresh processes unless said:
   SessionStart after a memory file was written behind cortex's back (as a
   pull with no git hook writes it: since stop 23 the hook prints the last
   briefing) and the session's first prompt a second later (it says what
-  changed), a SessionStart after a `cortex remember` (which
+  changed), a SessionStart after a commit (HEAD moved; no server), a
+  SessionStart after a `cortex remember` (which
   started the briefing's build ahead; how long that took is its own row),
   `remember`;
 - `cortex serve` started: how long until it answers (`state`) and until it is
@@ -328,6 +329,17 @@ def unserved(python: str, root: Path, env: dict[str, str], runs: int, bare: floa
         asked = json.loads(prompts(root)(n)) | {"session_id": f"catch-up-{n}"}
         caught.append(timed([*cortex, "hook", "prompt"], root, env, json.dumps(asked)))
     row["first prompt after it, with what changed"] = ms(median_of(caught[1:]), bare)
+    commits = iter(range(1000))
+
+    def committed() -> None:  # a commit (or a pull) moved HEAD, which the briefing names; no server
+        time.sleep(1.0)
+        stop_servers(root)
+        subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", f"bench commit {next(commits)}"], cwd=root,
+                       env=env, check=True)
+
+    row["SessionStart, after a commit, no server"] = ms(
+        median([*cortex, "hook", "session-start"], root, env, runs, hook_payload(root, "SessionStart", source="startup"),
+               before=committed), bare)
     notes = iter(f"Bench rule {n}: the {n}th migration runs before the deploy" for n in range(1000))
     built: list[float] = []
 
@@ -462,7 +474,8 @@ def stop_hook(python: str, root: Path, transcript: Path, env: dict[str, str], ru
 
 ROWS = ["prompt, served", "prompt, no server", "SessionStart, cached", "SessionStart, memory changed, served",
         "briefing rebuilt by the server after a change", "SessionStart, memory changed behind cortex's back, no server",
-        "first prompt after it, with what changed", "SessionStart, after a remember, no server",
+        "first prompt after it, with what changed", "SessionStart, after a commit, no server",
+        "SessionStart, after a remember, no server",
         "briefing built ahead after a remember, no server", "recall", "recall, served", "list", "list, served", "status",
         "status, served", "show", "show, served", "remember", "remember, served", "Stop, cold", "Stop, one more turn", "recall in process p50 / p95",
         "reindex", "server answering / warm", "server: next briefing built", "contextual vectors (upkeep, one thread)"]
