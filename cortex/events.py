@@ -274,17 +274,27 @@ def prompt_context(store: Store, prompt: str, indexes: Indexes, catch_up: dict[s
         label = f"- [{hit.memory.type}] {hit.memory.title} `{hit.memory.id}`"
         if hit.store != "project":
             label += f" ({hit.store}: {hit.memory.project})" if hit.memory.project else f" ({hit.store})"
-        line = f"{label}: {hit.snippet}" if hit.snippet else label
-        if used + estimate_tokens(line + "\n") > budget:
-            line = label
-            if used + estimate_tokens(line + "\n") > budget:
-                break
-        lines.append(line)
-        used += estimate_tokens(line + "\n")
+        fitted = _fit(lines, used, budget, label, hit.snippet)
+        if fitted is None:
+            break
+        used = fitted
     relevant = header + "\n".join(lines) + "\n" if lines else None
     if catch_up is None:
         return relevant
     return (briefing_catch_up(store, catch_up, indexes) or "") + (relevant or "") or None
+
+
+def _fit(lines: list[str], used: int, budget: int, label: str, detail: str) -> int | None:
+    """Append `label: detail` to `lines`, or the label alone when that is over `budget` tokens with what is
+    `used`; the tokens used then, or None (nothing appended) when not even the label fits."""
+    from cortex.text import estimate_tokens
+
+    for line in ([f"{label}: {detail}"] if detail else []) + [label]:
+        cost = estimate_tokens(line + "\n")
+        if used + cost <= budget:
+            lines.append(line)
+            return used + cost
+    return None
 
 
 # ---------------------------------------------------------------- a briefing older than its store
@@ -354,19 +364,17 @@ def briefing_catch_up(store: Store, marker: dict[str, Any], indexes: Indexes) ->
     if moved:  # its header and recent commits are of the commit it was made at
         lines.append(f"- HEAD moved since it was made: {then[:7]} → {now[:7]} (`git log --oneline {then[:7]}..{now[:7]}`)")
         used += estimate_tokens(lines[-1] + "\n")
+    named = 0
     for _rank, _mtime, rel in changed[:CATCH_UP_MAX]:
         memory = index.memory(rel)
-        label = f"- [{memory.type}] {memory.title} `{memory.id}`"
         said = memory.summary.rstrip(". ") not in ("", memory.title.rstrip(". "))  # more than the title again
-        line = f"{label}: {memory.summary}" if said else label  # the manifest's summary (no body read)
-        if used + estimate_tokens(line + "\n") > budget:
-            line = label
-        if used + estimate_tokens(line + "\n") > budget:
+        fitted = _fit(lines, used, budget, f"- [{memory.type}] {memory.title} `{memory.id}`",
+                      memory.summary if said else "")  # the manifest's summary (no body read)
+        if fitted is None:
             break
-        lines.append(line)
-        used += estimate_tokens(line + "\n")
-    if len(changed) > len(lines):
-        lines.append(f"- and {len(changed) - len(lines)} more (`cortex list`)")
+        used, named = fitted, named + 1
+    if len(changed) > named:
+        lines.append(f"- and {len(changed) - named} more (`cortex list`)")
     if gone:
         lines.append("No longer current (removed, archived or replaced): " + ", ".join(gone))
     return header + "\n".join(lines) + "\n"

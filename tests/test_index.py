@@ -232,17 +232,23 @@ def test_a_cache_from_an_older_schema_is_upgraded_in_place_not_rebuilt(project, 
     assert cortex("briefing", "--fresh", cwd=project).stdout == briefing
 
 
+def _example_index(tmp_path: Path, example_store: Path) -> tuple[Path, Store, Index]:
+    """A project holding a copy of the example store, and its index synced."""
+    root = tmp_path / "project"
+    shutil.copytree(example_store, root / ".cortex")
+    store = Store(root / ".cortex", "project")
+    index = Index(store)
+    index.sync(full=True)
+    return root, store, index
+
+
 def test_a_searcher_asked_again_ranks_exactly_as_whoosh_does(tmp_path, example_store):
     """A resident process's later searches score BM25F over postings kept in memory (`fulltext.Postings`):
     the same documents, scores and order as Whoosh's own search, filters and edited (deleted) documents
     included."""
     from cortex.index import fulltext
 
-    root = tmp_path / "project"
-    shutil.copytree(example_store, root / ".cortex")
-    store = Store(root / ".cortex", "project")
-    index = Index(store)
-    index.sync(full=True)
+    root, store, index = _example_index(tmp_path, example_store)
     edited = next((root / ".cortex" / "memories" / "decision").glob("*.md"))
     edited.write_text(edited.read_text(encoding="utf-8").replace("\n\n", "\n\nRevisited: the queue moved to arq.\n\n", 1),
                       encoding="utf-8")  # an update: Whoosh deletes the old document and adds a new one
@@ -267,16 +273,9 @@ def test_postings_and_lengths_read_a_block_at_a_time_are_whooshs_own(tmp_path, e
     """The postings and document lengths a resident process keeps are read from the whoosh3 codec a block (a
     column) at a time: for every word of the index, the same documents and weights as walking Whoosh's own
     matcher posting by posting, edited (deleted) and removed documents and several segments included."""
-    import numpy as np
-    from whoosh.reading import TermNotFound
-
     from cortex.index import fulltext
 
-    root = tmp_path / "project"
-    shutil.copytree(example_store, root / ".cortex")
-    store = Store(root / ".cortex", "project")
-    index = Index(store)
-    index.sync(full=True)
+    root, store, index = _example_index(tmp_path, example_store)
     decisions = sorted((root / ".cortex" / "memories" / "decision").glob("*.md"))
     decisions[0].write_text(decisions[0].read_text(encoding="utf-8").replace(
         "\n\n", "\n\nRevisited: the queue moved to arq.\n\n", 1), encoding="utf-8")
@@ -290,16 +289,8 @@ def test_postings_and_lengths_read_a_block_at_a_time_are_whooshs_own(tmp_path, e
     for field, word in [("text", w) for w in words] + [("type", "decision"), ("text", "zebra")]:
         fast = fulltext._postings_at_once(reader, field, word)
         assert fast is not None, word  # the codec's layout was read, not left to the slow way
-        ids, weights = [], []
-        try:
-            matcher = searcher.postings(field, word)
-            while matcher.is_active():
-                ids.append(matcher.id())
-                weights.append(matcher.weight())
-                matcher.next()
-        except TermNotFound:
-            pass
-        assert fast[0].tolist() == ids and fast[1].tolist() == weights, word
+        walked = fulltext.postings_walked(searcher, field, word)  # Whoosh's own matcher, posting by posting
+        assert fast[0].tolist() == walked[0].tolist() and fast[1].tolist() == walked[1].tolist(), word
     count = searcher.doc_count_all()
     lengths = fulltext._lengths_at_once(reader, count)
     assert lengths is not None

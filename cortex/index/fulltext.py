@@ -298,6 +298,25 @@ def _lengths_at_once(reader: Any, count: int) -> Any:
     return out
 
 
+def postings_walked(searcher: Any, field: str, text: str) -> tuple[Any, Any]:
+    """(document numbers, weights) of a term's postings through Whoosh's public matcher, posting by posting
+    (deleted documents are filtered out already): what `_postings_at_once` reads faster."""
+    import numpy as np
+    from whoosh.reading import TermNotFound
+
+    ids: list[int] = []
+    weights: list[float] = []
+    try:
+        matcher = searcher.postings(field, text)
+        while matcher.is_active():
+            ids.append(matcher.id())
+            weights.append(matcher.weight())
+            matcher.next()
+    except TermNotFound:
+        pass
+    return np.asarray(ids, dtype=np.int64), np.asarray(weights, dtype=np.float64)
+
+
 def _postings_at_once(reader: Any, field: str, text: str) -> tuple[Any, Any] | None:
     """(document numbers, weights) of a term's postings, deleted documents left out: what walking
     `searcher.postings(field, text)` one posting at a time gives (~4 µs a posting in Python: ~20 ms for a
@@ -421,26 +440,11 @@ class Postings:
         key = (field, text)
         found = self._terms.get(key)
         if found is None:
-            import numpy as np
-            from whoosh.reading import TermNotFound
-
             try:
                 read = _postings_at_once(self.searcher.reader(), field, text)
             except Exception:  # another codec, or Whoosh's internals moved: the public way below
                 read = None
-            if read is None:
-                ids: list[int] = []
-                weights: list[float] = []
-                try:
-                    matcher = self.searcher.postings(field, text)  # deleted documents are filtered out already
-                    while matcher.is_active():
-                        ids.append(matcher.id())
-                        weights.append(matcher.weight())
-                        matcher.next()
-                except TermNotFound:
-                    pass
-                read = np.asarray(ids, dtype=np.int64), np.asarray(weights, dtype=np.float64)
-            docs, tf = read
+            docs, tf = read if read is not None else postings_walked(self.searcher, field, text)
             scores = None
             if field == "text" and len(docs):
                 scorer = self.searcher.weighting.scorer(self.searcher, field, text)
