@@ -392,12 +392,19 @@ def get(store: Store) -> Briefing:
            "memories": len(briefing.ids), "ms": round((time.perf_counter() - started) * 1000, 1)})
     if _cache_key(store) == key:
         try:
-            atomic_write(store.state_dir / "briefing.json",
-                         json.dumps({"key": key, "text": briefing.text, "tokens": briefing.tokens, "ids": briefing.ids}),
-                         durable=False)
+            atomic_write(store.state_dir / "briefing.json", _saved(key, briefing, index), durable=False)
         except OSError:
             pass
     return briefing
+
+
+def _saved(key: str, briefing: Briefing, index: Any) -> str:
+    """A briefing as `state/` keeps it: its key, text, tokens, the ids it shows and, for those of the project
+    store, their files (a SessionStart shows a briefing older than the store only while they all exist:
+    `cortex.layout.start_briefing`)."""
+    rel_of = index.rel_of_id()
+    return json.dumps({"key": key, "text": briefing.text, "tokens": briefing.tokens, "ids": briefing.ids,
+                       "files": [rel_of[i] for i in briefing.ids if i in rel_of]})
 
 
 def build_next(root: str) -> None:
@@ -433,7 +440,5 @@ def build_next(root: str) -> None:
 
             keep_views(store, index)  # and recall's views, saved for the next command or server
             if briefing_key(root, __version__) == key:  # written last: once it is there, the build is done
-                atomic_write(store.state_dir / "briefing.next.json",
-                             json.dumps({"key": key, "text": built.text, "tokens": built.tokens, "ids": built.ids}),
-                             durable=False)
+                atomic_write(store.state_dir / "briefing.next.json", _saved(key, built, index), durable=False)
                 return

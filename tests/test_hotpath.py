@@ -77,10 +77,11 @@ def test_a_new_memory_makes_the_cache_stale_until_the_full_hook_runs(briefed, ca
 
 
 def test_memories_changed_by_another_tool_show_the_last_briefing_and_the_first_prompt_catches_up(briefed, capsys):
-    """Memory files added and removed where cortex did not see it (a pull with no git hook, an editor; no server):
+    """Memory files added and edited where cortex did not see it (a pull with no git hook, an editor; no server):
     the SessionStart prints the last briefing at once instead of building one, and the session's first prompt
     (no server: the full hook, in its own process) says what changed since: the new memory, and the one the
-    briefing showed that is gone. Once: the second prompt does not repeat it."""
+    briefing showed that was archived. Once: the second prompt does not repeat it. A memory the briefing shows
+    whose file is gone makes the hook build it again: a deleted memory is never shown."""
     shown = _full_hook(briefed)
     store = Store.locate(briefed)
     pinned = next((store.memories_dir / "pattern").glob("*.md"))
@@ -92,7 +93,9 @@ def test_memories_changed_by_another_tool_show_the_last_briefing_and_the_first_p
         "---\nid: 0123456789ab\ntype: decision\ntitle: Payments go through Stripe Checkout\n"
         "summary: We never handle card numbers ourselves.\n---\nPayments go through Stripe Checkout.\n",
         encoding="utf-8")  # not through cortex: no state/changed touch
-    pinned.unlink()
+    text = pinned.read_text(encoding="utf-8")
+    pinned.write_text(text.replace("---\n", "---\nstatus: archived\n", 1) if "status:" not in text
+                      else text.replace("status: active", "status: archived"), encoding="utf-8")
     saved = (store.state_dir / "briefing.json").read_bytes()
     answered, out = _fast(_payload(briefed, session_id="s2"), capsys)
     assert answered is True
@@ -112,6 +115,8 @@ def test_memories_changed_by_another_tool_show_the_last_briefing_and_the_first_p
     assert "Payments go through Stripe Checkout `0123456789ab`: We never handle card numbers ourselves." in caught
     assert "No longer current" in caught and gone in caught.split("No longer current")[1]
     assert "Changed since" not in prompt("s2")
+    pinned.unlink()
+    assert _declines(_payload(briefed, session_id="s4"), capsys)
 
 
 def test_a_cortex_write_or_an_edited_config_builds_the_briefing_in_the_hook_not_the_last_one(briefed, capsys):
