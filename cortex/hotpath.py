@@ -137,7 +137,7 @@ def session_start(raw: str) -> bool:
 
 def _write(path: str, text: str) -> None:
     """Write a small state file whole (a temp file renamed over it); best effort, as every hook's bookkeeping.
-    (`cortex.files.atomic_write` imports `tempfile` and `pathlib`: ~3 ms of a hook whose budget is ~16.)"""
+    (`cortex.files.atomic_write` imports `tempfile` and `pathlib`: ~10 ms, more than the whole cached hook.)"""
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         temp = f"{path}.{os.getpid()}.tmp"
