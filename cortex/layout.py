@@ -120,8 +120,8 @@ def start_briefing(store_root: str, version: str, stale_ok: bool = True) -> tupl
     briefing made by this cortex on this branch with this config when since then only memory files changed and
     not through cortex (added, edited or removed where it did not see it: a pull, an editor, with no server
     running and no git hook; a cortex write starts the next briefing's build itself, and after the PreCompact
-    capture the compact SessionStart must show it) or HEAD moved (a pull, a commit), and every memory file it
-    shows is still there, `stale` saying when it was
+    capture the compact SessionStart must show it) or HEAD moved (a pull, a commit), not only the cache, and
+    every memory file it shows is still there, `stale` saying when it was
     saved (`since_ns`) and at which HEAD (`head`, and `now`); `(None, None)` otherwise. The stale one is shown at
     once and the session's first prompt brings what changed since (`cortex.events.briefing_catch_up`): building
     it again in the hook took ~0.2 s at 10,000 memories and ~1.7 s at 100,000."""
@@ -142,17 +142,20 @@ def start_briefing(store_root: str, version: str, stale_ok: bool = True) -> tupl
         return ahead, None
     if not stale_ok:
         return None, None
-    written_and_config = signature.split("|")[1:3]
+    parts = signature.split("|")
     found: tuple[dict | None, dict | None] = (None, None)
     for name, briefing in saved.items():
         old = (briefing or {}).get("key")
         if not isinstance(old, str) or not old.startswith(version_branch):
             continue
         then, _, old_signature = old[len(version_branch):].partition("|")
+        old_parts = old_signature.split("|")
+        if then == str(head) and old_parts[3:] == parts[3:]:
+            continue  # no memory file added or removed, HEAD where it was: what changed is the cache's, built again
         # Not after a cortex write (`state/changed`: the next briefing is being built ahead) nor an edited config,
         # nor once a memory it shows is gone (a deleted memory is never shown; its files are kept since stop 23).
         files = (briefing or {}).get("files")
-        if old_signature.split("|")[1:3] != written_and_config or not isinstance(files, list) \
+        if old_parts[1:3] != parts[1:3] or not isinstance(files, list) \
                 or not all(os.path.isfile(os.path.join(store_root, "memories", str(rel))) for rel in files):
             continue
         try:

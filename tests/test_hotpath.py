@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -121,7 +122,13 @@ def test_memories_changed_by_another_tool_show_the_last_briefing_and_the_first_p
 
 def test_a_cortex_write_or_an_edited_config_builds_the_briefing_in_the_hook_not_the_last_one(briefed, capsys):
     """The last briefing stands in only for changes cortex did not make: after its own write the next one is
-    being built ahead (`state/changed` moved), and an edited config changes what a briefing holds."""
+    being built ahead (`state/changed` moved), and an edited config changes what a briefing holds. Nor when no
+    memory file came or went and HEAD did not move: only the cache changed (a sync's commit, the upkeep's
+    vectors), and a briefing built now may rank differently."""
+    _full_hook(briefed)
+    manifest = briefed / ".cortex" / "cache" / "manifest.bin"
+    os.utime(manifest, ns=(manifest.stat().st_atime_ns, manifest.stat().st_mtime_ns + 10_000_000))
+    assert _declines(_payload(briefed, session_id="s3"), capsys)
     _full_hook(briefed)
     remember(briefed, "Feature flags are read once at startup", type="gotcha", link=False)
     assert _declines(_payload(briefed, session_id="s3"), capsys)
