@@ -411,7 +411,7 @@ def build_next(root: str) -> None:
     """Build the next SessionStart's briefing of the project store at `root` into `state/briefing.next.json`
     (what `cortex serve` runs in a process of its own, and a write without a server starts: `cortex.spawn.briefing_ahead`):
     `briefing.json` stays what this session was shown (the prompt hook leaves those memories out) until a
-    SessionStart prints the new one (`cortex.layout.cached_briefing`). A briefing of a store that changed while
+    SessionStart prints the new one (`cortex.layout.start_briefing`). A briefing of a store that changed while
     it was built (a write, a commit) is not saved under the new key: it is built again, up to three times. One
     build at a time (`state/briefing.lock`); one that finds the briefing already built for the store as it is
     does nothing. Its sync commits nothing: a commit would change the key (the manifest's stat is part of it)

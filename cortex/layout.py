@@ -108,15 +108,10 @@ def saved_briefing(store_root: str, name: str = "briefing.json") -> dict | None:
     return saved if isinstance(saved, dict) else None
 
 
-def cached_briefing(store_root: str, version: str) -> dict | None:
-    """The saved briefing that still matches the store (`briefing_key`), or None. A match in
-    `briefing.next.json` becomes `briefing.json`: what the session starting now is shown."""
-    return start_briefing(store_root, version, stale_ok=False)[0]
-
-
 def start_briefing(store_root: str, version: str, stale_ok: bool = True) -> tuple[dict | None, dict | None]:
     """What a SessionStart shows from `state/`, the key's parts found once: `(briefing, None)` when a saved
-    one matches the store (`cached_briefing`); with `stale_ok`, `(briefing, stale)` for the newest saved
+    one matches the store (a match in `briefing.next.json`, the one built ahead, becomes `briefing.json`: what
+    the session starting now is shown); with `stale_ok`, `(briefing, stale)` for the newest saved
     briefing made by this cortex on this branch with this config when since then only memory files changed and
     not through cortex (added, edited or removed where it did not see it: a pull, an editor, with no server
     running and no git hook; a cortex write starts the next briefing's build itself, and after the PreCompact

@@ -756,18 +756,10 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
             heapq.heapreplace(best, hit.score)
     scored.sort(key=lambda h: (-h.score, h.memory.id))
     hits = scored[:limit]
-    if not read:  # the caller reads the few it shows (`read_hits`): the prompt hook shows 3 of ~20
-        return RecallResult(_with_links(store, index, hits, statuses, now) if links else hits, notes)
-    return RecallResult(_linked_and_read(store, index, hits, query, statuses, now, links), notes)
-
-
-def _linked_and_read(store: Store, index: Any, hits: list[Hit], query: str, statuses: tuple[str, ...], now: float,
-                     links: bool) -> list[Hit]:
-    """`hits` with, after each, the memories reached along its links (when `links`), every one read in full
-    with its snippet and the query's words marked."""
-    out = _with_links(store, index, hits, statuses, now) if links else list(hits)
-    _read(store, index, out, query)
-    return out
+    out = _with_links(store, index, hits, statuses, now) if links else hits
+    if read:  # else the caller reads the few it shows (`read_hits`): the prompt hook shows 3 of ~20
+        _read(store, index, out, query)
+    return RecallResult(out, notes)
 
 
 def _read(store: Store, index: Any, hits: list[Hit], query: str) -> None:

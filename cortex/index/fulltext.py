@@ -375,7 +375,7 @@ def warm(searcher: Any) -> None:
     memo = getattr(searcher, "_cortex_postings", None)
     if memo is None:
         memo = searcher._cortex_postings = Postings(searcher)
-    memo.warm()
+    memo._field_lengths()  # what every search reads
 
 
 def search(ix: Any, text: str, limit: int, statuses: Iterable[str] = (), types: Iterable[str] = (),
@@ -471,10 +471,6 @@ class Postings:
                 self._lengths = np.fromiter((searcher.doc_field_length(n, "text", 1) for n in range(count)),
                                             dtype=np.float64, count=count)
         return self._lengths
-
-    def warm(self) -> None:
-        """Read what every search needs (the lengths), so a resident process's next prompt does not."""
-        self._field_lengths()
 
     def search(self, terms: list[str], limit: int, filters: dict[str, list[str]]) -> list[tuple[str, float]]:
         import numpy as np
