@@ -133,3 +133,25 @@ def test_a_smaller_limit_gives_the_first_hits_of_a_larger_one(example, tmp_path)
     finally:
         use_contextual(None)
         CONTEXTUAL.queries.clear()  # the process's query vectors: a later test's worker must see its query first
+
+
+def test_a_resident_process_ranks_the_static_list_beside_full_text_to_the_same_hits(example, tmp_path):
+    """Without the contextual list, a resident process (`use_contextual("background")`) computes the static
+    model's list on a helper thread while full text is searched: the same hits and scores as one thread."""
+    from cortex.index import Index
+    from cortex.recall import CONTEXTUAL, recall_store, use_contextual
+
+    store = Store.locate(directory=example)
+    index = Index(store)
+    methods = ("bm25", "dense")  # no contextual list: what a store with `recall.contextual: false` ranks
+    alone = {query: [(h.memory.id, h.score, sorted(h.raw)) for h in recall_store(
+        store, query, limit=8, index=index, now=1.8e9, links=False, methods=methods).hits] for query, _ in PARAPHRASES}
+    use_contextual("background")
+    try:
+        for query, _ in PARAPHRASES:
+            beside = recall_store(store, query, limit=8, index=index, now=1.8e9, links=False, methods=methods).hits
+            assert [(h.memory.id, h.score, sorted(h.raw)) for h in beside] == alone[query], query
+            assert any("dense" in h.raw for h in beside), query  # the static list was there, not lost
+    finally:
+        use_contextual(None)
+        CONTEXTUAL.queries.clear()
