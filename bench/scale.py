@@ -222,7 +222,7 @@ def write_by_hand(root: Path, n: int) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     ident = f"{0xb0000000 + n:012x}"
     (folder / f"pulled-decision-{n}-{ident}.md").write_text(
-        f"---\nid: {ident}\ntype: decision\ntitle: Pulled decision {n}: the {n}th export runs nightly\n---\n"
+        f"---\nid: {ident}\ntype: decision\ntitle: Pulled decision {n} - the {n}th export runs nightly\n---\n"
         f"Decided by a teammate: export {n} runs nightly, not on every request.\n", encoding="utf-8")
 
 

@@ -400,6 +400,22 @@ def contextual_scores(store: Store, index: Any, query: str, key: Any, allowed: f
             _fill_detached(store)
         elif missing:
             fill_contextual(store, index, limit=INLINE_FILL)
+    view = contextual_view(store, index, encoder, key, allowed)
+    if view is None:
+        return None
+    rels, sub, complete, where = view
+    if not rels or not complete:
+        return None  # some memories have no vector yet: rank them all the same way (rank fusion) until they do
+    vector = CONTEXTUAL.query(query)
+    return Scores(rels, where, vectors.cosines(sub, vector))
+
+
+def contextual_view(store: Store, index: Any, encoder: Any, key: Any, allowed: frozenset[str]) -> Any:
+    """(paths, what `vectors.cosines` multiplies for them, whether every allowed memory has a vector, path ->
+    position) of the contextual vectors of the allowed memories, made once per sync and filter; None without
+    the sidecar."""
+    import cortex.index.vectors as vectors
+
     loaded = CONTEXTUAL.sidecar(store).load(encoder.identity)
     if loaded is None:
         return None
@@ -412,11 +428,7 @@ def contextual_scores(store: Store, index: Any, query: str, key: Any, allowed: f
         rels, rows, embeddable = index.embedded(allowed, row_of)
         complete = len(rels) == embeddable
         views[cache_key] = (rels, vectors.rows_view(matrix, rows), complete, {rel: i for i, rel in enumerate(rels)})
-    rels, sub, complete, where = views[cache_key]
-    if not rels or not complete:
-        return None  # some memories have no vector yet: rank them all the same way (rank fusion) until they do
-    vector = CONTEXTUAL.query(query)
-    return Scores(rels, where, vectors.cosines(sub, vector))
+    return views[cache_key]
 
 
 def _matching_share(index: Any, query: str, total: int) -> float:
@@ -780,6 +792,27 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
     if read:  # else the caller reads the few it shows (`read_hits`): the prompt hook shows 3 of ~20
         _read(store, index, out, query)
     return RecallResult(out, notes)
+
+
+def warm_views(store: Store, index: Any) -> None:
+    """Make what a recall reads once per sync (the filters, the records, full text's document lengths, the
+    static and contextual views, the prior's centralities, the link map, the sessions) for an index that no
+    query uses yet: a resident server's next index (`Index.successor`), warmed while the current one answers.
+    Touches neither the query worker nor the process's query vectors, which the answering thread owns."""
+    from cortex.index import fulltext
+
+    recall_store(store, "warm up", limit=1, index=index, sync=False, methods=("bm25", "dense"), read=False)
+    key, keep = recall_filter(("active",), [], None)
+    allowed = index.allowed(key, keep)
+    searcher = index.searcher()
+    if searcher is not None:
+        fulltext.warm(searcher)
+    static_scores(index, "warm up", key, allowed)  # the view the prompt's early path multiplies
+    encoder = CONTEXTUAL.encoder
+    if encoder is not None and CONTEXTUAL.mode is not None and store.config().get("recall.contextual") is not False:
+        missing_contextual(store, index)
+        contextual_view(store, index, encoder, key, allowed)
+    sessions(index)
 
 
 def _read(store: Store, index: Any, hits: list[Hit], query: str) -> None:

@@ -15,7 +15,9 @@ Protocol: one JSON line in, one JSON line out. `{"op": "prompt", "prompt": "…"
 gets `{"context": "…" | null, "ids": [the memories it names]}`, or `{"warming": true}` while the indexes are
 still loading `wait` seconds later (the hook then recalls in its own process); `{"op": "ping"}`
 is answered once the server is warm, `{"op": "state"}` at once (`ready`
-says whether it is warm). `{"op": "recall", "query": …, "limit": …, …}` runs
+says whether it answers; `current`, whether the walk of the files made at its
+start is in: until then it answers from the committed cache, and a prompt whose
+session has a catch-up to be told waits for it). `{"op": "recall", "query": …, "limit": …, …}` runs
 `cortex recall`'s search on the warm indexes (`cortex.cli.recall` asks it
 first) and answers `{"hits": [...], "notes": [...]}`; `{"op": "command",
 "argv": [...]}` runs a read-only command (`cortex list`, `status`, `show`)
@@ -118,7 +120,8 @@ class _Warm(threading.Thread):
         self.store, self.debounce = store, debounce
         self.indexes = Indexes()
         self.busy = threading.Lock()
-        self.ready = threading.Event()
+        self.ready = threading.Event()  # answering (from the committed cache while the walks go on)
+        self.current = threading.Event()  # and the walks done: what they found is in (`_catch_up`)
         self.stopping = threading.Event()
         self.watched: list[tuple["Store", threading.Event, Any]] = []  # (store, changed event, observer)
         self.changes: dict[str, Any] = {}  # store root -> the files its observer saw change (`watch.Changes`)
@@ -149,19 +152,17 @@ class _Warm(threading.Thread):
                     index = self.indexes.synced(each, full=True, ahead=True, threads_ok=True)
                     index.query_encoder(), index.searcher()  # loaded now, not by the first prompt
             self._warm_contextual()
-            if not self.indexes.confirm():  # files changed while no server watched: warm what the sync changed
-                with self.busy:
-                    for each, _changed, _observer in self.watched:
-                        self.indexes.synced(each, full=True).searcher()
-                    self._warm_views()
+            # Serve what is ready: prompts and commands are answered from here on, from the committed cache while
+            # the children's walks go on, and while the next SessionStart's briefing is built on its own index
+            # (at 100,000 memories it took seconds, and until then every prompt fell back to a recall in the
+            # hook's own process, ~2.5 s there).
+            self.ready.set()
+            self._catch_up()
             for each, _changed, _observer in self.watched:
                 vouch = hold_lock(each.state_dir / "watch.ready")  # None: a `cortex watch` vouches already
                 if vouch is not None:
                     self.vouches.append(vouch)
-            # Serve what is ready: prompts and commands are answered from here on, while the next SessionStart's
-            # briefing is built on its own index (at 100,000 memories it took seconds, and until then every
-            # prompt fell back to a recall in the hook's own process, ~2.5 s there).
-            self.ready.set()
+            self.current.set()
             self._decode_columns()
         except Exception as exc:  # the server answers "warming" and hooks recall in their own process
             self.store.log(f"serve: warming failed: {exc!r}")
@@ -206,6 +207,40 @@ class _Warm(threading.Thread):
                 last_look, due = time.monotonic(), False
             if time.monotonic() - self.asked > QUIET and time.monotonic() - collected > COLLECT_EVERY:
                 collected, full = self._collect(time.monotonic() - full > COLLECT_ALL_EVERY, full)
+
+    def _catch_up(self) -> None:
+        """Wait for each store's walk (`Index.ensure(ahead=True)`). Where it found files changed while no server
+        watched, the next index (`Index.successor`, the walk's commit) is warmed here while the current one
+        answers, then put in its place: at 100,000 memories forgetting the views and warming them again under
+        `busy` kept every prompt waiting ~0.6 s. A store synced meanwhile (a write served in between) keeps its
+        index, which read the walk's commit then."""
+        from cortex import recall as recall_module
+
+        for each, _changed, _observer in self.watched:
+            index = self.indexes.get(each)
+            seen = index._version  # noqa: SLF001 - what it was synced to, to see whether a write came in between
+            found = index.await_ahead()
+            if found is None:
+                continue
+            fresh = index.successor(*found)
+            if fresh is not None:
+                try:
+                    recall_module.warm_views(each, fresh)
+                except Exception as exc:  # the prompts make what they need
+                    self.store.log(f"serve: warming the synced index failed: {exc!r}")
+            with self.busy:
+                if self.indexes.get(each) is not index or index._version != seen:  # noqa: SLF001
+                    if fresh is not None:
+                        fresh.close_searcher()
+                    index.stale()  # its next use syncs again: whatever that write read, the walk's commit is in
+                    continue
+                if fresh is not None:
+                    self.indexes.put(each, fresh)
+                    index.close_searcher()
+                else:  # the walk failed, or its commit was replaced since: sync here, as `confirm` does
+                    index.adopt(found)
+                    index.searcher()
+                    self._warm_views()
 
     def _warm_contextual(self) -> None:
         """Load the contextual model for re-ranking (`cortex.recall.use_contextual`): its vectors of memories
@@ -272,6 +307,8 @@ class _Warm(threading.Thread):
         from cortex.watch import account, fence, written_stamp
 
         synced = False
+        if not self.current.is_set():
+            return synced  # the walks are not done (`_catch_up`): what the watchers saw waits for them
         for each, changed, _observer in self.watched:
             stamp = written_stamp(each)
             if changed.is_set() or stamp != self.written[str(each.root)]:
@@ -393,6 +430,18 @@ def _command(warm: _Warm, request: dict[str, Any], run_command: Callable[[list[s
     return {"exit": code, "stdout": out.getvalue(), "stderr": err.getvalue()}  # stdout is sent raw (`_send`)
 
 
+def _current_for(store: "Store", warm: _Warm, request: dict[str, Any]) -> bool:
+    """Whether a prompt may be answered now: at once, unless its session still has to be told what changed since
+    its briefing (`events.take_catch_up`) and the walks that find those changes are not in yet; then it waits for
+    them within the request's `wait`."""
+    from cortex.layout import catch_up_file
+
+    session = str(request.get("session") or "")
+    if warm.current.is_set() or not session or not os.path.exists(catch_up_file(str(store.root), session)):
+        return True
+    return warm.current.wait(min(float(request.get("wait") or 0), 5.0))
+
+
 def _send(connection: socket.socket, answer: dict[str, object]) -> None:
     """One JSON line; a command's output follows it as raw bytes (JSON-escaping megabytes costs more than the
     command)."""
@@ -426,7 +475,8 @@ def _loop(store: "Store", server: socket.socket, warm: _Warm, idle: float,
                 request = json.loads(_read_line(connection) or b"{}")
                 answer: dict[str, object]
                 if request.get("op") == "state":  # answered at once: the server is up, warm or not
-                    answer = {"ok": True, "pid": os.getpid(), "ready": warm.ready.is_set()}
+                    answer = {"ok": True, "pid": os.getpid(), "ready": warm.ready.is_set(),
+                              "current": warm.current.is_set()}
                 elif request.get("op") == "recall":  # `cortex recall` asks here first: warm indexes and model
                     answer = _recall(store, warm, request)
                 elif request.get("op") == "command":  # `cortex list`, `status` and `show` ask here first
@@ -436,7 +486,7 @@ def _loop(store: "Store", server: socket.socket, warm: _Warm, idle: float,
                         continue
                     answer = {"ok": True, "pid": os.getpid(), "ready": True}
                 elif not warm.ready.wait(min(float(request.get("wait") or 0), 5.0)) \
-                        or not warm.busy.acquire(timeout=0.3):
+                        or not _current_for(store, warm, request) or not warm.busy.acquire(timeout=0.3):
                     answer = {"warming": True}  # no "context": the hook recalls in its own process
                 else:
                     try:

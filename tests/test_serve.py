@@ -46,7 +46,7 @@ def test_served_answers_equal_the_in_process_ones_and_follow_edits(project):
 
 def test_a_server_started_after_edits_made_without_one_serves_the_files_as_they_are(project):
     """The server warms from the committed cache while a forked child syncs it; files edited, removed and added
-    while no server ran are what it serves once it says it is warm."""
+    while no server ran are what it serves once it says the walk is in (`current`)."""
     import os
 
     from cortex.store import Store
@@ -65,6 +65,7 @@ def test_a_server_started_after_edits_made_without_one_serves_the_files_as_they_
     proc = subprocess.Popen([*cortex_command(), "serve", "--idle", "30"], cwd=project, stderr=subprocess.DEVNULL)
     try:
         assert wait_for(lambda: serve.ask(root, {"op": "ping"}) is not None, 60)
+        assert wait_for(lambda: (serve.ask(root, {"op": "state"}) or {}).get("current"), 60)
         answer = serve.ask(root, {"op": "recall", "query": "zebrafish team", "limit": 5, "types": [],
                                   "stores": [[root, "project"]]}, timeout=10)
         assert answer is not None and [hit["memory"]["id"] for hit in answer["hits"]][:1] == [edited.id]
@@ -386,3 +387,60 @@ def test_files_that_are_not_memories_change_nothing_and_a_linked_folder_is_repor
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_a_server_answers_from_the_committed_cache_until_its_walk_is_in_then_from_the_files(project, monkeypatch):
+    """`serve what is ready`: the server answers as soon as it has warmed from the committed cache, while the
+    child's walk of the files is still going; a file written by hand meanwhile (a pull with no hook) is served
+    once the walk is in, from the next index warmed beside the one answering. A prompt whose session still has
+    to be told what changed waits for the walk; another does not."""
+    import os
+    import threading
+
+    from cortex import layout
+    from cortex.index import cache
+    from cortex.recall import recall
+    from cortex.store import Store
+
+    remember(project, "Retry flaky uploads three times with backoff", type="pattern")
+    store = Store.locate(project)
+    for path in store.memories_dir.rglob("*.md"):  # written a while ago: no sync re-reads them as racily clean
+        os.utime(path, (time.time() - 60, time.time() - 60))
+    cortex("recall", "flaky uploads", cwd=project)  # the cache committed as it is now
+    folder = store.memories_dir / "decision"
+    folder.mkdir(exist_ok=True)
+    (folder / "exports-run-nightly-0123456789ab.md").write_text(
+        "---\nid: 0123456789ab\ntype: decision\ntitle: Zebrafish exports run nightly\n---\n"
+        "The zebrafish export runs nightly, never on a request.\n", encoding="utf-8")
+    walk_may_end = threading.Event()
+    waited = cache.Index.await_ahead
+
+    def held_back(self):  # the child's walk, slower than the warm-up (as at 100,000 memories)
+        walk_may_end.wait(60)
+        return waited(self)
+
+    monkeypatch.setattr(cache.Index, "await_ahead", held_back)
+    warm = serve._Warm(store, 0.0)
+    warm.start()
+    try:
+        assert warm.ready.wait(60) and not warm.current.is_set()
+        first = warm.indexes.get(store)
+        with warm.busy:
+            hits = recall([store], "zebrafish exports nightly", indexes=warm.indexes, links=False).hits
+        assert "0123456789ab" not in [h.memory.id for h in hits]  # answered, from what was committed
+        layout_marker = Path(layout.catch_up_file(str(store.root), "told"))
+        layout_marker.parent.mkdir(parents=True, exist_ok=True)
+        layout_marker.write_text(json.dumps({"since_ns": 1}), encoding="utf-8")
+        assert serve._current_for(store, warm, {"session": "other", "wait": 2})  # nothing to be told: at once
+        assert not serve._current_for(store, warm, {"session": "told", "wait": 0.2})  # waits, then the hook recalls
+        walk_may_end.set()
+        assert serve._current_for(store, warm, {"session": "told", "wait": 30})
+        assert warm.current.is_set() and warm.indexes.get(store) is not first  # the next index, in its place
+        with warm.busy:
+            hits = recall([store], "zebrafish exports nightly", indexes=warm.indexes, links=False).hits
+        assert [h.memory.id for h in hits][:1] == ["0123456789ab"]
+    finally:
+        walk_may_end.set()
+        warm.stop()
+        warm.join(30)
+        warm.indexes.close()

@@ -248,9 +248,33 @@ class Index:
         committed cache had them, so what was answered from it stands; False when it did not (or failed): the
         views are forgotten and the index holds the synced cache (the child's commit, or a sync made here), and
         the caller answers again. True when there was no sync ahead."""
+        found = self.await_ahead()
+        if found is None:
+            return True
+        self.adopt(found)
+        return False
+
+    def adopt(self, found: tuple[tuple[int, int, int] | None, bool, bool]) -> None:
+        """What `await_ahead` found: the child's commit taken as this object's sync (or a sync made here when
+        it failed), its views forgotten."""
+        self._forget_views()
+        self._synced = None
+        version, full, vectors = found
+        manifest = _load_version(self.manifest_path, version)
+        if manifest is not None:  # the child's commit is this process's sync: its walk was made for it
+            self.manifest, self._version, self._committed = manifest, version, True
+            self._synced = _level(full, vectors)
+        else:
+            self.manifest = None
+            self.sync(full=full, progress=False, vectors=vectors)
+
+    def await_ahead(self) -> tuple[tuple[int, int, int] | None, bool, bool] | None:
+        """Wait for the child of `ensure(..., ahead=True)`, changing nothing here: None when there was none or
+        it found the files as the committed cache had them; else (the version it committed, or None when it
+        failed or was locked out, and the sync's full and vectors)."""
         ahead, self._ahead = self._ahead, None
         if ahead is None:
-            return True
+            return None
         child, read_end, full, vectors = ahead
         chunks = []
         try:
@@ -271,17 +295,25 @@ class Index:
         version = tuple(outcome["version"]) if outcome and outcome.get("version") else None
         if outcome is not None and not outcome.get("changed"):
             self._version = version or self._version  # the same content (a newer check time, perhaps)
-            return True
-        self._forget_views()
-        self._synced = None
-        manifest = _load_version(self.manifest_path, version)
-        if manifest is not None:  # the child's commit is this process's sync: its walk was made for it
-            self.manifest, self._version, self._committed = manifest, version, True
-            self._synced = _level(full, vectors)
-        else:
-            self.manifest = None
-            self.sync(full=full, progress=False, vectors=vectors)
-        return False
+            return None
+        return version, full, vectors  # type: ignore[return-value]
+
+    def successor(self, version: tuple[int, int, int] | None, full: bool, vectors: bool) -> Index | None:
+        """A new object for this store holding the committed manifest of `version` as synced (what
+        `await_ahead` said the child committed), sharing this one's loaded models and parses, views not made
+        yet: a resident server warms it while this one still answers, then puts it in this one's place. None
+        when that version is no longer the committed one."""
+        manifest = _load_version(self.manifest_path, version) if version is not None else None
+        if manifest is None:
+            return None
+        new = Index(self.store, self._encoder_factory)
+        new._encoder, new._encoder_tried, new.encoder_problem = self._encoder, self._encoder_tried, self.encoder_problem
+        new._query_encoder = self._query_encoder
+        new.trust_watcher, new.keeps_views, new.commits = self.trust_watcher, self.keeps_views, self.commits
+        new._parsed = dict(self._parsed)
+        new.manifest, new._version, new._committed = manifest, version, True
+        new._synced = _level(full, vectors)
+        return new
 
     def stale(self) -> None:
         """The files may have changed (a watcher saw it): the next `ensure` syncs again."""
@@ -1352,6 +1384,12 @@ class Indexes:
     def synced(self, store: Store, full: bool = False, vectors: bool = False, ahead: bool = False,
                threads_ok: bool = False) -> Index:
         return self.get(store).ensure(full=full, vectors=vectors, ahead=ahead, threads_ok=threads_ok)
+
+    def put(self, store: Store, index: Index) -> Index | None:
+        """`index` in the place of the store's current one (returned: its caller closes what it holds)."""
+        old = self._by_root.get(str(store.root))
+        self._by_root[str(store.root)] = index
+        return old
 
     def confirm(self) -> bool:
         """`Index.confirm` of every index (each waited for): False when any store's files had changed."""
