@@ -44,7 +44,7 @@ def run() -> None:
             hotpath.pre_tool_use(sys.stdin.read() if not sys.stdin.isatty() else "")
         except Exception:
             pass  # a hook never breaks the session
-        sys.exit(0)
+        _leave(0)
     if len(args) >= 2 and args[0] == "hook" and args[1] in CLAUDE_EVENTS:
         raw = sys.stdin.read() if not sys.stdin.isatty() else ""
         if args[1] in ("session-start", "prompt"):
@@ -53,7 +53,7 @@ def run() -> None:
             try:
                 fast = hotpath.session_start if args[1] == "session-start" else hotpath.prompt
                 if fast(raw):  # the cached briefing, or the resident server's answer: no store, no click
-                    sys.exit(0)
+                    _leave(0)  # and no interpreter teardown: ~1 ms of a ~9 ms hook (what it wrote is closed)
             except Exception:
                 pass  # the full hook below logs whatever is wrong
         from cortex import hooks
