@@ -149,7 +149,7 @@ class _Warm(threading.Thread):
                     # this thread warms from the committed cache on the other core (`Index.confirm`). Its
                     # watchers started first, so nothing written from now on is missed; they take no lock a sync
                     # needs, so the fork beside their threads is safe.
-                    index = self.indexes.synced(each, full=True, ahead=True, threads_ok=True)
+                    index = self.indexes.synced(each, full=True, ahead=True, resident=True)
                     index.query_encoder(), index.searcher()  # loaded now, not by the first prompt
             self._warm_contextual()
             # Serve what is ready: prompts and commands are answered from here on, from the committed cache while

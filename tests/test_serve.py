@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pygit2
+import pytest
 
 from cortex import serve
 from tests.helpers import cortex, cortex_command, remember, wait_for
@@ -389,11 +390,14 @@ def test_files_that_are_not_memories_change_nothing_and_a_linked_folder_is_repor
         proc.wait(timeout=30)
 
 
-def test_a_server_answers_from_the_committed_cache_until_its_walk_is_in_then_from_the_files(project, monkeypatch):
+@pytest.mark.parametrize("written", ["by hand", "by remember"])
+def test_a_server_answers_from_the_committed_cache_until_its_walk_is_in_then_from_the_files(project, monkeypatch,
+                                                                                           written):
     """`serve what is ready`: the server answers as soon as it has warmed from the committed cache, while the
-    child's walk of the files is still going; a file written by hand meanwhile (a pull with no hook) is served
-    once the walk is in, from the next index warmed beside the one answering. A prompt whose session still has
-    to be told what changed waits for the walk; another does not."""
+    child's walk of the files is still going; a memory written while no server ran (by hand: a pull with no
+    hook; or by a `cortex remember` of its own, which leaves its full-text entry to the next full sync) is
+    served once the walk is in, from the next index warmed beside the one answering. A prompt whose session
+    still has to be told what changed waits for the walk; another does not."""
     import os
     import threading
 
@@ -407,11 +411,15 @@ def test_a_server_answers_from_the_committed_cache_until_its_walk_is_in_then_fro
     for path in store.memories_dir.rglob("*.md"):  # written a while ago: no sync re-reads them as racily clean
         os.utime(path, (time.time() - 60, time.time() - 60))
     cortex("recall", "flaky uploads", cwd=project)  # the cache committed as it is now
-    folder = store.memories_dir / "decision"
-    folder.mkdir(exist_ok=True)
-    (folder / "exports-run-nightly-0123456789ab.md").write_text(
-        "---\nid: 0123456789ab\ntype: decision\ntitle: Zebrafish exports run nightly\n---\n"
-        "The zebrafish export runs nightly, never on a request.\n", encoding="utf-8")
+    if written == "by hand":
+        folder = store.memories_dir / "decision"
+        folder.mkdir(exist_ok=True)
+        (folder / "exports-run-nightly-0123456789ab.md").write_text(
+            "---\nid: 0123456789ab\ntype: decision\ntitle: Zebrafish exports run nightly\n---\n"
+            "The zebrafish export runs nightly, never on a request.\n", encoding="utf-8")
+        new_id = "0123456789ab"
+    else:
+        new_id = remember(project, "Zebrafish exports run nightly, never on a request", type="decision").id
     walk_may_end = threading.Event()
     waited = cache.Index.await_ahead
 
@@ -425,9 +433,10 @@ def test_a_server_answers_from_the_committed_cache_until_its_walk_is_in_then_fro
     try:
         assert warm.ready.wait(60) and not warm.current.is_set()
         first = warm.indexes.get(store)
-        with warm.busy:
-            hits = recall([store], "zebrafish exports nightly", indexes=warm.indexes, links=False).hits
-        assert "0123456789ab" not in [h.memory.id for h in hits]  # answered, from what was committed
+        with warm.busy:  # answered, from what was committed: the new memory is not in its full text
+            hits = recall([store], "zebrafish exports nightly", indexes=warm.indexes, links=False,
+                          keyword_only=True).hits
+        assert new_id not in [h.memory.id for h in hits]
         layout_marker = Path(layout.catch_up_file(str(store.root), "told"))
         layout_marker.parent.mkdir(parents=True, exist_ok=True)
         layout_marker.write_text(json.dumps({"since_ns": 1}), encoding="utf-8")
@@ -436,9 +445,11 @@ def test_a_server_answers_from_the_committed_cache_until_its_walk_is_in_then_fro
         walk_may_end.set()
         assert serve._current_for(store, warm, {"session": "told", "wait": 30})
         assert warm.current.is_set() and warm.indexes.get(store) is not first  # the next index, in its place
-        with warm.busy:
-            hits = recall([store], "zebrafish exports nightly", indexes=warm.indexes, links=False).hits
-        assert [h.memory.id for h in hits][:1] == ["0123456789ab"]
+        for keyword_only in (True, False):
+            with warm.busy:
+                hits = recall([store], "zebrafish exports nightly", indexes=warm.indexes, links=False,
+                              keyword_only=keyword_only).hits
+            assert [h.memory.id for h in hits][:1] == [new_id]
     finally:
         walk_may_end.set()
         warm.stop()

@@ -50,6 +50,7 @@ class SyncReport:
     changed: int = 0
     removed: int = 0
     embedded: int = 0
+    indexed: int = 0  # full-text documents added or removed (a writer's deferred work, or what changed)
     rebuilt: bool = False
     repaired: list[str] = field(default_factory=list)  # damaged parts found and rebuilt, one line each
     locked_out: bool = False  # another process held the lock: results are from the last committed cache
@@ -171,12 +172,12 @@ class Index:
             self._synced = max(self._synced or 0, _level(full, vectors))
             self._noted_only = False
             self._checked_ns = None
-        if report.changed or report.removed or report.rebuilt or report.embedded or report.locked_out or report.repaired \
-                or self._scan is None:
+        if report.changed or report.removed or report.rebuilt or report.embedded or report.indexed or report.locked_out \
+                or report.repaired or self._scan is None:  # the searcher too: it would not see what was indexed
             self._forget_views()
         return report
 
-    def ensure(self, full: bool = False, vectors: bool = False, ahead: bool = False, threads_ok: bool = False) -> Index:
+    def ensure(self, full: bool = False, vectors: bool = False, ahead: bool = False, resident: bool = False) -> Index:
         """Sync once: nothing when this object already synced at this level (or deeper) since `stale()`.
 
         How the calls of one process share one sync: a hook's capture, projections and links all ask for
@@ -184,15 +185,17 @@ class Index:
 
         With `ahead`, a one-shot reader may answer from the committed cache while a forked child makes the
         sync (`_sync_ahead`); it must then call `confirm()` before it says anything, and answer again when
-        that returns False. `threads_ok`: the caller's other threads never take a lock the sync needs (`cortex
-        serve`'s file watchers), so it may fork beside them.
+        that returns False. `resident`: `cortex serve`, whose other threads (its file watchers) never take a lock
+        the sync needs, so it may fork beside them; and which takes the child's commit in later
+        (`await_ahead`, `successor`), so it answers from a committed cache even when a writer left work there
+        for the next full sync (a one-shot would answer twice).
         """
         if self._synced is None or self._synced < _level(full, vectors):
-            if not (ahead and self._sync_ahead(full, vectors, threads_ok)):
+            if not (ahead and self._sync_ahead(full, vectors, resident)):
                 self.sync(full=full, progress=False, vectors=vectors)
         return self
 
-    def _sync_ahead(self, full: bool, vectors: bool, threads_ok: bool = False) -> bool:
+    def _sync_ahead(self, full: bool, vectors: bool, resident: bool = False) -> bool:
         """Start the sync in a forked child and take the committed manifest as synced meanwhile; False (the
         committed manifest loaded, the sync still to make) when that cannot be done here.
 
@@ -206,18 +209,19 @@ class Index:
         import threading
 
         if self.manifest is not None or not hasattr(os, "fork") or sys.platform == "darwin" \
-                or (threading.active_count() > 1 and not threads_ok) or os.environ.get("CORTEX_SYNC_AHEAD") == "0":
+                or (threading.active_count() > 1 and not resident) or os.environ.get("CORTEX_SYNC_AHEAD") == "0":
             return False
         seen = _file_version(self.manifest_path)
         manifest = _load_version(self.manifest_path, seen)
         if manifest is None:
             return False  # none committed, or a writer committed while it was read: sync here
         self.manifest, self._version, self._committed = manifest, seen, True  # a sync now reuses it: no reload
-        if ((full or vectors) and _incomplete(manifest)) or (self.trust_watcher and self._watched(manifest, full)):
+        if ((full or vectors) and not resident and _incomplete(manifest)) \
+                or (self.trust_watcher and self._watched(manifest, full)):
             return False  # a writer has work to finish first; or a watcher vouches, and the sync is a few stats
         read_end, write_end = os.pipe()
         try:
-            with warnings.catch_warnings():  # Python 3.12 warns of any fork beside threads; `threads_ok` says why not
+            with warnings.catch_warnings():  # Python 3.12 warns of any fork beside threads; `resident` says why not
                 warnings.simplefilter("ignore", DeprecationWarning)
                 child = os.fork()
         except OSError:  # no process to spare: sync here
@@ -230,7 +234,7 @@ class Index:
                 os.close(read_end)
                 report = self.sync(full=full, progress=False, vectors=vectors)
                 outcome = {"changed": bool(report.changed or report.removed or report.rebuilt or report.embedded
-                                           or report.repaired),
+                                           or report.indexed or report.repaired),
                            "locked_out": report.locked_out, "version": _file_version(self.manifest_path)}
                 data = memoryview(marshal.dumps(outcome))
                 while data:
@@ -590,6 +594,7 @@ class Index:
         for rel in todo:
             manifest.files[rel]["ft"] = True
         manifest.pending_deletes = []
+        report.indexed = indexed + len(deletes)
         report.notes.append(f"full-text: {indexed} indexed, {len(deletes)} removed")
         return True
 
@@ -1382,8 +1387,8 @@ class Indexes:
         return index
 
     def synced(self, store: Store, full: bool = False, vectors: bool = False, ahead: bool = False,
-               threads_ok: bool = False) -> Index:
-        return self.get(store).ensure(full=full, vectors=vectors, ahead=ahead, threads_ok=threads_ok)
+               resident: bool = False) -> Index:
+        return self.get(store).ensure(full=full, vectors=vectors, ahead=ahead, resident=resident)
 
     def put(self, store: Store, index: Index) -> Index | None:
         """`index` in the place of the store's current one (returned: its caller closes what it holds)."""
