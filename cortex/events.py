@@ -209,10 +209,12 @@ def _spawn_upkeep(store: Store) -> bool:
 # ---------------------------------------------------------------- what a prompt gets
 
 
-def prompt_context(store: Store, prompt: str, indexes: Indexes, catch_up: dict[str, Any] | None = None) -> str | None:
+def prompt_context(store: Store, prompt: str, indexes: Indexes, catch_up: dict[str, Any] | None = None,
+                   catch_up_indexes: Indexes | None = None) -> str | None:
     """The additionalContext for a prompt: relevant memories of the project and global stores, not already in
     the briefing, or None. With `catch_up` (`take_catch_up`: this session was shown a briefing older than the
-    store), what changed since that briefing comes first (`briefing_catch_up`).
+    store), what changed since that briefing comes first (`briefing_catch_up`, from `catch_up_indexes` when
+    given: a server's walk of the files, in before the index that answers has been replaced).
 
     Relevant means, with the contextual model loaded (`cortex serve`): a calibrated match (`Hit.match`) of at
     least `prompt.min_match` (0.45) and within `MATCH_SPREAD` of the best hit's. Without it (the hook's own
@@ -281,7 +283,7 @@ def prompt_context(store: Store, prompt: str, indexes: Indexes, catch_up: dict[s
     relevant = header + "\n".join(lines) + "\n" if lines else None
     if catch_up is None:
         return relevant
-    return (briefing_catch_up(store, catch_up, indexes) or "") + (relevant or "") or None
+    return (briefing_catch_up(store, catch_up, catch_up_indexes or indexes) or "") + (relevant or "") or None
 
 
 def _fit(lines: list[str], used: int, budget: int, label: str, detail: str) -> int | None:

@@ -35,6 +35,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # importing the store costs a hook ~20 ms, `typing` ~4 ms; the client half of this module must not
     from typing import Any, Callable
 
+    from cortex.index import Indexes
     from cortex.store import Store
 
 
@@ -121,7 +122,9 @@ class _Warm(threading.Thread):
         self.indexes = Indexes()
         self.busy = threading.Lock()
         self.ready = threading.Event()  # answering (from the committed cache while the walks go on)
-        self.current = threading.Event()  # and the walks done: what they found is in (`_catch_up`)
+        self.walked = threading.Event()  # the walks of the files made at the start are in (`_catch_up`)
+        self.current = threading.Event()  # and what they found is in the answering indexes
+        self.next: dict[str, Any] = {}  # store root -> its next index, walked and not yet answering (under `busy`)
         self.stopping = threading.Event()
         self.watched: list[tuple["Store", threading.Event, Any]] = []  # (store, changed event, observer)
         self.changes: dict[str, Any] = {}  # store root -> the files its observer saw change (`watch.Changes`)
@@ -212,23 +215,30 @@ class _Warm(threading.Thread):
         """Wait for each store's walk (`Index.ensure(ahead=True)`). Where it found files changed while no server
         watched, the next index (`Index.successor`, the walk's commit) is warmed here while the current one
         answers, then put in its place: at 100,000 memories forgetting the views and warming them again under
-        `busy` kept every prompt waiting ~0.6 s. A store synced meanwhile (a write served in between) keeps its
-        index, which read the walk's commit then."""
+        `busy` kept every prompt waiting ~0.6 s. Once the walks are in (`walked`), a session's catch-up is read
+        from the next indexes (`catch_up_indexes`), before they are warm. A store synced meanwhile (a write
+        served in between) keeps its index, which read the walk's commit then."""
         from cortex import recall as recall_module
 
+        pending = []
         for each, _changed, _observer in self.watched:
             index = self.indexes.get(each)
             seen = index._version  # noqa: SLF001 - what it was synced to, to see whether a write came in between
             found = index.await_ahead()
-            if found is None:
-                continue
-            fresh = index.successor(*found)
+            if found is not None:
+                fresh = index.successor(*found)
+                pending.append((each, index, seen, found, fresh))
+                if fresh is not None:
+                    self.next[str(each.root)] = fresh
+        self.walked.set()
+        for each, index, seen, found, fresh in pending:
             if fresh is not None:
                 try:
                     recall_module.warm_views(each, fresh)
                 except Exception as exc:  # the prompts make what they need
                     self.store.log(f"serve: warming the synced index failed: {exc!r}")
             with self.busy:
+                self.next.pop(str(each.root), None)
                 if self.indexes.get(each) is not index or index._version != seen:  # noqa: SLF001
                     if fresh is not None:
                         fresh.close_searcher()
@@ -241,6 +251,17 @@ class _Warm(threading.Thread):
                     index.adopt(found)
                     index.searcher()
                     self._warm_views()
+
+    def catch_up_indexes(self) -> "Indexes":
+        """What a session's catch-up is read from (the caller holds `busy`): the answering indexes, with the
+        next index in the place of each store whose walk found changes that are not in yet."""
+        from cortex.index import Indexes
+
+        if not self.next:
+            return self.indexes
+        mixed = Indexes()
+        mixed._by_root = {**self.indexes._by_root, **self.next}  # noqa: SLF001
+        return mixed
 
     def _warm_contextual(self) -> None:
         """Load the contextual model for re-ranking (`cortex.recall.use_contextual`): its vectors of memories
@@ -437,9 +458,9 @@ def _current_for(store: "Store", warm: _Warm, request: dict[str, Any]) -> bool:
     from cortex.layout import catch_up_file
 
     session = str(request.get("session") or "")
-    if warm.current.is_set() or not session or not os.path.exists(catch_up_file(str(store.root), session)):
+    if warm.walked.is_set() or not session or not os.path.exists(catch_up_file(str(store.root), session)):
         return True
-    return warm.current.wait(min(float(request.get("wait") or 0), 5.0))
+    return warm.walked.wait(min(float(request.get("wait") or 0), 5.0))
 
 
 def _send(connection: socket.socket, answer: dict[str, object]) -> None:
@@ -492,7 +513,8 @@ def _loop(store: "Store", server: socket.socket, warm: _Warm, idle: float,
                     try:
                         warm.follow(0.0)  # what was written since the last look, before answering
                         context = prompt_context(store, str(request.get("prompt", "")), warm.indexes,
-                                                 take_catch_up(store, str(request.get("session") or "")))
+                                                 take_catch_up(store, str(request.get("session") or "")),
+                                                 warm.catch_up_indexes())
                         answer = {"context": context, "ids": injected_ids(context or "")}
                     finally:
                         warm.busy.release()

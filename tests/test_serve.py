@@ -443,8 +443,13 @@ def test_a_server_answers_from_the_committed_cache_until_its_walk_is_in_then_fro
         assert serve._current_for(store, warm, {"session": "other", "wait": 2})  # nothing to be told: at once
         assert not serve._current_for(store, warm, {"session": "told", "wait": 0.2})  # waits, then the hook recalls
         walk_may_end.set()
-        assert serve._current_for(store, warm, {"session": "told", "wait": 30})
-        assert warm.current.is_set() and warm.indexes.get(store) is not first  # the next index, in its place
+        assert serve._current_for(store, warm, {"session": "told", "wait": 30})  # the walk is in
+        from cortex.events import briefing_catch_up
+
+        with warm.busy:  # what a catch-up reads once the walk is in, the next index warmed or not
+            told = briefing_catch_up(store, {"since_ns": 1}, warm.catch_up_indexes()) or ""
+        assert f"`{new_id}`" in told
+        assert warm.current.wait(60) and warm.indexes.get(store) is not first  # the next index, in its place
         for keyword_only in (True, False):
             with warm.busy:
                 hits = recall([store], "zebrafish exports nightly", indexes=warm.indexes, links=False,
