@@ -148,6 +148,7 @@ class _Warm(threading.Thread):
                     self.written[str(each.root)] = written_stamp(each)
                     self.indexes.get(each).trust_watcher = False  # this server is the watcher
                     self.indexes.get(each).keeps_views = False  # its views stay in memory; files are for one-shots
+                    self.indexes.get(each).older_centralities_ok = True  # newer ones once requests pause
                     # The sync (a stat of every file: ~0.45 s at 100,000 memories) is made by a forked child while
                     # this thread warms from the committed cache on the other core (`Index.confirm`). Its
                     # watchers started first, so nothing written from now on is missed; they take no lock a sync
@@ -199,6 +200,8 @@ class _Warm(threading.Thread):
                         self._warm_views()
                     self._decode_columns()
                     cold = False
+                if time.monotonic() - self.asked > QUIET:
+                    self._finish_views()
             except Exception as exc:  # a sync that failed: no longer vouch for files this server may miss
                 self.store.log(f"serve: sync failed: {exc!r}")
                 self._release()
@@ -252,6 +255,30 @@ class _Warm(threading.Thread):
                     index.searcher()
                     self._warm_views()
 
+    def _finish_views(self) -> None:
+        """Make, beside the requests, what the warm-up leaves out of each answering index, and put it in while the
+        index is still at the manifest it was made from: the centralities where it answers with an earlier
+        manifest's (`Index.older_centralities_ok`), and the link map a `recall` follows (prompts follow none;
+        ~0.3 s at 100,000 memories, which the warm-up under `busy` made every prompt wait for)."""
+        from cortex.recall import STRONG_LINK
+
+        for each, _changed, _observer in self.watched:
+            index = self.indexes.get(each)
+            version = index._version  # noqa: SLF001 - what the views are made from
+            try:
+                central = index.newer_centralities()[1] if index.centralities_older else None
+                hops = None if index.memoized(("hops", STRONG_LINK)) else index.hops_made(STRONG_LINK)
+            except Exception as exc:  # a sync replaced what they were read from: the next pause tries again
+                self.store.log(f"serve: views not made beside the requests: {exc!r}")
+                continue
+            with self.busy:
+                if self.indexes.get(each) is not index or index._version != version:  # noqa: SLF001
+                    continue
+                if central is not None:
+                    index.take_centralities(version, central)
+                if hops is not None:
+                    index.memo(("hops", STRONG_LINK), lambda: hops)
+
     def catch_up_indexes(self) -> "Indexes":
         """What a session's catch-up is read from (the caller holds `busy`): the answering indexes, with the
         next index in the place of each store whose walk found changes that are not in yet."""
@@ -295,7 +322,9 @@ class _Warm(threading.Thread):
 
         try:
             stores = list(iter_stores(self.store))
-            recall_module.recall(stores, "warm up", limit=1, indexes=self.indexes)
+            # No links: prompts follow none, and the map `recall` follows is made beside the requests
+            # (`_finish_views`).
+            recall_module.recall(stores, "warm up", limit=1, indexes=self.indexes, links=False)
             for each in stores:  # "warm up" may match nothing: what a search reads, read now
                 searcher = self.indexes.get(each).searcher()
                 if searcher is not None:

@@ -113,6 +113,11 @@ class Index:
         # memories paid ~0.2 s for files nobody read) and by a resident server, which keeps its own in memory (the
         # next briefing's build, in a process of its own, saves them: `cortex.recall.keep_views`).
         self.keeps_views = True
+        # A resident server's first warm-up may take the centralities kept for an earlier manifest (one write
+        # moves them little; working them out took ~0.7 s of its start at 100,000 memories after a one-shot
+        # `remember`) and work out the current ones once requests pause (`newer_centralities`).
+        self.older_centralities_ok = False
+        self.centralities_older = False  # what `centralities` gives is of an earlier manifest
         self._ix: Any = None
         self._vectors: Any = None
         self.repaired: list[str] = []  # every damaged part this object's syncs found and rebuilt
@@ -314,6 +319,7 @@ class Index:
         new._encoder, new._encoder_tried, new.encoder_problem = self._encoder, self._encoder_tried, self.encoder_problem
         new._query_encoder = self._query_encoder
         new.trust_watcher, new.keeps_views, new.commits = self.trust_watcher, self.keeps_views, self.commits
+        new.older_centralities_ok = self.older_centralities_ok
         new._parsed = dict(self._parsed)
         new.manifest, new._version, new._committed = manifest, version, True
         new._synced = _level(full, vectors)
@@ -374,6 +380,7 @@ class Index:
 
     def _forget_views(self) -> None:
         self._scan = self._vectors = self._records = self._central = self._rel_of_id = self._neighbours = None
+        self.centralities_older = False
         self._allowed = {}
         self._memories = {}
         self.close_searcher()
@@ -797,6 +804,10 @@ class Index:
                     rows.append(row)
         return rels, np.array(rows, dtype=np.int64), embeddable
 
+    def memoized(self, key: Any) -> bool:
+        """Whether `memo` holds `key` for the current sync."""
+        return key in self._allowed
+
     def memo(self, key: Any, make: Callable[[], Any]) -> Any:
         """A value kept until the next sync that changes something (with the filtered views): `make()` once."""
         if key not in self._allowed:
@@ -933,11 +944,14 @@ class Index:
         `strong`, both ways), once per sync, and kept in `cache/hops.bin` for the committed manifest (as
         `centralities` are): the map is small, but making it reads every memory's links, ~0.3 s of a one-shot
         `recall` at 100,000 memories."""
-        def compute() -> dict[str, dict[tuple[str, str], float | None]]:
-            return self._link_map(lambda rel, strength: rel == "source_of" or (
-                rel == "relates_to" and strength is not None and strength >= strong))._raw
+        return self.memo(("hops", strong), lambda: LinkMap(self._kept(self.dir / "hops.bin", strong,
+                                                                       lambda: self.hops_made(strong)._raw)))
 
-        return self.memo(("hops", strong), lambda: LinkMap(self._kept(self.dir / "hops.bin", strong, compute)))
+    def hops_made(self, strong: float) -> LinkMap:
+        """What `hops` keeps, worked out from the manifest and kept nowhere (a resident server makes it beside
+        the requests, then keeps it: `memo`)."""
+        return self._link_map(lambda rel, strength: rel == "source_of" or (
+            rel == "relates_to" and strength is not None and strength >= strong))
 
     def _kept(self, path: Path, key: Any, compute: Callable[[], Any]) -> Any:
         """`compute()`, or what an earlier process saved of it in `path` for the committed manifest as it is and
@@ -986,9 +1000,29 @@ class Index:
         Working them out decodes every memory's links (~30 ms at 10,000 memories), so they are kept in
         `cache/centrality.bin` for the committed manifest they came from: the next process (a hook, `recall`)
         reads them while manifest.bin is unchanged."""
+        if self._central is None and self.older_centralities_ok and self._committed \
+                and _read_kept(self.centrality_path, self._version, None) is None:
+            older = _read_kept(self.centrality_path, None, None, any_version=True)
+            if older is not None and isinstance(older[0], dict):
+                self._central, self.centralities_older = older[0], True
         if self._central is None:
             self._central = self._kept(self.centrality_path, None, self._computed_centralities)
         return self._central
+
+    def newer_centralities(self) -> tuple[tuple[int, int, int] | None, dict[str, float]]:
+        """(the manifest version, the centralities computed for it) without keeping anything in this object: a
+        resident server works them out beside the prompts, then takes them (`take_centralities`)."""
+        version = self._version
+        return version, self._computed_centralities(self._link_map(None))
+
+    def take_centralities(self, version: tuple[int, int, int] | None, central: dict[str, float]) -> bool:
+        """Use centralities made by `newer_centralities` while this object is still at `version` (the caller
+        holds what every user of it holds); saved for the next process as `centralities` saves them."""
+        if version is None or version != self._version or not self._committed:
+            return False
+        self._central, self.centralities_older = central, False
+        _write_kept(self.centrality_path, version, None, central)
+        return True
 
     def saved_centralities(self) -> dict[str, float] | None:
         """The centralities kept for the committed manifest (`centralities`), read without loading it or
@@ -998,9 +1032,10 @@ class Index:
         saved = _read_kept(self.centrality_path, current, None) if current is not None else None
         return saved[0] if saved is not None and isinstance(saved[0], dict) else None
 
-    def _computed_centralities(self) -> dict[str, float]:
+    def _computed_centralities(self, neighbours: Any = None) -> dict[str, float]:
         degree: dict[str, float] = {}
-        for memory_id, rel, other, strength in self.neighbours().links():  # not each list sorted (~0.4 s at 100,000)
+        # not each list sorted (~0.4 s at 100,000)
+        for memory_id, rel, other, strength in (neighbours or self.neighbours()).links():
             weight = 1.0 if strength is None else strength
             if rel == "relates_to":
                 degree[memory_id] = degree.get(memory_id, 0.0) + weight
@@ -1295,17 +1330,18 @@ def _write_kept(path: Path, version: tuple[int, int, int], key: Any, value: Any)
         return False
 
 
-def _read_kept(path: Path, version: tuple[int, int, int] | None, key: Any) -> tuple[Any] | None:
-    """(the value,) saved by `Index._kept` in `path` for this manifest version and key; None when the file is
-    missing, for another version or key (told from its short head, without reading the rest), damaged (its
-    CRC-32) or of an older format."""
+def _read_kept(path: Path, version: tuple[int, int, int] | None, key: Any, any_version: bool = False
+               ) -> tuple[Any] | None:
+    """(the value,) saved by `Index._kept` in `path` for this manifest version (or, with `any_version`, whichever
+    it was saved for) and key; None when the file is missing, for another version or key (told from its short
+    head, without reading the rest), damaged (its CRC-32) or of an older format."""
     try:
         with open(path, "rb") as handle:
             size = int.from_bytes(handle.read(4), "little")
             if not 0 < size <= 4096:
                 return None
             saved_version, saved_key, crc, length = marshal.loads(handle.read(size))
-            if tuple(saved_version) != version or saved_key != key:
+            if (tuple(saved_version) != version and not any_version) or saved_key != key:
                 return None
             blob = handle.read(length + 1)
         if len(blob) != length or zlib.crc32(blob) != crc:
