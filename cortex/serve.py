@@ -168,6 +168,7 @@ class _Warm(threading.Thread):
                     self.vouches.append(vouch)
             self.current.set()
             self._decode_columns()
+            self._finish_views()  # before the briefing's build, which this thread waits for (seconds at 100,000)
         except Exception as exc:  # the server answers "warming" and hooks recall in their own process
             self.store.log(f"serve: warming failed: {exc!r}")
             self._release()
