@@ -801,13 +801,16 @@ def warm_views(store: Store, index: Any) -> None:
     Touches neither the query worker nor the process's query vectors, which the answering thread owns."""
     from cortex.index import fulltext
 
-    recall_store(store, "warm up", limit=1, index=index, sync=False, methods=("bm25", "dense"), read=False)
+    # Full text only: the static list of a resident process is ranked on the helper thread the prompts use
+    # (`_beside`), which this must not hold up. Its views are made below, here.
+    recall_store(store, "warm up", limit=1, index=index, sync=False, methods=("bm25",), read=False)
     key, keep = recall_filter(("active",), [], None)
     allowed = index.allowed(key, keep)
     searcher = index.searcher()
     if searcher is not None:
         fulltext.warm(searcher)
-    static_scores(index, "warm up", key, allowed)  # the view the prompt's early path multiplies
+    index.dense_view(key, allowed)  # what the static list multiplies without the contextual list
+    static_scores(index, "warm up", key, allowed)  # and with it (every memory's cosine)
     encoder = CONTEXTUAL.encoder
     if encoder is not None and CONTEXTUAL.mode is not None and store.config().get("recall.contextual") is not False:
         missing_contextual(store, index)

@@ -266,8 +266,10 @@ class _Warm(threading.Thread):
         for each, _changed, _observer in self.watched:
             index = self.indexes.get(each)
             version = index._version  # noqa: SLF001 - what the views are made from
+            if index.manifest is None or (not index.centralities_older and index.memoized(("hops", STRONG_LINK))):
+                continue
             try:
-                central = index.newer_centralities()[1] if index.centralities_older else None
+                central = index.newer_centralities() if index.centralities_older else None
                 hops = None if index.memoized(("hops", STRONG_LINK)) else index.hops_made(STRONG_LINK)
             except Exception as exc:  # a sync replaced what they were read from: the next pause tries again
                 self.store.log(f"serve: views not made beside the requests: {exc!r}")
@@ -276,7 +278,7 @@ class _Warm(threading.Thread):
                 if self.indexes.get(each) is not index or index._version != version:  # noqa: SLF001
                     continue
                 if central is not None:
-                    index.take_centralities(version, central)
+                    index.take_centralities(central)
                 if hops is not None:
                     index.memo(("hops", STRONG_LINK), lambda: hops)
 

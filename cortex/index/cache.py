@@ -1009,20 +1009,17 @@ class Index:
             self._central = self._kept(self.centrality_path, None, self._computed_centralities)
         return self._central
 
-    def newer_centralities(self) -> tuple[tuple[int, int, int] | None, dict[str, float]]:
-        """(the manifest version, the centralities computed for it) without keeping anything in this object: a
-        resident server works them out beside the prompts, then takes them (`take_centralities`)."""
-        version = self._version
-        return version, self._computed_centralities(self._link_map(None))
+    def newer_centralities(self) -> dict[str, float]:
+        """The centralities of the manifest this object holds, worked out without keeping anything in it: a
+        resident server makes them beside the prompts, then takes them (`take_centralities`)."""
+        return self._computed_centralities(self._link_map(None))
 
-    def take_centralities(self, version: tuple[int, int, int] | None, central: dict[str, float]) -> bool:
-        """Use centralities made by `newer_centralities` while this object is still at `version` (the caller
-        holds what every user of it holds); saved for the next process as `centralities` saves them."""
-        if version is None or version != self._version or not self._committed:
-            return False
+    def take_centralities(self, central: dict[str, float]) -> None:
+        """Use centralities `newer_centralities` made from the manifest this object still holds (the caller
+        checked, holding what every user of it holds); saved for the next process as `centralities` saves them."""
         self._central, self.centralities_older = central, False
-        _write_kept(self.centrality_path, version, None, central)
-        return True
+        if self._committed and self._version is not None:
+            _write_kept(self.centrality_path, self._version, None, central)
 
     def saved_centralities(self) -> dict[str, float] | None:
         """The centralities kept for the committed manifest (`centralities`), read without loading it or
@@ -1426,11 +1423,9 @@ class Indexes:
                resident: bool = False) -> Index:
         return self.get(store).ensure(full=full, vectors=vectors, ahead=ahead, resident=resident)
 
-    def put(self, store: Store, index: Index) -> Index | None:
-        """`index` in the place of the store's current one (returned: its caller closes what it holds)."""
-        old = self._by_root.get(str(store.root))
+    def put(self, store: Store, index: Index) -> None:
+        """`index` in the place of the store's current one (whose searcher the caller closes)."""
         self._by_root[str(store.root)] = index
-        return old
 
     def confirm(self) -> bool:
         """`Index.confirm` of every index (each waited for): False when any store's files had changed."""

@@ -430,13 +430,13 @@ class Postings:
     ties broken the same way (the lower document number first)."""
 
     def __init__(self, searcher: Any) -> None:
+        import threading
+
         self.searcher = searcher
         self._terms: dict[tuple[str, str], tuple[Any, Any]] = {}
         self._lengths: Any = None
         self._paths: dict[int, str] = {}
         self._scratch: tuple[Any, Any] | None = None  # the per-document totals and matches of `search`, reused
-        import threading
-
         self._scratch_lock = threading.Lock()
 
     def _postings(self, field: str, text: str) -> tuple[Any, Any]:
@@ -492,15 +492,12 @@ class Postings:
             total, matched = self._scratch
             try:
                 return self._search(terms, limit, filters, total, matched)
-            except BaseException:
-                self._scratch = None
-                raise
             finally:
-                if self._scratch is not None:
-                    for term in terms:
-                        docs = self._terms[("text", term)][0]
-                        total[docs] = 0.0
-                        matched[docs] = False
+                for term in terms:  # each term's postings read so far: what it may have set
+                    found = self._terms.get(("text", term))
+                    if found is not None:
+                        total[found[0]] = 0.0
+                        matched[found[0]] = False
         finally:
             if mine:
                 self._scratch_lock.release()
