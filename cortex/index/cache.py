@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import marshal
 import operator
 import os
@@ -761,7 +762,14 @@ class Index:
         problems: list[tuple[str, str]] = []
         files = self.manifest.files
         paths, errors, ids = files.paths, files.full_column("error"), files.full_column("id")
-        for n in sorted((n for n, rel in enumerate(paths) if rel is not None), key=paths.__getitem__):
+        order = sorted((n for n, rel in enumerate(paths) if rel is not None), key=paths.__getitem__)
+        if len(order) > 1:
+            # No malformed file and no id twice (the usual store): the pass below, in C (~0.3 s of a server's
+            # start at 100,000 memories when no process had kept the records for its manifest).
+            pick = operator.itemgetter(*order)
+            if pick(errors).count(None) == len(order) and len(set(pick(ids))) == len(order):
+                return list(pick(paths)), order, []
+        for n in order:
             rel, error, ident = paths[n], errors[n], ids[n]
             if error is not None:
                 problems.append((rel, error))
@@ -782,10 +790,17 @@ class Index:
         """The paths of the records whose (status, type, branch) pass a filter, computed once per sync for each
         filter `key`."""
         if key not in self._allowed:
-            self._allowed[key] = self._kept(self.dir / f"allowed-{_digest(key)}.bin", key, lambda: frozenset(
-                rel for rel, status, kind, branch in self.records().column("status", "type", "branch")
-                if keep(status, kind, branch)))
+            self._allowed[key] = self._kept(self.dir / f"allowed-{_digest(key)}.bin", key,
+                                            lambda: self._passing(keep))
         return self._allowed[key]
+
+    def _passing(self, keep: Callable[[str, str, str | None], bool]) -> frozenset[str]:
+        """The paths of the records whose (status, type, branch) pass `keep`: asked once for each combination
+        there is (a few dozen), the rows picked in C (a call for each of 100,000 records took ~0.25 s)."""
+        records = self.records()
+        combos = list(zip(records.field("status"), records.field("type"), records.field("branch")))
+        verdict = {combo: keep(*combo) for combo in set(combos)}
+        return frozenset(itertools.compress(records, map(verdict.__getitem__, combos)))
 
     def embedded(self, allowed: frozenset[str], row_of: dict[str, int]) -> tuple[list[str], Any, int]:
         """(the allowed records with a row in a vector matrix, in path order; those rows; how many allowed records
