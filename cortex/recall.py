@@ -804,13 +804,13 @@ def warm_views(store: Store, index: Any) -> None:
     # Full text only: the static list of a resident process is ranked on the helper thread the prompts use
     # (`_beside`), which this must not hold up. Its views are made below, here.
     recall_store(store, "warm up", limit=1, index=index, sync=False, methods=("bm25",), read=False)
+    keep_views(store, index)  # the views made from the manifest alone: filter, static rows, links, centralities
     key, keep = recall_filter(("active",), [], None)
     allowed = index.allowed(key, keep)
     searcher = index.searcher()
     if searcher is not None:
         fulltext.warm(searcher)
-    index.dense_view(key, allowed)  # what the static list multiplies without the contextual list
-    static_scores(index, "warm up", key, allowed)  # and with it (every memory's cosine)
+    static_scores(index, "warm up", key, allowed)  # what the static list multiplies beside the contextual one
     encoder = CONTEXTUAL.encoder
     if encoder is not None and CONTEXTUAL.mode is not None and store.config().get("recall.contextual") is not False:
         missing_contextual(store, index)
