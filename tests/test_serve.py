@@ -25,9 +25,19 @@ def _prompt(project: Path, text: str) -> str:
 @pytest.fixture
 def in_process_server():
     """A `serve._Warm` run in this process; afterwards the process's contextual model is as it was (the server
-    turns on re-ranking with a query worker for the whole process: later tests here must not inherit it)."""
+    turns on re-ranking with a query worker for the whole process: later tests here must not inherit it), and
+    no thread it started is still embedding: a server forks at its start, and a fork beside a thread inside
+    OpenBLAS can hang for good (a `cortex serve` process forks before it starts any such thread)."""
+    import threading
+
     from cortex.recall import CONTEXTUAL, use_contextual
 
+    def settle() -> None:
+        for thread in threading.enumerate():
+            if thread.name == "cortex-contextual":
+                thread.join(120)
+
+    settle()
     made: list = []
 
     def start(store):
@@ -46,6 +56,7 @@ def in_process_server():
     CONTEXTUAL.worker, CONTEXTUAL.sent = None, None
     CONTEXTUAL.queries.clear()
     use_contextual(None)
+    settle()
 
 
 def test_served_answers_equal_the_in_process_ones_and_follow_edits(project):
