@@ -67,6 +67,31 @@ def _blas() -> Any:
     return _BLAS[0]
 
 
+def faster_core() -> str | None:
+    """The OpenBLAS kernels to ask for (`OPENBLAS_CORETYPE`) in a process that will run the transformer, when
+    they beat what OpenBLAS picks by itself: on an AMD CPU with AVX-512 (Zen 4 and later) numpy's OpenBLAS
+    takes its AVX2 "Haswell" kernels, and its AVX-512 "SkylakeX" ones embed a query ~13 % faster (16 tokens:
+    5.4 -> 4.7 ms; 24 tokens: 6.8 -> 5.5 ms, one core). None elsewhere, or when the person set the variable.
+    Linux only (it reads /proc/cpuinfo); a CPU without every AVX-512 subset those kernels use is left alone."""
+    import os
+
+    if os.environ.get("OPENBLAS_CORETYPE"):
+        return None
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as handle:
+            vendor = flags = ""
+            for line in handle:
+                if line.startswith("vendor_id"):
+                    vendor = line.split(":", 1)[1].strip()
+                elif line.startswith("flags"):
+                    flags = line.split(":", 1)[1]
+                    break
+    except OSError:
+        return None
+    needed = {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"}
+    return "SkylakeX" if vendor == "AuthenticAMD" and needed <= set(flags.split()) else None
+
+
 class one_blas_thread:
     """Run a few tiny matrix products on one BLAS thread: encoding one short query is ~40 small products,
     and on a busy 2-core machine OpenBLAS's second thread turns each into a wait for the other core (a
@@ -422,7 +447,7 @@ class Encoder:
             if not chunk:
                 continue
             longest = max(len(ids[i]) for i in chunk) + 2
-            length = -(-longest // PAD) * PAD  # the padding is masked out of attention and of the results
+            length = -(-longest // PAD) * PAD if PAD else longest  # the padding is masked out of attention and of the results
             batch = np.zeros((len(chunk), length), dtype=np.int64)
             mask = np.zeros((len(chunk), length), dtype=np.float32)
             for row, i in enumerate(chunk):
@@ -458,6 +483,9 @@ class QueryWorker:
         package_parent = str(Path(__file__).resolve().parent.parent)
         env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
                    PYTHONPATH=os.pathsep.join(p for p in (package_parent, os.environ.get("PYTHONPATH", "")) if p))
+        core = faster_core()
+        if core is not None:
+            env["OPENBLAS_CORETYPE"] = core
         self.process = subprocess.Popen(
             [sys.executable, "-c", "from cortex.contextual import serve_queries; serve_queries()", str(max_tokens)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, close_fds=True)

@@ -224,9 +224,12 @@ def prompt_context(store: Store, prompt: str, indexes: Indexes, catch_up: dict[s
     """
     import json
 
-    from cortex.recall import read_hits, recall
-    from cortex.text import INJECTED_MARK, estimate_tokens
+    from cortex.recall import embed_ahead, read_hits, recall
+    from cortex.text import INJECTED_MARK, estimate_tokens, query_problem
 
+    stores = list(iter_stores(store))
+    if not query_problem(prompt):
+        embed_ahead(stores, prompt)  # the query worker starts on the prompt while the rest is read
     config = store.config()
     limit = int(config.get("prompt.max_memories"))
     budget = int(config.get("prompt.budget_tokens"))
@@ -245,7 +248,6 @@ def prompt_context(store: Store, prompt: str, indexes: Indexes, catch_up: dict[s
         # that miss the thresholds below.
         # Read in full only the few shown (`read_hits`), not the ~20 ranked (at 100,000 memories, ~6 ms of a
         # new prompt went to parsing files it never showed).
-        stores = list(iter_stores(store))
         hits = recall(stores, prompt, limit=2 * limit + len(shown), indexes=indexes, links=False, read=False).hits
     except QueryRefused:  # "ok", "?": nothing to look for (what changed since the briefing is still said)
         hits = []

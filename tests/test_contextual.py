@@ -108,11 +108,35 @@ def test_the_query_worker_gives_the_vectors_this_process_would(encoder: contextu
             with contextual.one_blas_thread():
                 want = encoder.sentence_vectors([text], max_tokens=QUERY_TOKENS)[0]
             assert got is not None and got.shape == want.shape
-            assert np.allclose(got, want, atol=1e-6)
+            assert np.allclose(got, want, atol=1e-5)  # the worker may run other BLAS kernels (`faster_core`)
     finally:
         worker.close()
     assert worker.process.poll() is not None  # the child is gone
     assert not worker.submit(question)
+
+
+def test_the_query_worker_asks_for_faster_kernels_only_where_nobody_chose_them(encoder, monkeypatch) -> None:
+    """`OPENBLAS_CORETYPE` set by the person is theirs (this machine's image sets it); otherwise an AMD CPU
+    with AVX-512 gets OpenBLAS's AVX-512 kernels in the query worker, and the same vectors."""
+    from cortex.recall import QUERY_TOKENS
+
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")
+    assert contextual.faster_core() is None
+    monkeypatch.delenv("OPENBLAS_CORETYPE")
+    with open("/proc/cpuinfo", encoding="ascii", errors="replace") as handle:
+        info = handle.read()
+    amd_avx512 = "AuthenticAMD" in info and all(f" {flag}" in info for flag in ("avx512f", "avx512bw", "avx512vl"))
+    assert contextual.faster_core() == ("SkylakeX" if amd_avx512 else None)
+    worker = contextual.QueryWorker(QUERY_TOKENS)
+    try:
+        question = "which database did we decide on?"
+        assert _ready(worker, question)
+        got = worker.collect()
+        with contextual.one_blas_thread():
+            want = encoder.sentence_vectors([question], max_tokens=QUERY_TOKENS)[0]
+        assert got is not None and np.allclose(got, want, atol=1e-5)
+    finally:
+        worker.close()
 
 
 def test_the_query_worker_is_kept_off_the_cpu_that_hands_it_a_query() -> None:

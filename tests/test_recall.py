@@ -155,3 +155,52 @@ def test_a_resident_process_ranks_the_static_list_beside_full_text_to_the_same_h
     finally:
         use_contextual(None)
         CONTEXTUAL.queries.clear()
+
+
+def test_a_resident_process_splits_the_contextual_product_and_ranks_the_same(example, tmp_path, monkeypatch):
+    """A resident process multiplies its own copy of the contextual vectors, in two halves at once (one on the
+    helper thread, `vectors.cosines(..., beside=...)`): the same hits, scores and matches as a command."""
+    import cortex.index.vectors as vectors
+    from cortex.index import Index
+    from cortex.recall import CONTEXTUAL, recall_store, use_contextual
+
+    store = Store.locate(directory=example)
+    index = Index(store)
+    use_contextual("inline")  # a command: fills the missing vectors, multiplies the mapped file in one go
+    try:
+        alone = {query: [(h.memory.id, h.score, h.match) for h in recall_store(
+            store, query, limit=8, index=index, now=1.8e9, links=False).hits] for query, _ in PARAPHRASES}
+        CONTEXTUAL.queries.clear()
+        monkeypatch.setattr(vectors, "SPLIT_ROWS", 2)  # the example store is small: split it anyway
+        halves = []
+        real = vectors.cosines
+
+        def watched(view, vector, beside=None):
+            halves.append(beside is not None)
+            return real(view, vector, beside)
+
+        monkeypatch.setattr(vectors, "cosines", watched)
+        use_contextual("background")
+        index = Index(store)  # views made afresh, as a server's are
+        for query, _ in PARAPHRASES:
+            resident = recall_store(store, query, limit=8, index=index, now=1.8e9, links=False).hits
+            assert [(h.memory.id, h.score, h.match) for h in resident] == alone[query], query
+        assert any(halves)  # the contextual product was split
+        matrix, _ = CONTEXTUAL.sidecar(store).load(CONTEXTUAL.encoder.identity)
+        assert CONTEXTUAL.sidecar(store)._owned[0] is matrix  # and made from this process's copy
+    finally:
+        use_contextual(None)
+        CONTEXTUAL.queries.clear()
+
+
+@pytest.mark.parametrize("text, shown", [
+    ("why did we pick sqlite for the cache?", "why pick sqlite for cache ?"),
+    ("Is it safe to delete the migrations folder?", "safe to delete migrations folder ?"),
+    ("What did she do in May 2023?", "What in May 2023 ?"),  # "May" in a sentence is the month
+    ("don't use the ORM here, use raw SQL", "don't use ORM , use raw SQL"),  # negations stay
+    ("is it?", "is it?"),  # nothing left: the text as it was
+])
+def test_the_transformer_is_shown_a_question_without_its_function_words(text, shown):
+    from cortex.recall import for_transformer
+
+    assert for_transformer(text) == shown

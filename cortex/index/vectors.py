@@ -57,6 +57,9 @@ def append(path: Path, committed_rows: int, dim: int, matrix: Any, crc: int | No
 
 
 
+PRIVATE_MOST = 256 << 20  # a resident process copies a contextual matrix up to this size (~170,000 memories)
+
+
 class Contextual:
     """The contextual model's vectors of a store (`cache/contextual.f32` + `cache/contextual.json`).
 
@@ -69,6 +72,7 @@ class Contextual:
     """
 
     def __init__(self, folder: Path) -> None:
+        self._owned: Any = None  # (the loaded matrix, this process's copy of it): `for_products`
         self.matrix_path = folder / "contextual.f32"
         self.keys_path = folder / "contextual.json"
         self.lock_path = folder / "contextual.lock"
@@ -102,7 +106,22 @@ class Contextual:
         import numpy as np
 
         self._loaded = (mark, np.ascontiguousarray(matrix), {key: row for row, key in enumerate(keys)})
+        self._owned = None
         return self._loaded[1], self._loaded[2]
+
+    def for_products(self, matrix: Any, private: bool) -> Any:
+        """What to multiply for `matrix` (the one `load` gave). `private` (a resident process): its own copy,
+        made once per load, instead of the mapped file (up to `PRIVATE_MOST` bytes): numpy backs a copy this
+        big with huge pages, and the product of a query with every vector, on the served prompt's path, reads
+        it faster (10,000 vectors: 0.70 -> 0.58 ms in `cortex serve`). The caller asks once every row is in,
+        not while a fill still appends them."""
+        if not private or matrix.nbytes > PRIVATE_MOST:
+            return matrix
+        if self._owned is None or self._owned[0] is not matrix:
+            import numpy as np
+
+            self._owned = (matrix, np.array(matrix))
+        return self._owned[1]
 
     def add(self, identity: str, keys: list[str], matrix: Any) -> None:
         """Append rows for `keys` (the caller holds `lock_path`); another model's rows are dropped first."""
@@ -132,10 +151,25 @@ def rows_view(matrix: Any, rows: Any) -> tuple[Any, Any]:
     return matrix, rows
 
 
-def cosines(view: tuple[Any, Any], vector: Any) -> Any:
+SPLIT_ROWS = 4096  # a product over at least this many rows may be split in two (`cosines(..., beside=...)`)
+
+
+def cosines(view: tuple[Any, Any], vector: Any, beside: Any = None) -> Any:
+    """The product of a `rows_view` with `vector`. With `beside` (a function that starts a callable on another
+    thread and returns its future), a big matrix is multiplied in two halves at once: the product waits on
+    memory, and two cores read it faster than one (10,000 contextual vectors: 0.48 -> 0.33 ms)."""
+    import numpy as np
+
     from cortex.contextual import one_blas_thread
 
     matrix, rows = view
     with one_blas_thread():
-        products = matrix @ vector
+        if beside is None or matrix.shape[0] < SPLIT_ROWS:
+            products = matrix @ vector
+        else:
+            half = matrix.shape[0] // 2
+            products = np.empty(matrix.shape[0], dtype=np.result_type(matrix.dtype, vector.dtype))
+            first = beside(lambda: np.matmul(matrix[:half], vector, out=products[:half]))
+            np.matmul(matrix[half:], vector, out=products[half:])
+            first.result()
     return products if rows is None else products[rows]
