@@ -117,7 +117,7 @@ def model_path() -> Path:
 @dataclass
 class Encoded:
     ids: list[int]  # WordPiece ids, no special tokens
-    states: Any  # float16 [len(ids), hidden], each row L2-normalised (float16: a store's worth stays small)
+    states: Any  # float16 [len(ids), hidden], each row L2-normalised (float16: a store's worth stays small); or None
     mean: Any  # float32 [hidden], the mean of the raw states, L2-normalised (the sentence vector)
 
 
@@ -347,7 +347,9 @@ class Encoder:
 
         if not texts:
             return np.zeros((0, self.hidden), dtype=np.float32)
-        return np.stack([e.mean for e in self.encode(texts, max_tokens=max_tokens)]).astype(np.float32)
+        room = min(self.max_tokens, max_tokens or self.max_tokens) - 2  # [CLS] and [SEP]
+        encoded = self._encode_segments([ids[:room] for ids in self._token_ids(texts)], states=False)
+        return np.stack([e.mean for e in encoded]).astype(np.float32)
 
     def _rows(self, ids: Any) -> Any:
         """Token-table rows for `ids`, read from the int8 table and scaled (the table stays memory-mapped)."""
@@ -358,12 +360,18 @@ class Encoder:
         return table[ids].astype(np.float32) * scale[ids][..., None]
 
     def _norm(self, x: Any, params: tuple[Any, Any]) -> Any:
+        """Layer normalisation, in place (sums rather than `np.mean`, whose Python wrapper was a third of it)."""
         import numpy as np
 
-        x -= x.mean(axis=-1, keepdims=True)
-        var = np.mean(x * x, axis=-1, keepdims=True)
+        width = np.float32(1.0 / x.shape[-1])
+        mean = x.sum(axis=-1, keepdims=True)
+        mean *= width
+        x -= mean
+        var = np.square(x).sum(axis=-1, keepdims=True)
+        var *= width
         var += np.float32(self.eps)
-        x /= np.sqrt(var)
+        np.sqrt(var, out=var)
+        x /= var
         x *= params[0]
         x += params[1]
         return x
@@ -432,7 +440,8 @@ class Encoder:
                                states=np.concatenate([head.states, back.states[-keep:]])))
         return out
 
-    def _encode_segments(self, ids: list[list[int]]) -> list[Encoded]:
+    def _encode_segments(self, ids: list[list[int]], states: bool = True) -> list[Encoded]:
+        """Each id list through the model; without `states`, the sentence vector alone (`Encoded.states` None)."""
         import numpy as np
 
         cls, sep = self.cls, self.sep
@@ -454,15 +463,15 @@ class Encoder:
                 seq = [cls, *ids[i], sep]
                 batch[row, :len(seq)] = seq
                 mask[row, :len(seq)] = 1.0
-            states = self._forward(batch, mask)
+            last = self._forward(batch, mask)
             for row, i in enumerate(chunk):
                 n = len(ids[i]) + 2
-                full = states[row, :n]
+                full = last[row, :n]
                 mean = full.mean(axis=0)
                 inner = full[1:-1]
                 out[i] = Encoded(ids=list(ids[i]), mean=(mean / max(float(np.linalg.norm(mean)), 1e-9)).astype(np.float32),
                                  states=(inner / np.maximum(np.linalg.norm(inner, axis=1, keepdims=True), 1e-9)
-                                         ).astype(np.float16))
+                                         ).astype(np.float16) if states else None)
         return [e for e in out if e is not None]
 
 

@@ -244,20 +244,24 @@ def prompt_context(store: Store, prompt: str, indexes: Indexes, catch_up: dict[s
 
     shown |= salience.muted(store)  # shown often at prompt time and never used: recall still finds them
     try:
-        # Direct hits only (a linked memory is never injected); room for those already shown and for a few
-        # that miss the thresholds below.
+        # Direct hits only (a linked memory is never injected), without those already shown (ranking them
+        # took ~0.2 ms of a served prompt); room for a few that miss the thresholds below.
         # Read in full only the few shown (`read_hits`), not the ~20 ranked (at 100,000 memories, ~6 ms of a
         # new prompt went to parsing files it never showed).
-        hits = recall(stores, prompt, limit=2 * limit + len(shown), indexes=indexes, links=False, read=False).hits
+        found = recall(stores, prompt, limit=2 * limit, indexes=indexes, links=False, read=False,
+                       exclude=frozenset(shown))
+        hits, shown_match = found.hits, found.excluded_match
     except QueryRefused:  # "ok", "?": nothing to look for (what changed since the briefing is still said)
-        hits = []
+        hits, shown_match = [], None
     header = INJECTED_MARK + "\nMemories that may bear on this request (cortex):\n"
     used = estimate_tokens(header)
     lines: list[str] = []
     min_match = float(config.get("prompt.min_match"))
     # With the contextual model (a resident `cortex serve`), its calibrated match decides: at least
     # `prompt.min_match`, and not far behind the best hit (a clear answer is not padded with near-misses).
-    best_match = max((h.match for h in hits if h.via is None and "ctx" in h.raw and h.match is not None), default=None)
+    # A memory the briefing showed counts as the best hit too: what answers the prompt is already in the session.
+    best_match = max([h.match for h in hits if h.via is None and "ctx" in h.raw and h.match is not None]
+                     + ([shown_match] if shown_match is not None else []), default=None)
     chosen: list[Any] = []
     for hit in hits:
         if hit.via is not None or hit.memory.id in shown or len(chosen) >= limit:

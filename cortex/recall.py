@@ -107,6 +107,9 @@ class Hit:
 class RecallResult:
     hits: list[Hit]
     notes: list[str] = field(default_factory=list)
+    # With `exclude`: the best calibrated match (`Hit.match`, contextual model on) among the excluded memories
+    # ranked ahead of the cut, which the hits are not shown beside (the prompt hook's briefing).
+    excluded_match: float | None = None
 
 
 PRIOR_TERMS = ("confidence", "priority", "centrality", "access", "same_branch", "salience")
@@ -499,31 +502,38 @@ def about_code(query: str) -> bool:
 
 
 def score_fusion(ranked: dict[str, list[tuple[str, float]]], raw: dict[str, dict[str, float]],
-                 cosines: Mapping[str, float], statics: Mapping[str, float]) -> dict[str, float]:
+                 cosines: Mapping[str, float], statics: Mapping[str, float], only: list[str] | None = None,
+                 into: dict[str, float] | None = None) -> dict[str, float]:
     """Relevance in 0..1 of every candidate (any list's top `POOL`) when the contextual model is on: a weighted
     mean of its BM25 score over the best one, its contextual match and its static match (`FUSION`). Scores,
     not ranks: a memory the contextual model calls a clear answer outranks one that only shares a word with
-    the question. Each candidate's cosines are recorded in `raw`, listed or not."""
+    the question. Each candidate's cosines are recorded in `raw`, listed or not. `only`: these candidates
+    alone, added to `into` (a candidate's relevance depends on nothing but its own scores and the lists)."""
     bm25 = dict(ranked.get("bm25", []))
     top = max(bm25.values(), default=0.0) or 1.0
     total = sum(FUSION.values())
-    out = {}
-    rels = list(raw)
-    for rel, scores, cosine, static_cosine in zip(rels, raw.values(), _values(cosines, rels), _values(statics, rels)):
+    w_bm25, w_ctx, w_dense = FUSION["bm25"], FUSION["ctx"], FUSION["dense"]
+    ctx_span, static_span = CTX_HIGH - CTX_LOW, STATIC_HIGH - STATIC_LOW
+    out = {} if into is None else into
+    rels = list(raw) if only is None else only
+    for rel, cosine, static_cosine in zip(rels, _values(cosines, rels), _values(statics, rels)):
+        scores = raw[rel]
         if cosine is not None:
             scores["ctx"] = cosine
+        else:
+            cosine = scores.get("ctx")
         if static_cosine is not None:
             scores["dense"] = static_cosine
-        cosine, static_cosine = scores.get("ctx"), scores.get("dense")
-        ctx = 0.0 if cosine is None else _scaled(cosine, CTX_LOW, CTX_HIGH)
-        static = 0.0 if static_cosine is None else _scaled(static_cosine, STATIC_LOW, STATIC_HIGH)
-        # `match_score`, inline (~140 candidates a query)
+        else:
+            static_cosine = scores.get("dense")
+        # `_scaled` and `match_score`, inline (~140 candidates a query)
+        ctx = 0.0 if cosine is None else min(1.0, max(0.0, (cosine - CTX_LOW) / ctx_span))
+        static = 0.0 if static_cosine is None else min(1.0, max(0.0, (static_cosine - STATIC_LOW) / static_span))
         match = (ctx + STATIC_SHARE * static) / (1 + STATIC_SHARE) if cosine is not None and static_cosine is not None \
             else ctx if cosine is not None else static
         # A shared word counts in proportion to the meaning behind it: full match at `WORD_SUPPORT`.
         support = min(1.0, match / WORD_SUPPORT)
-        out[rel] = (FUSION["bm25"] * support * bm25.get(rel, 0.0) / top + FUSION["ctx"] * ctx
-                    + FUSION["dense"] * static) / total
+        out[rel] = (w_bm25 * support * bm25.get(rel, 0.0) / top + w_ctx * ctx + w_dense * static) / total
     return out
 
 
@@ -572,9 +582,10 @@ def session_lift(index: Any, fused: dict[str, float], ranked: dict[str, list[tup
     new = [rel for rel in mates if rel not in raw]
     if new:
         # A long session adds its `POOL` memories closest to the query, not all (each candidate costs a read).
-        for rel in heapq.nsmallest(POOL, new, key=lambda r: (-cosines.get(r, 0.0), r)):
+        added = heapq.nsmallest(POOL, new, key=lambda r: (-cosines.get(r, 0.0), r))
+        for rel in added:
             raw[rel], ranks[rel] = {}, {}
-        fused = score_fusion(ranked, raw, cosines, statics)
+        fused = score_fusion(ranked, raw, cosines, statics, only=added, into=fused)
     lift = SESSION_LIFT * fused[best]
     for rel in mates:
         if rel in fused:
@@ -711,11 +722,12 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
                  include_all: bool = False, keyword_only: bool = False, now: float | None = None,
                  index: Any = None, sync: bool = True,
                  methods: tuple[str, ...] = ("bm25", "dense", "ctx"), links: bool = True,
-                 read: bool = True) -> RecallResult:
+                 read: bool = True, exclude: frozenset[str] = frozenset()) -> RecallResult:
     """Recall from one store (see the module docstring for the ranking).
 
     `methods` picks the ranked lists to fuse (benchmarks compare each alone). `links=False` leaves out the
-    memories reached along links (the prompt hook shows direct hits only).
+    memories reached along links (the prompt hook shows direct hits only). The memories whose ids are in
+    `exclude` are not hits and do not count towards `limit` (`RecallResult.excluded_match`).
     """
     from cortex.index import Index, fulltext
 
@@ -804,10 +816,17 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
     # for it (~140 candidates a query, most of them far behind).
     reach = prior_weight * prior.bound() if prior_weight >= 0 else math.inf
     best: list[float] = []  # min-heap of the `limit` best scores so far
+    excluded_match: float | None = None
     for rel, value in sorted(fused.items(), key=lambda kv: (-kv[1], kv[0])):
         if limit <= 0 or (len(best) >= limit and value + reach < best[0]):
             break
         m = index.memory(rel)
+        if m.id in exclude:
+            if "ctx" in raw.get(rel, {}):
+                match = match_score(raw[rel])
+                if match is not None and (excluded_match is None or match > excluded_match):
+                    excluded_match = match
+            continue
         if m.type == "code_description" and not code_question:
             value *= CODE_DAMPING  # an outline of code ranks below knowledge unless the question is about code
         known = priors.get(rel)
@@ -824,7 +843,7 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
     out = _with_links(store, index, hits, statuses, now) if links else hits
     if read:  # else the caller reads the few it shows (`read_hits`): the prompt hook shows 3 of ~20
         _read(store, index, out, query)
-    return RecallResult(out, notes)
+    return RecallResult(out, notes, excluded_match)
 
 
 def warm_views(store: Store, index: Any) -> None:
@@ -908,13 +927,15 @@ def embed_ahead(stores: list[Store], query: str) -> None:
 
 def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[str] = (), branch: str | None = None,
            include_all: bool = False, keyword_only: bool = False, now: float | None = None,
-           indexes: Any = None, links: bool = True, read: bool = True) -> RecallResult:
+           indexes: Any = None, links: bool = True, read: bool = True,
+           exclude: frozenset[str] = frozenset()) -> RecallResult:
     """Recall across stores (project first): at most `limit` hits, linked ones (`via`) included, each right
     after the hit it was reached from. Archived and superseded hits come back with `include_all`, as they are:
     reading never changes a memory (`cortex restore` brings one back). `indexes` (a `cortex.index.Indexes`) holds the warm
     indexes of a resident process, or of one command: each store is synced at most once through it. With
     `links=False`, direct hits only. With `read=False` the hits hold what the cache has of each memory (no
-    body, no snippet) until `read_hits` reads the ones the caller keeps."""
+    body, no snippet) until `read_hits` reads the ones the caller keeps. Memories whose ids are in `exclude`
+    are left out of the hits and of `limit` (the prompt hook: those the briefing showed)."""
     from cortex.errors import QueryRefused
     from cortex.index import Indexes
     from cortex.text import query_problem
@@ -927,11 +948,14 @@ def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[
     indexes = indexes or Indexes()
     hits: list[Hit] = []
     notes: list[str] = []
+    excluded_match: float | None = None
     for store in stores:
         result = recall_store(store, query, limit=limit, types=types, branch=branch, include_all=include_all,
                               keyword_only=keyword_only, now=now, index=indexes.synced(store, full=True), sync=False,
-                              links=links, read=read)
+                              links=links, read=read, exclude=exclude)
         hits.extend(result.hits)
+        if result.excluded_match is not None:
+            excluded_match = max(result.excluded_match, excluded_match or 0.0)
         for note in result.notes:
             if note not in notes:
                 notes.append(note)
@@ -956,4 +980,4 @@ def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[
                          and h.via is not None and (h.root or h.via.rsplit(" of ", 1)[-1]) == parent.memory.id)
     for store in stores:
         store.record_access(h.memory.id for h in final if h.store == store.label)
-    return RecallResult(final, notes)
+    return RecallResult(final, notes, excluded_match)
