@@ -251,7 +251,7 @@ class _Contextual:
     def collect(self) -> None:
         if self.sent is not None and self.worker is not None:
             text, self.sent = self.sent, None
-            vector = self.worker.collect()
+            vector = self.worker.collect(helper=self.encoder)  # this process helps while it waits
             if vector is not None:
                 self._keep(text, vector)
 

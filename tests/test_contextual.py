@@ -237,3 +237,39 @@ def test_the_unpacked_weights_are_kept_in_the_user_cache_and_rewritten_when_dama
     blocked.write_text("", encoding="utf-8")
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
     assert np.array_equal(contextual.Encoder().sentence_vectors(texts), expected)
+
+
+def test_the_parent_computes_half_of_the_query_while_it_waits_and_a_silent_one_costs_nothing(encoder) -> None:
+    """`QueryWorker.collect(helper=...)`: the process waiting for the vector computes half of each block the
+    worker hands over (`contextual.Join`); the vector is the one either process computes alone. A parent that
+    says it helps and then does nothing (the system did not run it) leaves the worker to finish alone."""
+    import time
+
+    from cortex.recall import QUERY_TOKENS
+
+    worker = contextual.QueryWorker(QUERY_TOKENS)
+    if worker.join is None:  # not Linux on x86-64: nothing is handed over, and the vectors are as before
+        worker.close()
+        assert contextual.Join.create() is None
+        return
+    try:
+        helped = []
+        for text in ("which database did we decide on?", "why are prices stored as whole numbers in the orders table",
+                     "what broke the docker build on the release branch"):
+            assert _ready(worker, text)
+            got = worker.collect(helper=encoder)
+            with contextual.one_blas_thread():
+                want = encoder.sentence_vectors([text], max_tokens=QUERY_TOKENS)[0]
+            assert got is not None and np.allclose(got, want, atol=1e-5)
+            helped.append(int(worker.join.head[contextual.DONE]) // 64 == worker.seq)
+        assert any(helped)  # the parent did compute blocks (a busy machine may run it too late for some)
+        silent = "how do users stay logged in between visits"
+        assert _ready(worker, silent)
+        worker.join.head[contextual.HELP] = worker.seq  # says it helps, never does
+        started = time.perf_counter()
+        got = worker.collect()
+        assert got is not None and np.allclose(got, encoder.sentence_vectors([silent], max_tokens=QUERY_TOKENS)[0],
+                                               atol=1e-5)
+        assert time.perf_counter() - started < 1.0
+    finally:
+        worker.close()
