@@ -809,6 +809,19 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
     if cosines is not None:
         fused = score_fusion(ranked, raw, cosines, statics or {})
         fused = session_lift(index, fused, ranked, raw, ranks, cosines, statics or {}, allowed)
+    hits, excluded_match = _best_hits(store, index, query, fused, ranks, raw, prior, priors,
+                                      prior_weight, limit, exclude)
+    out = _with_links(store, index, hits, statuses, now) if links else hits
+    if read:  # else the caller reads the few it shows (`read_hits`): the prompt hook shows 3 of ~20
+        _read(store, index, out, query)
+    return RecallResult(out, notes, excluded_match)
+
+
+def _best_hits(store: Store, index: Any, query: str, fused: dict[str, float], ranks: dict[str, dict[str, int]],
+               raw: dict[str, dict[str, float]], prior: Prior, priors: dict[str, float], prior_weight: float,
+               limit: int, exclude: frozenset[str]) -> tuple[list[Hit], float | None]:
+    """The `limit` best hits by relevance plus prior (a code outline damped unless the question is about code),
+    and the best match among the `exclude`d memories ranked ahead of the cut."""
     code_question = about_code(query)
     scored: list[Hit] = []
     # Best relevance first; a candidate whose relevance plus the most the prior could add is below the
@@ -839,11 +852,7 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
         elif hit.score > best[0]:
             heapq.heapreplace(best, hit.score)
     scored.sort(key=lambda h: (-h.score, h.memory.id))
-    hits = scored[:limit]
-    out = _with_links(store, index, hits, statuses, now) if links else hits
-    if read:  # else the caller reads the few it shows (`read_hits`): the prompt hook shows 3 of ~20
-        _read(store, index, out, query)
-    return RecallResult(out, notes, excluded_match)
+    return scored[:limit], excluded_match
 
 
 def warm_views(store: Store, index: Any) -> None:
