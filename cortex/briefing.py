@@ -407,7 +407,7 @@ def _saved(key: str, briefing: Briefing, index: Any) -> str:
                        "files": [rel_of[i] for i in briefing.ids if i in rel_of]})
 
 
-def build_next(root: str) -> None:
+def build_next(root: str, commits: bool = False) -> None:
     """Build the next SessionStart's briefing of the project store at `root` into `state/briefing.next.json`
     (what `cortex serve` runs in a process of its own, and a write without a server starts: `cortex.spawn.briefing_ahead`):
     `briefing.json` stays what this session was shown (the prompt hook leaves those memories out) until a
@@ -415,7 +415,12 @@ def build_next(root: str) -> None:
     it was built (a write, a commit) is not saved under the new key: it is built again, up to three times. One
     build at a time (`state/briefing.lock`); one that finds the briefing already built for the store as it is
     does nothing. Its sync commits nothing: a commit would change the key (the manifest's stat is part of it)
-    and cost a running server's next sync a reload and a walk."""
+    and cost a running server's next sync a reload and a walk.
+
+    `commits` (a write made without a server, `cortex.spawn.briefing_ahead`): first commit what the write's
+    own process left in memory only (a `remember` links the new memory to others after its commit, and those
+    files were stale in the committed manifest), so the recall views kept below are for the manifest the next
+    command or server will load, not one it must work them out again for (~0.3 s at 100,000 memories)."""
     import gc
     from pathlib import Path
 
@@ -427,6 +432,10 @@ def build_next(root: str) -> None:
     gc.disable()  # a command's process: see `cortex.__main__.run`
     store = Store(Path(root), "project")
     with file_lock(store.state_dir / "briefing.lock"):
+        if commits:
+            settle = Index(store)
+            settle.trust_watcher = False
+            settle.ensure()
         for _ in range(3):
             key = briefing_key(root, __version__, settled=True)
             if any((saved_briefing(root, name) or {}).get("key") == key

@@ -89,7 +89,7 @@ def briefing_ahead(store_root: str) -> bool:
         with open(os.path.join(store_root, "state", "worker.log"), "a", encoding="utf-8") as log:
             # Niced: it must not take the core the command that started it (or the next one) is still using.
             subprocess.Popen([sys.executable, "-c", "import os, sys; os.nice(10); from cortex.briefing import build_next; "
-                              "build_next(sys.argv[1])", store_root],
+                              "build_next(sys.argv[1], commits=True)", store_root],
                              stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True,
                              env=_one_blas_thread())
     except OSError:

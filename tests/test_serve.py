@@ -542,3 +542,41 @@ def test_a_server_answers_with_the_last_centralities_after_a_write_and_works_out
         current = index.centralities()
         assert current == index._computed_centralities() and hub in current  # noqa: SLF001
         assert Index(store).saved_centralities() == current  # kept for the next process
+
+
+def test_a_build_ahead_after_a_write_commits_what_the_write_left_in_memory(project):
+    """A `remember` links its memory to others after its own commit, rewriting files the committed manifest
+    then holds as they were. The build a write without a server starts (`build_next(..., commits=True)`)
+    commits them first, so the recall views it keeps are for the manifest the next command or server loads
+    (at 100,000 memories a server started after a `remember` worked them out again: ~0.3 s of its start)."""
+    from cortex.briefing import build_next
+    from cortex.index import Index
+    from cortex.store import Store
+
+    from tests.helpers import remember as remember_in_process
+
+    store = Store(project / ".cortex", "project")
+    for text in ("Never log card numbers", "Card numbers are masked in the payment service logs"):
+        remember_in_process(store, text)
+    Index(store).sync(full=True, progress=False)  # committed, in step with the files
+    assert _manifest_in_step(project)
+    linked = next(store.memories_dir.rglob("*.md"))
+    # what the linking does after the commit: the file rewritten, the manifest left as the commit made it
+    linked.write_text(linked.read_text(encoding="utf-8") + "Masked or not.\n", encoding="utf-8")
+    assert not _manifest_in_step(project)
+    build_next(str(project / ".cortex"), commits=True)
+    assert _manifest_in_step(project)
+    assert _kept_for_current(project) >= {"records.bin", "ids.bin", "hops.bin", "allowed", "dense"}
+
+
+def _manifest_in_step(project: Path) -> bool:
+    """Whether the committed manifest holds every memory file as it is on disk (its time and size)."""
+    from cortex.index.manifest import Manifest
+
+    manifest = Manifest.load(project / ".cortex" / "cache" / "manifest.bin")
+    memories = project / ".cortex" / "memories"
+    for path in memories.rglob("*.md"):
+        entry = manifest.files.get(path.relative_to(memories).as_posix()) if manifest is not None else None
+        if entry is None or (entry["mtime"], entry["size"]) != (path.stat().st_mtime_ns, path.stat().st_size):
+            return False
+    return True

@@ -238,6 +238,9 @@ class Index:
             code = 1
             try:
                 os.close(read_end)
+                if resident:  # the server answers from the committed cache meanwhile: its warm-up comes first
+                    with contextlib.suppress(OSError):
+                        os.nice(5)
                 report = self.sync(full=full, progress=False, vectors=vectors)
                 outcome = {"changed": bool(report.changed or report.removed or report.rebuilt or report.embedded
                                            or report.indexed or report.repaired),
