@@ -336,14 +336,20 @@ class _Warm(threading.Thread):
             self.store.log(f"serve: warming after a sync failed: {exc!r}")
 
     def _decode_columns(self) -> None:
-        """Decode what ranking reads of each candidate (`meta`) and `Index.read` (`hash`) for every memory, once
-        ready and without `busy` (~130 ms at 100,000 memories, which the first prompts paid a chunk at a time;
-        a sync meanwhile only leaves an old manifest decoded)."""
+        """Decode what ranking reads of each candidate (`meta`) and `Index.read` (`hash`) for every memory, and
+        read every full-text document's path, once ready and without `busy` (~130 ms and ~0.5 s at 100,000
+        memories, which the first prompts paid a chunk at a time; a sync meanwhile only leaves an old manifest
+        decoded and an old searcher's paths read)."""
+        from cortex.index import fulltext
+
         try:
             for each, _changed, _observer in self.watched:
-                manifest = self.indexes.get(each).manifest
-                if manifest is not None:
-                    manifest.files.decode("meta", "hash")
+                index = self.indexes.get(each)
+                if index.manifest is not None:
+                    index.manifest.files.decode("meta", "hash")
+                searcher = index._searcher  # noqa: SLF001 - the one the prompts search, if open
+                if searcher is not None:
+                    fulltext.warm_paths(searcher)  # each hit's path, read for all at once
         except Exception as exc:  # a convenience: the prompts decode what they read themselves
             self.store.log(f"serve: columns not decoded: {exc!r}")
 

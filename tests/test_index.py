@@ -260,12 +260,19 @@ def test_a_searcher_asked_again_ranks_exactly_as_whoosh_does(tmp_path, example_s
     filters = [((), None), (("decision", "gotcha"), None), ((), "main")]
     fulltext.search(ix, "warm up", 20, searcher=searcher)  # the first search: Whoosh's, and it keeps postings
     assert getattr(searcher, "_cortex_postings", None) is not None
-    for query in queries:
-        for types, branch in filters:
-            kept = fulltext.search(ix, query, 20, (), types, branch, searcher=searcher)
-            whoosh = fulltext.search(ix, query, 20, (), types, branch)  # its own searcher: Whoosh scores it
-            assert [path for path, _ in kept] == [path for path, _ in whoosh], (query, types, branch)
-            assert all(abs(a - b) < 1e-9 for (_, a), (_, b) in zip(kept, whoosh))
+    for read_all in (False, True):  # each hit's path read as it comes up, then every path read beside (serve)
+        if read_all:
+            fulltext.warm_paths(searcher)
+            memo = searcher._cortex_postings
+            assert memo.paths is not None
+            live = [path for path in memo.paths if path is not None]
+            assert len(live) == len(set(live)) == searcher.doc_count()  # one path for every live document
+        for query in queries:
+            for types, branch in filters:
+                kept = fulltext.search(ix, query, 20, (), types, branch, searcher=searcher)
+                whoosh = fulltext.search(ix, query, 20, (), types, branch)  # its own searcher: Whoosh scores it
+                assert [path for path, _ in kept] == [path for path, _ in whoosh], (query, types, branch)
+                assert all(abs(a - b) < 1e-9 for (_, a), (_, b) in zip(kept, whoosh))
     assert fulltext.search(ix, "arq celery", 20, searcher=searcher)  # something was found at all
 
 
@@ -286,11 +293,13 @@ def test_postings_and_lengths_read_a_block_at_a_time_are_whooshs_own(tmp_path, e
     assert sum(len(leaf.deleted_docs_set) for leaf, _ in reader.leaf_readers()) >= 2
     words = [w.decode() if isinstance(w, bytes) else w for w in reader.lexicon("text")]
     assert len(words) > 100
+    dead = fulltext.Postings(searcher)._deleted()  # the deleted documents as one mask, as a resident process reads
+    assert int(dead.sum()) >= 2
     for field, word in [("text", w) for w in words] + [("type", "decision"), ("text", "zebra")]:
-        fast = fulltext._postings_at_once(reader, field, word)
-        assert fast is not None, word  # the codec's layout was read, not left to the slow way
         walked = fulltext.postings_walked(searcher, field, word)  # Whoosh's own matcher, posting by posting
-        assert fast[0].tolist() == walked[0].tolist() and fast[1].tolist() == walked[1].tolist(), word
+        for fast in (fulltext._postings_at_once(reader, field, word), fulltext._postings_at_once(reader, field, word, dead)):
+            assert fast is not None, word  # the codec's layout was read, not left to the slow way
+            assert fast[0].tolist() == walked[0].tolist() and fast[1].tolist() == walked[1].tolist(), word
     count = searcher.doc_count_all()
     lengths = fulltext._lengths_at_once(reader, count)
     assert lengths is not None
