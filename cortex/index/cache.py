@@ -42,6 +42,7 @@ from cortex.store import Problem, Scan, Store
 
 SMALL_BATCH = 16  # up to this many new texts are embedded by the pure-Python encoder
 EMBED_CHUNK = 4096  # texts embedded and appended at a time
+MEMORIES_AHEAD = 20_000  # a resident server builds every memory's `Memory` ahead in stores up to this size
 PARALLEL_BUILD = 2000  # a full-text build of at least this many documents uses two processes (when there are cores)
 VECTOR_TOLERANCE = 1e-4  # largest difference `check` accepts between a cached vector and one computed now
 
@@ -895,6 +896,25 @@ class Index:
             assert self.manifest is not None
             found = self._memories[rel] = memory_from_meta(self.manifest.meta(rel), self.store.memories_dir / rel)
         return found
+
+    def memories_ahead(self, most: int = MEMORIES_AHEAD) -> int:
+        """Build `memory(rel)` for every valid memory of a store of at most `most`, in one decode of the metadata
+        (a resident server, beside the requests: a fresh server's first prompts built ~60 new candidates each,
+        ~2 ms of each at 10,000 memories; ~0.15 s and ~6 MB in all at 10,000). Into the map of the manifest as
+        it is now: a sync meanwhile gives the index a new one, and these go with the old. Returns how many."""
+        manifest, built = self.manifest, self._memories
+        if manifest is None:
+            return 0
+        records = self.records()
+        if len(records) > most:
+            return 0
+        rels = [rel for rel in records if rel not in built]
+        if not rels:
+            return 0
+        root = self.store.memories_dir
+        for rel, meta in zip(rels, manifest.metas(rels)):
+            built.setdefault(rel, memory_from_meta(meta, root / rel))
+        return len(rels)
 
     def read(self, rel: str) -> Memory:
         """The memory file at `rel`, parsed, body included (`Store.read`; raises as it does). A copy of the last
