@@ -597,3 +597,20 @@ def test_a_manifest_kept_in_columns_reads_back_as_one_built_from_nothing(tmp_pat
     assert "The queue moved to arq" in listed and broken.name in status  # the new memory; the broken file
     assert cortex("list", "--all", cwd=root).stdout == listed
     assert cortex("status", cwd=root).stdout == status
+
+
+def test_memories_built_ahead_are_the_ones_built_one_at_a_time(tmp_path, example_store):
+    """A resident server builds every memory's `Memory` in one decode once it is ready (`Index.memories_ahead`):
+    each is the one `memory(rel)` builds on its own; a store over the limit is left to build them as asked."""
+    from cortex.index import Index
+
+    root, store, index = _example_index(tmp_path, example_store)
+    assert index.memories_ahead(most=1) == 0  # over the limit: nothing built ahead
+    built = index.memories_ahead()
+    records = list(index.records())
+    assert built == len(records) > 10
+    alone = Index(store)
+    alone.sync(full=True)
+    for rel in records:
+        assert index.memory(rel) == alone.memory(rel), rel
+    assert index.memories_ahead() == 0  # all there already
