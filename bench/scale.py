@@ -295,7 +295,7 @@ def make_project(root: Path, size: int, python: str, env: dict[str, str], do_rei
 def ms(value: Time, bare: Time) -> str:
     """Wall ms (× the bare start's wall), then CPU ms (× its CPU) in brackets."""
     cpu = getattr(value, "cpu", 0.0)
-    return f"{value:,.0f} ms ({value / bare:.1f}×) [cpu {cpu:,.0f} ms, {cpu / max(bare.cpu, 0.1):.1f}×]"
+    return f"{value:,.1f} ms ({value / bare:.2f}×) [cpu {cpu:,.0f} ms, {cpu / max(bare.cpu, 0.1):.1f}×]"
 
 
 def unserved(python: str, root: Path, env: dict[str, str], runs: int, bare: float) -> dict[str, str]:
@@ -505,7 +505,7 @@ def main() -> None:
         bare = median([python, "-c", "pass"], Path(tmp), env, max(args.runs, 10))
         editable = median([sys.executable, "-c", "pass"], Path(tmp), env, max(args.runs, 10))
         print(f"machine: {platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}")
-        print(f"python -c pass: regular install {bare:.0f} ms (cpu {bare.cpu:.0f} ms), editable install "
+        print(f"python -c pass: regular install {bare:.1f} ms (cpu {bare.cpu:.1f} ms), editable install "
               f"{editable:.0f} ms (cpu {editable.cpu:.0f} ms)")
         if args.source != REPO:
             print(f"installed from {args.source}")
