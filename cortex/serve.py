@@ -411,8 +411,9 @@ class _Warm(threading.Thread):
                                                 for name in ("briefing.json", "briefing.next.json")):
             return
         try:
-            done = subprocess.run([sys.executable, "-c", "import sys; from cortex.briefing import build_next; "
-                                   "build_next(sys.argv[1])", root], stdin=subprocess.DEVNULL,
+            done = subprocess.run([sys.executable, "-c", "import os, sys; from cortex.briefing import build_next; "
+                                   "build_next(sys.argv[1]); sys.stdout.flush(); sys.stderr.flush(); os._exit(0)", root],
+                                  stdin=subprocess.DEVNULL,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=600, check=False)
             if done.returncode != 0:
                 self.store.log(f"serve: briefing not rebuilt: {done.stderr.decode(errors='replace')[-500:]!r}")
