@@ -336,11 +336,13 @@ class _Warm(threading.Thread):
             self.store.log(f"serve: warming after a sync failed: {exc!r}")
 
     def _decode_columns(self) -> None:
-        """Decode what ranking reads of each candidate (`meta`) and `Index.read` (`hash`) for every memory, read
-        every full-text document's path and (up to 20,000 memories) build every memory's `Memory`, once ready
-        and without `busy` (~130 ms and ~0.5 s at 100,000 memories, ~0.15 s for the last at 10,000, which the
-        first prompts paid a few at a time; a sync meanwhile leaves them with the old manifest and searcher)."""
+        """Decode what ranking reads of each candidate (`meta`) and `Index.read` (`hash`) for every memory and, up
+        to 20,000 memories, read every full-text document's path and build every memory's `Memory`, once ready
+        and without `busy` (~130 ms at 100,000 memories; ~50 and ~110 ms at 10,000: the first prompts paid them
+        a few at a time; at 100,000 the two would take ~2 s of a core after every sync, beside the next command);
+        a sync meanwhile leaves them with the old manifest and searcher)."""
         from cortex.index import fulltext
+        from cortex.index.cache import MEMORIES_AHEAD
 
         try:
             for each, _changed, _observer in self.watched:
@@ -348,8 +350,8 @@ class _Warm(threading.Thread):
                 if index.manifest is not None:
                     index.manifest.files.decode("meta", "hash")
                 searcher = index._searcher  # noqa: SLF001 - the one the prompts search, if open
-                if searcher is not None:
-                    fulltext.warm_paths(searcher)  # each hit's path, read for all at once
+                if searcher is not None and searcher.doc_count_all() <= MEMORIES_AHEAD:
+                    fulltext.warm_paths(searcher)  # each hit's path, read for all at once (~0.5 s at 100,000: not)
                 if index.manifest is not None:
                     index.memories_ahead()  # each candidate's `Memory`, built for all at once
         except Exception as exc:  # a convenience: the prompts decode what they read themselves
@@ -411,8 +413,11 @@ class _Warm(threading.Thread):
                                                 for name in ("briefing.json", "briefing.next.json")):
             return
         try:
-            done = subprocess.run([sys.executable, "-c", "import os, sys; from cortex.briefing import build_next; "
-                                   "build_next(sys.argv[1]); sys.stdout.flush(); sys.stderr.flush(); os._exit(0)", root],
+            # Niced as the one a write without a server starts: the walk of the server's start (`nice 5`), which a
+            # session's first prompt may wait for, comes first.
+            done = subprocess.run([sys.executable, "-c", "import os, sys; os.nice(10); from cortex.briefing import "
+                                   "build_next; build_next(sys.argv[1]); sys.stdout.flush(); sys.stderr.flush(); "
+                                   "os._exit(0)", root],
                                   stdin=subprocess.DEVNULL,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=600, check=False)
             if done.returncode != 0:
