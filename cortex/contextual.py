@@ -137,6 +137,15 @@ def _gelu(x: Any) -> Any:
     return x
 
 
+def _softmax(scores: Any) -> None:
+    """Softmax over the last axis, in place (the attention weights of each query row)."""
+    import numpy as np
+
+    scores -= scores.max(axis=-1, keepdims=True)
+    np.exp(scores, out=scores)
+    scores /= scores.sum(axis=-1, keepdims=True)
+
+
 def user_cache() -> Path:
     """The user's cache folder for cortex (`$XDG_CACHE_HOME/cortex`, else `~/.cache/cortex`): derived files shared
     by every store, each safe to delete."""
@@ -350,7 +359,7 @@ class Encoder:
 
         if not texts:
             return np.zeros((0, self.hidden), dtype=np.float32)
-        room = min(self.max_tokens, max_tokens or self.max_tokens) - 2  # [CLS] and [SEP]
+        room = self._room(max_tokens)
         encoded = self._encode_segments([ids[:room] for ids in self._token_ids(texts)], states=False)
         return np.stack([e.mean for e in encoded]).astype(np.float32)
 
@@ -404,9 +413,7 @@ class Encoder:
                 scores = q @ k.transpose(0, 1, 3, 2)
                 scores *= scale
                 scores += bias
-                scores -= scores.max(axis=-1, keepdims=True)
-                np.exp(scores, out=scores)
-                scores /= scores.sum(axis=-1, keepdims=True)
+                _softmax(scores)
                 context = (scores @ v).transpose(0, 2, 1, 3).reshape(b * length, h)
                 attended = context @ layer["out"]
             else:  # the parent computes the other half of the heads meanwhile (`Join`)
@@ -462,9 +469,7 @@ class Encoder:
         scores *= np.float32(1.0 / math.sqrt(size))
         if real < length:
             scores[:, :, real:] = np.float32(-1e9)
-        scores -= scores.max(axis=-1, keepdims=True)
-        np.exp(scores, out=scores)
-        scores /= scores.sum(axis=-1, keepdims=True)
+        _softmax(scores)
         context = (scores @ v).transpose(1, 0, 2).reshape(length, width)
         return np.matmul(context, weights["out"], out=out)
 
@@ -488,7 +493,7 @@ class Encoder:
         opening's."""
         import numpy as np
 
-        room = min(self.max_tokens, max_tokens or self.max_tokens) - 2  # [CLS] and [SEP]
+        room = self._room(max_tokens)
         full = self._token_ids(texts)
         segments = [ids[:room] for ids in full]
         tails = {i: len(segments) + n for n, i in enumerate(i for i, ids in enumerate(full) if tail and len(ids) > room)}
@@ -506,6 +511,10 @@ class Encoder:
             out.append(Encoded(ids=head.ids + back.ids[-keep:], mean=head.mean,
                                states=np.concatenate([head.states, back.states[-keep:]])))
         return out
+
+    def _room(self, max_tokens: int | None) -> int:
+        """How many of a text's tokens are encoded: the model's limit or `max_tokens`, less [CLS] and [SEP]."""
+        return min(self.max_tokens, max_tokens or self.max_tokens) - 2
 
     def _encode_segments(self, ids: list[list[int]], states: bool = True) -> list[Encoded]:
         """Each id list through the model; without `states`, the sentence vector alone (`Encoded.states` None)."""
