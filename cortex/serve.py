@@ -17,7 +17,9 @@ still loading `wait` seconds later (the hook then recalls in its own process); `
 is answered once the server is warm, `{"op": "state"}` at once (`ready`
 says whether it answers; `current`, whether the walk of the files made at its
 start is in: until then it answers from the committed cache, and a prompt whose
-session has a catch-up to be told waits for it). `{"op": "recall", "query": …, "limit": …, …}` runs
+session has a catch-up to be told waits for it; `settled`, whether the work
+of its start beside the requests is done and the next briefing built).
+`{"op": "recall", "query": …, "limit": …, …}` runs
 `cortex recall`'s search on the warm indexes (`cortex.cli.recall` asks it
 first) and answers `{"hits": [...], "notes": [...]}`; `{"op": "command",
 "argv": [...]}` runs a read-only command (`cortex list`, `status`, `show`)
@@ -124,6 +126,7 @@ class _Warm(threading.Thread):
         self.ready = threading.Event()  # answering (from the committed cache while the walks go on)
         self.walked = threading.Event()  # the walks of the files made at the start are in (`_catch_up`)
         self.current = threading.Event()  # and what they found is in the answering indexes
+        self.settled = threading.Event()  # the start-up's work beside the requests is done, the briefing built
         self.next: dict[str, Any] = {}  # store root -> its next index, walked and not yet answering (under `busy`)
         self.stopping = threading.Event()
         self.watched: list[tuple["Store", threading.Event, Any]] = []  # (store, changed event, observer)
@@ -185,6 +188,7 @@ class _Warm(threading.Thread):
             self._briefing()
         except Exception as exc:  # the loop below tries again
             self.store.log(f"serve: briefing not built: {exc!r}")
+        self.settled.set()
         last_look = time.monotonic()
         due = False  # a sync happened since the briefing was last looked at
         cold = False  # a sync happened since a recall last made the per-sync views (`_warm_views`)
@@ -543,7 +547,7 @@ def _loop(store: "Store", server: socket.socket, warm: _Warm, idle: float,
                 answer: dict[str, object]
                 if request.get("op") == "state":  # answered at once: the server is up, warm or not
                     answer = {"ok": True, "pid": os.getpid(), "ready": warm.ready.is_set(),
-                              "current": warm.current.is_set()}
+                              "current": warm.current.is_set(), "settled": warm.settled.is_set()}
                 elif request.get("op") == "recall":  # `cortex recall` asks here first: warm indexes and model
                     answer = _recall(store, warm, request)
                 elif request.get("op") == "command":  # `cortex list`, `status` and `show` ask here first

@@ -306,6 +306,48 @@ def test_postings_and_lengths_read_a_block_at_a_time_are_whooshs_own(tmp_path, e
     assert lengths.tolist() == [searcher.doc_field_length(n, "text", 1) for n in range(count)]
 
 
+def test_postings_of_many_blocks_read_from_the_pickles_head_are_whooshs_own(tmp_path):
+    """A word in thousands of documents is stored in blocks of 128 postings whose ids and weights are read from
+    the start of each block's pickle, its positions left unread: the same documents and weights as Whoosh's
+    own matcher, for words in every document (one-byte gaps), in one in 300 (two-byte gaps), said several
+    times (weights other than 1) and once in a while, after deletions and across segments."""
+    import pickle
+
+    from cortex.index import fulltext
+
+    ix = fulltext.open_index(tmp_path / "ix", create=True)
+
+    def doc(n: int) -> dict[str, object]:
+        words = ["common"] + ["twice twice"] * (n % 3 == 0) + ["rare"] * (n % 300 == 7) + ["often"] * (n % 5 != 0)
+        return {"path": f"memories/m{n}.md", "id": f"m{n}", "text": " ".join(words + [f"w{n}"]),
+                "type": "context", "branch": "", "status": "active", "files": ""}
+
+    fulltext.apply(ix, [], (doc(n) for n in range(3000)), bulk=True)
+    fulltext.apply(ix, [f"memories/m{n}.md" for n in range(0, 3000, 7)], (doc(n) for n in range(3000, 3400)))
+    with ix.searcher() as searcher:
+        reader = searcher.reader()
+        assert len(reader.leaf_readers()) == 2
+        dead = fulltext.Postings(searcher)._deleted()
+        for word in ("common", "twic", "rare", "often", "w5", "zebra"):  # as the analyzer stems them
+            walked = fulltext.postings_walked(searcher, "text", word)
+            fast = fulltext._postings_at_once(reader, "text", word, dead)
+            assert fast is not None, word
+            assert fast[0].tolist() == walked[0].tolist() and fast[1].tolist() == walked[1].tolist(), word
+        assert len(fulltext.postings_walked(searcher, "text", "common")[0]) == 3400 - len(range(0, 3000, 7))
+        assert set(fulltext.postings_walked(searcher, "text", "twic")[1].tolist()) == {2.0}
+        assert len(fulltext.postings_walked(searcher, "text", "rare")[0]) >= 10
+    # Every shape a block's head may take is read as unpickling it whole reads it, or left to that.
+    for ids, weights in [((5, 1, 2, 3), None), ((300, 1, 2, 3, 4), 2.0), ((70000, 1, 2, 300, 1), (1.0, 2.0, 1.0, 3.0, 1.0)),
+                         ((1, 2, 3), (1.0, 2.0, 1.0)), (tuple(range(128)), tuple(float(n % 4 + 1) for n in range(128)))]:
+        head = pickle.dumps((ids, weights, tuple(b"x" for _ in ids)), 2)
+        read = fulltext._ids_and_weights(head, len(ids))
+        if len(ids) < 4:
+            assert read is None
+            continue
+        assert read is not None and read[0].tolist() == list(ids)
+        assert (read[1] if not hasattr(read[1], "tolist") else tuple(read[1].tolist())) == weights
+
+
 def test_a_big_rebuild_in_two_processes_finds_what_one_process_finds(tmp_path, example_store, monkeypatch):
     """A full-text build of many documents runs in two processes (Whoosh's multiprocessing writer): the same
     documents and scores as a build in one."""

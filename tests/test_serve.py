@@ -140,6 +140,10 @@ def test_the_server_vouches_for_the_files_and_builds_the_next_briefing_ahead(pro
         assert wait_for(lambda: serve.ask(root, {"op": "ping"}) is not None, 60)
         # It answers from the committed cache at once, and vouches for the files once its walk of them is in.
         assert wait_for(lambda: (serve.ask(root, {"op": "state"}) or {}).get("current"), 60)
+        # Once it says its start-up work is done, the next session's briefing is built for the store as it is.
+        assert wait_for(lambda: (serve.ask(root, {"op": "state"}) or {}).get("settled"), 60)
+        assert any((layout.saved_briefing(root, name) or {}).get("key") == layout.briefing_key(root, __version__)
+                   for name in ("briefing.json", "briefing.next.json"))
         store = Store.locate(project)
         # Another process (this one) trusts the server's watch and skips its stat of every file.
         assert "cache kept by a watcher (cortex watch or cortex serve)" in Index(store).sync(full=False).notes
