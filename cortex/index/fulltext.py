@@ -407,7 +407,7 @@ def _blocks(raw: bytes) -> tuple[Any, Any] | None:
         # At most 5 bytes an id and 9 a weight, and a few for the tuples' marks and memo entries.
         head = zlib.decompressobj().decompress(data, 14 * count + 32) if compressed else data
         read = _ids_and_weights(head, count)
-        if read is None:  # a block of up to 3 postings (its tuples pickled another way), or an id over 255
+        if read is None:  # a block of up to 3 postings (its tuples pickled another way), or another shape
             block_ids, block_weights, _values = pickle.loads(zlib.decompress(data) if compressed else data)
             read = np.asarray(block_ids, dtype=np.int64), block_weights
         block_ids, block_weights = read
