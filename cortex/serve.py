@@ -134,6 +134,9 @@ class _Warm(threading.Thread):
         self.vouches: list[Any] = []  # the `watch.ready` locks this server holds
         self.written: dict[str, int] = {}
         self.asked = 0.0  # monotonic time of the last request (`_loop`)
+        # A store whose committed cache has nothing searchable yet (a fresh clone: the SessionStart that built its
+        # first briefing read the files' metadata only), so a prompt waits for the walk's build (`_current_for`).
+        self.unbuilt = False
 
     def run(self) -> None:
         from cortex.files import hold_lock
@@ -158,6 +161,7 @@ class _Warm(threading.Thread):
                     # needs, so the fork beside their threads is safe.
                     index = self.indexes.synced(each, full=True, ahead=True, resident=True)
                     index.query_encoder(), index.searcher()  # loaded now, not by the first prompt
+                    self.unbuilt = self.unbuilt or index.unbuilt()
             self._warm_contextual()
             # Serve what is ready: prompts and commands are answered from here on, from the committed cache while
             # the children's walks go on, and while the next SessionStart's briefing is built on its own index
@@ -174,6 +178,7 @@ class _Warm(threading.Thread):
             self._finish_views()  # before the briefing's build, which this thread waits for (seconds at 100,000)
         except Exception as exc:  # the server answers "warming" and hooks recall in their own process
             self.store.log(f"serve: warming failed: {exc!r}")
+            self.unbuilt = False  # no build to wait for: a prompt is answered with what there is
             self._release()
             return
         finally:
@@ -444,8 +449,10 @@ class _Warm(threading.Thread):
 
 def _recall(store: "Store", warm: _Warm, request: dict[str, Any]) -> dict[str, object]:
     """`cortex recall`'s search, run on this server's warm indexes: the hits with their memories (bodies
-    included, for the command to render), or `{"warming": true}` (the command then recalls itself)."""
-    if not warm.ready.is_set() or not warm.busy.acquire(timeout=COMMAND_WAIT):
+    included, for the command to render), or `{"warming": true}` (the command then recalls itself): also while
+    the index a server with nothing searchable builds is not in (`_Warm.unbuilt`)."""
+    if not warm.ready.is_set() or (warm.unbuilt and not warm.current.is_set()) \
+            or not warm.busy.acquire(timeout=COMMAND_WAIT):
         return {"warming": True}
     from pathlib import Path
 
@@ -504,9 +511,13 @@ def _command(warm: _Warm, request: dict[str, Any], run_command: Callable[[list[s
 def _current_for(store: "Store", warm: _Warm, request: dict[str, Any]) -> bool:
     """Whether a prompt may be answered now: at once, unless its session still has to be told what changed since
     its briefing (`events.take_catch_up`) and the walks that find those changes are not in yet; then it waits for
-    them within the request's `wait`."""
+    them within the request's `wait`. A server whose committed cache had nothing searchable (`_Warm.unbuilt`)
+    waits, within that `wait`, for the index its walk builds, then answers with what it has: an answer from
+    the bare cache was always empty, and the hook's own process would build the whole index itself."""
     from cortex.layout import catch_up_file
 
+    if warm.unbuilt and not warm.current.is_set():
+        warm.current.wait(min(float(request.get("wait") or 0), 5.0))
     session = str(request.get("session") or "")
     if warm.walked.is_set() or not session or not os.path.exists(catch_up_file(str(store.root), session)):
         return True

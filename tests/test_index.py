@@ -348,6 +348,21 @@ def test_postings_of_many_blocks_read_from_the_pickles_head_are_whooshs_own(tmp_
         assert (read[1] if not hasattr(read[1], "tolist") else tuple(read[1].tolist())) == weights
 
 
+def test_a_resident_searcher_of_an_index_with_no_documents_warms_and_finds_nothing(tmp_path):
+    """An index with no documents yet (a store with no memories, or one whose build is still to come) is read
+    through Whoosh's EmptyReader: warming it, reading its paths and searching it twice (the second time over
+    the postings kept in memory) find nothing and raise nothing (a server used to log its warm-up as failed)."""
+    from cortex.index import fulltext
+
+    ix = fulltext.open_index(tmp_path / "ix", create=True)
+    with ix.searcher() as searcher:
+        fulltext.warm(searcher)
+        fulltext.warm_paths(searcher)
+        assert searcher._cortex_postings.paths == []
+        assert fulltext.search(ix, "receipts worker", 10, searcher=searcher) == []
+        assert fulltext.search(ix, "receipts worker", 10, searcher=searcher) == []
+
+
 def test_a_big_rebuild_in_two_processes_finds_what_one_process_finds(tmp_path, example_store, monkeypatch):
     """A full-text build of many documents runs in two processes (Whoosh's multiprocessing writer): the same
     documents and scores as a build in one."""

@@ -115,6 +115,64 @@ def test_a_server_started_after_edits_made_without_one_serves_the_files_as_they_
         proc.wait(timeout=30)
 
 
+def test_a_fresh_clones_first_prompt_is_answered_from_the_index_its_server_builds(repo):
+    """A fresh clone has the memory files and no cache: its first SessionStart builds the briefing from the
+    files' metadata and starts the server, whose committed cache has nothing searchable yet. A `cortex recall`
+    and the prompt sent right after find the memory that answers (both used to get nothing from that server)."""
+    import shutil
+
+    from tests.helpers import EXAMPLE_STORE, hook
+
+    shutil.copytree(EXAMPLE_STORE, repo / ".cortex", ignore=shutil.ignore_patterns("cache", "state"))
+    root = str(repo / ".cortex")
+    env = {"CORTEX_SERVE_IDLE": "20"}
+    started = hook("session-start", repo, {"session_id": "s", "cwd": str(repo), "hook_event_name": "SessionStart",
+                                          "source": "startup"}, env=env)
+    assert started.returncode == 0 and "cortex briefing" in started.stdout
+    try:
+        assert wait_for(lambda: serve.ask(root, {"op": "state"}) is not None, 30)
+        # `cortex recall` asks the server first: one that has nothing searchable yet sends it to recall itself.
+        found = cortex("recall", "do we keep money amounts as floats?", "--json", cwd=repo, env=env)
+        assert "1b5bfa33f6fd" in [hit["id"] for hit in json.loads(found.stdout)][:3]
+        answer = hook("prompt", repo, {"session_id": "s", "cwd": str(repo), "hook_event_name": "UserPromptSubmit",
+                                                 "prompt": "do we keep money amounts as floats?"}, env=env)
+        assert answer.returncode == 0
+        assert "1b5bfa33f6fd" in answer.stdout  # "Amounts are integer minor units ..., never floats"
+    finally:
+        pid = (serve.ask(root, {"op": "state"}) or {}).get("pid")
+        if pid:
+            import os
+            import signal
+
+            os.kill(int(pid), signal.SIGTERM)
+        assert wait_for(lambda: not Path(serve.socket_path(root)).exists(), 60)
+
+
+def test_a_server_with_nothing_searchable_sends_recall_away_and_holds_prompts_until_its_build_is_in(example_store):
+    """While the index the walk builds is not in (`_Warm.unbuilt`, `current` not set), a served `cortex recall`
+    is sent back to recall in its own process and a prompt waits, at most its `wait`, then is answered; once the
+    build is in, both are answered from the server."""
+    from cortex.store import Store
+
+    store = Store(example_store, "project")
+    warm = serve._Warm(store, 0.0)  # not started: its state set by hand
+    warm.ready.set()
+    warm.unbuilt = True
+    request = {"query": "do we keep money amounts as floats?", "limit": 3, "stores": [[str(store.root), "project"]]}
+    assert serve._recall(store, warm, request) == {"warming": True}
+    started = time.monotonic()
+    assert serve._current_for(store, warm, {"wait": 0.2}) is True
+    assert 0.15 < time.monotonic() - started < 5
+    warm.current.set()
+    try:
+        answer = serve._recall(store, warm, request)
+        assert [hit["id"] for hit in answer["hits"]][:1] == ["1b5bfa33f6fd"]
+        started = time.monotonic()
+        assert serve._current_for(store, warm, {"wait": 2.0}) is True and time.monotonic() - started < 0.1
+    finally:
+        warm.indexes.close()
+
+
 def test_serve_exits_when_idle_and_session_start_starts_it(project):
     remember(project, "Pinned rule: never log card numbers", pinned=True)
     started = time.time()

@@ -660,7 +660,7 @@ class Postings:
 
             dead = np.zeros(self.searcher.doc_count_all(), dtype=bool)
             for leaf, base in self.searcher.reader().leaf_readers():
-                deleted = leaf.deleted_docs_set
+                deleted = getattr(leaf, "deleted_docs_set", None)  # an index without documents: an EmptyReader
                 if deleted:
                     dead[base + np.fromiter(deleted, dtype=np.int64, count=len(deleted))] = True
             self._dead = dead
@@ -680,7 +680,7 @@ class Postings:
             if reader.generation() != self.searcher.reader().generation() or reader.doc_count_all() != count:
                 return
             for leaf, base in reader.leaf_readers():
-                deleted = leaf.deleted_docs_set
+                deleted = getattr(leaf, "deleted_docs_set", None) or ()  # an EmptyReader has none
                 for number in range(leaf.doc_count_all()):
                     if number not in deleted:
                         paths[base + number] = leaf.stored_fields(number)["path"]
