@@ -150,8 +150,8 @@ def test_a_fresh_clones_first_prompt_is_answered_from_the_index_its_server_build
 
 def test_a_server_with_nothing_searchable_sends_recall_away_and_holds_prompts_until_its_build_is_in(example_store):
     """While the index the walk builds is not in (`_Warm.unbuilt`, `current` not set), a served `cortex recall`
-    is sent back to recall in its own process and a prompt waits, at most its `wait`, then is answered; once the
-    build is in, both are answered from the server."""
+    is sent back to recall in its own process and a prompt waits, at most its `wait` and what is left of the
+    server's `UNBUILT_WAIT`, then is answered; once the build is in, both are answered from the server."""
     from cortex.store import Store
 
     store = Store(example_store, "project")
@@ -160,9 +160,16 @@ def test_a_server_with_nothing_searchable_sends_recall_away_and_holds_prompts_un
     warm.unbuilt = True
     request = {"query": "do we keep money amounts as floats?", "limit": 3, "stores": [[str(store.root), "project"]]}
     assert serve._recall(store, warm, request) == {"warming": True}
+    warm.unbuilt_wait = 0.3  # what prompts may wait for the build, in all
     started = time.monotonic()
     assert serve._current_for(store, warm, {"wait": 0.2}) is True
     assert 0.15 < time.monotonic() - started < 5
+    started = time.monotonic()
+    assert serve._current_for(store, warm, {"wait": 0.2}) is True
+    assert 0.05 < time.monotonic() - started < 0.2 + 5  # the 0.1 s left
+    started = time.monotonic()
+    assert serve._current_for(store, warm, {"wait": 0.2}) is True
+    assert time.monotonic() - started < 0.05  # nothing left: answered at once
     warm.current.set()
     try:
         answer = serve._recall(store, warm, request)
