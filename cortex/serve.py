@@ -72,8 +72,8 @@ COLLECT_ALL_EVERY = 600.0  # ... and of every generation
 # ~1 s at 100,000 memories, running the command in its own process several.
 COMMAND_WAIT = 5.0
 # What the prompts of a server with nothing searchable yet wait for its build, in all (`_current_for`): the
-# example store's build takes well under a second; at 10,000 memories it takes ~6 s, and every prompt of those
-# seconds waited its 2 s for nothing.
+# example store's build takes well under a second; at 10,000 memories it takes ~6 s, and each prompt of those
+# seconds would wait its 2 s for nothing.
 UNBUILT_WAIT = 2.0
 
 
