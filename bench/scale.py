@@ -483,7 +483,8 @@ ROWS = ["prompt, served", "prompt, no server", "SessionStart, cached", "SessionS
         "SessionStart, after a remember, no server",
         "briefing built ahead after a remember, no server", "recall", "recall, served", "list", "list, served", "status",
         "status, served", "show", "show, served", "remember", "remember, served", "Stop, cold", "Stop, one more turn", "recall in process p50 / p95",
-        "reindex", "server answering / warm", "server: next briefing built, settled", "contextual vectors (upkeep, one thread)"]
+        "reindex", "server answering / warm", "server: next briefing built, settled",
+        "contextual vectors (upkeep, one thread)"]
 
 
 def main() -> None:

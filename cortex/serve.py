@@ -73,8 +73,10 @@ COLLECT_ALL_EVERY = 600.0  # ... and of every generation
 COMMAND_WAIT = 5.0
 # What the prompts of a server with nothing searchable yet wait for its build, in all (`_current_for`): the
 # example store's build takes well under a second; at 10,000 memories it takes ~6 s, and each prompt of those
-# seconds would wait its 2 s for nothing.
-UNBUILT_WAIT = 2.0
+# seconds would wait its 2 s for nothing. Each waits at most its `wait` less `ANSWER_ROOM`: the hook gives up
+# half a second after its `wait`, and then recalls in its own process (which would build the whole index).
+UNBUILT_WAIT = 1.5
+ANSWER_ROOM = 0.5
 
 
 def serve(store: "Store", idle: float = 900.0, debounce: float = 0.3,
@@ -517,14 +519,14 @@ def _current_for(store: "Store", warm: _Warm, request: dict[str, Any]) -> bool:
     """Whether a prompt may be answered now: at once, unless its session still has to be told what changed since
     its briefing (`events.take_catch_up`) and the walks that find those changes are not in yet; then it waits for
     them within the request's `wait`. A server whose committed cache had nothing searchable (`_Warm.unbuilt`)
-    waits, within that `wait` and `UNBUILT_WAIT` over all its prompts, for the index its walk builds, then
-    answers with what it has: an answer from the bare cache was always empty, and the hook's own process
-    would build the whole index itself."""
+    waits, within that `wait` less `ANSWER_ROOM` and `UNBUILT_WAIT` over all its prompts, for the index its
+    walk builds, then answers with what it has: an answer from the bare cache was always empty, and the hook's
+    own process would build the whole index itself."""
     from cortex.layout import catch_up_file
 
     if warm.unbuilt and not warm.current.is_set() and warm.unbuilt_wait > 0:
         started = time.monotonic()
-        warm.current.wait(min(float(request.get("wait") or 0), warm.unbuilt_wait))
+        warm.current.wait(max(0.0, min(float(request.get("wait") or 0) - ANSWER_ROOM, warm.unbuilt_wait)))
         warm.unbuilt_wait -= time.monotonic() - started
     session = str(request.get("session") or "")
     if warm.walked.is_set() or not session or not os.path.exists(catch_up_file(str(store.root), session)):
