@@ -889,12 +889,11 @@ class Index:
         return [(rels[i], float(scores[i])) for i in sorted(best, key=lambda i: (-scores[i], rels[i]))]
 
     def unbuilt(self) -> bool:
-        """Memories in the manifest but none searchable yet: no vectors, or none in the full-text index (a fresh
-        clone's first SessionStart builds its briefing from the files' metadata alone; the sync that follows
-        indexes them)."""
+        """Memories in the manifest but none in the full-text index yet (a fresh clone's first SessionStart builds
+        its briefing from the files' metadata alone; the sync that follows indexes and embeds them). Vectors are
+        not asked for: a store may have none by design (the model missing, semantic search off)."""
         manifest = self.manifest
-        return manifest is not None and bool(manifest.files) and (
-            not manifest.vector_keys or not any(ft for _, ft in manifest.files.column("ft")))
+        return manifest is not None and bool(manifest.files) and not any(ft for _, ft in manifest.files.column("ft"))
 
     def memory(self, rel: str) -> Memory:
         """The memory at `rel` (relative to memories/) from the synced manifest, body not loaded; built once
