@@ -298,6 +298,10 @@ class _Warm(threading.Thread):
                 if hops is not None:
                     index.memo(("hops", STRONG_LINK), lambda: hops)
 
+    def building(self) -> bool:
+        """Whether the answering index has nothing searchable and the walk's build of it is not in yet."""
+        return self.unbuilt and not self.current.is_set()
+
     def catch_up_indexes(self) -> "Indexes":
         """What a session's catch-up is read from (the caller holds `busy`): the answering indexes, with the
         next index in the place of each store whose walk found changes that are not in yet."""
@@ -458,8 +462,7 @@ def _recall(store: "Store", warm: _Warm, request: dict[str, Any]) -> dict[str, o
     """`cortex recall`'s search, run on this server's warm indexes: the hits with their memories (bodies
     included, for the command to render), or `{"warming": true}` (the command then recalls itself): also while
     the index a server with nothing searchable builds is not in (`_Warm.unbuilt`)."""
-    if not warm.ready.is_set() or (warm.unbuilt and not warm.current.is_set()) \
-            or not warm.busy.acquire(timeout=COMMAND_WAIT):
+    if not warm.ready.is_set() or warm.building() or not warm.busy.acquire(timeout=COMMAND_WAIT):
         return {"warming": True}
     from pathlib import Path
 
@@ -524,7 +527,7 @@ def _current_for(store: "Store", warm: _Warm, request: dict[str, Any]) -> bool:
     own process would build the whole index itself."""
     from cortex.layout import catch_up_file
 
-    if warm.unbuilt and not warm.current.is_set() and warm.unbuilt_wait > 0:
+    if warm.building() and warm.unbuilt_wait > 0:
         started = time.monotonic()
         warm.current.wait(max(0.0, min(float(request.get("wait") or 0) - ANSWER_ROOM, warm.unbuilt_wait)))
         warm.unbuilt_wait -= time.monotonic() - started
