@@ -47,3 +47,13 @@ def query_problem(query: str) -> str | None:
 def injected_ids(text: str) -> list[str]:
     """The memory ids a hook's context names (each in backticks)."""
     return re.findall(r"`([0-9a-f]{12})`", text)
+
+
+# C0 and C1 controls but tab and newline, and the Unicode bidi overrides/isolates/marks: text that could
+# drive a terminal (an OSC 52 clipboard write, a colour change) or reorder what a reviewer reads.
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def strip_controls(text: str) -> str:
+    """`text` with control characters (see `_CONTROLS`) removed; tabs and newlines kept."""
+    return _CONTROLS.sub("", text)
