@@ -43,7 +43,7 @@ from cortex.errors import SecretDetected
 from cortex.guard import redact, scan_text
 from cortex.memory import CAPTURE_TYPES, Memory, title_from_text
 from cortex.store import Store
-from cortex.text import INJECTED_MARK, words
+from cortex.text import INJECTED_END, INJECTED_MARK, words
 from cortex.transcripts import normalise
 
 MAX_SLICE = 65_000  # characters of the session the LLM layer is sent
@@ -260,7 +260,8 @@ def events(records: list[dict[str, Any]]) -> list[Event]:
 
 def _clean(text: str) -> str:
     text = PRIVATE.sub("", text)
-    return "" if INJECTED_MARK in text else text
+    # Either end of a block cortex injected: the whole message is left out (a piece of a cut block carries one).
+    return "" if INJECTED_MARK in text or INJECTED_END in text else text
 
 
 def self_report(items: list[Event]) -> Iterator[Candidate]:
