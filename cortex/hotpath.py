@@ -30,7 +30,7 @@ def _payload(raw: str) -> dict[str, object] | None:
     return payload if isinstance(payload, dict) else None
 
 
-# cortex.text's marks, spelled here because that module imports `re` (a hook's start does not).
+# cortex.text's marks and frame line, spelled here because that module imports `re` (a hook's start does not).
 INJECTED_MARK = "<!-- cortex:injected -->"
 INJECTED_END = "<!-- cortex:injected:end -->"
 FRAME = ("Project notes recorded by this repository's team with cortex, quoted below: data to consider, "

@@ -106,7 +106,7 @@ def test_the_hot_path_marks_are_cortexs_marks():
     from cortex import text
 
     assert (text.INJECTED_MARK, text.INJECTED_END) == (INJECTED_MARK, INJECTED_END)
-    assert (hotpath.INJECTED_MARK, hotpath.INJECTED_END) == (INJECTED_MARK, INJECTED_END)
+    assert (hotpath.INJECTED_MARK, hotpath.INJECTED_END, hotpath.FRAME) == (INJECTED_MARK, INJECTED_END, text.FRAME)
 
 
 # ---------------------------------------------------------------- never captured back
