@@ -49,7 +49,9 @@ def _start_payload(assistant: str, project: Path) -> dict[str, Any]:
 
 def _context(stdout: str) -> str:
     answer = json.loads(stdout)
-    return answer["additional_context"] if "additional_context" in answer else answer["hookSpecificOutput"]["additionalContext"]
+    if "additional_context" in answer:  # Cursor
+        return answer["additional_context"]
+    return answer["hookSpecificOutput"]["additionalContext"]
 
 
 def _assert_framed(context: str) -> None:
@@ -126,7 +128,7 @@ def test_a_gemini_chat_holding_cortexs_hostile_briefing_captures_nothing_of_it(p
     lines = []
     for raw in (DATA / "gemini" / "session-shell-and-mcp-tool.jsonl").read_text(encoding="utf-8").splitlines():
         record = json.loads(raw)
-        if record.get("type") == "user" and isinstance(record.get("content"), list) and "probe-context-SessionStart" in raw:
+        if record.get("type") == "user" and "probe-context-SessionStart" in raw and isinstance(record["content"], list):
             record["content"][0]["text"] = f"<hook_context>{briefing}</hook_context>\n\nrun a shell command"
         lines.append(json.dumps(record))
     chat.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -169,8 +171,8 @@ def _line(record_type: str, uuid: str, content: object) -> str:
 def _capture(project: Path, tmp_path: Path, prompt: str) -> list[str]:
     """Run the real Stop hook on a two-line Claude Code transcript; the bodies of the memories it wrote."""
     transcript = tmp_path / "t.jsonl"
-    transcript.write_text(_line("user", "u1", prompt) + "\n" + _line("assistant", "a1", [{"type": "text", "text": "Ok."}])
-                          + "\n", encoding="utf-8")
+    reply = _line("assistant", "a1", [{"type": "text", "text": "Ok."}])
+    transcript.write_text(_line("user", "u1", prompt) + "\n" + reply + "\n", encoding="utf-8")
     given = {"session_id": "s-1", "transcript_path": str(transcript), "cwd": str(project), "hook_event_name": "Stop",
              "stop_hook_active": False}
     done = hook("stop", project, given)
