@@ -36,7 +36,7 @@ from typing import Any
 
 from cortex.render import short
 from cortex.store import Store
-from cortex.text import INJECTED_MARK, estimate_tokens
+from cortex.text import FRAME_TOKENS, INJECTED_MARK, estimate_tokens
 
 TYPE_WEIGHTS = {"architecture": 25, "decision": 25, "pattern": 25, "gotcha": 20, "progress": 30, "context": 15,
                 "code_description": 10, "code": 0, "plan": 30}
@@ -140,7 +140,8 @@ def build(store: Store, budget_tokens: int | None = None, now: float | None = No
     facts = dict(facts) if facts is not None else _git_facts(store, rev)
     if stable:
         facts.update(head=None, commits=[], changed=[])
-    page = _Page(int(budget_tokens or store.config().get("briefing.budget_tokens")), _header(facts, stable))
+    budget = int(budget_tokens or store.config().get("briefing.budget_tokens"))
+    page = _Page(budget if stable else budget - FRAME_TOKENS, _header(facts, stable))  # a hook frames it
     pool = _Pool(store, index, facts, Prior(store, index, now, facts["branch"]), stable, now, page)
     page.conflicts = pool.conflicts()
     pool.fill("Pinned", lambda row: row.pinned, capped=False)

@@ -43,7 +43,7 @@ from cortex.errors import SecretDetected
 from cortex.guard import redact, scan_text
 from cortex.memory import CAPTURE_TYPES, Memory, title_from_text
 from cortex.store import Store
-from cortex.text import INJECTED_MARK, words
+from cortex.text import INJECTED_END, INJECTED_MARK, words
 from cortex.transcripts import normalise
 
 MAX_SLICE = 65_000  # characters of the session the LLM layer is sent
@@ -260,7 +260,8 @@ def events(records: list[dict[str, Any]]) -> list[Event]:
 
 def _clean(text: str) -> str:
     text = PRIVATE.sub("", text)
-    return "" if INJECTED_MARK in text else text
+    # Either end of a block cortex injected: the whole message is left out (a piece of a cut block carries one).
+    return "" if INJECTED_MARK in text or INJECTED_END in text else text
 
 
 def self_report(items: list[Event]) -> Iterator[Candidate]:
@@ -670,9 +671,27 @@ def _paragraph(text: str, sentence: str) -> str:
     return sentence
 
 
+# Words the person quoted or pasted from elsewhere (docs/capture.md, "Whose rule is it"): a fenced block, a
+# blockquote line, a double-quoted span. They are blanked (same length) before a rule is looked for.
+QUOTED = re.compile(r"(?ms)^[ \t]*(`{3,}|~{3,}).*?(?:^[ \t]*\1[^\n]*$|\Z)|^[ \t]*>[^\n]*$|\"[^\"\n]*\"|“[^”\n]*”")
+_AI_READER = (r"(?:ai|llms?|(?:large )?language models?|ai (?:assistants?|agents?|models?|tools?|systems?)|"
+              r"(?:ai |coding )?assistants?)")
+# Instructions to AI readers in general, the way a planted note in a file, an issue or a web page is written; the
+# person speaks to their own assistant as "you". A message holding one is taken as pasted, and no rule is kept.
+TO_ANY_AI = re.compile(rf"(?i)\b(?:(?:any|all|every|each) {_AI_READER}|(?:note|message|instructions?|attention|"
+                       rf"notice|reminder|warning)s? (?:to|for) (?:the |an? |all |any )?{_AI_READER}|if you are an? "
+                       rf"{_AI_READER}|{_AI_READER} (?:reading|processing|parsing) this)\b")
+
+
+def _own_words(text: str) -> str:
+    """`text` with what the person quoted (`QUOTED`) blanked to underscores, line breaks kept, so positions match."""
+    return QUOTED.sub(lambda found: re.sub(r"[^\n\"“”]", "_", found.group()), text)
+
+
 def user_rules(items: list[Event]) -> Iterator[Candidate]:
     """The person's own rules and corrections ("never edit the generated files", "no, keep …", "it needs to be …"):
-    a `pattern` memory with the prompt as they wrote it. Long pasted text (logs, documents) is not a rule."""
+    a `pattern` memory with the prompt as they wrote it. Long pasted text (logs, documents) is not a rule, nor is
+    text they quoted (a fence, a blockquote, double quotes), nor a message addressed to AI readers in general."""
     acted = False
     for event in items:
         if event.kind == "tool":
@@ -680,11 +699,14 @@ def user_rules(items: list[Event]) -> Iterator[Candidate]:
         if event.kind != "human":
             continue
         text = _clean(event.text).strip()
-        if 15 <= len(text) <= 1200 and not text.startswith(("/", "```")):
-            sentences = [x.strip() for x in re.split(r"(?<=[.!?])\s+|\n+", text) if x.strip()]
-            rule = next((x for x in sentences if RULE.search(x) and 12 <= len(x) <= 300 and not x.endswith("?")), None)
-            if rule is not None and (acted or not CORRECTION.match(text) or RULE.search(text[20:])):
-                correction = bool(CORRECTION.match(text)) and acted
+        if 15 <= len(text) <= 1200 and not text.startswith(("/", "```")) and not TO_ANY_AI.search(text):
+            own = _own_words(text)
+            cuts = [0, *(n for found in re.finditer(r"(?<=[.!?])\s+|\n+", own) for n in found.span()), len(text)]
+            sentences = [(text[a:b].strip(), own[a:b]) for a, b in zip(cuts[::2], cuts[1::2]) if text[a:b].strip()]
+            rule = next((x for x, mine in sentences if RULE.search(mine.strip()) and 12 <= len(x) <= 300
+                         and not x.endswith("?")), None)
+            if rule is not None and (acted or not CORRECTION.match(own) or RULE.search(own[20:])):
+                correction = bool(CORRECTION.match(own)) and acted
                 kind, tags = ("pattern", ["correction" if correction else "rule"])
                 title = title_from_text(f"{'Correction' if correction else 'User'}: {rule}", 120)
                 yield Candidate(kind, title, text + "\n", "keyword", 0.6, 6, tags=tags, branch=event.branch,

@@ -225,14 +225,14 @@ def prompt_context(store: Store, prompt: str, indexes: Indexes, catch_up: dict[s
     import json
 
     from cortex.recall import embed_ahead, read_hits, recall
-    from cortex.text import INJECTED_MARK, estimate_tokens, query_problem
+    from cortex.text import FRAME_TOKENS, INJECTED_MARK, estimate_tokens, query_problem
 
     stores = list(iter_stores(store))
     if not query_problem(prompt):
         embed_ahead(stores, prompt)  # the query worker starts on the prompt while the rest is read
     config = store.config()
     limit = int(config.get("prompt.max_memories"))
-    budget = int(config.get("prompt.budget_tokens"))
+    budget = int(config.get("prompt.budget_tokens")) - FRAME_TOKENS  # the hook frames it
     min_cosine = float(config.get("prompt.min_cosine"))
     word_cosine = float(config.get("prompt.min_cosine_with_words"))
     try:
@@ -347,7 +347,7 @@ def briefing_catch_up(store: Store, marker: dict[str, Any], indexes: Indexes) ->
     (`marker["since_ns"]`): added or edited where cortex did not see it (a pull with no git hook, a hand
     edit), active and on this branch or none, decisions and plans first; and those the briefing showed that are
     gone or no longer active. None when nothing changed. The session's first prompt carries it."""
-    from cortex.text import INJECTED_MARK, estimate_tokens
+    from cortex.text import FRAME_TOKENS, INJECTED_MARK, estimate_tokens
 
     index = indexes.synced(store, full=True)
     if index.manifest is None:
@@ -366,7 +366,7 @@ def briefing_catch_up(store: Store, marker: dict[str, Any], indexes: Indexes) ->
     moved = then != now and then not in ("", "None") and now not in ("", "None")
     if not changed and not gone and not moved:
         return None
-    budget = int(store.config().get("prompt.budget_tokens"))
+    budget = int(store.config().get("prompt.budget_tokens")) - FRAME_TOKENS  # the hook frames it
     header = INJECTED_MARK + "\nChanged since the briefing at this session's start (cortex):\n"
     used, lines = estimate_tokens(header), []
     if moved:  # its header and recent commits are of the commit it was made at

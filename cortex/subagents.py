@@ -37,7 +37,7 @@ from typing import Any
 
 from cortex.briefing import Briefing
 from cortex.store import Store
-from cortex.text import INJECTED_MARK, estimate_tokens
+from cortex.text import FRAME_TOKENS, INJECTED_MARK, estimate_tokens
 
 GENERAL = ("", "general-purpose")  # what agent_type / subagent_type say for the default sub-agent
 MAX_TASK_CHARS = 4000  # of the task prompt used as a query
@@ -128,7 +128,7 @@ def briefing_for(store: Store, task: dict[str, Any] | None, indexes: Any = None,
 
     indexes = indexes or Indexes()
     config = store.config()
-    budget = int(budget_tokens or config.get("briefing.budget_tokens"))
+    budget = int(budget_tokens or config.get("briefing.budget_tokens")) - FRAME_TOKENS  # the hook frames it
     task = task or {}
     description = " ".join(str(task.get("description") or "").split())
     prompt = str(task.get("prompt") or "")[:MAX_TASK_CHARS]

@@ -17,7 +17,8 @@ so a slice read from the middle of a file needs no header):
   `{"$set": …}` patches. The same `id` can appear twice (the later record
   replaces the earlier), so records are upserted by id within the slice.
   `<hook_context>` blocks (what hooks, cortex's briefing included, added to the
-  prompt) and the `<session_context>` message are left out; `$set` patches
+  prompt; cortex's own block is cut from its mark to its end mark first) and the
+  `<session_context>` message are left out; `$set` patches
   are not read (on a resume they repeat the whole history).
 - **Cursor** agent transcript (`~/.cursor/projects/<slug>/agent-transcripts/`):
   `{"role", "message": {"content": [...]}}` lines with Claude-like blocks; the
@@ -35,6 +36,8 @@ import hashlib
 import json
 import re
 from typing import Any
+
+from cortex.text import without_injected
 
 CODEX_TYPES = {"session_meta", "response_item", "event_msg", "turn_context", "world_state", "compacted",
                "token_usage_record"}
@@ -67,7 +70,9 @@ def kind_of(record: dict[str, Any]) -> str:
 
 
 def strip_hook_context(text: str) -> str:
-    """Text without the `<hook_context>…</hook_context>` blocks Gemini CLI puts hook output in."""
+    """Text without the `<hook_context>…</hook_context>` blocks Gemini CLI puts hook output in. cortex's own
+    blocks go first, from mark to end mark, so no text inside one can end the strip early."""
+    text = without_injected(text)
     return HOOK_CONTEXT.sub("", text).strip() if "<hook_context>" in text else text.strip()
 
 
