@@ -5,8 +5,8 @@ file before it can search (~0.7 s at 10,000 memories). `cortex serve` keeps
 an Index warm, follows the files with a watchdog observer (debounced sync, as
 `cortex watch` does, and like it vouches for the files so other processes
 skip their stat of every file), keeps the SessionStart briefing built, runs
-numpy with one BLAS thread, and answers requests on a unix socket under
-`.cortex/state/` (no network port). One per store (`state/serve.lock`); it
+numpy with one BLAS thread, and answers requests on a unix socket in the
+user's private folder (no network port). One per store (`state/serve.lock`); it
 exits by itself after `--idle` seconds without a request. The SessionStart
 hook starts it detached; the prompt hook asks it with a short timeout and
 falls back to recall in its own process when it is absent or slow.
@@ -70,6 +70,7 @@ def _read_line(connection: socket.socket, limit: int) -> bytes:
         if size > limit:
             raise RequestRefused(f"request over {limit} bytes")
         chunks.append(chunk)
+    connection.settimeout(REQUEST_TIME)  # for the answer, as long as for the request
     return b"".join(chunks)
 
 
