@@ -164,7 +164,7 @@ def test_a_server_with_nothing_searchable_sends_recall_away_and_holds_prompts_un
     warm = serve._Warm(store, 0.0)  # not started: its state set by hand
     warm.ready.set()
     warm.unbuilt = True
-    request = {"query": "do we keep money amounts as floats?", "limit": 3, "stores": [[str(store.root), "project"]]}
+    request = {"query": "do we keep money amounts as floats?", "limit": 3, "global": False}
     assert serve._recall(store, warm, request) == {"warming": True}
     warm.unbuilt_wait = 0.3  # what prompts may wait for the build, in all
     wait = serve.ANSWER_ROOM + 0.2  # each waits 0.2 s at most: the rest is the hook's room for the answer
