@@ -60,14 +60,6 @@ def run() -> None:
 
         handler = getattr(hooks, CLAUDE_EVENTS[args[1]])
         sys.exit(handler(raw))
-    from cortex import hotpath
-
-    try:
-        code = hotpath.served_command(args)  # answered by a running `cortex serve`: no click, no store loaded
-    except Exception:
-        code = None  # the command runs here, and says what is wrong
-    if code is not None:
-        _leave(code)
     from cortex import cli
 
     cli.PROCESS_ARGV = args  # a read-only command may end without tearing down what it loaded (`QUICK_EXIT`)

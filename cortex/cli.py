@@ -35,7 +35,7 @@ def _fail(message: str) -> None:
 def _print_json(data: Any) -> None:
     # Indented for a person at a terminal; compact (and ~10x faster to encode) in a pipe. json escapes C0
     # controls; DEL and the C1 ones (U+0080-U+009F, which some terminals obey) are escaped here, as JSON allows.
-    indent = 2 if (sys.stdout.isatty() if _CLIENT_TTY is None else _CLIENT_TTY) else None
+    indent = 2 if sys.stdout.isatty() else None
     text = json.dumps(data, indent=indent, ensure_ascii=False)
     click.echo(_DEL_C1.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
 
@@ -104,46 +104,23 @@ def store_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 PROCESS_ARGV: list[str] | None = None  # the arguments of a `cortex` process (set by `cortex.__main__.run`)
 # Read-only commands whose process may end without freeing what it loaded (`cortex.__main__.run`): tearing
-# down 100,000 manifest entries object by object costs ~0.15 s and changes nothing on disk. (A running
-# `cortex serve` answers these and `remember` before this module is imported: `cortex.hotpath.served_command`.)
+# down 100,000 manifest entries object by object costs ~0.15 s and changes nothing on disk.
 QUICK_EXIT = frozenset({"list_command", "status", "show"})
 quick_exit = False  # set once such a command ran in a `cortex` process
-_CLIENT_TTY: bool | None = None  # inside `cortex serve`: whether the client's stdout is a terminal
-
-
-def run_served(argv: list[str], tty: bool = False) -> int:
-    """One command run inside `cortex serve` for a client (`cortex.hotpath.served_command`); its exit status."""
-    global _CLIENT_TTY
-    _CLIENT_TTY = tty
-    try:
-        main.main(args=argv, prog_name="cortex", standalone_mode=False)
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except click.ClickException as exc:
-        exc.show()
-        return exc.exit_code
-    finally:
-        _CLIENT_TTY = None
-    return 0
 
 
 def _index(store: Any) -> Any:
-    """The store's index, synced (manifest level): `cortex serve`'s warm one while it runs a command."""
-    from cortex.index import Index, Indexes
+    """The store's index, synced (manifest level)."""
+    from cortex.index import Index
 
-    if Indexes.serving is not None:
-        return Indexes.serving.synced(store)
     return Index(store).ensure()
 
 
 def _answered(store: Any, answer: Callable[[Any], T]) -> T:
-    """`answer(index)` of the store's index synced at manifest level: `cortex serve`'s warm one while it runs a
-    command, else made from the committed cache while a child syncs it, and again if files had changed
-    (`cortex.index.answer_ahead`)."""
-    from cortex.index import Indexes, answer_ahead
+    """`answer(index)` of the store's index synced at manifest level: made from the committed cache while a
+    child syncs it, and again if files had changed (`cortex.index.answer_ahead`)."""
+    from cortex.index import answer_ahead
 
-    if Indexes.serving is not None:
-        return answer(Indexes.serving.synced(store))
     return answer_ahead([store], lambda indexes: answer(indexes.synced(store)), full=False)
 
 
@@ -317,9 +294,7 @@ def remember(store: Any, text: str, memory_type: str, title: str | None, priorit
 
     if text == "-":
         text = sys.stdin.read()
-    from cortex.index import Indexes
-
-    created = events.remember(store, text, Indexes.serving, type=memory_type, title=title, priority=priority,
+    created = events.remember(store, text, None, type=memory_type, title=title, priority=priority,
                               confidence=confidence, tags=tags, files=files, pinned=pin, summary=summary)
     if as_json:
         _print_json(created.to_dict() | {"store": store.label})
@@ -426,12 +401,12 @@ def _ranking(store: Any, item: Any) -> dict[str, Any] | None:
     from cortex.memory import now_epoch
     from cortex.recall import Prior
 
-    from cortex.index import Index, Indexes
+    from cortex.index import Index
 
     try:
         # One memory's explanation needs no sync of the store: the centralities kept for the committed cache
         # (`saved_centralities`) when there are some, else the synced index's.
-        central = Index(store).saved_centralities() if Indexes.serving is None else None
+        central = Index(store).saved_centralities()
         prior = Prior(store, None if central is not None else _index(store), now_epoch(), store.current_branch(),
                       central=central)
         return salience.explain(store, item, prior.parts(item))
@@ -815,12 +790,16 @@ def _served_recall(stores: list[Any], query: str, **options: Any) -> Any:
         return None
     from cortex.serve import ask
 
+    # The server searches its own stores: the project's, and the global one when this command would.
     answer = ask(root, {"op": "recall", "query": query, "types": list(options.pop("types")),
-                        "stores": [[str(each.root), each.label] for each in stores], **options}, timeout=10.0)
+                        "global": len(stores) > 1, **options}, timeout=10.0)
     if not answer or "hits" not in answer:
         if answer and "refused" in answer:
             raise QueryRefused(str(answer["refused"]))
         return None
+    roots = tuple(os.path.join(str(each.root), "") for each in stores)
+    if any(not str(row["memory"].get("path") or "").startswith(roots) for row in answer["hits"]):
+        return None  # a server with another global store (its own CORTEX_HOME): this command searches itself
     from cortex.index.manifest import memory_from_meta
     from cortex.recall import Hit, RecallResult
 
@@ -857,16 +836,10 @@ def recall(store: Any, query: str, limit: int | None, types: tuple[str, ...], br
     if at:
         store, no_global = _at(store, at), True
 
-    from cortex.index import Indexes
-
     stores = list(iter_stores(store, include_global=not no_global and store.label == "project"))
     limit = limit or int(store.config().get("recall.limit"))
-    if Indexes.serving is not None:  # run inside `cortex serve` for a client: its warm indexes and models
-        result = run_recall(stores, query, limit=limit, types=types, branch=branch, include_all=include_all,
-                            keyword_only=keyword, indexes=Indexes.serving)
-    else:
-        result = None if at else _served_recall(stores, query, limit=limit, types=types, branch=branch,
-                                                include_all=include_all, keyword=keyword)
+    result = None if at else _served_recall(stores, query, limit=limit, types=types, branch=branch,
+                                            include_all=include_all, keyword=keyword)
     if result is None:  # no server (or still warming): search here
         from cortex.index import answer_ahead
 
@@ -1464,10 +1437,10 @@ def briefing_command(store: Any, budget: int | None, fresh: bool, as_json: bool,
 @click.option("--idle", type=float, default=900.0, show_default=True, help="Exit after this many seconds without a request.")
 @store_options
 def serve_command(store: Any, idle: float) -> None:
-    """Resident query process for prompt-time recall (unix socket in .cortex/state/; started by SessionStart)."""
+    """Resident query process for prompt-time recall (a unix socket only this user can reach; started by SessionStart)."""
     from cortex.serve import serve
 
-    reason = serve(store, idle=idle, run_command=run_served)
+    reason = serve(store, idle=idle)
     click.echo(f"cortex serve stopped ({reason})", err=True)
 
 

@@ -4,9 +4,8 @@ A hook is a fresh process on every event, and the budget for a cached
 SessionStart is twice a bare `python -c pass`. `session_start` prints the
 cached briefing when its key (`cortex.layout.briefing_key`) still matches;
 `prompt` asks the resident `cortex serve` over its socket. Either returns
-False when the full hook (`cortex.hooks`) must run instead. `served_command`
-hands a command that a running server answers (`cortex list`, `status`,
-`show`, `remember`, `recall`) to it before click and the store are even imported.
+False when the full hook (`cortex.hooks`) must run instead. (Commands always run
+in their own process; only `cortex recall` asks the server for its search.)
 JSON and the socket go through `cortex.wire` (the C halves of `json` and
 `socket`: importing those two modules alone costs more than Python's start).
 """
@@ -187,8 +186,9 @@ def prompt(raw: str) -> bool:
     # A server still warming (started by this session's SessionStart a moment ago) is waited for, up to
     # PROMPT_WAIT seconds: the same recall in this process took 0.7 s at 100,000 memories, and 1.7 s on the
     # core the warming server needed.
-    answer = wire.ask(layout.socket_path(store_root), {"op": "prompt", "prompt": text, "wait": PROMPT_WAIT,
-                                                        "session": str(payload.get("session_id") or "")},
+    answer = wire.ask(layout.socket_path(store_root), {"op": "prompt", "prompt": text[:wire.PROMPT_CHARS],
+                                                        "wait": PROMPT_WAIT,
+                                                        "session": str(payload.get("session_id") or "")[:200]},
                       timeout=PROMPT_WAIT + 0.5)
     if answer is None or "context" not in answer:
         return False
@@ -220,39 +220,3 @@ def pre_tool_use(raw: str) -> bool:
             "prompt": str(given.get("prompt") or "")[:4000]}
     append_line(layout.subagent_tasks_file(store_root, session), task)
     return True
-
-
-# The commands `cortex serve` runs for a client (`cortex.cli.run_served`), and the arguments that keep one in
-# its own process: another store, a past revision, text on stdin, help.
-SERVED = frozenset({"list", "status", "show", "remember", "recall"})
-_NOT_SERVED = frozenset({"--global", "--at", "-", "--help", "-h", "--"})
-
-
-def served_command(args: list[str]) -> int | None:
-    """Run `cortex <args>` in the store's running `cortex serve`, printing what it printed; its exit status, or
-    None when the command must run in this process (not one it serves, no server, still warming)."""
-    if not args or args[0] not in SERVED or any(arg in _NOT_SERVED or arg.startswith("--at=") for arg in args):
-        return None
-    directory = None
-    for n, arg in enumerate(args):
-        if arg == "--dir" and n + 1 < len(args):
-            directory = args[n + 1]
-        elif arg.startswith("--dir="):
-            directory = arg[len("--dir="):]
-    if directory is not None:
-        store_root: str | None = os.path.realpath(os.path.expanduser(directory))
-    else:
-        store_root = layout.find_store(os.getcwd())
-    if store_root is None:
-        return None
-    try:
-        columns = os.get_terminal_size(sys.stdout.fileno()).columns
-    except (OSError, ValueError):
-        columns = int(os.environ.get("COLUMNS", "0") or 0) or 100
-    answer = wire.ask(layout.socket_path(store_root), {"op": "command", "argv": [*args, "--dir", store_root],
-                                                       "tty": sys.stdout.isatty(), "columns": columns}, timeout=30.0)
-    if not answer or not isinstance(answer.get("exit"), int):
-        return None
-    sys.stderr.write(str(answer.get("stderr", "")))
-    sys.stdout.write(str(answer.get("stdout", "")))
-    return int(answer["exit"])

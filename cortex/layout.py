@@ -168,16 +168,55 @@ def catch_up_file(store_root: str, session: str) -> str:
     return os.path.join(store_root, "state", "catch-up", os.path.basename(injections_file(store_root, session))[:-1])
 
 
-def socket_path(store_root: str) -> str:
-    """`state/serve.sock`, or a short path in the temp folder when that one is too long for AF_UNIX."""
-    path = os.path.join(store_root, "state", "serve.sock")
-    if len(path.encode()) < 100:
-        return path
-    import hashlib
-    import tempfile
+def private_dir(create: bool = False) -> str | None:
+    """This user's folder for cortex's sockets: `$XDG_RUNTIME_DIR/cortex` when that folder is this uid's, else
+    `cortex-<uid>` in the temp folder; None unless it is a real folder (not a link) owned by this uid that no
+    one else may enter, so a socket in it can be neither squatted nor reached by another user. `create`: make
+    it (0700) when missing (the server; a client only looks)."""
+    import stat
 
-    digest = hashlib.sha1(os.path.realpath(store_root).encode()).hexdigest()[:16]
-    return os.path.join(tempfile.gettempdir(), f"cortex-{digest}.sock")
+    uid = os.getuid()
+    runtime = os.environ.get("XDG_RUNTIME_DIR") or ""
+    try:
+        found = os.lstat(runtime) if os.path.isabs(runtime) else None
+        # Ours, and no one else may rename what is in it
+        usable = found is not None and stat.S_ISDIR(found.st_mode) and found.st_uid == uid and not found.st_mode & 0o022
+    except OSError:
+        usable = False
+    if usable:
+        folder = os.path.join(runtime, "cortex")
+    else:  # `tempfile.gettempdir`'s choice, without importing it (~5 ms of a hook)
+        temp = next((value for name in ("TMPDIR", "TEMP", "TMP")
+                     if (value := os.environ.get(name)) and os.path.isdir(value)), "/tmp")
+        folder = os.path.join(temp, f"cortex-{uid}")
+    if create:
+        try:
+            os.mkdir(folder, 0o700)
+            os.chmod(folder, 0o700)  # whatever the umask left of it
+        except OSError:
+            pass  # there already (checked below), or not makeable (then no server)
+    try:
+        found = os.lstat(folder)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(found.st_mode) or found.st_uid != uid or found.st_mode & 0o077:
+        return None  # a link, another user's folder (squatted), or one others may enter: no server
+    return folder
+
+
+def socket_path(store_root: str, create: bool = False) -> str | None:
+    """The socket of the store's `cortex serve` in this user's private folder (`private_dir`), named after the
+    store folder itself (its device and inode: the same for every path that leads to it, and no two store
+    folders share them); None when there is no private folder to put it in (then no server is used)."""
+    folder = private_dir(create)
+    if folder is None:
+        return None
+    try:
+        found = os.stat(store_root)
+    except OSError:
+        return None
+    path = os.path.join(folder, f"{found.st_dev:x}-{found.st_ino:x}.sock")
+    return path if len(path.encode()) < 100 else None  # AF_UNIX paths are ~107 bytes at most
 
 
 def lock_held(path: str) -> bool:
@@ -204,8 +243,9 @@ def server_running(store_root: str) -> bool:
 
 
 def server_up(store_root: str) -> bool:
-    """Whether a `cortex serve` answers (its socket is there) or is starting (it holds serve.lock)."""
-    return os.path.exists(socket_path(store_root)) or server_running(store_root)
+    """Whether a `cortex serve` runs for the store (it holds serve.lock from its start to its end): a socket
+    alone may be one a killed server left (then the next SessionStart starts a server, which replaces it)."""
+    return server_running(store_root)
 
 
 def watcher_ready(store_root: str) -> bool:

@@ -5,8 +5,8 @@ file before it can search (~0.7 s at 10,000 memories). `cortex serve` keeps
 an Index warm, follows the files with a watchdog observer (debounced sync, as
 `cortex watch` does, and like it vouches for the files so other processes
 skip their stat of every file), keeps the SessionStart briefing built, runs
-numpy with one BLAS thread, and answers requests on a unix socket under
-`.cortex/state/` (no network port). One per store (`state/serve.lock`); it
+numpy with one BLAS thread, and answers requests on a unix socket in the
+user's private folder (no network port). One per store (`state/serve.lock`); it
 exits by itself after `--idle` seconds without a request. The SessionStart
 hook starts it detached; the prompt hook asks it with a short timeout and
 falls back to recall in its own process when it is absent or slow.
@@ -21,9 +21,14 @@ session has a catch-up to be told waits for it; `settled`, whether the work
 of its start beside the requests is done and the next briefing built).
 `{"op": "recall", "query": …, "limit": …, …}` runs
 `cortex recall`'s search on the warm indexes (`cortex.cli.recall` asks it
-first) and answers `{"hits": [...], "notes": [...]}`; `{"op": "command",
-"argv": [...]}` runs a read-only command (`cortex list`, `status`, `show`)
-on them and answers `{"exit": …, "stdout": …, "stderr": …}`.
+first) and answers `{"hits": [...], "notes": [...]}`. Nothing else is answered:
+an unknown op or field, a field of the wrong type or range, or a request line
+over `wire.MAX_REQUEST` gets `{"error": …}` and runs nothing.
+
+Only its owner reaches it: the socket is in the user's private folder
+(`cortex.layout.private_dir`, 0700, checked before each use), mode 0600, and
+each side checks the other's uid (`SO_PEERCRED`) before a byte of request or
+answer is sent.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ import threading
 import time
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # importing the store costs a hook ~20 ms, `typing` ~4 ms; the client half of this module must not
-    from typing import Any, Callable
+    from typing import Any
 
     from cortex.index import Indexes
     from cortex.store import Store
@@ -43,16 +48,29 @@ if TYPE_CHECKING:  # importing the store costs a hook ~20 ms, `typing` ~4 ms; th
 
 from cortex import ONE_THREAD  # noqa: E402
 from cortex.layout import socket_path  # noqa: E402  (os-level, shared with the hook fast path)
+from cortex.wire import MAX_REQUEST, peer_uid  # noqa: E402
 
 
-def _read_line(connection: socket.socket) -> bytes:
-    """One newline-terminated message (the whole protocol is one JSON line each way)."""
+class RequestRefused(Exception):
+    """A request this server does not answer (the client is told why, and nothing runs)."""
+
+
+def _read_line(connection: socket.socket, limit: int) -> bytes:
+    """One newline-terminated message (the whole protocol is one JSON line each way), of at most `limit` bytes:
+    past it, reading stops and the request is refused (what is read stays bounded whatever a client sends)."""
     chunks: list[bytes] = []
+    size = 0
+    deadline = time.monotonic() + REQUEST_TIME
     while not chunks or not chunks[-1].endswith(b"\n"):
+        connection.settimeout(max(0.01, deadline - time.monotonic()))
         chunk = connection.recv(65536)
         if not chunk:
             break
+        size += len(chunk)
+        if size > limit:
+            raise RequestRefused(f"request over {limit} bytes")
         chunks.append(chunk)
+    connection.settimeout(REQUEST_TIME)  # for the answer, as long as for the request
     return b"".join(chunks)
 
 
@@ -62,6 +80,9 @@ def ask(store_root: str, request: dict[str, object], timeout: float = 0.5) -> di
     from cortex.wire import ask as ask_at
 
     return ask_at(socket_path(store_root), request, timeout)
+
+
+REQUEST_TIME = 2.0  # seconds a client has to send its whole request line
 
 
 BRIEFING_CHECK = 2.0  # seconds between looks at whether the cached briefing still matches branch, HEAD and store
@@ -79,8 +100,7 @@ UNBUILT_WAIT = 1.5
 ANSWER_ROOM = 0.5
 
 
-def serve(store: "Store", idle: float = 900.0, debounce: float = 0.3,
-          run_command: Callable[[list[str], bool], int] | None = None) -> str:
+def serve(store: "Store", idle: float = 900.0, debounce: float = 0.3) -> str:
     """Serve until idle; returns why it stopped. Raises CortexError when another server holds the store.
 
     The socket answers at once; the indexes warm in a background thread (a prompt that comes first gets
@@ -97,24 +117,30 @@ def serve(store: "Store", idle: float = 900.0, debounce: float = 0.3,
     lock = hold_lock(store.state_dir / "serve.lock")
     if lock is None:
         raise CortexError(f"a `cortex serve` already runs for {store.root}")
-    path = socket_path(str(store.root))
-    if os.path.exists(path):
-        os.unlink(path)  # a stale socket from a server that died; the lock says none runs
+    path = socket_path(str(store.root), create=True)
+    if path is None:
+        lock.close()
+        raise CortexError("no private folder for the server's socket (`$XDG_RUNTIME_DIR/cortex` or "
+                          "`cortex-<uid>` in the temp folder must be this user's, mode 0700): prompts are "
+                          "answered in the hook's own process")
+    if os.path.lexists(path):
+        os.unlink(path)  # a stale socket from a server that died (`kill -9`); the lock says none runs
     stop_on_sigterm()
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)
+    os.chmod(path, 0o600)  # whatever the umask: the owner's alone (its folder already keeps others out)
     server.listen(8)
     server.settimeout(0.25)
     warm = _Warm(store, debounce)
     warm.start()
     try:
-        return _loop(store, server, warm, idle, run_command)
+        return _loop(store, server, warm, idle)
     except KeyboardInterrupt:
         return "stopped by a signal"
     finally:
         warm.stop()
         server.close()
-        if os.path.exists(path):
+        if os.path.lexists(path):
             os.unlink(path)
         lock.close()
 
@@ -458,26 +484,73 @@ class _Warm(threading.Thread):
         self._release()
 
 
+# The fields each request may carry, and what each must be (`_checked`): a request names nothing beyond its
+# query and their options (no store, path, file or command), and these are all the ops there are.
+_NUMBER = (int, float)
+FIELDS: dict[str, dict[str, Any]] = {
+    "state": {}, "ping": {},
+    "prompt": {"prompt": str, "session": str, "wait": _NUMBER},
+    "recall": {"query": str, "limit": int, "types": list, "branch": (str, type(None)), "include_all": bool,
+               "keyword": bool, "global": bool},
+}
+MAX_WAIT = 5.0  # seconds a prompt may ask the server to wait for its warm-up
+
+
+def _checked(request: object) -> dict[str, Any]:
+    """The request when it is one this server answers, with every field of the right type and range (a prompt
+    cut to `wire.PROMPT_CHARS`); RequestRefused naming what is wrong otherwise."""
+    from cortex.memory import TYPES
+    from cortex.wire import PROMPT_CHARS
+
+    if not isinstance(request, dict):
+        raise RequestRefused("a request is one JSON object")
+    op = request.get("op")
+    if not isinstance(op, str) or op not in FIELDS:
+        raise RequestRefused(f"unknown op {op!r}: this server answers {', '.join(sorted(FIELDS))}")
+    allowed = FIELDS[op]
+    for name, value in request.items():
+        if name == "op":
+            continue
+        if name not in allowed:
+            raise RequestRefused(f"unknown field {name!r} in a {op} request")
+        if isinstance(value, bool) and allowed[name] is not bool or not isinstance(value, allowed[name]):
+            raise RequestRefused(f"field {name!r} of a {op} request has the wrong type")
+    checked = dict(request)
+    if "wait" in checked and not 0 <= checked["wait"] <= MAX_WAIT:
+        raise RequestRefused(f"field 'wait' must be between 0 and {MAX_WAIT:g} seconds")
+    if len(checked.get("session", "")) > 200:
+        raise RequestRefused("field 'session' is over 200 characters")
+    if "prompt" in checked:
+        checked["prompt"] = checked["prompt"][:PROMPT_CHARS]
+    if len(checked.get("query", "")) > PROMPT_CHARS:
+        raise RequestRefused(f"field 'query' is over {PROMPT_CHARS} characters")
+    if "limit" in checked and not 1 <= checked["limit"] <= 1000:
+        raise RequestRefused("field 'limit' must be between 1 and 1000")
+    if any(kind not in TYPES for kind in checked.get("types", ())):
+        raise RequestRefused(f"field 'types' may hold only {', '.join(TYPES)}")
+    if len(checked.get("branch") or "") > 1000:
+        raise RequestRefused("field 'branch' is over 1000 characters")
+    return checked
+
+
 def _recall(store: "Store", warm: _Warm, request: dict[str, Any]) -> dict[str, object]:
-    """`cortex recall`'s search, run on this server's warm indexes: the hits with their memories (bodies
-    included, for the command to render), or `{"warming": true}` (the command then recalls itself): also while
-    the index a server with nothing searchable builds is not in (`_Warm.unbuilt`)."""
+    """`cortex recall`'s search, run on this server's warm indexes, of this server's stores (the project's, and
+    the global one unless `"global": false`): the hits with their memories (bodies included, for the command
+    to render), or `{"warming": true}` (the command then recalls itself): also while the index a server with
+    nothing searchable builds is not in (`_Warm.unbuilt`)."""
     if not warm.ready.is_set() or warm.building() or not warm.busy.acquire(timeout=COMMAND_WAIT):
         return {"warming": True}
-    from pathlib import Path
-
     from cortex.errors import QueryRefused
     from cortex.recall import recall
-    from cortex.store import Store
+    from cortex.store import iter_stores
 
     try:
         warm.follow(0.0)
-        stores = [store if root == str(store.root) else Store(Path(root), label)
-                  for root, label in request.get("stores") or [[str(store.root), store.label]]]
+        stores = list(iter_stores(store, include_global=request.get("global", True) and store.label == "project"))
         try:
-            result = recall(stores, str(request.get("query", "")), limit=int(request.get("limit") or 10),
-                            types=tuple(request.get("types") or ()), branch=request.get("branch"),
-                            include_all=bool(request.get("include_all")), keyword_only=bool(request.get("keyword")),
+            result = recall(stores, request.get("query", ""), limit=request.get("limit", 10),
+                            types=tuple(request.get("types", ())), branch=request.get("branch"),
+                            include_all=request.get("include_all", False), keyword_only=request.get("keyword", False),
                             indexes=warm.indexes)
         except QueryRefused as exc:
             return {"refused": str(exc)}
@@ -485,37 +558,6 @@ def _recall(store: "Store", warm: _Warm, request: dict[str, Any]) -> dict[str, o
                                                 for hit in result.hits]}
     finally:
         warm.busy.release()
-
-
-def _command(warm: _Warm, request: dict[str, Any], run_command: Callable[[list[str], bool], int] | None) -> dict[str, object]:
-    """Run one read-only command (`cortex list`, `status`, `show`) for a client on this server's warm indexes
-    (`Indexes.serving`): its output and exit status, as the client would have printed them itself. With
-    `{"warming": true}` (or an error) the client runs the command on its own."""
-    import contextlib
-    import io
-
-    from cortex.index import Indexes
-
-    argv = [str(arg) for arg in request.get("argv") or []]
-    if run_command is None or not warm.ready.is_set() or not warm.busy.acquire(timeout=COMMAND_WAIT):
-        return {"warming": True}
-    out, err = io.StringIO(), io.StringIO()
-    columns = os.environ.get("COLUMNS")
-    try:
-        warm.follow(0.0)
-        Indexes.serving = warm.indexes
-        if request.get("columns"):
-            os.environ["COLUMNS"] = str(request["columns"])  # `list` fits titles to the client's terminal
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = run_command(argv, bool(request.get("tty")))
-    finally:
-        Indexes.serving = None
-        if columns is None:
-            os.environ.pop("COLUMNS", None)
-        else:
-            os.environ["COLUMNS"] = columns
-        warm.busy.release()
-    return {"exit": code, "stdout": out.getvalue(), "stderr": err.getvalue()}  # stdout is sent raw (`_send`)
 
 
 def _current_for(store: "Store", warm: _Warm, request: dict[str, Any]) -> bool:
@@ -538,18 +580,11 @@ def _current_for(store: "Store", warm: _Warm, request: dict[str, Any]) -> bool:
 
 
 def _send(connection: socket.socket, answer: dict[str, object]) -> None:
-    """One JSON line; a command's output follows it as raw bytes (JSON-escaping megabytes costs more than the
-    command)."""
-    stdout = answer.pop("stdout", None)
-    if not isinstance(stdout, str):
-        connection.sendall(json.dumps(answer).encode() + b"\n")
-        return
-    raw = stdout.encode("utf-8")
-    connection.sendall(json.dumps(answer | {"stdout_bytes": len(raw)}).encode() + b"\n" + raw)
+    """One JSON line."""
+    connection.sendall(json.dumps(answer).encode() + b"\n")
 
 
-def _loop(store: "Store", server: socket.socket, warm: _Warm, idle: float,
-          run_command: Callable[[list[str], bool], int] | None = None) -> str:
+def _loop(store: "Store", server: socket.socket, warm: _Warm, idle: float) -> str:
     """Answer requests until `idle` seconds pass without one."""
     from cortex.events import prompt_context, take_catch_up
     from cortex.text import injected_ids
@@ -563,35 +598,41 @@ def _loop(store: "Store", server: socket.socket, warm: _Warm, idle: float,
             connection, _ = server.accept()
         except socket.timeout:
             continue
-        last = warm.asked = time.monotonic()
         with connection:
-            connection.settimeout(2.0)
             try:
-                request = json.loads(_read_line(connection) or b"{}")
-                answer: dict[str, object]
+                uid = peer_uid(connection)
+            except OSError:
+                continue
+            if uid is not None and uid != os.getuid():
+                store.log(f"serve: a client of uid {uid} refused")
+                continue  # another user's process: closed unanswered
+            last = warm.asked = time.monotonic()
+            answer: dict[str, object]
+            try:
+                request = _checked(json.loads(_read_line(connection, MAX_REQUEST) or b"{}"))
                 if request.get("op") == "state":  # answered at once: the server is up, warm or not
                     answer = {"ok": True, "pid": os.getpid(), "ready": warm.ready.is_set(),
                               "current": warm.current.is_set(), "settled": warm.settled.is_set()}
                 elif request.get("op") == "recall":  # `cortex recall` asks here first: warm indexes and model
                     answer = _recall(store, warm, request)
-                elif request.get("op") == "command":  # `cortex list`, `status` and `show` ask here first
-                    answer = _command(warm, request, run_command)
                 elif request.get("op") != "prompt":  # ping: answered once warm (a client waiting for it waits)
                     if not warm.ready.is_set():
                         continue
                     answer = {"ok": True, "pid": os.getpid(), "ready": True}
-                elif not warm.ready.wait(min(float(request.get("wait") or 0), 5.0)) \
+                elif not warm.ready.wait(request.get("wait", 0)) \
                         or not _current_for(store, warm, request) or not warm.busy.acquire(timeout=0.3):
                     answer = {"warming": True}  # no "context": the hook recalls in its own process
                 else:
                     try:
                         warm.follow(0.0)  # what was written since the last look, before answering
-                        context = prompt_context(store, str(request.get("prompt", "")), warm.indexes,
-                                                 take_catch_up(store, str(request.get("session") or "")),
+                        context = prompt_context(store, request.get("prompt", ""), warm.indexes,
+                                                 take_catch_up(store, request.get("session", "")),
                                                  warm.catch_up_indexes())
                         answer = {"context": context, "ids": injected_ids(context or "")}
                     finally:
                         warm.busy.release()
+            except (RequestRefused, ValueError) as exc:  # a request it does not answer: said, nothing run
+                answer = {"error": str(exc)[:500]}
             except Exception as exc:  # one bad request never stops the server
                 store.log(f"serve: {exc!r}")
                 answer = {"error": str(exc)}

@@ -40,10 +40,10 @@ def start_server(store_root: str) -> None:
     server's log as its output, not `subprocess` (importing it and `cortex.serve` cost ~11 ms, more than the
     rest of a cached SessionStart). Only the standard streams are handed on (Python opens every other file
     non-inheritable); the child is reaped by init once this short-lived process ends."""
-    from cortex.layout import server_up
+    from cortex.layout import private_dir, server_up
 
-    if server_up(store_root):
-        return
+    if server_up(store_root) or private_dir(create=True) is None:
+        return  # one runs; or there is no private folder for its socket (the prompt hook recalls in its own process)
     state = os.path.join(store_root, "state")
     args = ["serve", "--dir", store_root, "--idle", os.environ.get("CORTEX_SERVE_IDLE", "900")]  # tests shorten it
     env = _one_blas_thread()

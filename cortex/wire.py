@@ -14,6 +14,7 @@ standard modules are used.
 from __future__ import annotations
 
 import os
+import sys
 
 try:
     import _json
@@ -69,11 +70,37 @@ def dumps(value: object) -> str:
     return "".join(_encode(value, 0))
 
 
-def ask(path: str, request: dict[str, object], timeout: float = 0.5) -> dict[str, object] | None:
-    """Send one request to the server listening on the unix socket `path`; None when there is none, it is
-    too slow or it answers nonsense. An answer with `"stdout_bytes": n` is followed by n raw bytes (a
-    command's output), returned decoded as `stdout`."""
-    if not os.path.exists(path):
+# What a server reads of one request line: a prompt hook's or `cortex recall`'s request is a few kilobytes.
+MAX_REQUEST = 1 << 20
+PROMPT_CHARS = 20_000  # of a prompt, what is sent and searched (the hook's own process reads no more of it)
+
+
+def peer_uid(connection: object) -> int | None:
+    """The uid of the process at the other end of a connected unix socket (`SO_PEERCRED`), or None where the
+    system does not say (then the private folder of `cortex.layout.private_dir` is what keeps others out)."""
+    module = _socket
+    if module is None:
+        import socket as module  # type: ignore[no-redef]
+    option = getattr(module, "SO_PEERCRED", None)
+    if option is None:
+        return None
+    raw = connection.getsockopt(module.SOL_SOCKET, option, 12)  # type: ignore[attr-defined]
+    return int.from_bytes(raw[4:8], sys.byteorder)  # struct ucred: pid, uid, gid (native 32-bit integers)
+
+
+def ask(path: str | None, request: dict[str, object], timeout: float = 0.5) -> dict[str, object] | None:
+    """Send one request to the server listening on the unix socket `path` (`cortex.layout.socket_path`); None
+    when there is none, it is too slow, it answers nonsense or it is not this user's (the socket file's owner
+    and the peer's uid are checked: a process of another user never hears a request)."""
+    import stat
+
+    if path is None:
+        return None
+    try:
+        found = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISSOCK(found.st_mode) or found.st_uid != os.getuid():
         return None
     module = _socket
     if module is None:
@@ -85,6 +112,9 @@ def ask(path: str, request: dict[str, object], timeout: float = 0.5) -> dict[str
     try:
         client.settimeout(timeout)
         client.connect(path)
+        uid = peer_uid(client)
+        if uid is not None and uid != os.getuid():
+            return None  # another user's process: it hears nothing
         client.sendall(dumps(request).encode() + b"\n")
         chunks: list[bytes] = []
         while not chunks or b"\n" not in chunks[-1]:
@@ -92,21 +122,8 @@ def ask(path: str, request: dict[str, object], timeout: float = 0.5) -> dict[str
             if not chunk:
                 break
             chunks.append(chunk)
-        head, _, rest = b"".join(chunks).partition(b"\n")
-        answer = loads(head)
-        if not isinstance(answer, dict):
-            return None
-        size = answer.get("stdout_bytes")
-        if isinstance(size, int):
-            parts, got = [rest], len(rest)
-            while got < size:
-                chunk = client.recv(1 << 20)
-                if not chunk:
-                    return None  # cut short: the caller does the work itself
-                parts.append(chunk)
-                got += len(chunk)
-            answer["stdout"] = b"".join(parts).decode("utf-8")
-        return answer
+        answer = loads(b"".join(chunks).partition(b"\n")[0])
+        return answer if isinstance(answer, dict) else None
     except (OSError, ValueError):  # no server, a timeout (an OSError), a broken answer
         return None
     finally:

@@ -22,6 +22,12 @@ def _prompt(project: Path, text: str) -> str:
     return result.stdout
 
 
+def _served(root: Path, query: str) -> str:
+    """The ids and titles of what the running server's recall finds for `query` (its own view of the files)."""
+    answer = serve.ask(str(root), {"op": "recall", "query": query, "limit": 10, "global": False}, timeout=10) or {}
+    return "\n".join(f"{hit['memory']['id']} {hit['memory']['title']}" for hit in answer.get("hits", []))
+
+
 @pytest.fixture
 def in_process_server():
     """A `serve._Warm` run in this process; afterwards the process's contextual model is as it was (the server
@@ -105,10 +111,10 @@ def test_a_server_started_after_edits_made_without_one_serves_the_files_as_they_
         assert wait_for(lambda: serve.ask(root, {"op": "ping"}) is not None, 60)
         assert wait_for(lambda: (serve.ask(root, {"op": "state"}) or {}).get("current"), 60)
         answer = serve.ask(root, {"op": "recall", "query": "zebrafish team", "limit": 5, "types": [],
-                                  "stores": [[root, "project"]]}, timeout=10)
+                                  "global": False}, timeout=10)
         assert answer is not None and [hit["memory"]["id"] for hit in answer["hits"]][:1] == [edited.id]
         answer = serve.ask(root, {"op": "recall", "query": "staging bucket cron", "limit": 5, "types": [],
-                                  "stores": [[root, "project"]]}, timeout=10)
+                                  "global": False}, timeout=10)
         assert answer is not None and gone.id not in [hit["memory"]["id"] for hit in answer["hits"]]
     finally:
         proc.terminate()
@@ -158,7 +164,7 @@ def test_a_server_with_nothing_searchable_sends_recall_away_and_holds_prompts_un
     warm = serve._Warm(store, 0.0)  # not started: its state set by hand
     warm.ready.set()
     warm.unbuilt = True
-    request = {"query": "do we keep money amounts as floats?", "limit": 3, "stores": [[str(store.root), "project"]]}
+    request = {"query": "do we keep money amounts as floats?", "limit": 3, "global": False}
     assert serve._recall(store, warm, request) == {"warming": True}
     warm.unbuilt_wait = 0.3  # what prompts may wait for the build, in all
     wait = serve.ANSWER_ROOM + 0.2  # each waits 0.2 s at most: the rest is the hook's room for the answer
@@ -317,9 +323,10 @@ def test_a_session_shown_the_last_briefing_gets_what_changed_from_the_server_at_
     assert "0123456789ab" in session_start("s3")
 
 
-def test_commands_are_answered_by_the_running_server_as_they_would_be_here(project):
-    """`list`, `show`, `status`, `recall` and `remember` ask a running server first (its warm indexes), and
-    print exactly what they print without one; `remember -` (stdin) and `--at` stay in the process."""
+def test_commands_run_in_their_own_process_and_recall_asks_the_running_server(project):
+    """With a server running, `list`, `show`, `status` and `remember` run in their own process (the server runs
+    no command for a client, issue 37) and print what they print without one; `cortex recall` asks the server
+    for its search (its warm indexes and models) and prints the same hits; `--at` stays in the process."""
     first = remember(project, "Redis OOM on staging: rate-limit keys were created without a TTL", type="gotcha").id
     remember(project, "Chose SQLite over Postgres for the local cache: one file, no server", type="decision")
     remember(project, "Pinned rule: never log card numbers", pinned=True)
@@ -332,40 +339,28 @@ def test_commands_are_answered_by_the_running_server_as_they_would_be_here(proje
         assert wait_for(lambda: serve.ask(str(root), {"op": "ping"}) is not None, 60)
         # It answers before it has built the next briefing; that build would rebuild a missing manifest.
         assert wait_for(lambda: (root / "state" / "briefing.next.json").exists(), 60)
-        # Proof that the server answers: with the cache's manifest gone, a command run here would rebuild it.
+        # Proof that the server answers: with the cache's manifest gone, a recall run here would rebuild it.
         (root / "cache" / "manifest.bin").unlink()
-        assert cortex("list", cwd=project).stdout == here["list"]
-        assert cortex("list", "--json", "--all", cwd=project).stdout == here["json"]
-        assert cortex("show", first, cwd=project).stdout == here["show"]
-        served = json.loads(cortex("recall", "which database did we decide on", "--json", cwd=project).stdout)
-        assert [hit["id"] for hit in served] == [hit["id"] for hit in json.loads(here["recall"])]
-        status = json.loads(cortex("status", "--json", cwd=project).stdout)
-        assert {key: status[key] for key in ("total", "by_type", "by_status", "pinned", "problems")} == \
-            {key: json.loads(here["status"])[key] for key in ("total", "by_type", "by_status", "pinned", "problems")}
-        assert not (root / "cache" / "manifest.bin").exists()
-        new = cortex("remember", "Redis keys for rate limits must always get a TTL", "--type", "gotcha",
-                     cwd=project).stdout.strip()
-        assert new in cortex("list", cwd=project).stdout  # written by the server, seen at once
-        assert "must always get a TTL" in cortex("show", new, "--raw", cwd=project).stdout  # the file, on disk
-        assert cortex("show", "nope", cwd=project, check=False).returncode == 1  # the error and status carried over
-        # Handed over before click or the store is imported (`hotpath.served_command`): the answer costs a
-        # bare Python start and a socket round trip.
-        traced = subprocess.run([sys.executable, "-X", "importtime", "-m", "cortex", "list"], cwd=project,
-                                capture_output=True, text=True, check=True)
-        assert traced.stdout == cortex("list", cwd=project).stdout
-        imported = {line.rsplit("|", 1)[-1].strip() for line in traced.stderr.splitlines() if "|" in line}
-        assert "cortex.hotpath" in imported and not {"click", "cortex.cli", "cortex.store"} & imported
         traced = subprocess.run([sys.executable, "-X", "importtime", "-m", "cortex", "recall",
                                  "which database did we decide on", "--json"], cwd=project, capture_output=True,
                                 text=True, check=True)
-        again = json.loads(cortex("recall", "which database did we decide on", "--json", cwd=project).stdout)
-        assert [hit["id"] for hit in json.loads(traced.stdout)] == [hit["id"] for hit in again]
+        assert [hit["id"] for hit in json.loads(traced.stdout)] == [hit["id"] for hit in json.loads(here["recall"])]
         imported = {line.rsplit("|", 1)[-1].strip() for line in traced.stderr.splitlines() if "|" in line}
-        assert not {"click", "cortex.cli", "numpy", "whoosh"} & imported  # the server's warm models answered
+        assert not {"numpy", "whoosh"} & imported  # the server's warm models answered
+        assert not (root / "cache" / "manifest.bin").exists()
         refused = cortex("recall", "?", cwd=project, check=False)  # a refused query: said as without a server
         assert refused.returncode == 1 and "no word to search for" in refused.stderr
-        piped = cortex("remember", "-", cwd=project, input="Deploys freeze on Fridays after noon\n").stdout.strip()
-        assert piped in cortex("list", cwd=project).stdout
+        assert cortex("list", cwd=project).stdout == here["list"]
+        assert cortex("list", "--json", "--all", cwd=project).stdout == here["json"]
+        assert cortex("show", first, cwd=project).stdout == here["show"]
+        status = json.loads(cortex("status", "--json", cwd=project).stdout)
+        assert {key: status[key] for key in ("total", "by_type", "by_status", "pinned", "problems")} == \
+            {key: json.loads(here["status"])[key] for key in ("total", "by_type", "by_status", "pinned", "problems")}
+        new = cortex("remember", "Redis keys for rate limits must always get a TTL", "--type", "gotcha",
+                     cwd=project).stdout.strip()
+        assert new in cortex("list", cwd=project).stdout
+        assert wait_for(lambda: new in _served(root, "rate limit keys must get a TTL"), 30)  # and in the server's
+        assert cortex("show", "nope", cwd=project, check=False).returncode == 1
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -393,11 +388,9 @@ def test_files_changed_by_hand_reach_the_server_from_its_observer(project):
         added.write_text("---\nid: 0123456789ab\ntype: pattern\ntitle: The VPN drops idle SSH sessions\n---\n"
                          "The VPN drops SSH sessions idle for five minutes.\n", encoding="utf-8")
 
-        def served_list() -> str:
-            return cortex("list", cwd=project).stdout
-
-        assert wait_for(lambda: "canary fleet" in served_list() and removed.id not in served_list()
-                        and "0123456789ab" in served_list(), 30)
+        assert wait_for(lambda: "canary fleet" in _served(root, "deploys go through first")
+                        and removed.id not in _served(root, "Redis runs in a container on port 6380")
+                        and "0123456789ab" in _served(root, "VPN drops idle SSH sessions"), 30)
         store = Store.locate(project)
         assert wait_for(lambda: "cache kept by a watcher (cortex watch or cortex serve)"
                         in Index(store).sync(full=False).notes, 30)
@@ -429,17 +422,15 @@ def test_a_write_by_another_cortex_process_reaches_the_server_behind_a_fence(pro
                                      body="The VPN drops SSH sessions idle for five minutes."))
         store.update(kept.id, {"title": "Deploys go through the canary fleet first"})
 
-        def served_list() -> str:
-            return cortex("list", cwd=project).stdout
-
-        assert wait_for(lambda: written.id in served_list() and "canary fleet" in served_list(), 30)
+        assert wait_for(lambda: written.id in _served(root, "VPN drops idle SSH sessions")
+                        and "canary fleet" in _served(root, "deploys go through first"), 30)
         fence = root / "memories" / ".fence" / "mark"
         assert fence.is_file()  # the write was followed behind a fence
         assert wait_for(lambda: "cache kept by a watcher (cortex watch or cortex serve)"
                         in Index(store).sync(full=False).notes, 30)
         assert not any(".fence" in path for path in pygit2.Repository(str(project)).status())
         status = cortex("status", cwd=project).stdout
-        assert "problems: none" in status and ".fence" not in status + served_list()
+        assert "problems: none" in status and ".fence" not in status + cortex("list", cwd=project).stdout
     finally:
         proc.terminate()
         proc.wait(timeout=30)

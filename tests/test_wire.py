@@ -35,12 +35,12 @@ def test_anything_but_one_json_document_is_a_value_error(text):
         wire.loads(text)
 
 
-def test_ask_sends_one_line_and_reads_the_answer_and_the_raw_output_after_it(tmp_path):
+def test_ask_sends_one_line_and_reads_the_answer(tmp_path):
     path = str(tmp_path / "serve.sock")
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)
     server.listen(1)
-    output = "line one\n" + "é" * 200_000  # longer than one read
+    context = "line one\n" + "é" * 200_000  # longer than one read
     received = []
 
     def answer() -> None:
@@ -50,18 +50,18 @@ def test_ask_sends_one_line_and_reads_the_answer_and_the_raw_output_after_it(tmp
             while not request.endswith(b"\n"):
                 request += connection.recv(4096)
             received.append(json.loads(request))
-            raw = output.encode()
-            connection.sendall(json.dumps({"exit": 3, "stdout_bytes": len(raw)}).encode() + b"\n" + raw)
+            connection.sendall(json.dumps({"context": context, "ids": ["a"]}).encode() + b"\n")
 
     thread = threading.Thread(target=answer)
     thread.start()
     try:
-        got = wire.ask(path, {"op": "command", "argv": ["list", "--dir", "/x"]}, timeout=10)
+        got = wire.ask(path, {"op": "prompt", "prompt": "redis", "wait": 1}, timeout=10)
     finally:
         thread.join(10)
         server.close()
-    assert received == [{"op": "command", "argv": ["list", "--dir", "/x"]}]
-    assert got == {"exit": 3, "stdout_bytes": len(output.encode()), "stdout": output}
+    assert received == [{"op": "prompt", "prompt": "redis", "wait": 1}]
+    assert got == {"context": context, "ids": ["a"]}
+    assert wire.ask(None, {"op": "state"}) is None  # no private folder: no server
 
 
 def test_ask_without_a_server_or_with_a_silent_one_is_none(tmp_path):
