@@ -178,10 +178,11 @@ def test_a_4mb_prompt_is_answered_from_its_head_in_the_memory_of_a_short_one(pay
 
 
 def test_a_prompt_of_many_pasted_hook_context_blocks_is_answered(paying):
-    """Before: the `<hook_context>` blocks of a prompt were cut out one at a time, each cut copying the whole
-    text: a 4 MB paste of them hung the prompt hook. After: one pass, and the question is answered."""
+    """Before: the `<hook_context>` blocks of a prompt were cut out one at a time, each cut copying the rest of
+    the text (quadratic: 20,000 blocks took 0.2 s, 600,000 ~200 s, twice per hook). After: one pass, and the
+    question after them is answered."""
     project, wanted = paying
-    pasted = "<hook_context>briefing</hook_context>" * 120_000
+    pasted = "<hook_context></hook_context>" * 600_000
     result = subprocess.run([*cortex_command(), "hook", "prompt"], cwd=project, capture_output=True, timeout=120,
                             input=_prompt_payload(project, pasted + QUESTION))
     assert result.returncode == 0
@@ -216,8 +217,8 @@ def _tagged(uuid: str, text: str) -> dict[str, Any]:
 
 
 def test_an_over_long_line_is_skipped_and_the_lines_around_it_captured(project, tmp_path):
-    """Guards new behaviour (no prior bug): a 20 MB line between two records is skipped, both records kept,
-    even when a Stop comes while the long line is still being written."""
+    """Guards new behaviour (today's code read the line whole, and fails here only for the missing log line): a
+    20 MB line between two records is skipped, both records kept, even when a Stop comes mid-line."""
     transcript = tmp_path / "t.jsonl"
     first = json.dumps(_tagged("a1", "Invoices are stored in S3 under the tenant prefix.")).encode()
     long_head = json.dumps({"type": "user", "uuid": "u2", "message": {"role": "user", "content": "x" * (20 * MB)}}).encode()
