@@ -252,8 +252,8 @@ def _process(pid: int) -> str:
             argv = [part.decode("utf-8", "replace") for part in handle.read().split(b"\0") if part]
     except OSError:
         return f"another process (pid {pid})"
-    for n, arg in enumerate(argv):  # `cortex maintain` or `python -m cortex maintain`
-        if os.path.basename(arg) == "cortex" or (arg == "cortex" and n and argv[n - 1] == "-m"):
+    for n, arg in enumerate(argv):  # `cortex maintain`, `python /venv/bin/cortex maintain`, `python -m cortex maintain`
+        if os.path.basename(arg) == "cortex":
             words = argv[n + 1:n + 3] if argv[n + 1:n + 2] == ["hook"] else argv[n + 1:n + 2]  # never its text
             return f"another cortex process (pid {pid}, `{' '.join(['cortex', *words])}`)"
     name = os.path.basename(argv[0]) if argv else "?"
