@@ -44,7 +44,7 @@ from cortex.guard import redact, scan_text
 from cortex.memory import CAPTURE_TYPES, Memory, title_from_text
 from cortex.store import Store
 from cortex.text import INJECTED_END, INJECTED_MARK, words
-from cortex.transcripts import normalise
+from cortex.transcripts import MAX_DUMP_BYTES, MAX_LINE_BYTES, Lines, normalise
 
 MAX_SLICE = 65_000  # characters of the session the LLM layer is sent
 DEFAULT_MAX_MESSAGE = 20_000  # `capture.max_message_chars`: what capture reads of one message, a body's longest
@@ -133,6 +133,9 @@ def read_new_records(store: Store, transcript: Path, from_start: bool = False) -
         head = handle.read(1)
         handle.seek(0)
         if head == b"[":  # a JSON-array dump: one element per JSONL line
+            if stat.st_size > MAX_DUMP_BYTES:  # parsed whole, so never one this big
+                store.log(f"capture: {transcript}: a JSON dump of {stat.st_size} bytes, over {MAX_DUMP_BYTES}; not read")
+                return [], 1, cursor
             try:
                 records = json.load(handle)
             except ValueError:
@@ -140,26 +143,24 @@ def read_new_records(store: Store, transcript: Path, from_start: bool = False) -
             done = int(cursor.get("count", 0))
             fresh = [r for r in records[done:] if isinstance(r, dict)]
             return fresh, 0, {"inode": stat.st_ino, "size": stat.st_size, "count": len(records)}
-        offset = int(cursor.get("offset", 0))
-        handle.seek(offset)
-        data = handle.read()
-    end = data.rfind(b"\n")
-    complete = data[: end + 1] if end >= 0 else b""  # a partial last line waits for the next run
-    records, skipped = [], 0
-    for raw in complete.split(b"\n"):
-        if not raw.strip():
-            continue
-        try:
-            record = json.loads(raw)
-        except ValueError:
-            skipped += 1
-            continue
-        if isinstance(record, dict):
-            records.append(record)
-    new_offset = offset + len(complete)
+        # Streamed: a partial last line waits for the next run; one over MAX_LINE_BYTES is skipped, never held.
+        lines = Lines(handle, int(cursor.get("offset", 0)), bool(cursor.get("skipping")))
+        records, skipped = [], 0
+        for raw in lines:
+            if not raw.strip():
+                continue
+            try:
+                record = json.loads(raw)
+            except ValueError:
+                skipped += 1
+                continue
+            if isinstance(record, dict):
+                records.append(record)
+    if lines.skipped:
+        store.log(f"capture: {transcript}: skipped {lines.skipped} line(s) over {MAX_LINE_BYTES} bytes")
     last = next((r.get("uuid") for r in reversed(records) if r.get("uuid")), cursor.get("uuid"))
-    return records, skipped, {"inode": stat.st_ino, "size": new_offset, "offset": new_offset, "uuid": last,
-                              "pending": cursor.get("pending")}
+    saved = {"inode": stat.st_ino, "size": lines.end, "offset": lines.end, "uuid": last, "pending": cursor.get("pending")}
+    return records, skipped, saved | ({"skipping": True} if lines.skipping else {})
 
 
 def _digest(text: str) -> str:
@@ -1017,6 +1018,23 @@ def capture(store: Store, transcript: Path, session: str | None = None, last_mes
             dry_run: bool = False) -> CaptureReport:
     """Run the pipeline on what is new in `transcript`; write memories; advance the cursor.
 
+    One capture of a transcript at a time (parallel Stops of one session would each write what is new): a
+    second one waits for the first, then reads on from the cursor it saved; after `lock_wait()` it raises
+    `LockBusy`, and what is new is left for the next run. Everything else: `_capture`.
+    """
+    if dry_run:
+        return _capture(store, transcript, session, last_message, from_start, commit, indexes, dry_run)
+    from cortex.files import file_lock, lock_wait
+
+    key = _cursor_path(store, transcript).stem
+    with file_lock(store.state_dir / "locks" / f"capture-{key}.lock", timeout=lock_wait()):
+        return _capture(store, transcript, session, last_message, from_start, commit, indexes, dry_run)
+
+
+def _capture(store: Store, transcript: Path, session: str | None, last_message: str | None, from_start: bool,
+             commit: str | None, indexes: Any, dry_run: bool) -> CaptureReport:
+    """Run the pipeline on what is new in `transcript`; write memories; advance the cursor.
+
     With `dry_run`, the guarded candidates land in `report.candidates` and nothing is written: no memory, no
     cursor, no LLM job.
 
@@ -1041,7 +1059,10 @@ def capture(store: Store, transcript: Path, session: str | None = None, last_mes
     pending = cursor.pop("pending", None)
     if pending:  # the reply the last run took from the hook payload has reached the file since: already captured
         items = [e for e in items if not (e.kind == "text" and _digest(e.text) == pending)]
-    if last_message and not any(e.kind == "text" and last_message.strip() in e.text for e in items):
+    if last_message and (_digest(last_message) == pending
+                         or any(e.kind == "text" and last_message.strip() in e.text for e in items)):
+        cursor["pending"] = _digest(last_message)  # captured: a Stop sending the same reply again skips it
+    elif last_message:
         # The transcript on disk can lag the Stop hook: take the reply from the payload, and remember it so the
         # next run, which reads it from the file, does not capture it twice.
         items.append(Event("text", last_message))

@@ -67,3 +67,23 @@ class SecretDetected(CortexError):
         where = f"{self.path}" if self.path is not None else "memory"
         at = f" line {line}" if line else ""
         super().__init__(f"{where}{at}: looks like a secret ({rule}); memories are pushed to remotes, so it was not written")
+
+
+class LockBusy(CortexError):
+    """Another process held a lock longer than this one waits for it (`cortex.files.lock_wait`)."""
+
+    def __init__(self, path: Path | str, holder: str | None = None) -> None:
+        self.path = Path(path)
+        self.holder = holder
+        super().__init__(f"{holder or 'another process'} holds {_shown(self.path)}; try again when it finishes")
+
+
+def _shown(path: Path) -> str:
+    """`path` relative to the working folder when it is inside it (`.cortex/state/write.lock`), else whole."""
+    import os
+
+    try:
+        relative = os.path.relpath(path)
+    except ValueError:  # another drive (Windows)
+        return str(path)
+    return str(path) if relative.startswith("..") else relative

@@ -79,14 +79,30 @@ CANNOT_WRITE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
 NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
+LOCK_WAIT = 10.0  # seconds a command waits for a store's write lock before it names the holder and fails
+HOOK_LOCK_WAIT = 5.0  # seconds a hook waits (its budget is 30 s at most): then it logs, and the next event retries
+_lock_wait = [LOCK_WAIT]
+
+
+def lock_wait() -> float:
+    """How long this process waits for a store's write lock or a transcript's capture lock (docs/store.md)."""
+    return _lock_wait[0]
+
+
+def set_lock_wait(seconds: float) -> None:
+    """Wait `seconds` for those locks from now on: hooks wait less than commands (`HOOK_LOCK_WAIT`)."""
+    _lock_wait[0] = seconds
+
+
 @contextlib.contextmanager
-def file_lock(path: Path) -> Iterator[None]:
+def file_lock(path: Path, timeout: float | None = None) -> Iterator[None]:
     """An exclusive advisory lock (flock) held for the `with` block; re-entrant within a thread.
 
     Used by every writer of a store, so two hooks writing at once queue up
     instead of interleaving. Readers never take it. When the lock's folder cannot be written (a read-only
     store), the lock is taken on a stand-in in a per-user temp folder (`stand_in_lock`), so the writer fails
     at the write it attempts, naming that file, and a writer that needs to write nothing goes on.
+    With `timeout`, a lock another process holds that long raises `LockBusy`, naming the lock and its holder.
     """
     key = os.path.realpath(path)
     held = _held_paths()
@@ -100,7 +116,12 @@ def file_lock(path: Path) -> Iterator[None]:
         except ImportError:  # pragma: no cover - Windows: no flock; writes stay atomic
             yield
             return
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        if timeout is None:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        elif not _flock_within(handle.fileno(), timeout):
+            from cortex.errors import LockBusy
+
+            raise LockBusy(path, lock_holder(handle.fileno()))
         held.add(key)
         try:
             yield
@@ -191,6 +212,52 @@ def _flock(fd: int, wait: bool = False) -> bool:
         return False
     return True
 
+
+
+def _flock_within(fd: int, seconds: float) -> bool:
+    """Take an exclusive flock on `fd`, trying again until `seconds` have passed; False if it is still held."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    pause = 0.005
+    while not _flock(fd):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(pause, left))
+        pause = min(pause * 2, 0.1)  # a short hold is caught quickly; a long one costs ten tries a second
+    return True
+
+
+def lock_holder(fd: int) -> str | None:
+    """Who holds the flock on the file open as `fd`, for a person: "another cortex process (pid 7, `cortex
+    maintain`)", from /proc/locks (Linux); None where that cannot be told."""
+    try:
+        info = os.fstat(fd)
+        with open("/proc/locks", encoding="ascii", errors="replace") as handle:
+            table = handle.read()
+    except OSError:
+        return None
+    where = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
+    for line in table.splitlines():
+        fields = line.split()
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == where and fields[4].isdigit():
+            return _process(int(fields[4]))
+    return None
+
+
+def _process(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            argv = [part.decode("utf-8", "replace") for part in handle.read().split(b"\0") if part]
+    except OSError:
+        return f"another process (pid {pid})"
+    for n, arg in enumerate(argv):  # `cortex maintain`, `python /venv/bin/cortex maintain`, `python -m cortex maintain`
+        if os.path.basename(arg) == "cortex":
+            words = argv[n + 1:n + 3] if argv[n + 1:n + 2] == ["hook"] else argv[n + 1:n + 2]  # never its text
+            return f"another cortex process (pid {pid}, `{' '.join(['cortex', *words])}`)"
+    name = os.path.basename(argv[0]) if argv else "?"
+    return f"another process (pid {pid}, {name})"
 
 
 def hold_lock(path: Path, wait: bool = False) -> IO[str] | None:

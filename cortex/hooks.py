@@ -26,13 +26,22 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from cortex.errors import LockBusy
 from cortex.hotpath import emit, event_name, note_injected, payload_cwd, payload_prompt
 from cortex.store import STORE_DIRNAME, Store
+
+
+def _as_hook() -> None:
+    """A hook waits less for a lock than a command does: it gives up, logs, and the next event retries."""
+    from cortex.files import HOOK_LOCK_WAIT, set_lock_wait
+
+    set_lock_wait(HOOK_LOCK_WAIT)
 
 
 def _store_here() -> Store | None:
     from cortex.gitops import find_worktree_root, scrubbed_git_env
 
+    _as_hook()
     scrubbed_git_env()
     root = find_worktree_root(Path.cwd())
     if root is None or not (root / STORE_DIRNAME).is_dir():
@@ -184,6 +193,7 @@ def _claude_hook(name: str, raw: str, body: Callable[[Store, dict[str, Any]], No
 
     if nested():
         return 0
+    _as_hook()
     store = None
     try:
         payload = json.loads(raw) if raw.strip() else {}
@@ -192,6 +202,9 @@ def _claude_hook(name: str, raw: str, body: Callable[[Store, dict[str, Any]], No
         store = _store_at(Path(payload_cwd(payload)))
         if store is not None:
             body(store, payload)
+    except LockBusy as exc:  # a writer holds on for long (`cortex maintain`): what is left waits for the next event
+        if store is not None:
+            store.log(f"{name}: gave up waiting: {exc}")
     except Exception as exc:  # the person's session must never break because of cortex
         if store is not None:
             store.log(f"{name}: {exc!r}")

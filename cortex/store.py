@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from cortex import memory as fmt
 from cortex.errors import AmbiguousId, CortexError, MalformedMemory, MemoryNotFound, NotInitialised
-from cortex.files import atomic_write, file_lock, is_temp_name
+from cortex.files import atomic_write, file_lock, is_temp_name, lock_wait
 from cortex.layout import STORE_DIRNAME, global_root
 from cortex.memory import Link, Memory
 
@@ -214,9 +214,10 @@ class Store:
         """The store's write lock (`state/write.lock`): hold it to read-modify-write memory files.
 
         When a process takes it (at most once every STALE_TEMP_SECONDS), temp files a killed writer left
-        under memories/ are removed.
+        under memories/ are removed. Held by another process longer than `lock_wait()` (10 s for a command, 5 s
+        for a hook), it raises `LockBusy` naming the lock and its holder: nothing is written.
         """
-        with file_lock(self.state_dir / "write.lock"):
+        with file_lock(self.state_dir / "write.lock", timeout=lock_wait()):
             now = time.monotonic()
             if now - _swept.get(str(self.root), -STALE_TEMP_SECONDS) >= STALE_TEMP_SECONDS:
                 _swept[str(self.root)] = now

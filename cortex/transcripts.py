@@ -35,7 +35,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Any
+from typing import IO, Any, Iterator
 
 from cortex.text import without_injected
 
@@ -51,6 +51,56 @@ USER_QUERY = re.compile(r"<user_query>\s*(.*?)\s*</user_query>", re.S)
 TIMESTAMP = re.compile(r"^\s*<timestamp>.*?</timestamp>\s*", re.S)
 PATCH_FILE = re.compile(r"(?m)^\*\*\* (?:Add|Update|Delete) File: (.+?)\s*$")
 EXIT_CODE = re.compile(r"(?m)^Process exited with code (-?\d+)")
+
+
+MAX_LINE_BYTES = 16 * 1024 * 1024  # a longer transcript line (a newline-free file, a huge paste) is skipped unread
+MAX_DUMP_BYTES = 4 * MAX_LINE_BYTES  # a JSON-array dump is parsed whole: a bigger one is not read
+CHUNK = 1024 * 1024
+
+
+class Lines:
+    """The complete lines of a transcript from byte `offset` on, streamed: a line over `limit` bytes is skipped
+    as it is read, never held (a 2 GB file without a newline costs one pass and `limit` bytes of memory).
+
+    After iterating: `end` is where the next read starts (after the last complete line, or after the bytes
+    read of an over-long last line), `skipping` whether that is inside an over-long line (the next read skips
+    to its end; pass it back in), `skipped` how many over-long lines were met.
+    """
+
+    def __init__(self, handle: IO[bytes], offset: int, skipping: bool = False, limit: int = MAX_LINE_BYTES) -> None:
+        self.handle, self.end, self.skipping, self.limit = handle, offset, skipping, limit
+        self.skipped = 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        self.handle.seek(self.end)
+        base = self.end  # the file offset of `chunk`
+        part = bytearray()  # the line read so far, at most `limit` bytes
+        skipping = self.skipping
+        while chunk := self.handle.read(CHUNK):
+            start = 0
+            while (newline := chunk.find(b"\n", start)) >= 0:
+                if not skipping and len(part) + newline - start <= self.limit:
+                    line = bytes(part) + chunk[start:newline]
+                    part.clear()
+                    self.end = base + newline + 1
+                    yield line
+                else:
+                    if not skipping:  # counted once, when it is found too long
+                        self.skipped += 1
+                    skipping = False
+                    part.clear()
+                    self.end = base + newline + 1
+                start = newline + 1
+            if not skipping:
+                part += chunk[start:]
+                if len(part) > self.limit:
+                    self.skipped += 1
+                    skipping = True
+                    part.clear()
+            base += len(chunk)
+        if skipping:  # the file ends inside an over-long line: never read it again
+            self.end = base
+        self.skipping = skipping
 
 
 def kind_of(record: dict[str, Any]) -> str:
