@@ -216,13 +216,13 @@ class _Pool:
         memory stays, flagged)."""
         if row.rel in self._made:
             return self._made[row.rel]
-        from cortex.lifecycle import decayed_confidence, setting_drift
+        from cortex.lifecycle import decayed_confidence, present_files, setting_drift
         from cortex.memory import epoch
 
         item = self.index.memory(row.rel)
         stale: bool | str = False
         root = self.root
-        present = [root / f for f in item.files if (root / f).exists()] if item.files and root is not None else None
+        present = [root / f for f in present_files(item.files, root)] if item.files and root is not None else None
         if present is not None and not present and not item.pinned:
             self._made[row.rel] = None  # everything it is about is gone
             return None

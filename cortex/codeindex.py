@@ -35,6 +35,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from cortex.errors import CortexError, SecretDetected
+from cortex.gitfacts import path_inside
+from cortex.gitops import tracked
 from cortex.memory import Link, Memory
 from cortex.store import Store
 
@@ -183,14 +185,24 @@ def index_code(store: Store, paths: list[Path], force: bool = False) -> IndexRep
     descriptions = {link.to: item for item in store.list(types=("code_description",))
                     for link in item.links if link.rel == "source_of"}
     seen: set[str] = set()
+    found = []
     for path, named in _files(paths, root):
-        try:
-            rel = path.resolve().relative_to(root.resolve()).as_posix()
-        except ValueError:
-            rel = str(path)
+        rel = os.path.relpath(os.path.abspath(path), root).replace(os.sep, "/")
         if rel in seen:
             continue  # named twice (a folder and a file in it): indexed once
         seen.add(rel)
+        if rel == ".." or rel.startswith("../"):
+            report.skipped.append((str(path), "outside the repository"))
+        elif path_inside(root, rel) is None:
+            report.skipped.append((rel, "a symlink: not followed"))
+        else:
+            found.append((path, named, rel))
+    in_git = store.worktree is not None
+    known = tracked(root, [rel for _path, _named, rel in found]) if in_git else None
+    for path, named, rel in found:
+        if known is not None and rel not in known:
+            report.skipped.append((rel, "not tracked by git (git add it first)"))
+            continue
         data = path.read_bytes()
         if len(data) > MAX_BYTES:
             report.skipped.append((rel, f"over {MAX_BYTES // 1000} kB"))

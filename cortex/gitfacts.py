@@ -89,3 +89,20 @@ def default_branch(root: str | None) -> str | None:
         if ref_target(directory, f"refs/heads/{name}") is not None:
             return name
     return None
+
+
+def path_inside(root: str | os.PathLike[str], name: str) -> str | None:
+    """`name` (a path a memory names) as a path under the worktree `root`, or None when it is empty, absolute,
+    climbs out with `..`, or passes through a symlink: where a link leads is not the repository's to read."""
+    if not name or "\0" in name or os.path.isabs(name) or name.startswith("~"):
+        return None
+    path = os.fspath(root)
+    for part in name.replace("\\", "/").split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            return None
+        path = os.path.join(path, part)
+        if os.path.islink(path):
+            return None
+    return path if path != os.fspath(root) else None

@@ -709,3 +709,14 @@ def _read_if_there(path: Path) -> bytes | None:
         return path.read_bytes() if path.is_file() else None
     except FileNotFoundError:
         return None
+
+
+def tracked(root: Path | str, names: list[str]) -> set[str]:
+    """Those of `names` (paths relative to the worktree `root`) that git tracks (in the index); none outside git."""
+    import pygit2
+
+    try:
+        index = pygit2.Repository(str(root)).index
+    except (pygit2.GitError, KeyError, OSError):
+        return set()
+    return {name for name in names if name in index}

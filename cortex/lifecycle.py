@@ -31,6 +31,7 @@ an ISO timestamp) so behaviour over weeks can be shown without waiting.
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -292,7 +293,12 @@ def setting_drift(memory: Any, root: Path) -> str | None:
     not 3" when the key is there with other values only, "`key` is no longer in app.yaml" when a
     configuration file (`CONFIG_SUFFIXES`) no longer has it. The last part of a dotted key is looked for
     (`recall.limit` is `limit:` under `recall:` in YAML)."""
-    present = [name for name in memory.files if (root / name).is_file()]
+    present = [name for name in present_files(memory.files, root) if (root / name).is_file()]
+    if not present:
+        return None
+    from cortex.gitops import tracked
+
+    present = [name for name in present if name in tracked(root, present)]  # an untracked file is not read
     if not present:
         return None
     body = memory.body
@@ -321,11 +327,33 @@ def setting_drift(memory: Any, root: Path) -> str | None:
             continue
         for name, found in sorted(values.items()):
             if found:
+                if _secret_looking(last, found[0]) or _secret_looking(last, claimed):
+                    return f"`{last}` in {name} holds another value (not shown: it looks like a secret)"
                 return f"`{last}` is {found[0]} in {name}, not {claimed}"
         config_files = sorted(name for name in texts if name.endswith(CONFIG_SUFFIXES))
         if config_files:
             return f"`{last}` is no longer in {config_files[0]}"
     return None
+
+
+def _secret_looking(key: str, value: str) -> bool:
+    """Whether `key=value` reads as a secret (cortex.guard's rule): its value is named, never printed."""
+    from cortex.guard import scan_text
+
+    return bool(scan_text(f"{key}={value}")) or bool(scan_text(value))
+
+
+def present_files(names: list[str], root: Path) -> list[str]:
+    """Those of a memory's `files:` that exist inside the worktree `root`, each as a clean relative path: a path
+    that is absolute, climbs out with `..` or passes through a symlink is never looked at (docs/security.md)."""
+    from cortex.gitfacts import path_inside
+
+    out = []
+    for name in names:
+        inside = path_inside(root, name)
+        if inside is not None and os.path.exists(inside):
+            out.append(os.path.relpath(inside, root).replace(os.sep, "/"))
+    return out
 
 
 # ---------------------------------------------------------------- reset

@@ -341,7 +341,7 @@ def _memory_view(backend: Backend, memory_id: str) -> dict[str, Any]:
             described_by.append({"id": entry["id"], "type": entry["type"], "title": index.manifest.meta(rel)["title"]})
     worktree = store.worktree
     data.update(code=code, links=links, described_by=described_by,
-                missing_files=[f for f in item.files if worktree is not None and not (worktree / f).exists()])
+                missing_files=[f for f in item.files if worktree is not None and f not in _present(item.files, worktree)])
     store.record_access([item.id])
     return data
 
@@ -817,3 +817,10 @@ def run(directory: Path | None = None, use_global: bool = False) -> None:
         pass
     finally:
         backend.close()
+
+
+def _present(names: list[str], worktree: Path) -> list[str]:
+    """The files of a memory that exist inside the worktree (cortex.lifecycle.present_files: nothing outside it)."""
+    from cortex.lifecycle import present_files
+
+    return present_files(names, worktree)

@@ -34,6 +34,7 @@ def test_index_code_writes_a_source_of_pair_that_recall_returns_together(project
     (project / "build" / "out.py").write_text("x = 1\n", encoding="utf-8")
     (project / ".gitignore").write_text("build/\n", encoding="utf-8")
     (project / "src" / "logo.png").write_bytes(b"\x89PNG\r\n\x1a\n\0\0\0")
+    git(project, "add", "-A")  # index-code reads tracked files only
     report = cortex_json("index-code", ".", cwd=project)
     paths = {item["path"]: item for item in report["indexed"]}
     assert set(paths) >= {"src/billing.py", "src/app.ts"} and "build/out.py" not in paths
@@ -57,14 +58,17 @@ def test_index_code_writes_a_source_of_pair_that_recall_returns_together(project
     index.sync(full=False)
     assert all(entry.get("vhash") is None for entry in index.records().values() if entry["type"] == "code")
     # unchanged: nothing; changed: a new pair supersedes the old one
+    git(project, "add", "-A")  # index-code reads tracked files only
     again = cortex_json("index-code", "src", cwd=project)
     assert again["indexed"] == [] and set(again["unchanged"]) == {"src/billing.py", "src/app.ts"}
     (project / "src" / "billing.py").write_text(MODULE + "\n\ndef void(invoice):\n    return None\n", encoding="utf-8")
+    git(project, "add", "-A")  # index-code reads tracked files only
     changed = cortex_json("index-code", "src/billing.py", cwd=project)
     assert [i["path"] for i in changed["indexed"]] == ["src/billing.py"]
     assert set(changed["superseded"]) == {item["description"], item["code"]}
     assert store.get(item["code"]).status == "superseded"
     assert store.get(item["description"]).status == "superseded"
+    git(project, "add", "-A")  # index-code reads tracked files only
     forced = cortex_json("index-code", "src/app.ts", "--force", cwd=project)
     assert [i["path"] for i in forced["indexed"]] == ["src/app.ts"]
 
@@ -73,6 +77,7 @@ def test_index_code_skips_a_file_holding_a_secret(project):
     (project / "settings.py").write_text('AWS_SECRET_ACCESS_KEY = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEYZ"\n',
                                          encoding="utf-8")
     commit_all(project, "settings")
+    git(project, "add", "-A")  # index-code reads tracked files only
     report = cortex_json("index-code", "settings.py", cwd=project)
     assert report["indexed"] == [] and "secret" in report["skipped"][0]["reason"]
     assert not list((project / ".cortex" / "memories").rglob("*.md"))
@@ -80,6 +85,7 @@ def test_index_code_skips_a_file_holding_a_secret(project):
 
 def test_index_code_of_a_folder_and_a_file_in_it_indexes_the_file_once(project):
     (project / "app.py").write_text('"""The app."""\n', encoding="utf-8")
+    git(project, "add", "-A")  # index-code reads tracked files only
     report = cortex_json("index-code", ".", "app.py", cwd=project)
     assert [i["path"] for i in report["indexed"]].count("app.py") == 1
     codes = [m for m in Store.locate(project).list(types=("code",)) if m.title.startswith("app.py")]
@@ -94,6 +100,7 @@ def test_each_language_gets_an_outline_of_what_it_declares(project):
     (src / "guide.md").write_text("# Deploying\n\nSome prose.\n\n## Rolling back\n\nMore prose.\n", encoding="utf-8")
     (src / "schema.sql").write_text("CREATE TABLE invoices (id integer primary key);\nSELECT 1;\n", encoding="utf-8")
     (src / "broken.py").write_text("def half(:\n    pass\n", encoding="utf-8")
+    git(project, "add", "-A")  # index-code reads tracked files only
     report = cortex_json("index-code", "src", cwd=project)
     store = Store.locate(project)
     body = {item["path"]: store.get(item["description"]).body for item in report["indexed"]}
@@ -114,6 +121,7 @@ def test_large_binary_and_non_utf8_files_are_skipped_and_named(project):
     (project / "big.txt").write_text("x" * 200_001, encoding="utf-8")
     (project / "latin1.txt").write_bytes("café crème\n".encode("latin-1"))
     (project / "blob.bin").write_bytes(b"\0\1\2" * 10)
+    git(project, "add", "-A")  # index-code reads tracked files only
     out = cortex("index-code", "big.txt", "latin1.txt", "blob.bin", cwd=project).stdout.splitlines()
     assert out == ["skipped big.txt: over 200 kB", "skipped latin1.txt: not UTF-8 text", "skipped blob.bin: binary"]
     assert not list((project / ".cortex" / "memories").rglob("*.md"))
@@ -122,6 +130,7 @@ def test_large_binary_and_non_utf8_files_are_skipped_and_named(project):
 def test_a_source_file_holding_a_code_fence_keeps_its_fence_intact(project):
     text = "# Notes\n\n```sh\nmake test\n```\n"
     (project / "notes.md").write_text(text, encoding="utf-8")
+    git(project, "add", "-A")  # index-code reads tracked files only
     report = cortex_json("index-code", "notes.md", cwd=project)
     code = Store.locate(project).get(report["indexed"][0]["code"])
     assert code.body == f"````markdown\n{text}````\n"  # a longer fence: the file's own ``` does not end the block
@@ -143,6 +152,7 @@ def test_with_the_llm_configured_the_description_is_its_summary(project, tmp_pat
     config = project / ".cortex" / "config.yaml"
     config.write_text(config.read_text(encoding="utf-8").replace("llm: off", "llm: auto"), encoding="utf-8")
     (project / "billing.py").write_text(MODULE, encoding="utf-8")
+    git(project, "add", "-A")  # index-code reads tracked files only
     report = cortex_json("index-code", "billing.py", cwd=project, env=env)
     description = Store.locate(project).get(report["indexed"][0]["description"])
     assert description.body == "The billing module: invoice totals in cents and partial refunds.\n"
@@ -162,6 +172,7 @@ def test_only_source_files_of_a_folder_are_indexed_with_readable_titles_and_no_r
         "def parse(x: str) -> str: ...\ndef parse(x):\n    return x\n\ndef _posixify(name):\n    return name\n",
         encoding="utf-8")
     (pkg / "billing.py").write_text(MODULE, encoding="utf-8")
+    git(project, "add", "-A")  # index-code reads tracked files only
     report = cortex_json("index-code", "pkg", cwd=project)
     assert {item["path"] for item in report["indexed"]} == {"pkg/utils.py", "pkg/billing.py"}
     assert {"path": "pkg/py.typed", "reason": "not a source file"} in report["skipped"]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cortex.store import Store
-from tests.helpers import cortex, cortex_json, remember
+from tests.helpers import cortex, cortex_json, git, remember
 
 # The example project the issue measured: 16 memories of a small web shop.
 MEMORIES = [
@@ -136,6 +136,7 @@ def test_code_outlines_rank_below_knowledge_unless_asked_about_code(project):
     (project / "pkg").mkdir()
     (project / "pkg" / "auth.py").write_text('"""Session cookies and login."""\n\ndef login(user):\n    return user\n',
                                              encoding="utf-8")
+    git(project, "add", "pkg")  # index-code reads tracked files only
     index_code(store, [project / "pkg"])
     knowledge = remember(project, "Users stay signed in through a session cookie refreshed on every login.",
                          type="decision", link=False)

@@ -1,0 +1,118 @@
+"""Issue 37 items 5 and 11: a file a memory (or `index-code`) names is read only inside the repository and only
+when git tracks it; a value that looks like a secret is named, never printed."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from tests.helpers import commit_all, cortex, git, hook, remember
+
+TOKEN = "ghp_" + "Zx8Kq2Lm4Np6Rt8Vw0Yb2Cd4Ef6Gh8Jk0Lm2"  # 36 characters after ghp_, as GitHub issues them
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzQ8Vd3Ks9m"
+
+
+def _briefings(project: Path) -> str:
+    """What a person and the assistant are shown at a session's start: `cortex briefing` and the real hook."""
+    shown = cortex("briefing", cwd=project).stdout
+    payload = {"session_id": "s1", "cwd": str(project), "hook_event_name": "SessionStart", "source": "startup"}
+    result = hook("session-start", project, payload)
+    assert result.returncode == 0
+    return shown + result.stdout + result.stderr
+
+
+def _drift_memory(project: Path, key: str, files: list[str]) -> None:
+    remember(project, f"Deploys read `{key}=placeholder` from the environment file; set it before a release.",
+             type="gotcha", title=f"Set {key} before a release", files=files, pinned=True, link=False)
+
+
+def test_an_untracked_env_file_a_memory_names_is_not_read(project):
+    _drift_memory(project, "GITHUB_TOKEN", [".env"])
+    commit_all(project, "a memory about .env (the file itself untracked)")
+    (project / ".env").write_text(f"GITHUB_TOKEN={TOKEN}\n", encoding="utf-8")
+    assert git(project, "ls-files", ".env").stdout == ""
+    shown = _briefings(project)
+    assert "Set GITHUB_TOKEN before a release" in shown
+    assert TOKEN.lower() not in shown.lower() and TOKEN[4:16].lower() not in shown.lower()  # drift lower-cases
+
+
+def test_a_tracked_file_holding_a_secret_is_named_never_printed(project):
+    (project / "deploy.env").write_text(f"GITHUB_TOKEN={TOKEN}\n", encoding="utf-8")
+    _drift_memory(project, "GITHUB_TOKEN", ["deploy.env"])
+    commit_all(project, "deploy settings")
+    shown = _briefings(project)
+    assert TOKEN.lower() not in shown.lower() and TOKEN[4:16].lower() not in shown.lower()  # drift lower-cases
+    assert "looks like a secret" in shown  # the drift is still said, without its value
+
+
+def test_a_tracked_setting_that_is_no_secret_still_reports_its_drift(project):
+    (project / "app.yaml").write_text("retries: 5\n", encoding="utf-8")
+    remember(project, "Imports use `retries: 3` in app.yaml.", type="gotcha", title="Import retries",
+             files=["app.yaml"], pinned=True, link=False)
+    commit_all(project, "settings")
+    assert "`retries` is 5 in app.yaml, not 3" in _briefings(project)
+
+
+def test_paths_out_of_the_repository_are_never_read(project, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "credentials").write_text(f"[default]\naws_secret_access_key = {AWS_SECRET}\n", encoding="utf-8")
+    climb = os.path.relpath(outside / "credentials", project)
+    assert climb.startswith("..")
+    _drift_memory(project, "aws_secret_access_key", [climb])
+    _drift_memory(project, "aws_secret_access_key", [str(outside / "credentials")])
+    commit_all(project, "memories naming files outside")
+    shown = _briefings(project)
+    assert AWS_SECRET.lower() not in shown.lower() and "wjalrxutnfemi" not in shown.lower()
+    # Pinned, but every file it names is out of reach: flagged as gone, never read.
+    assert "files gone" in shown
+
+
+def test_a_tracked_symlink_leading_out_is_not_followed(project, tmp_path):
+    secret = tmp_path / "private.env"
+    secret.write_text(f"GITHUB_TOKEN={TOKEN}\n", encoding="utf-8")
+    (project / "linked.env").symlink_to(secret)
+    _drift_memory(project, "GITHUB_TOKEN", ["linked.env"])
+    commit_all(project, "a tracked symlink")
+    assert git(project, "ls-files", "linked.env").stdout.strip() == "linked.env"
+    shown = _briefings(project)
+    assert TOKEN.lower() not in shown.lower() and TOKEN[4:16].lower() not in shown.lower()  # drift lower-cases
+    assert "looks like a secret" not in shown  # not read at all
+
+
+def test_mcp_style_missing_files_never_probe_outside(project, tmp_path):
+    from cortex.lifecycle import present_files
+
+    (tmp_path / "exists.txt").write_text("x", encoding="utf-8")
+    (project / "here.py").write_text("x = 1\n", encoding="utf-8")
+    names = ["here.py", "./here.py", "../exists.txt", str(tmp_path / "exists.txt"), "~/.ssh/config"]
+    assert present_files(names, project) == ["here.py", "here.py"]
+
+
+def test_index_code_reads_no_file_outside_the_repository(project, tmp_path):
+    private = tmp_path / "passwd.py"
+    private.write_text("ROOT_SECRET_MARKER = 'root:x:0:0'\n", encoding="utf-8")
+    (project / "src").mkdir()
+    (project / "src" / "app.py").write_text('"""The app."""\n\ndef main():\n    return 1\n', encoding="utf-8")
+    (project / "src" / "shadow.py").symlink_to(private)
+    (project / "outlink").symlink_to(tmp_path)  # a folder link out of the repository
+    commit_all(project, "code and two links out")
+    result = cortex("index-code", "src", "outlink", str(private), "--json", cwd=project, check=False)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    indexed = {row["path"] if isinstance(row, dict) else row[0] for row in report["indexed"]}
+    assert indexed == {"src/app.py"}
+    skipped = json.dumps(report["skipped"])
+    assert "src/shadow.py" in skipped and "outside the repository" in skipped
+    written = "".join(p.read_text(encoding="utf-8") for p in (project / ".cortex" / "memories").rglob("*.md"))
+    assert "ROOT_SECRET_MARKER" not in written and "ROOT_SECRET_MARKER" not in result.stdout
+
+
+def test_index_code_reads_no_untracked_file(project):
+    (project / "draft.py").write_text('"""Not added yet."""\nSECRET_DRAFT = 1\n', encoding="utf-8")
+    result = cortex("index-code", "draft.py", cwd=project, check=False)
+    assert result.returncode == 0
+    assert "draft.py" in result.stdout and "not tracked" in result.stdout
+    written = "".join(p.read_text(encoding="utf-8") for p in (project / ".cortex" / "memories").rglob("*.md"))
+    assert "SECRET_DRAFT" not in written
