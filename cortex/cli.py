@@ -399,6 +399,7 @@ def show(store: Any, memory_id: str, as_json: bool, at: str | None, raw: bool) -
     """Show one memory by id (or unique id prefix), with its path: every field, its links, its body."""
     store = _at(store, at)
     item = store.get(memory_id)
+    _refuse_shared_id(store, item)
     store.record_access([item.id])
     ranking = _ranking(store, item) if not at else None
     if as_json:
@@ -418,6 +419,17 @@ def show(store: Any, memory_id: str, as_json: bool, at: str | None, raw: bool) -
         click.echo("")
         for line in explain_lines(ranking):
             click.echo(_safe(line))
+
+
+def _refuse_shared_id(store: Any, item: Any) -> None:
+    """Show no memory the other readers skip: one whose id another file holds too (found by the cache, which
+    reads every file, where `Store.get` looks at file names)."""
+    from cortex.errors import MemoryNotFound
+
+    problems = _answered(store, lambda index: [] if item.id in index.rel_of_id() else index.problems())
+    for path, reason in problems:
+        if str(path) == str(item.path) and reason.startswith(f"duplicate id {item.id}"):
+            raise MemoryNotFound(f"{path}: {reason}")
 
 
 def _ranking(store: Any, item: Any) -> dict[str, Any] | None:

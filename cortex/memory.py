@@ -604,8 +604,55 @@ def _text_list(data: dict[str, Any], key: str, path: Path | None) -> list[str]:
     return out
 
 
+# What a memory may not hold: C0 controls (a NUL makes git call the file binary; an ESC drives a terminal), DEL
+# and C1 controls. A field may hold tabs and line ends (title and summary: one line, checked below); a body
+# form feeds too (source code has them).
+_FIELD_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+_BODY_CONTROL = re.compile("[\x00-\x08\x0b\x0e-\x1f\x7f-\x9f]")
+
+
+def control_problem(data: dict[str, Any], body: str) -> str | None:
+    """Why a memory is not text (`field: holds control character U+001B`), or None: the first control character
+    in any front-matter value (nested ones too) or the body."""
+    found = _BODY_CONTROL.search(body)
+    if found:
+        return f"body: holds control character U+{ord(found.group()):04X} (a memory is text: remove it)"
+    for key, value in data.items():
+        char = _control_in(value)
+        if char is None and isinstance(key, str):
+            char = _control_in(key)
+        if char is not None:
+            return f"{_control_in_key(key)}: holds control character U+{ord(char):04X} (a memory is text: remove it)"
+    return None
+
+
+def _control_in_key(key: Any) -> str:
+    return _FIELD_CONTROL.sub("?", str(key))  # the message names the key, never prints its controls
+
+
+def _control_in(value: Any) -> str | None:
+    """The first control character in a string, or in the strings of a list or mapping (keys included)."""
+    if isinstance(value, str):
+        found = _FIELD_CONTROL.search(value)
+        return found.group() if found else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            char = _control_in(key) or _control_in(item)
+            if char is not None:
+                return char
+    elif isinstance(value, list):
+        for item in value:
+            char = _control_in(item)
+            if char is not None:
+                return char
+    return None
+
+
 def from_data(data: dict[str, Any], body: str, path: Path | None = None) -> Memory:
     """Validate front-matter data and build a `Memory`; raises `MalformedMemory`."""
+    problem = control_problem(data, body)
+    if problem is not None:
+        raise MalformedMemory(path, problem)
     for key in ("id", "title", "type"):
         if data.get(key) in (None, ""):
             raise MalformedMemory(path, f"missing required field '{key}'")

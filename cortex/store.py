@@ -292,21 +292,24 @@ class Store:
         return parse_bytes(raw, path, universal_newlines=True)
 
     def scan(self) -> Scan:
-        """Read every memory; malformed files become problems, not errors."""
+        """Read every memory; malformed files become problems, not errors. Files sharing an id are all skipped
+        (`duplicate_ids`)."""
         result = Scan()
-        seen: dict[str, Path] = {}
         paths, result.problems = self.walk()
+        read: list[Memory] = []
         for path in paths:
             try:
-                item = self.read(path)
+                read.append(self.read(path))
             except MalformedMemory as exc:
                 result.problems.append(Problem(path, exc.reason))
-                continue
-            if item.id in seen:
-                result.problems.append(Problem(path, f"duplicate id {item.id} (also in {seen[item.id]})"))
-                continue
-            seen[item.id] = path
-            result.memories.append(item)
+        shared = duplicate_ids((item.id, item.path) for item in read)
+        for item in read:
+            if item.id in shared:
+                assert item.path is not None
+                result.problems.append(Problem(item.path, duplicate_reason(item.id, item.path, shared[item.id])))
+            else:
+                result.memories.append(item)
+        result.problems.sort(key=lambda problem: str(problem.path))
         return result
 
     def list(
@@ -342,16 +345,25 @@ class Store:
             raise MemoryNotFound(f"{id_or_prefix!r} is not a memory id (4 to 12 hex characters)")
         # File names end in -<id>.md, so a glob usually finds it without parsing the store.
         by_name = self._paths_named(key)
-        matches: dict[str, Memory] = {}
+        found: builtins.list[Memory] = []
         for path in by_name:
             try:
                 item = self.read(path)
             except MalformedMemory:
                 continue
             if item.id.startswith(key):
-                matches[item.id] = item
-        if not matches:  # a person may have renamed the file: fall back to the ids inside
-            matches = {m.id: m for m in self.scan().memories if m.id.startswith(key)}
+                found.append(item)
+        shared = duplicate_ids((item.id, item.path) for item in found)
+        matches = {item.id: item for item in found if item.id not in shared}
+        if not matches and not shared:  # a person may have renamed the file: fall back to the ids inside
+            scan = self.scan()
+            matches = {m.id: m for m in scan.memories if m.id.startswith(key)}
+            for problem in scan.problems if not matches else ():
+                if problem.reason.startswith(f"duplicate id {key}"):
+                    raise MemoryNotFound(f"{problem.path}: {problem.reason}")
+        if not matches and shared:  # as every reader: files sharing an id are all left out (`duplicate_ids`)
+            ident, holders = sorted(shared.items())[0]
+            raise MemoryNotFound(f"{holders[0]}: {duplicate_reason(ident, holders[0], holders)}")
         if not matches:
             raise MemoryNotFound(f"no memory with id {id_or_prefix!r} in {self.root}")
         if len(matches) > 1:
@@ -640,6 +652,31 @@ class Store:
             "problems": problems,
             "warnings": warnings,
         }
+
+
+def duplicate_ids(pairs: Iterable[tuple[str, Any]]) -> dict[str, builtins.list[Any]]:
+    """{id: its files} of every id more than one file holds, from (id, file) pairs.
+
+    Neither file is read: which one a reader picked would depend on file names, so a second file could speak under
+    a trusted memory's id in one reader while another showed the original.
+    """
+    first: dict[str, Any] = {}
+    shared: dict[str, builtins.list[Any]] = {}
+    for ident, where in pairs:
+        if ident not in first:
+            first[ident] = where
+        elif ident in shared:
+            shared[ident].append(where)
+        else:
+            shared[ident] = [first[ident], where]
+    return shared
+
+
+def duplicate_reason(ident: str, path: Any, holders: builtins.list[Any]) -> str:
+    """Why a file sharing an id with others is skipped, naming the others."""
+    others = ", ".join(str(other) for other in holders if other != path)
+    return (f"duplicate id {ident} (also in {others}); neither file is read until one is removed or given "
+            f"a new id")
 
 
 def _folder_marks(folders: tuple[tuple[str, int], ...]) -> tuple[tuple[str, int], ...]:

@@ -37,13 +37,16 @@ from typing import Any, Callable
 from cortex.files import atomic_write, file_lock, try_lock
 from cortex.index.manifest import Entries, Manifest, embed_text, memory_from_meta
 from cortex.memory import Memory
-from cortex.store import Problem, Scan, Store
+from cortex.store import Problem, Scan, Store, duplicate_ids, duplicate_reason
 
 
 SMALL_BATCH = 16  # up to this many new texts are embedded by the pure-Python encoder
 EMBED_CHUNK = 4096  # texts embedded and appended at a time
 MEMORIES_AHEAD = 20_000  # a resident server builds every memory's `Memory` ahead in stores up to this size
 PARALLEL_BUILD = 2000  # a full-text build of at least this many documents uses two processes (when there are cores)
+# The key of the kept records and ids (`_kept`): files sharing an id are all left out (views kept under an
+# older rule, where the first file won, are made again).
+RECORDS_RULE = "duplicates-skipped"
 VECTOR_TOLERANCE = 1e-4  # largest difference `check` accepts between a cached vector and one computed now
 
 
@@ -746,13 +749,13 @@ class Index:
 
     def records(self) -> dict[str, dict[str, Any]]:
         """Manifest entries of every valid memory by path (relative to memories/): id, status, type,
-        branch and links directly, the rest through `Manifest.meta`. First of duplicate ids wins."""
+        branch and links directly, the rest through `Manifest.meta`. Files sharing an id are all left out."""
         if self.manifest is None:
             self.sync(full=False)
         assert self.manifest is not None
         if self._records is None:
             # Kept for the committed manifest (`_kept`): a pass over 100,000 paths, ids and errors is ~0.16 s.
-            rels, rows, problems = self._kept(self.dir / "records.bin", None, self._sorted_out)
+            rels, rows, problems = self._kept(self.dir / "records.bin", RECORDS_RULE, self._sorted_out)
             self._records, self._problems = Records(self.manifest.files, rels, rows), [tuple(p) for p in problems]
         return self._records
 
@@ -760,7 +763,6 @@ class Index:
         """The records (`records`: their paths and rows, in path order) and (path, reason) of the problems
         (`problems`), from one pass in path order over three columns."""
         assert self.manifest is not None
-        seen: dict[str, str] = {}
         rels: list[str] = []
         rows: list[int] = []
         problems: list[tuple[str, str]] = []
@@ -773,14 +775,15 @@ class Index:
             pick = operator.itemgetter(*order)
             if pick(errors).count(None) == len(order) and len(set(pick(ids))) == len(order):
                 return list(pick(paths)), order, []
+        root = self.store.memories_dir
+        shared = duplicate_ids((ids[n], paths[n]) for n in order if errors[n] is None)
         for n in order:
             rel, error, ident = paths[n], errors[n], ids[n]
             if error is not None:
                 problems.append((rel, error))
-            elif ident in seen:
-                problems.append((rel, f"duplicate id {ident} (also in {self.store.memories_dir / seen[ident]})"))
+            elif ident in shared:  # every file holding it is skipped (`cortex.store.duplicate_ids`)
+                problems.append((rel, duplicate_reason(ident, root / rel, [root / other for other in shared[ident]])))
             else:
-                seen[ident] = rel
                 rels.append(rel)
                 rows.append(n)
         return rels, rows, problems
@@ -944,7 +947,7 @@ class Index:
 
     def rel_of_id(self) -> dict[str, str]:
         if self._rel_of_id is None:
-            self._rel_of_id = self._kept(self.dir / "ids.bin", None, lambda: dict(zip(
+            self._rel_of_id = self._kept(self.dir / "ids.bin", RECORDS_RULE, lambda: dict(zip(
                 self.records().field("id"), self.records())))  # no tuple made for each of 100,000 records
         return self._rel_of_id
 
