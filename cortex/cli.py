@@ -43,9 +43,11 @@ def _print_json(data: Any) -> None:
 # What a memory's text may not send to a terminal: C0 controls (a body keeps newline and tab), DEL and C1
 # controls. An escape sequence's introducer is among them, so a title cannot recolour, retitle or clear the
 # terminal; each is shown as a visible escape (\x1b) instead, so a person sees that something is there.
-_DEL_C1 = re.compile("[\x7f-\x9f]")
-_CONTROL_LINE = re.compile("[\x00-\x1f\x7f-\x9f]")
-_CONTROL_BODY = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# The Unicode bidi controls (`cortex.text.strip_controls`'s) too: they reorder what a person reads.
+_BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_DEL_C1 = re.compile(f"[\x7f-\x9f{_BIDI}]")
+_CONTROL_LINE = re.compile(f"[\x00-\x1f\x7f-\x9f{_BIDI}]")
+_CONTROL_BODY = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_BIDI}]")
 
 
 def _safe(text: str) -> str:
@@ -59,7 +61,8 @@ def _safe_body(text: str) -> str:
 
 
 def _escape(match: re.Match[str]) -> str:
-    return f"\\x{ord(match.group()):02x}"
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def _echo(line: str) -> None:

@@ -937,3 +937,66 @@ def edit_text(text: str, changes: dict[str, Any], body: str | None = None, path:
     if head.startswith("\ufeff"):
         head = head[1:]
     return f"{head}{_dump(front)}---\n{new_body}"
+
+
+# ---------------------------------------------------------------- supersession cycles
+
+
+def supersession_cycles(replaces: dict[str, list[str]]) -> list[list[str]]:
+    """The groups of memories that replace each other in a cycle (`supersedes` links, from each id to the ids it
+    replaces; a target that is not a key is outside any cycle), each sorted, in order: Tarjan's strongly
+    connected components of more than one memory, without recursion."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+    for root in sorted(replaces):
+        if root in index:
+            continue
+        work = [(root, iter(replaces[root]))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, targets = work[-1]
+            for target in targets:
+                if target not in replaces:
+                    continue
+                if target not in index:
+                    index[target] = low[target] = len(index)
+                    stack.append(target)
+                    on_stack.add(target)
+                    work.append((target, iter(replaces[target])))
+                    break
+                if target in on_stack:
+                    low[node] = min(low[node], index[target])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    group = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        group.append(member)
+                        if member == node:
+                            break
+                    if len(group) > 1:
+                        groups.append(sorted(group))
+    return sorted(groups)
+
+
+def revived_in_cycles(replaces: dict[str, list[str]], status: dict[str, str], updated: dict[str, str]) -> set[str]:
+    """The ids every reader takes as active although their files say superseded: in each supersession cycle
+    (hand-edited links: `cortex forget --replaced-by` refuses to make one) where no memory is active, the most
+    recently updated one (the greatest id on a tie), so that one of them still speaks."""
+    out = set()
+    for group in supersession_cycles(replaces):
+        if any(status.get(ident) == "active" for ident in group):
+            continue
+        candidates = [ident for ident in group if status.get(ident) == "superseded"]
+        if candidates:
+            out.add(max(candidates, key=lambda ident: (updated.get(ident) or "", ident)))
+    return out

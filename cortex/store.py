@@ -310,6 +310,7 @@ class Store:
             else:
                 result.memories.append(item)
         result.problems.sort(key=lambda problem: str(problem.path))
+        revive_cycles(result.memories)
         return result
 
     def list(
@@ -339,7 +340,21 @@ class Store:
         return out
 
     def get(self, id_or_prefix: str) -> Memory:
-        """A memory by id or unique id prefix (at least 4 hex characters)."""
+        """A memory by id or unique id prefix (at least 4 hex characters), as every reader takes it (status
+        active when it is the memory of a supersession cycle that reads as active: `revive_cycles`)."""
+        item = self._get(id_or_prefix)
+        if item.status == "superseded" and any(link.rel == "supersedes" for link in item.links):
+            group = {item.id: item}
+            for ident in self._superseded_chain(item):
+                try:
+                    group[ident] = self._get(ident)
+                except CortexError:
+                    continue
+            revive_cycles(builtins.list(group.values()))
+        return item
+
+    def _get(self, id_or_prefix: str) -> Memory:
+        """`get`, the status as the file says."""
         key = id_or_prefix.strip().lower()
         if not re.fullmatch(r"[0-9a-f]{%d,12}" % MIN_PREFIX, key):
             raise MemoryNotFound(f"{id_or_prefix!r} is not a memory id (4 to 12 hex characters)")
@@ -455,6 +470,7 @@ class Store:
             path = self._path_for(item)
             if path.parent.is_symlink():  # writing through it would put the memory outside the repository
                 raise CortexError(f"{path.parent}: {SYMLINK}; remove the link")
+            fmt.validate(item)  # before it has a path: a refused memory's error names no file that was never written
             item.path = path
             text = fmt.render_new(item)
             self._check_size(text, path)
@@ -540,11 +556,30 @@ class Store:
         old_memory, new_memory = self.get(old), self.get(new)
         if old_memory.id == new_memory.id:
             raise CortexError("a memory cannot replace itself")
+        if new_memory.id in self._superseded_chain(old_memory):  # a cycle would leave none of its memories active
+            raise CortexError(f"{new_memory.id} cannot replace {old_memory.id}: {old_memory.id} already replaces "
+                              f"{new_memory.id} (a supersedes link, directly or through others); remove that link "
+                              f"from {old_memory.id}'s file first")
         links = [link for link in new_memory.links if not (link.rel == "supersedes" and link.to == old_memory.id)]
         links.append(Link("supersedes", old_memory.id, created=fmt.now_iso()))
         new_memory = self.update(new_memory.id, {"links": links})
         old_memory = self.update(old_memory.id, {"status": "superseded"})
         return old_memory, new_memory
+
+    def _superseded_chain(self, start: Memory, most: int = 100) -> builtins.list[str]:
+        """The ids `start` replaces, directly or through others (`supersedes` links followed, each id once)."""
+        chain: builtins.list[str] = []
+        todo = [link.to for link in start.links if link.rel == "supersedes"]
+        while todo and len(chain) < most:
+            ident = todo.pop(0)
+            if ident in chain or ident == start.id:
+                continue
+            chain.append(ident)
+            try:
+                todo += [link.to for link in self._get(ident).links if link.rel == "supersedes"]
+            except CortexError:
+                continue  # gone, or not read: the chain ends there
+        return chain
 
     # ------------------------------------------------------------ state
 
@@ -633,6 +668,15 @@ class Store:
             if len(set(pairs)) < len(pairs) or any(to == memory_id for _, to in pairs):  # made `Link`s only then
                 warnings += [f"{path}: {problem} (ignored; remove the line)" for problem in fmt.link_problems(
                     memory_id, [fmt.Link(rel, to) for rel, to in pairs])[1]]
+        replaces: dict[str, builtins.list[str]] = {}
+        for _, memory_id, _, _, _, links in rows:
+            targets = [link.to if isinstance(link, fmt.Link) else link[1] for link in links or ()
+                       if (link.rel if isinstance(link, fmt.Link) else link[0]) == "supersedes"]
+            if targets:
+                replaces[memory_id] = targets
+        for group in fmt.supersession_cycles(replaces):  # hand-edited: `forget --replaced-by` refuses to make one
+            problems.append(f"supersession cycle: {', '.join(group)} replace each other; every reader takes only "
+                            f"the most recently updated as active (remove one supersedes link)")
         try:
             warnings = list(self.config().warnings) + warnings
         except CortexError as exc:
@@ -652,6 +696,19 @@ class Store:
             "problems": problems,
             "warnings": warnings,
         }
+
+
+def revive_cycles(memories: builtins.list[Memory]) -> None:
+    """Set active the memory of each supersession cycle among `memories` that every reader takes as active
+    (`cortex.memory.revived_in_cycles`: the most recently updated, when none of the cycle is)."""
+    replaces = {m.id: [link.to for link in m.links if link.rel == "supersedes"] for m in memories
+                if any(link.rel == "supersedes" for link in m.links)}
+    if not replaces:
+        return
+    by_id = {m.id: m for m in memories if m.id in replaces}
+    for ident in fmt.revived_in_cycles(replaces, {i: m.status for i, m in by_id.items()},
+                                       {i: m.updated for i, m in by_id.items()}):
+        by_id[ident].status = "active"
 
 
 def duplicate_ids(pairs: Iterable[tuple[str, Any]]) -> dict[str, builtins.list[Any]]:

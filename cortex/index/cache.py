@@ -744,6 +744,10 @@ class Index:
         assert self.manifest is not None
         if self._scan is None:
             items, problems = self.manifest.memories(self.store.memories_dir)
+            revived = self.records().revived_ids
+            for item in items if revived else ():
+                if item.id in revived:
+                    item.status = "active"
             self._scan = Scan(items, [Problem(path, reason) for path, reason in problems])
         return self._scan
 
@@ -757,6 +761,7 @@ class Index:
             # Kept for the committed manifest (`_kept`): a pass over 100,000 paths, ids and errors is ~0.16 s.
             rels, rows, problems = self._kept(self.dir / "records.bin", RECORDS_RULE, self._sorted_out)
             self._records, self._problems = Records(self.manifest.files, rels, rows), [tuple(p) for p in problems]
+            self._records.revive()
         return self._records
 
     def _sorted_out(self) -> tuple[list[str], list[int], list[tuple[str, str]]]:
@@ -797,7 +802,7 @@ class Index:
         """The paths of the records whose (status, type, branch) pass a filter, computed once per sync for each
         filter `key`."""
         if key not in self._allowed:
-            self._allowed[key] = self._kept(self.dir / f"allowed-{_digest(key)}.bin", key,
+            self._allowed[key] = self._kept(self.dir / f"allowed-{_digest(key)}.bin", (RECORDS_RULE, key),
                                             lambda: self._passing(keep))
         return self._allowed[key]
 
@@ -904,8 +909,15 @@ class Index:
         found = self._memories.get(rel)
         if found is None:
             assert self.manifest is not None
-            found = self._memories[rel] = memory_from_meta(self.manifest.meta(rel), self.store.memories_dir / rel)
+            found = self._memories[rel] = self._revived(rel, memory_from_meta(self.manifest.meta(rel),
+                                                                                self.store.memories_dir / rel))
         return found
+
+    def _revived(self, rel: str, item: Memory) -> Memory:
+        """`item` with status active when it is the memory of a supersession cycle every reader takes as active."""
+        if rel in self.records().revived:
+            item.status = "active"
+        return item
 
     def memories_ahead(self, most: int = MEMORIES_AHEAD) -> int:
         """Build `memory(rel)` for every valid memory of a store of at most `most`, in one decode of the metadata
@@ -923,7 +935,7 @@ class Index:
             return 0
         root = self.store.memories_dir
         for rel, meta in zip(rels, manifest.metas(rels)):
-            built.setdefault(rel, memory_from_meta(meta, root / rel))
+            built.setdefault(rel, self._revived(rel, memory_from_meta(meta, root / rel)))
         return len(rels)
 
     def read(self, rel: str) -> Memory:
@@ -936,8 +948,8 @@ class Index:
         digest = (files.value(rel, "hash") if rel in files else None) or ""
         cached = self._parsed.get(rel)
         if cached is not None and digest and cached[0] == digest:
-            return replace(cached[1])
-        item = self.store.read(self.store.memories_dir / rel)
+            return self._revived(rel, replace(cached[1]))
+        item = self._revived(rel, self.store.read(self.store.memories_dir / rel))
         if digest:
             if len(self._parsed) >= 4096:  # a bound for a long-lived process
                 self._parsed.clear()
@@ -1308,6 +1320,32 @@ class Records(Mapping[str, dict[str, Any]]):
         """`rels`: the path of each record, in path order; `rows`: its row in `files`."""
         self._files, self._rels, self._rows = files, rels, rows
         self._set: frozenset[str] | None = None
+        # The records read as active although their files say superseded (`cortex.memory.revived_in_cycles`).
+        self.revived: frozenset[str] = frozenset()
+        self.revived_ids: frozenset[str] = frozenset()
+
+    def revive(self) -> None:
+        """Find the supersession cycles among the records and the one memory of each that reads as active."""
+        links = self.field("links")
+        replaces: dict[str, list[str]] = {}
+        rel_of: dict[str, str] = {}
+        for n, listed in enumerate(links):
+            if listed and any(link[0] == "supersedes" for link in listed):
+                rel = self._rels[n]
+                ident = self._files.value(rel, "id")
+                replaces[ident] = [link[1] for link in listed if link[0] == "supersedes"]
+                rel_of[ident] = rel
+        if not replaces:
+            return
+        from cortex.memory import revived_in_cycles
+
+        found = revived_in_cycles(replaces, {i: self._files.value(r, "status") for i, r in rel_of.items()},
+                                  {i: self._files.value(r, "updated") for i, r in rel_of.items()})
+        self.revived_ids = frozenset(found)
+        self.revived = frozenset(rel_of[ident] for ident in found)
+
+    def _status(self, rel: str, value: Any) -> Any:
+        return "active" if rel in self.revived else value
 
     @property
     def _keys(self) -> frozenset[str]:  # made when first asked: `column` and iteration need only the list
@@ -1318,7 +1356,8 @@ class Records(Mapping[str, dict[str, Any]]):
     def __getitem__(self, rel: str) -> dict[str, Any]:
         if rel not in self._keys:
             raise KeyError(rel)
-        return self._files[rel]
+        entry = self._files[rel]
+        return dict(entry, status="active") if rel in self.revived else entry
 
     def __contains__(self, rel: object) -> bool:
         return rel in self._keys
@@ -1338,10 +1377,13 @@ class Records(Mapping[str, dict[str, Any]]):
         """One field of one record (None when it has none), without making its dict."""
         if rel not in self._keys:
             raise KeyError(rel)
-        return self._files.value(rel, name)
+        value = self._files.value(rel, name)
+        return self._status(rel, value) if name == "status" and self.revived else value
 
     def field(self, name: str) -> Sequence[Any]:
         """One field of every record (None where it has none), in path order."""
+        if name == "status" and self.revived:
+            return [self._status(rel, value) for rel, value in self.column("status")]
         if len(self._rows) < 2:
             return [self._files.value(rel, name) for rel in self._rels]
         return operator.itemgetter(*self._rows)(self._files.full_column(name))
@@ -1349,9 +1391,14 @@ class Records(Mapping[str, dict[str, Any]]):
     def column(self, *names: str) -> list[tuple[Any, ...]]:
         """(path, value of each named field, None where it has none) of every record, in path order."""
         if len(self._rows) < 2:
-            return [(rel, *(self._files.value(rel, name) for name in names)) for rel in self._rels]
-        pick = operator.itemgetter(*self._rows)  # rows stay where they are while these records hold
-        return list(zip(self._rels, *(pick(self._files.full_column(name)) for name in names)))
+            rows = [(rel, *(self._files.value(rel, name) for name in names)) for rel in self._rels]
+        else:
+            pick = operator.itemgetter(*self._rows)  # rows stay where they are while these records hold
+            rows = list(zip(self._rels, *(pick(self._files.full_column(name)) for name in names)))
+        if self.revived and "status" in names:  # the one memory of a supersession cycle read as active
+            at = names.index("status") + 1
+            rows = [row[:at] + ("active",) + row[at + 1:] if row[0] in self.revived else row for row in rows]
+        return rows
 
 
 def _load_version(path: Path, version: tuple[int, int, int] | None) -> Manifest | None:
