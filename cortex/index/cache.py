@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from cortex.files import atomic_write, file_lock, try_lock
-from cortex.index.manifest import Entries, Manifest, embed_text, memory_from_meta
+from cortex.index.manifest import CLOCK_SLACK_NS, Entries, Manifest, embed_text, memory_from_meta
 from cortex.memory import Memory
 from cortex.store import Problem, Scan, Store, duplicate_ids, duplicate_reason
 
@@ -1089,6 +1089,16 @@ class Index:
         saved = _read_kept(self.centrality_path, current, None) if current is not None else None
         return saved[0] if saved is not None and isinstance(saved[0], dict) else None
 
+    def saved_rel_of_id(self) -> dict[str, str] | None:
+        """`rel_of_id` as kept for the committed manifest, read without loading it or looking at the files; None
+        when none is kept, or a memory folder changed since shortly before the manifest it was kept for was written
+        (a file added, removed or renamed: by hand, by git). What `cortex show` checks an id with."""
+        saved = _read_kept(self.dir / "ids.bin", None, RECORDS_RULE, any_version=True)
+        if saved is None or not isinstance(saved[0], dict) or not isinstance(saved[1], (tuple, list)) \
+                or self._folders_since(saved[1][1] - CLOCK_SLACK_NS):  # kept for a manifest written at saved[1][1]
+            return None
+        return saved[0]
+
     def _computed_centralities(self, neighbours: Any = None) -> dict[str, float]:
         degree: dict[str, float] = {}
         # not each list sorted (~0.4 s at 100,000)
@@ -1438,7 +1448,7 @@ def _read_kept(path: Path, version: tuple[int, int, int] | None, key: Any, any_v
             blob = handle.read(length + 1)
         if len(blob) != length or zlib.crc32(blob) != crc:
             return None
-        return (marshal.loads(blob),)
+        return (marshal.loads(blob), saved_version) if any_version else (marshal.loads(blob),)
     except Exception:  # missing, unreadable, an older format
         return None
 
