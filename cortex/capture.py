@@ -742,6 +742,15 @@ def keyword(items: list[Event]) -> Iterator[Candidate]:
 # ---------------------------------------------------------------- guard, dedup, write
 
 
+def _as_text(candidate: Candidate) -> None:
+    """Drop control characters a terminal or tool printed (ANSI colours, a NUL): a memory holding one is refused."""
+    from cortex.text import strip_controls
+
+    candidate.title, candidate.body = strip_controls(candidate.title), strip_controls(candidate.body)
+    candidate.tags = [strip_controls(tag) for tag in candidate.tags]
+    candidate.files = [strip_controls(name) for name in candidate.files]
+
+
 def _redact(candidate: Candidate, report: CaptureReport, max_chars: int = DEFAULT_MAX_MESSAGE) -> Candidate | None:
     """The candidate with every secret in its body replaced, all of its lines, by `[REDACTED:<kind>]` and the body
     cut to `max_chars`; None when the secret is the point (in the title, on the title's line, or all there is)."""
@@ -934,6 +943,7 @@ def write_candidates(store: Store, candidates: list[Candidate], session: str, co
     cosine_duplicate = float(store.config().get("capture.dedup_cosine"))
     max_chars = _max_message(store)
     for candidate in candidates:
+        _as_text(candidate)
         guarded = _redact(candidate, report, max_chars)
         if guarded is None:
             continue

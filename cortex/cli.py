@@ -43,9 +43,11 @@ def _print_json(data: Any) -> None:
 # What a memory's text may not send to a terminal: C0 controls (a body keeps newline and tab), DEL and C1
 # controls. An escape sequence's introducer is among them, so a title cannot recolour, retitle or clear the
 # terminal; each is shown as a visible escape (\x1b) instead, so a person sees that something is there.
-_DEL_C1 = re.compile("[\x7f-\x9f]")
-_CONTROL_LINE = re.compile("[\x00-\x1f\x7f-\x9f]")
-_CONTROL_BODY = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# The Unicode bidi controls (`cortex.text.strip_controls`'s) too: they reorder what a person reads.
+_BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_DEL_C1 = re.compile(f"[\x7f-\x9f{_BIDI}]")
+_CONTROL_LINE = re.compile(f"[\x00-\x1f\x7f-\x9f{_BIDI}]")
+_CONTROL_BODY = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_BIDI}]")
 
 
 def _safe(text: str) -> str:
@@ -59,7 +61,8 @@ def _safe_body(text: str) -> str:
 
 
 def _escape(match: re.Match[str]) -> str:
-    return f"\\x{ord(match.group()):02x}"
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def _echo(line: str) -> None:
@@ -374,6 +377,7 @@ def show(store: Any, memory_id: str, as_json: bool, at: str | None, raw: bool) -
     """Show one memory by id (or unique id prefix), with its path: every field, its links, its body."""
     store = _at(store, at)
     item = store.get(memory_id)
+    _refuse_shared_id(store, item)
     store.record_access([item.id])
     ranking = _ranking(store, item) if not at else None
     if as_json:
@@ -393,6 +397,22 @@ def show(store: Any, memory_id: str, as_json: bool, at: str | None, raw: bool) -
         click.echo("")
         for line in explain_lines(ranking):
             click.echo(_safe(line))
+
+
+def _refuse_shared_id(store: Any, item: Any) -> None:
+    """Show no memory the other readers skip: one whose id another file holds too (found by the cache, which
+    reads every file, where `Store.get` looks at file names)."""
+    from cortex.errors import MemoryNotFound
+    from cortex.index import Index, Indexes
+
+    if Indexes.serving is None:  # the ids kept for the committed cache: no sync when no folder changed since
+        kept = Index(store).saved_rel_of_id()
+        if kept is not None and item.id in kept and str(store.memories_dir / kept[item.id]) == str(item.path):
+            return
+    index = _index(store)  # synced here (not by a child): the ids it keeps are for the manifest it commits
+    for path, reason in [] if item.id in index.rel_of_id() else index.problems():
+        if str(path) == str(item.path) and reason.startswith(f"duplicate id {item.id}"):
+            raise MemoryNotFound(f"{path}: {reason}")
 
 
 def _ranking(store: Any, item: Any) -> dict[str, Any] | None:

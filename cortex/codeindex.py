@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from cortex.errors import CortexError, SecretDetected
+from cortex.errors import CortexError, MalformedMemory, SecretDetected
 from cortex.gitfacts import path_inside
 from cortex.gitops import tracked
 from cortex.memory import Link, Memory
@@ -231,6 +231,9 @@ def index_code(store: Store, paths: list[Path], force: bool = False) -> IndexRep
                                        confidence=1.0, source={"kind": "code-index", "sha": sha}))
         except SecretDetected as exc:
             report.skipped.append((rel, f"looks like it holds a secret ({exc.rule}, line {exc.line})"))
+            continue
+        except MalformedMemory as exc:  # not text (a control character): no memory can hold it
+            report.skipped.append((rel, exc.reason))
             continue
         prose = _llm_summary(store, rel, text) or outline(path, text)
         try:

@@ -728,6 +728,11 @@ def _add_write_tools(tool: Register, backend: Backend) -> None:
         Text that looks like a secret is refused. Returns the new memory's id and path."""
         if not text.strip():
             raise ToolError("text: nothing to remember (it is blank)")
+        from cortex.memory import control_problem
+
+        problem = control_problem({"title": title, "tags": tags, "files": files}, text)
+        if problem is not None:  # a NUL would make git call the file binary, an ESC drive a reader's terminal
+            raise ToolError(problem.replace("body:", "text:", 1) + "; nothing was written")
         store = backend.global_store() if scope == "global" else backend.store()
         backend.follow(store)  # changes the watcher saw are synced before the links and pages are made
         created = events.remember(store, text, backend.indexes, type=type, title=title, priority=priority,

@@ -604,8 +604,55 @@ def _text_list(data: dict[str, Any], key: str, path: Path | None) -> list[str]:
     return out
 
 
+# What a memory may not hold: C0 controls (a NUL makes git call the file binary; an ESC drives a terminal), DEL
+# and C1 controls. A field may hold tabs and line ends (title and summary: one line, checked below); a body
+# form feeds too (source code has them).
+_FIELD_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+_BODY_CONTROL = re.compile("[\x00-\x08\x0b\x0e-\x1f\x7f-\x9f]")
+
+
+def control_problem(data: dict[str, Any], body: str) -> str | None:
+    """Why a memory is not text (`field: holds control character U+001B`), or None: the first control character
+    in any front-matter value (nested ones too) or the body."""
+    found = _BODY_CONTROL.search(body)
+    if found:
+        return f"body: holds control character U+{ord(found.group()):04X} (a memory is text: remove it)"
+    for key, value in data.items():
+        char = _control_in(value)
+        if char is None and isinstance(key, str):
+            char = _control_in(key)
+        if char is not None:
+            return f"{_control_in_key(key)}: holds control character U+{ord(char):04X} (a memory is text: remove it)"
+    return None
+
+
+def _control_in_key(key: Any) -> str:
+    return _FIELD_CONTROL.sub("?", str(key))  # the message names the key, never prints its controls
+
+
+def _control_in(value: Any) -> str | None:
+    """The first control character in a string, or in the strings of a list or mapping (keys included)."""
+    if isinstance(value, str):
+        found = _FIELD_CONTROL.search(value)
+        return found.group() if found else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            char = _control_in(key) or _control_in(item)
+            if char is not None:
+                return char
+    elif isinstance(value, list):
+        for item in value:
+            char = _control_in(item)
+            if char is not None:
+                return char
+    return None
+
+
 def from_data(data: dict[str, Any], body: str, path: Path | None = None) -> Memory:
     """Validate front-matter data and build a `Memory`; raises `MalformedMemory`."""
+    problem = control_problem(data, body)
+    if problem is not None:
+        raise MalformedMemory(path, problem)
     for key in ("id", "title", "type"):
         if data.get(key) in (None, ""):
             raise MalformedMemory(path, f"missing required field '{key}'")
@@ -890,3 +937,66 @@ def edit_text(text: str, changes: dict[str, Any], body: str | None = None, path:
     if head.startswith("\ufeff"):
         head = head[1:]
     return f"{head}{_dump(front)}---\n{new_body}"
+
+
+# ---------------------------------------------------------------- supersession cycles
+
+
+def supersession_cycles(replaces: dict[str, list[str]]) -> list[list[str]]:
+    """The groups of memories that replace each other in a cycle (`supersedes` links, from each id to the ids it
+    replaces; a target that is not a key is outside any cycle), each sorted, in order: Tarjan's strongly
+    connected components of more than one memory, without recursion."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+    for root in sorted(replaces):
+        if root in index:
+            continue
+        work = [(root, iter(replaces[root]))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, targets = work[-1]
+            for target in targets:
+                if target not in replaces:
+                    continue
+                if target not in index:
+                    index[target] = low[target] = len(index)
+                    stack.append(target)
+                    on_stack.add(target)
+                    work.append((target, iter(replaces[target])))
+                    break
+                if target in on_stack:
+                    low[node] = min(low[node], index[target])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    group = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        group.append(member)
+                        if member == node:
+                            break
+                    if len(group) > 1:
+                        groups.append(sorted(group))
+    return sorted(groups)
+
+
+def revived_in_cycles(replaces: dict[str, list[str]], status: dict[str, str], updated: dict[str, str]) -> set[str]:
+    """The ids every reader takes as active although their files say superseded: in each supersession cycle
+    (hand-edited links: `cortex forget --replaced-by` refuses to make one) where no memory is active, the most
+    recently updated one (the greatest id on a tie), so that one of them still speaks."""
+    out = set()
+    for group in supersession_cycles(replaces):
+        if any(status.get(ident) == "active" for ident in group):
+            continue
+        candidates = [ident for ident in group if status.get(ident) == "superseded"]
+        if candidates:
+            out.add(max(candidates, key=lambda ident: (updated.get(ident) or "", ident)))
+    return out

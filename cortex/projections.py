@@ -64,8 +64,11 @@ def _environment(store: Store) -> Any:
 
 
 def _tidy(text: str) -> str:
-    """Trailing spaces off, at most one blank line in a row, one final newline."""
-    lines = [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")]
+    """Control and bidi characters off (a page is read in terminals and reviewed in diffs: `strip_controls`),
+    trailing spaces off, at most one blank line in a row, one final newline."""
+    from cortex.text import strip_controls
+
+    lines = [line.rstrip() for line in strip_controls(text.replace("\r\n", "\n")).split("\n")]
     text = re.sub(r"\n{3,}", "\n\n", "\n".join(lines))
     return text.strip("\n") + "\n"
 
@@ -157,6 +160,8 @@ def _load(store: Store, index: Any = None, kinds: frozenset[str] = PAGE_TYPES) -
         if meta["type"] == "architecture" and not RECORD_TAGS & set(meta.get("tags", ())):
             continue
         item = memory_from_meta(meta, store.memories_dir / rel)
+        if rel in records.revived:  # the memory of a supersession cycle every reader takes as active
+            item.status = "active"
         item.body = bodies.get(rel, records[rel]["hash"])
         out.append(item)
     bodies.save()

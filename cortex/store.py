@@ -293,21 +293,25 @@ class Store:
         return parse_bytes(raw, path, universal_newlines=True)
 
     def scan(self) -> Scan:
-        """Read every memory; malformed files become problems, not errors."""
+        """Read every memory; malformed files become problems, not errors. Files sharing an id are all skipped
+        (`duplicate_ids`)."""
         result = Scan()
-        seen: dict[str, Path] = {}
         paths, result.problems = self.walk()
+        read: list[Memory] = []
         for path in paths:
             try:
-                item = self.read(path)
+                read.append(self.read(path))
             except MalformedMemory as exc:
                 result.problems.append(Problem(path, exc.reason))
-                continue
-            if item.id in seen:
-                result.problems.append(Problem(path, f"duplicate id {item.id} (also in {seen[item.id]})"))
-                continue
-            seen[item.id] = path
-            result.memories.append(item)
+        shared = duplicate_ids((item.id, item.path) for item in read)
+        for item in read:
+            if item.id in shared:
+                assert item.path is not None
+                result.problems.append(Problem(item.path, duplicate_reason(item.id, item.path, shared[item.id])))
+            else:
+                result.memories.append(item)
+        result.problems.sort(key=lambda problem: str(problem.path))
+        revive_cycles(result.memories)
         return result
 
     def list(
@@ -337,22 +341,45 @@ class Store:
         return out
 
     def get(self, id_or_prefix: str) -> Memory:
-        """A memory by id or unique id prefix (at least 4 hex characters)."""
+        """A memory by id or unique id prefix (at least 4 hex characters), as every reader takes it (status
+        active when it is the memory of a supersession cycle that reads as active: `revive_cycles`)."""
+        item = self._get(id_or_prefix)
+        if item.status == "superseded" and any(link.rel == "supersedes" for link in item.links):
+            group = {item.id: item}
+            for ident in self._superseded_chain(item):
+                try:
+                    group[ident] = self._get(ident)
+                except CortexError:
+                    continue
+            revive_cycles(builtins.list(group.values()))
+        return item
+
+    def _get(self, id_or_prefix: str) -> Memory:
+        """`get`, the status as the file says."""
         key = id_or_prefix.strip().lower()
         if not re.fullmatch(r"[0-9a-f]{%d,12}" % MIN_PREFIX, key):
             raise MemoryNotFound(f"{id_or_prefix!r} is not a memory id (4 to 12 hex characters)")
         # File names end in -<id>.md, so a glob usually finds it without parsing the store.
         by_name = self._paths_named(key)
-        matches: dict[str, Memory] = {}
+        found: builtins.list[Memory] = []
         for path in by_name:
             try:
                 item = self.read(path)
             except MalformedMemory:
                 continue
             if item.id.startswith(key):
-                matches[item.id] = item
-        if not matches:  # a person may have renamed the file: fall back to the ids inside
-            matches = {m.id: m for m in self.scan().memories if m.id.startswith(key)}
+                found.append(item)
+        shared = duplicate_ids((item.id, item.path) for item in found)
+        matches = {item.id: item for item in found if item.id not in shared}
+        if not matches and not shared:  # a person may have renamed the file: fall back to the ids inside
+            scan = self.scan()
+            matches = {m.id: m for m in scan.memories if m.id.startswith(key)}
+            for problem in scan.problems if not matches else ():
+                if problem.reason.startswith(f"duplicate id {key}"):
+                    raise MemoryNotFound(f"{problem.path}: {problem.reason}")
+        if not matches and shared:  # as every reader: files sharing an id are all left out (`duplicate_ids`)
+            ident, holders = sorted(shared.items())[0]
+            raise MemoryNotFound(f"{holders[0]}: {duplicate_reason(ident, holders[0], holders)}")
         if not matches:
             raise MemoryNotFound(f"no memory with id {id_or_prefix!r} in {self.root}")
         if len(matches) > 1:
@@ -444,6 +471,7 @@ class Store:
             path = self._path_for(item)
             if path.parent.is_symlink():  # writing through it would put the memory outside the repository
                 raise CortexError(f"{path.parent}: {SYMLINK}; remove the link")
+            fmt.validate(item)  # before it has a path: a refused memory's error names no file that was never written
             item.path = path
             text = fmt.render_new(item)
             self._check_size(text, path)
@@ -529,11 +557,30 @@ class Store:
         old_memory, new_memory = self.get(old), self.get(new)
         if old_memory.id == new_memory.id:
             raise CortexError("a memory cannot replace itself")
+        if new_memory.id in self._superseded_chain(old_memory):  # a cycle would leave none of its memories active
+            raise CortexError(f"{new_memory.id} cannot replace {old_memory.id}: {old_memory.id} already replaces "
+                              f"{new_memory.id} (a supersedes link, directly or through others); remove that link "
+                              f"from {old_memory.id}'s file first")
         links = [link for link in new_memory.links if not (link.rel == "supersedes" and link.to == old_memory.id)]
         links.append(Link("supersedes", old_memory.id, created=fmt.now_iso()))
         new_memory = self.update(new_memory.id, {"links": links})
         old_memory = self.update(old_memory.id, {"status": "superseded"})
         return old_memory, new_memory
+
+    def _superseded_chain(self, start: Memory, most: int = 100) -> builtins.list[str]:
+        """The ids `start` replaces, directly or through others (`supersedes` links followed, each id once)."""
+        chain: builtins.list[str] = []
+        todo = [link.to for link in start.links if link.rel == "supersedes"]
+        while todo and len(chain) < most:
+            ident = todo.pop(0)
+            if ident in chain or ident == start.id:
+                continue
+            chain.append(ident)
+            try:
+                todo += [link.to for link in self._get(ident).links if link.rel == "supersedes"]
+            except CortexError:
+                continue  # gone, or not read: the chain ends there
+        return chain
 
     # ------------------------------------------------------------ state
 
@@ -622,6 +669,15 @@ class Store:
             if len(set(pairs)) < len(pairs) or any(to == memory_id for _, to in pairs):  # made `Link`s only then
                 warnings += [f"{path}: {problem} (ignored; remove the line)" for problem in fmt.link_problems(
                     memory_id, [fmt.Link(rel, to) for rel, to in pairs])[1]]
+        replaces: dict[str, builtins.list[str]] = {}
+        for _, memory_id, _, _, _, links in rows:
+            targets = [link.to if isinstance(link, fmt.Link) else link[1] for link in links or ()
+                       if (link.rel if isinstance(link, fmt.Link) else link[0]) == "supersedes"]
+            if targets:
+                replaces[memory_id] = targets
+        for group in fmt.supersession_cycles(replaces):  # hand-edited: `forget --replaced-by` refuses to make one
+            problems.append(f"supersession cycle: {', '.join(group)} replace each other; every reader takes only "
+                            f"the most recently updated as active (remove one supersedes link)")
         try:
             warnings = list(self.config().warnings) + warnings
         except CortexError as exc:
@@ -641,6 +697,44 @@ class Store:
             "problems": problems,
             "warnings": warnings,
         }
+
+
+def revive_cycles(memories: builtins.list[Memory]) -> None:
+    """Set active the memory of each supersession cycle among `memories` that every reader takes as active
+    (`cortex.memory.revived_in_cycles`: the most recently updated, when none of the cycle is)."""
+    replaces = {m.id: [link.to for link in m.links if link.rel == "supersedes"] for m in memories
+                if any(link.rel == "supersedes" for link in m.links)}
+    if not replaces:
+        return
+    by_id = {m.id: m for m in memories if m.id in replaces}
+    for ident in fmt.revived_in_cycles(replaces, {i: m.status for i, m in by_id.items()},
+                                       {i: m.updated for i, m in by_id.items()}):
+        by_id[ident].status = "active"
+
+
+def duplicate_ids(pairs: Iterable[tuple[str, Any]]) -> dict[str, builtins.list[Any]]:
+    """{id: its files} of every id more than one file holds, from (id, file) pairs.
+
+    Neither file is read: which one a reader picked would depend on file names, so a second file could speak under
+    a trusted memory's id in one reader while another showed the original.
+    """
+    first: dict[str, Any] = {}
+    shared: dict[str, builtins.list[Any]] = {}
+    for ident, where in pairs:
+        if ident not in first:
+            first[ident] = where
+        elif ident in shared:
+            shared[ident].append(where)
+        else:
+            shared[ident] = [first[ident], where]
+    return shared
+
+
+def duplicate_reason(ident: str, path: Any, holders: builtins.list[Any]) -> str:
+    """Why a file sharing an id with others is skipped, naming the others."""
+    others = ", ".join(str(other) for other in holders if other != path)
+    return (f"duplicate id {ident} (also in {others}); neither file is read until one is removed or given "
+            f"a new id")
 
 
 def _folder_marks(folders: tuple[tuple[str, int], ...]) -> tuple[tuple[str, int], ...]:

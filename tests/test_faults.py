@@ -28,6 +28,7 @@ import pygit2
 import pytest
 from click.testing import CliRunner
 
+from cortex.errors import MalformedMemory
 from cortex.store import Store
 from tests.helpers import cortex, cortex_command, git, hook, remember
 
@@ -434,24 +435,33 @@ EVIL_BODY = "Evil body \x1b[2J clears \x9b31m and keeps\ta tab\nand lines\r\n\x0
 
 def test_control_characters_in_a_memory_never_reach_the_terminal(project):
     """Before: `list`, `recall` and `show` printed a title's escape sequences raw (retitle, recolour, clear the
-    terminal). After: every control character but a body's newline and tab is shown as a visible escape; JSON
-    output keeps the exact text, escaped as JSON."""
+    terminal). After (issue 37): a memory holding a control character is refused on write, and a file holding one
+    is skipped and named in one printable line; a bidi control, which a valid memory may hold, is shown as a
+    visible escape; JSON output keeps the exact text, escaped as JSON."""
     store = Store.locate(project)
-    created = remember(store, EVIL_BODY, title=EVIL_TITLE, type="gotcha", link=False)
+    with pytest.raises(MalformedMemory, match="control character U\\+001B"):
+        remember(store, EVIL_BODY, title=EVIL_TITLE, type="gotcha", link=False)
+    folder = project / ".cortex" / "memories" / "gotcha"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "evil-0123456789ab.md").write_text(
+        '---\nid: 0123456789ab\ntype: gotcha\ntitle: "Evil \\e]0;pwned\\a title"\n---\nEvil body.\n', encoding="utf-8")
+    created = remember(store, "Evil body with a \u202e bidi override", title="Evil \u202etitle", type="gotcha",
+                       link=False)
     wide = {"COLUMNS": "200"}  # the whole title fits the list's width
-    raw = [cortex("list", cwd=project, env=wide).stdout, cortex("recall", "evil title", cwd=project).stdout,
-           cortex("show", created.id, cwd=project).stdout, cortex("status", cwd=project).stdout]
-    for text in raw:
-        bad = [ch for ch in text if (ord(ch) < 32 and ch not in "\n\t") or 0x7f <= ord(ch) <= 0x9f]
+    raw = [cortex("list", cwd=project, env=wide), cortex("recall", "evil title", cwd=project),
+           cortex("show", created.id, cwd=project), cortex("status", cwd=project, check=False)]
+    for result in raw:
+        text = result.stdout + result.stderr
+        bad = [ch for ch in text if (ord(ch) < 32 and ch not in "\n\t") or 0x7f <= ord(ch) <= 0x9f or ch == "\u202e"]
         assert not bad, (bad, text)
-    assert "\\x1b]0;pwned\\x07" in raw[0] and "\\x9b5m" in raw[0]
-    assert "keeps\ta tab\nand lines" in raw[2] and "\\x1b[2J" in raw[2]
+    assert "Evil \\u202etitle" in raw[0].stdout and "evil-0123456789ab.md" in raw[0].stderr
+    assert "U+001B" in raw[3].stdout and "\\u202e bidi" in raw[2].stdout
     for args in (("list", "--json"), ("show", created.id, "--json"), ("recall", "evil title", "--json")):
         out = cortex(*args, cwd=project).stdout
-        assert not [ch for ch in out if (ord(ch) < 32 and ch != "\n") or 0x7f <= ord(ch) <= 0x9f], args
+        assert not [ch for ch in out if (ord(ch) < 32 and ch != "\n") or 0x7f <= ord(ch) <= 0x9f or ch == "\u202e"]
         data = json.loads(out)
         record = data if isinstance(data, dict) else data[0]
-        assert (record.get("title") or record["memory"]["title"]) == EVIL_TITLE
+        assert (record.get("title") or record["memory"]["title"]) == "Evil \u202etitle"
 
 
 def test_a_skipped_file_is_reported_in_one_printable_line(project):
@@ -519,14 +529,16 @@ def test_malformed_mcp_input_gets_a_json_rpc_error_and_the_server_stays_up(proje
 
 
 def test_every_command_that_prints_a_title_escapes_control_characters(project):
-    """forget's "best match", gc, consolidate and capture print titles too: none lets an escape sequence through."""
+    """forget's "best match", gc, consolidate and capture print titles too: none lets a bidi control through (a
+    memory cannot hold an escape sequence since issue 37; a bidi control it may)."""
     store = Store.locate(project)
-    remember(store, EVIL_BODY, title=EVIL_TITLE, type="gotcha", link=False)
-    remember(store, EVIL_BODY, title=EVIL_TITLE + " again", type="gotcha", link=False)
+    remember(store, "Evil body \u202e reversed", title="Evil \u202etitle", type="gotcha", link=False)
+    remember(store, "Evil body \u202e reversed", title="Evil \u202etitle again", type="gotcha", link=False)
     outputs = [cortex("consolidate", "--dry-run", cwd=project, check=False),
                cortex("forget", "evil title", "--yes", cwd=project, check=False)]
     for result in outputs:
         _no_traceback(result)
         text = result.stdout + result.stderr
-        assert not [ch for ch in text if (ord(ch) < 32 and ch not in "\n\t") or 0x7f <= ord(ch) <= 0x9f], text
-    assert "\\x1b" in outputs[1].stderr  # the best match was shown, escaped
+        assert not [ch for ch in text if (ord(ch) < 32 and ch not in "\n\t") or 0x7f <= ord(ch) <= 0x9f
+                    or ch == "\u202e"], text
+    assert "\\u202e" in outputs[1].stderr  # the best match was shown, escaped

@@ -125,7 +125,7 @@ memories = st.builds(
     id=st.from_regex(r"[0-9a-f]{12}", fullmatch=True),
     type=st.sampled_from(fmt.TYPES),
     title=_text,
-    body=st.text(max_size=200),
+    body=st.text(st.characters(blacklist_categories=("Cs", "Cc")) | st.sampled_from("\t\n\r\f"), max_size=200),
     status=st.sampled_from(fmt.STATUSES),
     confidence=st.floats(0, 1).map(lambda x: round(x, 3)),
     priority=st.integers(1, 10),
@@ -195,8 +195,7 @@ def test_the_files_cortex_writes_take_the_fast_reader():
     assert fmt._read_simple(yaml_text)["links"] == [{"rel": "relates_to", "to": "8b0d52e1aa90", "strength": 0.42}]
 
 
-@pytest.mark.parametrize("title", ["Use SQLite, not P\x85ostgres, for the local cache", "one\u2028two", "one\u2029two",
-                                   "ends with NEL\x85", "a\x01control"])
+@pytest.mark.parametrize("title", ["one\u2028two", "one\u2029two", "a\ttab"])
 def test_a_title_with_a_yaml_line_break_character_round_trips(title):
     """NEL and the Unicode line and paragraph separators are line breaks to YAML: written plain, ruamel folded
     them into spaces on reading (the fuzz test found "P\\x85ostgres" read back as "P\\x85  ostgres")."""
@@ -205,3 +204,19 @@ def test_a_title_with_a_yaml_line_break_character_round_trips(title):
     again = fmt.parse(written)
     assert again.title == title and again.tags == [title]
     assert fmt.render_new(again) == written
+
+
+@pytest.mark.parametrize("title", ["Use SQLite, not P\x85ostgres, for the local cache", "ends with NEL\x85",
+                                   "a\x01control", "a NUL\x00", "OSC 52 \x1b]52;c;aGk=\x07"])
+def test_a_memory_holding_a_control_character_is_refused(title):
+    """C0 (but tab and line ends), DEL and C1 controls: a memory is text (issue 37); NEL was a C1 control that
+    round-tripped before."""
+    item = fmt.Memory(id="3f9a1c07d2e4", type="decision", title=title, body="Why.\n")
+    with pytest.raises(MalformedMemory, match="title: holds control character U\\+00"):
+        fmt.render_new(item)
+    with pytest.raises(MalformedMemory, match="body: holds control character U\\+0000"):
+        fmt.render_new(fmt.Memory(id="3f9a1c07d2e4", type="decision", title="Fine", body="Half \x00 binary.\n"))
+    quoted = fmt.render_new(fmt.Memory(id="3f9a1c07d2e4", type="decision", title="Fine", body="Why.\n")).replace(
+        "title: Fine", 'title: "Fine \\e[31m red"')
+    with pytest.raises(MalformedMemory, match="title: holds control character U\\+001B"):
+        fmt.parse(quoted)

@@ -35,15 +35,18 @@ from pathlib import Path
 from typing import Any, Callable
 
 from cortex.files import atomic_write, file_lock, try_lock
-from cortex.index.manifest import Entries, Manifest, embed_text, memory_from_meta
+from cortex.index.manifest import CLOCK_SLACK_NS, Entries, Manifest, embed_text, memory_from_meta
 from cortex.memory import Memory
-from cortex.store import Problem, Scan, Store
+from cortex.store import Problem, Scan, Store, duplicate_ids, duplicate_reason
 
 
 SMALL_BATCH = 16  # up to this many new texts are embedded by the pure-Python encoder
 EMBED_CHUNK = 4096  # texts embedded and appended at a time
 MEMORIES_AHEAD = 20_000  # a resident server builds every memory's `Memory` ahead in stores up to this size
 PARALLEL_BUILD = 2000  # a full-text build of at least this many documents uses two processes (when there are cores)
+# The key of the kept records and ids (`_kept`): files sharing an id are all left out (views kept under an
+# older rule, where the first file won, are made again).
+RECORDS_RULE = "duplicates-skipped"
 VECTOR_TOLERANCE = 1e-4  # largest difference `check` accepts between a cached vector and one computed now
 
 
@@ -741,26 +744,30 @@ class Index:
         assert self.manifest is not None
         if self._scan is None:
             items, problems = self.manifest.memories(self.store.memories_dir)
+            revived = self.records().revived_ids
+            for item in items if revived else ():
+                if item.id in revived:
+                    item.status = "active"
             self._scan = Scan(items, [Problem(path, reason) for path, reason in problems])
         return self._scan
 
     def records(self) -> dict[str, dict[str, Any]]:
         """Manifest entries of every valid memory by path (relative to memories/): id, status, type,
-        branch and links directly, the rest through `Manifest.meta`. First of duplicate ids wins."""
+        branch and links directly, the rest through `Manifest.meta`. Files sharing an id are all left out."""
         if self.manifest is None:
             self.sync(full=False)
         assert self.manifest is not None
         if self._records is None:
             # Kept for the committed manifest (`_kept`): a pass over 100,000 paths, ids and errors is ~0.16 s.
-            rels, rows, problems = self._kept(self.dir / "records.bin", None, self._sorted_out)
+            rels, rows, problems = self._kept(self.dir / "records.bin", RECORDS_RULE, self._sorted_out)
             self._records, self._problems = Records(self.manifest.files, rels, rows), [tuple(p) for p in problems]
+            self._records.revive()
         return self._records
 
     def _sorted_out(self) -> tuple[list[str], list[int], list[tuple[str, str]]]:
         """The records (`records`: their paths and rows, in path order) and (path, reason) of the problems
         (`problems`), from one pass in path order over three columns."""
         assert self.manifest is not None
-        seen: dict[str, str] = {}
         rels: list[str] = []
         rows: list[int] = []
         problems: list[tuple[str, str]] = []
@@ -773,14 +780,15 @@ class Index:
             pick = operator.itemgetter(*order)
             if pick(errors).count(None) == len(order) and len(set(pick(ids))) == len(order):
                 return list(pick(paths)), order, []
+        root = self.store.memories_dir
+        shared = duplicate_ids((ids[n], paths[n]) for n in order if errors[n] is None)
         for n in order:
             rel, error, ident = paths[n], errors[n], ids[n]
             if error is not None:
                 problems.append((rel, error))
-            elif ident in seen:
-                problems.append((rel, f"duplicate id {ident} (also in {self.store.memories_dir / seen[ident]})"))
+            elif ident in shared:  # every file holding it is skipped (`cortex.store.duplicate_ids`)
+                problems.append((rel, duplicate_reason(ident, root / rel, [root / other for other in shared[ident]])))
             else:
-                seen[ident] = rel
                 rels.append(rel)
                 rows.append(n)
         return rels, rows, problems
@@ -794,7 +802,7 @@ class Index:
         """The paths of the records whose (status, type, branch) pass a filter, computed once per sync for each
         filter `key`."""
         if key not in self._allowed:
-            self._allowed[key] = self._kept(self.dir / f"allowed-{_digest(key)}.bin", key,
+            self._allowed[key] = self._kept(self.dir / f"allowed-{_digest(key)}.bin", (RECORDS_RULE, key),
                                             lambda: self._passing(keep))
         return self._allowed[key]
 
@@ -901,8 +909,15 @@ class Index:
         found = self._memories.get(rel)
         if found is None:
             assert self.manifest is not None
-            found = self._memories[rel] = memory_from_meta(self.manifest.meta(rel), self.store.memories_dir / rel)
+            found = self._memories[rel] = self._revived(rel, memory_from_meta(self.manifest.meta(rel),
+                                                                                self.store.memories_dir / rel))
         return found
+
+    def _revived(self, rel: str, item: Memory) -> Memory:
+        """`item` with status active when it is the memory of a supersession cycle every reader takes as active."""
+        if rel in self.records().revived:
+            item.status = "active"
+        return item
 
     def memories_ahead(self, most: int = MEMORIES_AHEAD) -> int:
         """Build `memory(rel)` for every valid memory of a store of at most `most`, in one decode of the metadata
@@ -920,7 +935,7 @@ class Index:
             return 0
         root = self.store.memories_dir
         for rel, meta in zip(rels, manifest.metas(rels)):
-            built.setdefault(rel, memory_from_meta(meta, root / rel))
+            built.setdefault(rel, self._revived(rel, memory_from_meta(meta, root / rel)))
         return len(rels)
 
     def read(self, rel: str) -> Memory:
@@ -933,8 +948,8 @@ class Index:
         digest = (files.value(rel, "hash") if rel in files else None) or ""
         cached = self._parsed.get(rel)
         if cached is not None and digest and cached[0] == digest:
-            return replace(cached[1])
-        item = self.store.read(self.store.memories_dir / rel)
+            return self._revived(rel, replace(cached[1]))
+        item = self._revived(rel, self.store.read(self.store.memories_dir / rel))
         if digest:
             if len(self._parsed) >= 4096:  # a bound for a long-lived process
                 self._parsed.clear()
@@ -944,7 +959,7 @@ class Index:
 
     def rel_of_id(self) -> dict[str, str]:
         if self._rel_of_id is None:
-            self._rel_of_id = self._kept(self.dir / "ids.bin", None, lambda: dict(zip(
+            self._rel_of_id = self._kept(self.dir / "ids.bin", RECORDS_RULE, lambda: dict(zip(
                 self.records().field("id"), self.records())))  # no tuple made for each of 100,000 records
         return self._rel_of_id
 
@@ -1073,6 +1088,16 @@ class Index:
         current = _file_version(self.manifest_path)
         saved = _read_kept(self.centrality_path, current, None) if current is not None else None
         return saved[0] if saved is not None and isinstance(saved[0], dict) else None
+
+    def saved_rel_of_id(self) -> dict[str, str] | None:
+        """`rel_of_id` as kept for the committed manifest, read without loading it or looking at the files; None
+        when none is kept, or a memory folder changed since shortly before the manifest it was kept for was written
+        (a file added, removed or renamed: by hand, by git). What `cortex show` checks an id with."""
+        saved = _read_kept(self.dir / "ids.bin", None, RECORDS_RULE, any_version=True)
+        if saved is None or not isinstance(saved[0], dict) or not isinstance(saved[1], (tuple, list)) \
+                or self._folders_since(saved[1][1] - CLOCK_SLACK_NS):  # kept for a manifest written at saved[1][1]
+            return None
+        return saved[0]
 
     def _computed_centralities(self, neighbours: Any = None) -> dict[str, float]:
         degree: dict[str, float] = {}
@@ -1305,6 +1330,32 @@ class Records(Mapping[str, dict[str, Any]]):
         """`rels`: the path of each record, in path order; `rows`: its row in `files`."""
         self._files, self._rels, self._rows = files, rels, rows
         self._set: frozenset[str] | None = None
+        # The records read as active although their files say superseded (`cortex.memory.revived_in_cycles`).
+        self.revived: frozenset[str] = frozenset()
+        self.revived_ids: frozenset[str] = frozenset()
+
+    def revive(self) -> None:
+        """Find the supersession cycles among the records and the one memory of each that reads as active."""
+        links = self.field("links")
+        replaces: dict[str, list[str]] = {}
+        rel_of: dict[str, str] = {}
+        for n, listed in enumerate(links):
+            if listed and any(link[0] == "supersedes" for link in listed):
+                rel = self._rels[n]
+                ident = self._files.value(rel, "id")
+                replaces[ident] = [link[1] for link in listed if link[0] == "supersedes"]
+                rel_of[ident] = rel
+        if not replaces:
+            return
+        from cortex.memory import revived_in_cycles
+
+        found = revived_in_cycles(replaces, {i: self._files.value(r, "status") for i, r in rel_of.items()},
+                                  {i: self._files.value(r, "updated") for i, r in rel_of.items()})
+        self.revived_ids = frozenset(found)
+        self.revived = frozenset(rel_of[ident] for ident in found)
+
+    def _status(self, rel: str, value: Any) -> Any:
+        return "active" if rel in self.revived else value
 
     @property
     def _keys(self) -> frozenset[str]:  # made when first asked: `column` and iteration need only the list
@@ -1315,7 +1366,8 @@ class Records(Mapping[str, dict[str, Any]]):
     def __getitem__(self, rel: str) -> dict[str, Any]:
         if rel not in self._keys:
             raise KeyError(rel)
-        return self._files[rel]
+        entry = self._files[rel]
+        return dict(entry, status="active") if rel in self.revived else entry
 
     def __contains__(self, rel: object) -> bool:
         return rel in self._keys
@@ -1335,10 +1387,13 @@ class Records(Mapping[str, dict[str, Any]]):
         """One field of one record (None when it has none), without making its dict."""
         if rel not in self._keys:
             raise KeyError(rel)
-        return self._files.value(rel, name)
+        value = self._files.value(rel, name)
+        return self._status(rel, value) if name == "status" and self.revived else value
 
     def field(self, name: str) -> Sequence[Any]:
         """One field of every record (None where it has none), in path order."""
+        if name == "status" and self.revived:
+            return [self._status(rel, value) for rel, value in self.column("status")]
         if len(self._rows) < 2:
             return [self._files.value(rel, name) for rel in self._rels]
         return operator.itemgetter(*self._rows)(self._files.full_column(name))
@@ -1346,9 +1401,14 @@ class Records(Mapping[str, dict[str, Any]]):
     def column(self, *names: str) -> list[tuple[Any, ...]]:
         """(path, value of each named field, None where it has none) of every record, in path order."""
         if len(self._rows) < 2:
-            return [(rel, *(self._files.value(rel, name) for name in names)) for rel in self._rels]
-        pick = operator.itemgetter(*self._rows)  # rows stay where they are while these records hold
-        return list(zip(self._rels, *(pick(self._files.full_column(name)) for name in names)))
+            rows = [(rel, *(self._files.value(rel, name) for name in names)) for rel in self._rels]
+        else:
+            pick = operator.itemgetter(*self._rows)  # rows stay where they are while these records hold
+            rows = list(zip(self._rels, *(pick(self._files.full_column(name)) for name in names)))
+        if self.revived and "status" in names:  # the one memory of a supersession cycle read as active
+            at = names.index("status") + 1
+            rows = [row[:at] + ("active",) + row[at + 1:] if row[0] in self.revived else row for row in rows]
+        return rows
 
 
 def _load_version(path: Path, version: tuple[int, int, int] | None) -> Manifest | None:
@@ -1388,7 +1448,7 @@ def _read_kept(path: Path, version: tuple[int, int, int] | None, key: Any, any_v
             blob = handle.read(length + 1)
         if len(blob) != length or zlib.crc32(blob) != crc:
             return None
-        return (marshal.loads(blob),)
+        return (marshal.loads(blob), saved_version) if any_version else (marshal.loads(blob),)
     except Exception:  # missing, unreadable, an older format
         return None
 

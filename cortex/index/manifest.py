@@ -45,7 +45,8 @@ from typing import Any, Iterator
 
 from cortex.errors import MalformedMemory
 from cortex.memory import Link, Memory
-from cortex.store import MAX_MEMORY_BYTES, parse_bytes, read_memory_bytes, too_large, walk_memory_stats
+from cortex.store import (MAX_MEMORY_BYTES, duplicate_ids, duplicate_reason, parse_bytes, read_memory_bytes, too_large,
+                          walk_memory_stats)
 
 # 6: issue 21 (the duplicate check, the pages and `cortex serve` read the cache); 7: list's fields; 8: the
 # prior's and the briefing's fields; 9: columns (`Entries`)
@@ -506,18 +507,17 @@ class Manifest:
     def memories(self, memories_dir: Path) -> tuple[list[Memory], list[tuple[Path, str]]]:
         """Every valid memory (body not loaded) and every (path, reason) problem, in path order."""
         problems: list[tuple[Path, str]] = []
-        seen: dict[str, Path] = {}
         valid: list[tuple[str, Path]] = []
-        for rel, error, ident in sorted(self.files.column("error", "id")):
+        rows = sorted(self.files.column("error", "id"))
+        shared = duplicate_ids((ident, memories_dir / rel) for rel, error, ident in rows if error is None)
+        for rel, error, ident in rows:
             path = memories_dir / rel
             if error is not None:
                 problems.append((path, error))
-                continue
-            if ident in seen:
-                problems.append((path, f"duplicate id {ident} (also in {seen[ident]})"))
-                continue
-            seen[ident] = path
-            valid.append((rel, path))
+            elif ident in shared:  # every file holding it is skipped (`cortex.store.duplicate_ids`)
+                problems.append((path, duplicate_reason(ident, path, shared[ident])))
+            else:
+                valid.append((rel, path))
         metas = self.metas([rel for rel, _ in valid])
         return [memory_from_meta(meta, path) for meta, (_, path) in zip(metas, valid)], problems
 
