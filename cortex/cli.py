@@ -1353,15 +1353,15 @@ def review_command(revisions: str, directory: Path | None, as_json: bool, limit:
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 def scan(paths: tuple[Path, ...]) -> None:
     """Scan files for secrets, as the store and the pre-push hook do; exit 1 naming file and line."""
-    from cortex.guard import scan_text
+    from cortex.guard import scan_bytes
 
     found = 0
     for path in paths:
         try:
-            text = path.read_text(encoding="utf-8", errors="replace")
+            data = path.read_bytes()
         except OSError as exc:
             _fail(f"{path}: cannot read ({exc.strerror})")
-        for finding in scan_text(text):  # the text alone: a file's name never changes the rules
+        for finding in scan_bytes(data):  # the text alone, in any encoding: a file's name never changes the rules
             click.echo(f"{path}:{finding.line}: possible secret ({finding.kind})")
             found += 1
     if found:
