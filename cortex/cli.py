@@ -401,13 +401,15 @@ def show(store: Any, memory_id: str, as_json: bool, at: str | None, raw: bool) -
     item = store.get(memory_id)
     store.record_access([item.id])
     ranking = _ranking(store, item) if not at else None
-    if as_json:
-        _print_json(item.to_dict() | {"store": store.label} | ({"ranking": ranking} if ranking else {}))
+    from cortex.guard import redacted, redacted_data
+
+    if as_json:  # every form passes the one secret rule: a hand-committed secret is named, never shown
+        _print_json(redacted_data(item.to_dict() | {"store": store.label} | ({"ranking": ranking} if ranking else {})))
         return
     assert item.path is not None
     click.echo(_safe(str(item.path)))
     if raw:
-        click.echo(_safe_body(item.path.read_text(encoding="utf-8").rstrip("\n")))
+        click.echo(_safe_body(redacted(item.path.read_text(encoding="utf-8").rstrip("\n"))))
     else:
         from cortex.render import full
 
@@ -883,7 +885,9 @@ def recall(store: Any, query: str, limit: int | None, types: tuple[str, ...], br
         click.echo(f"cortex: {left_out} more results left out (token budget {budget}; raise it with --budget)", err=True)
     result.hits = hits
     if as_json:
-        _print_json([hit.to_dict() for hit in result.hits])
+        from cortex.guard import redacted_data
+
+        _print_json(redacted_data([hit.to_dict() for hit in result.hits]))  # the one secret rule, as `medium`
         return
     if not result.hits:
         click.echo("no matching memories")
