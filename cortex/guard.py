@@ -337,9 +337,17 @@ def _private_keys(text: str) -> Iterator[Span]:
 _BETWEEN = re.compile(r"(?:\\n|[ \t\r\n>\"'`,])*")
 
 
+# A key's lines folded onto one line (a summary, a snippet): chunks after its BEGIN, the last maybe cut ("…").
+_FOLDED_AFTER = re.compile(r"(?:[ \t]+[A-Za-z0-9+/=]{16,})+(?:[ \t]+[A-Za-z0-9+/=]{1,15}(?=…|[ \t]*(?:-----END|\n|$)))?"
+                           r"|[ \t]+[A-Za-z0-9+/=]{1,15}(?=[ \t]*-----END)")
+
+
 def _key_lines_after(text: str, position: int) -> int:
     tail = re.match(r"[A-Za-z0-9+/=\\]*", text[position:position + 20_000])
     position += tail.end() if tail else 0
+    folded = _FOLDED_AFTER.match(text, position)
+    if folded is not None:
+        return folded.end()
     while position < len(text) and text[position] in "\r\n":
         start = text.find("\n", position) + 1
         if text[start:start + 1] in ("\n", "\r"):  # one blank line (after PEM headers)
@@ -355,6 +363,9 @@ def _key_lines_after(text: str, position: int) -> int:
 def _key_lines_before(text: str, position: int) -> int:
     head = re.search(r"[A-Za-z0-9+/=\\]*\Z", text[max(0, position - 20_000):position])
     position -= len(head.group()) if head else 0
+    folded = _folded_before(text, position)
+    if folded < position:
+        return folded
     while position > 0 and text[position - 1] == "\n":
         start = text.rfind("\n", 0, position - 1) + 1
         line = text[start:position - 1].rstrip("\r")
@@ -362,6 +373,27 @@ def _key_lines_before(text: str, position: int) -> int:
             break
         position = start
     return position
+
+
+def _folded_before(text: str, position: int) -> int:
+    """Where the chunks of a key folded onto one line start, before its END at `position`: the chunk next to END
+    may be short (a key's last line), one cut short ("…abc") may start them; `position` when there are none."""
+    start = position
+    while True:
+        gap = start
+        while gap > 0 and text[gap - 1] in " \t":
+            gap -= 1
+        chunk = gap
+        while chunk > 0 and text[chunk - 1] in _B64_CHARS and gap - chunk <= 20_000:
+            chunk -= 1
+        if gap == start or chunk == gap:
+            return start
+        if gap - chunk < 16 and start != position:
+            return chunk if chunk == 0 or text[chunk - 1] in "…\n" else start
+        start = chunk
+
+
+_B64_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=")
 
 
 _B64_START = re.compile(r"(?<![A-Za-z0-9+/=])[A-Za-z0-9+/]{60,}={0,2}(?![A-Za-z0-9+/=])")
@@ -405,7 +437,8 @@ def _body_lines(text: str, start: int) -> tuple[list[str], int]:
     lines, end = [first.group()], first.end()
     line_end = text.find("\n", end)
     if line_end < 0 or text[end:line_end].strip(" \t\r\"'`,\\n"):
-        return lines, end
+        folded = _FOLDED_AFTER.match(text, end)  # its lines folded onto this one (a summary, a snippet)
+        return lines, folded.end() if folded is not None else end
     while line_end >= 0:
         line_start = line_end + 1
         line_end = text.find("\n", line_start)

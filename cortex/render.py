@@ -87,7 +87,7 @@ def medium(memory: Memory, snippet: str = "", spans: Iterable[tuple[int, int]] =
     if memory.files:
         facts.append("files " + ", ".join(memory.files))
     lines.append(indent + " · ".join(facts))
-    return redacted("\n".join(lines))  # the one secret rule: what recall shows names a secret, never shows it
+    return "\n".join(map(redacted, lines))  # the one secret rule, line by line: what recall shows names a secret
 
 
 def _value(value: Any) -> str:
