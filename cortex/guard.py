@@ -11,7 +11,9 @@ What a finding covers is the whole secret, over as many lines as it takes (a
 PEM block, a token wrapped at 76 characters), so `redact` can take all of it
 out. The rules, cheapest first:
 
-- private key blocks, BEGIN to END (a block cut short at either end too);
+- private key blocks, BEGIN to END (a block cut short at either end too, or folded onto one line), and a
+  key's bare base64 body without its BEGIN/END lines (by its DER or OpenSSH start, or PEM-width lines that do
+  not start as public material does);
 - provider formats with a fixed prefix (AWS, GitHub, GitLab, Slack, Stripe,
   OpenAI, Anthropic, Google, npm, PyPI, SendGrid, JWTs, …) and a password in
   a URL (`redis://:pw@host`);
@@ -27,6 +29,11 @@ out. The rules, cheapest first:
   detect-secrets costs ~130-190 ms, so most texts never do.
 
 100 KB of notes scan in about 5-10 ms (tests/test_secrets.py measures it).
+
+`redacted(text)` is the one rule for everything cortex shows or sends (the briefing, prompt and sub-agent
+context, recall, `show`, MCP answers, `cortex review` and its posted comment, the report, log lines, every LLM
+prompt): each secret named `[REDACTED:<kind>]`, never shown. `scan_bytes` reads a file in whatever encoding git
+holds it (UTF-8, UTF-16, UTF-32, with or without a BOM: `decode`), for `cortex scan` and the pre-push hook.
 """
 
 from __future__ import annotations
@@ -35,7 +42,9 @@ import math
 import re
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, TypeVar
+
+_Data = TypeVar("_Data")
 
 
 @dataclass(frozen=True)
@@ -104,7 +113,7 @@ def redacted_many(texts: list[str]) -> list[str]:
     return out
 
 
-def redacted_data(data: Any) -> Any:
+def redacted_data(data: _Data) -> _Data:
     """`data` (JSON-like: dicts, lists, tuples, strings, numbers) with every string passed through `redacted`;
     keys are kept as they are (cortex's own field names)."""
     texts: list[str] = []

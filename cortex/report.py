@@ -87,7 +87,7 @@ def _build(store: Store, index: Index, version: str) -> dict[str, Any]:
         "branch": branch,
         "problems": list(status["problems"]),
         "warnings": list(status["warnings"]),
-    })  # type: ignore[no-any-return]
+    })
 
 
 def _tier_changes(store: Store) -> list[dict[str, Any]]:
