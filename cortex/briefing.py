@@ -34,6 +34,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from cortex.guard import redacted
 from cortex.render import short
 from cortex.store import Store
 from cortex.text import FRAME_TOKENS, INJECTED_MARK, estimate_tokens
@@ -363,6 +364,7 @@ class _Page:
         if self.plan:
             parts.append("\n".join(self.plan))
         text = "\n\n".join(parts).strip() + "\n"
+        text = redacted(text)  # the one secret rule: a hand-committed secret is named, never shown
         if len(text) > MAX_CHARS:
             text = text[: text.rfind("\n", 0, MAX_CHARS) + 1]
         return Briefing(text, estimate_tokens(text), self.chosen)

@@ -380,13 +380,15 @@ def show(store: Any, memory_id: str, as_json: bool, at: str | None, raw: bool) -
     _refuse_shared_id(store, item)
     store.record_access([item.id])
     ranking = _ranking(store, item) if not at else None
-    if as_json:
-        _print_json(item.to_dict() | {"store": store.label} | ({"ranking": ranking} if ranking else {}))
+    from cortex.guard import redacted, redacted_data
+
+    if as_json:  # every form passes the one secret rule: a hand-committed secret is named, never shown
+        _print_json(redacted_data(item.to_dict() | {"store": store.label} | ({"ranking": ranking} if ranking else {})))
         return
     assert item.path is not None
     click.echo(_safe(str(item.path)))
     if raw:
-        click.echo(_safe_body(item.path.read_text(encoding="utf-8").rstrip("\n")))
+        click.echo(_safe_body(redacted(item.path.read_text(encoding="utf-8").rstrip("\n"))))
     else:
         from cortex.render import full
 
@@ -876,7 +878,9 @@ def recall(store: Any, query: str, limit: int | None, types: tuple[str, ...], br
         click.echo(f"cortex: {left_out} more results left out (token budget {budget}; raise it with --budget)", err=True)
     result.hits = hits
     if as_json:
-        _print_json([hit.to_dict() for hit in result.hits])
+        from cortex.guard import redacted_data
+
+        _print_json(redacted_data([hit.to_dict() for hit in result.hits]))  # the one secret rule, as `medium`
         return
     if not result.hits:
         click.echo("no matching memories")
@@ -1346,15 +1350,15 @@ def review_command(revisions: str, directory: Path | None, as_json: bool, limit:
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 def scan(paths: tuple[Path, ...]) -> None:
     """Scan files for secrets, as the store and the pre-push hook do; exit 1 naming file and line."""
-    from cortex.guard import scan_text
+    from cortex.guard import scan_bytes
 
     found = 0
     for path in paths:
         try:
-            text = path.read_text(encoding="utf-8", errors="replace")
+            data = path.read_bytes()
         except OSError as exc:
             _fail(f"{path}: cannot read ({exc.strerror})")
-        for finding in scan_text(text):  # the text alone: a file's name never changes the rules
+        for finding in scan_bytes(data):  # the text alone, in any encoding: a file's name never changes the rules
             click.echo(f"{path}:{finding.line}: possible secret ({finding.kind})")
             found += 1
     if found:

@@ -287,9 +287,11 @@ def prompt_context(store: Store, prompt: str, indexes: Indexes, catch_up: dict[s
             break
         used = fitted
     relevant = header + "\n".join(lines) + "\n" if lines else None
-    if catch_up is None:
-        return relevant
-    return (briefing_catch_up(store, catch_up, catch_up_indexes or indexes) or "") + (relevant or "") or None
+    if catch_up is not None:
+        relevant = (briefing_catch_up(store, catch_up, catch_up_indexes or indexes) or "") + (relevant or "") or None
+    from cortex.guard import redacted
+
+    return redacted(relevant) if relevant else None  # the one secret rule (`cortex.guard.redacted`)
 
 
 def _fit(lines: list[str], used: int, budget: int, label: str, detail: str) -> int | None:

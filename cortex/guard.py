@@ -11,7 +11,9 @@ What a finding covers is the whole secret, over as many lines as it takes (a
 PEM block, a token wrapped at 76 characters), so `redact` can take all of it
 out. The rules, cheapest first:
 
-- private key blocks, BEGIN to END (a block cut short at either end too);
+- private key blocks, BEGIN to END (a block cut short at either end too, or folded onto one line), and a
+  key's bare base64 body without its BEGIN/END lines (by its DER or OpenSSH start, or PEM-width lines that do
+  not start as public material does);
 - provider formats with a fixed prefix (AWS, GitHub, GitLab, Slack, Stripe,
   OpenAI, Anthropic, Google, npm, PyPI, SendGrid, JWTs, …) and a password in
   a URL (`redis://:pw@host`);
@@ -27,6 +29,11 @@ out. The rules, cheapest first:
   detect-secrets costs ~130-190 ms, so most texts never do.
 
 100 KB of notes scan in about 5-10 ms (tests/test_secrets.py measures it).
+
+`redacted(text)` is the one rule for everything cortex shows or sends (the briefing, prompt and sub-agent
+context, recall, `show`, MCP answers, `cortex review` and its posted comment, the report, log lines, every LLM
+prompt): each secret named `[REDACTED:<kind>]`, never shown. `scan_bytes` reads a file in whatever encoding git
+holds it (UTF-8, UTF-16, UTF-32, with or without a BOM: `decode`), for `cortex scan` and the pre-push hook.
 """
 
 from __future__ import annotations
@@ -35,7 +42,9 @@ import math
 import re
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, TypeVar
+
+_Data = TypeVar("_Data")
 
 
 @dataclass(frozen=True)
@@ -64,6 +73,129 @@ def redact(text: str) -> tuple[str, list[Finding]]:
         last = finding.end
     out.append(text[last:])
     return "".join(out), findings
+
+
+def redacted(text: str) -> str:
+    """The one secret rule for everything cortex shows or sends (the briefing, prompt context, MCP answers, recall,
+    `show`, review comments, the report, log lines, LLM prompts): `text` with every secret named, never shown."""
+    return redact(text)[0] if len(text) >= _SHORTEST else text
+
+
+_SHORTEST = 8  # no rule finds a secret in fewer characters (a name, a sign and a 6-character value at least)
+_SEPARATOR_LINE = "\n\x00\n"  # no rule runs over a line holding only a NUL: many texts are scanned as one
+
+
+def redacted_many(texts: list[str]) -> list[str]:
+    """`redacted` of each text, scanned as one (the fixed cost of a scan paid once, not per text)."""
+    chosen = [i for i, text in enumerate(texts) if len(text) >= _SHORTEST]
+    if not chosen:
+        return list(texts)
+    starts, pieces, at = [], [], 0
+    for i in chosen:
+        starts.append(at)
+        pieces.append(texts[i])
+        at += len(texts[i]) + len(_SEPARATOR_LINE)
+    joined = _SEPARATOR_LINE.join(pieces)
+    out = list(texts)
+    found: dict[int, list[Finding]] = {}
+    for finding in scan_text(joined):
+        n = bisect_right(starts, finding.start) - 1
+        found.setdefault(n, []).append(finding)
+    for n, findings in found.items():
+        text, base, parts, last = pieces[n], starts[n], [], 0
+        for finding in sorted(findings, key=lambda f: f.start):
+            start, end = max(finding.start - base, last), min(finding.end - base, len(text))
+            if start >= end:
+                continue
+            parts += [text[last:start], f"[REDACTED:{finding.kind}]"]
+            last = end
+        out[chosen[n]] = "".join(parts) + text[last:]
+    return out
+
+
+def redacted_data(data: _Data) -> _Data:
+    """`data` (JSON-like: dicts, lists, tuples, strings, numbers) with every string passed through `redacted`;
+    keys are kept as they are (cortex's own field names)."""
+    texts: list[str] = []
+
+    def collect(value: Any) -> None:
+        if isinstance(value, str):
+            texts.append(value)
+        elif isinstance(value, dict):
+            for item in value.values():
+                collect(item)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                collect(item)
+
+    collect(data)
+    after = redacted_many(texts)
+    if all(new is old for new, old in zip(after, texts)):
+        return data  # nothing to name (the usual case): no copy
+    done = iter(after)
+
+    def rebuild(value: Any) -> Any:
+        if isinstance(value, str):
+            return next(done)
+        if isinstance(value, dict):
+            return {key: rebuild(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [rebuild(item) for item in value]
+        if isinstance(value, tuple):
+            return tuple(rebuild(item) for item in value)
+        return value
+
+    return rebuild(data)
+
+
+# ---------------------------------------------------------------- bytes in any encoding git can hold
+
+_BOMS = ((b"\xff\xfe\x00\x00", "utf-32-le"), (b"\x00\x00\xfe\xff", "utf-32-be"), (b"\xef\xbb\xbf", "utf-8-sig"),
+         (b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be"))  # UTF-32LE's BOM starts with UTF-16LE's: first
+
+
+def decode(data: bytes) -> str:
+    """A file's bytes as text for the scan: by its BOM (UTF-8, UTF-16, UTF-32, either byte order); without one,
+    UTF-16 or UTF-32 told by where its NUL bytes fall (ASCII in UTF-16LE: every odd byte); else UTF-8. A file
+    with NULs in no such pattern is read with them dropped, so text in a mixed or cut file is still seen."""
+    for bom, encoding in _BOMS:
+        if data.startswith(bom):
+            return data[len(bom):].decode(encoding, errors="replace")
+    if b"\0" not in data:
+        return data.decode("utf-8", errors="replace")
+    encoding = _wide_encoding(data)
+    if encoding is not None:
+        return data.decode(encoding, errors="replace")
+    return data.replace(b"\0", b"").decode("utf-8", errors="replace")
+
+
+def _wide_encoding(data: bytes) -> str | None:
+    """UTF-16 or UTF-32 (and its byte order) from the NUL bytes of a sample: in mostly-ASCII text each character
+    has its NULs at the same places."""
+    sample = data[:8192]
+    sample = sample[:len(sample) - len(sample) % 4]
+    if len(sample) < 4:
+        sample = data[:len(data) - len(data) % 2]
+        if len(sample) < 2:
+            return None
+        return "utf-16-le" if sample[1] == 0 and sample[0] != 0 else "utf-16-be" if sample[0] == 0 else None
+    quarters = len(sample) // 4
+    nul = [sum(1 for i in range(k, len(sample), 4) if sample[i] == 0) / quarters for k in range(4)]
+    high, low = 0.6, 0.1
+    if nul[1] >= high and nul[2] >= high and nul[3] >= high and nul[0] <= low:
+        return "utf-32-le"
+    if nul[0] >= high and nul[1] >= high and nul[2] >= high and nul[3] <= low:
+        return "utf-32-be"
+    if nul[1] >= high / 2 and nul[3] >= high / 2 and nul[0] <= low and nul[2] <= low:
+        return "utf-16-le"
+    if nul[0] >= high / 2 and nul[2] >= high / 2 and nul[1] <= low and nul[3] <= low:
+        return "utf-16-be"
+    return None
+
+
+def scan_bytes(data: bytes) -> list[Finding]:
+    """`scan_text` of a file's bytes in whatever encoding they are (`decode`)."""
+    return scan_text(decode(data))
 
 
 # ---------------------------------------------------------------- spans
@@ -214,9 +346,17 @@ def _private_keys(text: str) -> Iterator[Span]:
 _BETWEEN = re.compile(r"(?:\\n|[ \t\r\n>\"'`,])*")
 
 
+# A key's lines folded onto one line (a summary, a snippet): chunks after its BEGIN, the last maybe cut ("…").
+_FOLDED_AFTER = re.compile(r"(?:[ \t]+[A-Za-z0-9+/=]{16,})+(?:[ \t]+[A-Za-z0-9+/=]{1,15}(?=…|[ \t]*(?:-----END|\n|$)))?"
+                           r"|[ \t]+[A-Za-z0-9+/=]{1,15}(?=[ \t]*-----END)")
+
+
 def _key_lines_after(text: str, position: int) -> int:
     tail = re.match(r"[A-Za-z0-9+/=\\]*", text[position:position + 20_000])
     position += tail.end() if tail else 0
+    folded = _FOLDED_AFTER.match(text, position)
+    if folded is not None:
+        return folded.end()
     while position < len(text) and text[position] in "\r\n":
         start = text.find("\n", position) + 1
         if text[start:start + 1] in ("\n", "\r"):  # one blank line (after PEM headers)
@@ -232,6 +372,9 @@ def _key_lines_after(text: str, position: int) -> int:
 def _key_lines_before(text: str, position: int) -> int:
     head = re.search(r"[A-Za-z0-9+/=\\]*\Z", text[max(0, position - 20_000):position])
     position -= len(head.group()) if head else 0
+    folded = _folded_before(text, position)
+    if folded < position:
+        return folded
     while position > 0 and text[position - 1] == "\n":
         start = text.rfind("\n", 0, position - 1) + 1
         line = text[start:position - 1].rstrip("\r")
@@ -239,6 +382,112 @@ def _key_lines_before(text: str, position: int) -> int:
             break
         position = start
     return position
+
+
+def _folded_before(text: str, position: int) -> int:
+    """Where the chunks of a key folded onto one line start, before its END at `position`: the chunk next to END
+    may be short (a key's last line), one cut short ("…abc") may start them; `position` when there are none."""
+    start = position
+    while True:
+        gap = start
+        while gap > 0 and text[gap - 1] in " \t":
+            gap -= 1
+        chunk = gap
+        while chunk > 0 and text[chunk - 1] in _B64_CHARS and gap - chunk <= 20_000:
+            chunk -= 1
+        if gap == start or chunk == gap:
+            return start
+        if gap - chunk < 16 and start != position:
+            return chunk if chunk == 0 or text[chunk - 1] in "…\n" else start
+        start = chunk
+
+
+_B64_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=")
+
+
+_B64_START = re.compile(r"(?<![A-Za-z0-9+/=])[A-Za-z0-9+/]{60,}={0,2}(?![A-Za-z0-9+/=])")
+_B64_BODY_LINE = re.compile(r"[ \t>\"'`]*([A-Za-z0-9+/]{4,}={0,2})[ \t\r\"'`,\\n]*")
+_OTHER_ARMOR = re.compile(r"-----BEGIN (?![A-Z0-9 ]*PRIVATE KEY)[A-Z0-9 ]+-----")
+_OPENSSH_MAGIC = "b3BlbnNzaC1rZXktdjE"  # base64 of "openssh-key-v1"
+
+
+def _key_bodies(text: str) -> Iterator[Span]:
+    """A private key's base64 body without its BEGIN/END lines: a block whose bytes start as a private key does
+    (DER SEQUENCE then version 0 or 1: PKCS#1, PKCS#8, SEC1; or OpenSSH's magic), or three or more lines of one
+    PEM-like width (60-80) that do not start as a certificate or public key does (a key's middle, cut out)."""
+    taken = 0
+    for first in _B64_START.finditer(text):
+        if first.start() < taken:
+            continue
+        lines, end = _body_lines(text, first.start())
+        taken = end
+        body = "".join(lines)
+        head = _b64_head(body)
+        if head is None:
+            continue
+        if _private_head(head) or body.startswith(_OPENSSH_MAGIC):
+            yield first.start(), end, 0, "private key"
+            continue
+        widths = {len(line) for line in lines[:-1]}
+        if len(lines) < 3 or len(widths) != 1 or not 60 <= widths.pop() <= 80 or len(lines[-1]) > len(lines[0]):
+            continue
+        if _public_head(head) or _OTHER_ARMOR.search(text, max(0, first.start() - 300), first.start()):
+            continue  # a certificate, a public key, a PGP block: public material
+        if all(re.search(r"[a-z]", line) and re.search(r"[A-Z]", line) and re.search(r"[0-9]", line)
+               for line in lines[:-1]):
+            yield first.start(), end, 0, "private key"
+
+
+def _body_lines(text: str, start: int) -> tuple[list[str], int]:
+    """The base64 of the lines from `start` on (each line only base64, quotes and indentation; a shorter line ends
+    them), and where the last one ends; one line when text follows the first on its line."""
+    first = _B64_START.match(text, start)
+    assert first is not None
+    lines, end = [first.group()], first.end()
+    line_end = text.find("\n", end)
+    if line_end < 0 or text[end:line_end].strip(" \t\r\"'`,\\n"):
+        folded = _FOLDED_AFTER.match(text, end)  # its lines folded onto this one (a summary, a snippet)
+        return lines, folded.end() if folded is not None else end
+    while line_end >= 0:
+        line_start = line_end + 1
+        line_end = text.find("\n", line_start)
+        match = _B64_BODY_LINE.fullmatch(text, line_start, len(text) if line_end < 0 else line_end)
+        if match is None:
+            break
+        lines.append(match.group(1))
+        end = match.end(1)
+        if len(lines[-1]) < len(lines[-2]):
+            break
+    return lines, end
+
+
+def _b64_head(body: str) -> bytes | None:
+    import base64
+    import binascii
+
+    try:
+        return base64.b64decode(body[:32])
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _der_content(head: bytes) -> bytes | None:
+    """What follows a DER SEQUENCE's tag and length at the start of `head`, or None when it is no SEQUENCE."""
+    if len(head) < 4 or head[0] != 0x30:
+        return None
+    size = head[1]
+    skip = 2 if size < 0x80 else 2 + (size & 0x7F) if 0x81 <= size <= 0x84 else -1
+    return head[skip:] if skip > 0 else None
+
+
+def _private_head(head: bytes) -> bool:
+    content = _der_content(head)
+    return content is not None and content[:3] in (b"\x02\x01\x00", b"\x02\x01\x01")
+
+
+def _public_head(head: bytes) -> bool:
+    content = _der_content(head)
+    return content is not None and content[:1] in (b"\x30", b"\xa0", b"\x06")
 
 
 # ---------------------------------------------------------------- provider formats
@@ -539,4 +788,4 @@ def _load_detectors() -> list[Any]:
     return _detectors
 
 
-_RULES: list[Callable[[str], Iterator[Span]]] = [_private_keys, _providers, _assignments, _prose, _high_entropy]
+_RULES: list[Callable[[str], Iterator[Span]]] = [_private_keys, _key_bodies, _providers, _assignments, _prose, _high_entropy]

@@ -68,10 +68,10 @@ def git_pre_push(args: list[str], stdin: str) -> int:
             changes = pushed_changes(repo, stdin, prefix, args[0] if args else "")
             if not changes:
                 return 0
-            from cortex.guard import scan_text
+            from cortex.guard import scan_bytes
 
             found = [(change, finding) for change in changes
-                     for finding in scan_text(change.data.decode("utf-8", errors="replace"))]
+                     for finding in scan_bytes(change.data)]  # UTF-16/32 too: what PowerShell's `>` writes
             if found:
                 for change, finding in found:
                     print(f"cortex: possible secret in {change.path}:{finding.line} ({finding.kind}), "

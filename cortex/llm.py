@@ -41,7 +41,11 @@ def command(store: Store) -> list[str]:
 
 
 def run(store: Store, prompt: str, timeout: float) -> str:
-    """The command's answer; raises OSError / RuntimeError / TimeoutExpired when it is missing or fails."""
+    """The command's answer; raises OSError / RuntimeError / TimeoutExpired when it is missing or fails. Every
+    prompt (capture's slice, a code file to describe, memories to merge) passes the one secret rule first."""
+    from cortex.guard import redacted
+
+    prompt = redacted(prompt)
     argv = command(store)
     if not argv or shutil.which(argv[0]) is None:
         raise FileNotFoundError(f"{argv[0] if argv else 'capture.llm_command'} is not on PATH")

@@ -233,8 +233,12 @@ class _AlwaysSet(threading.Event):
 
 
 def _result(data: dict[str, Any], text: str | None = None) -> CallToolResult:
-    """Structured content for programs; the text (JSON unless given) is what a model reads."""
-    body = text if text is not None else json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    """Structured content for programs; the text (JSON unless given) is what a model reads. Both pass the one
+    secret rule (`cortex.guard.redacted`): a hand-committed secret is named, never sent."""
+    from cortex.guard import redacted, redacted_data
+
+    data = redacted_data(data)
+    body = redacted(text) if text is not None else json.dumps(data, ensure_ascii=False, separators=(",", ":"))
     return CallToolResult(content=[TextContent(type="text", text=body)], structured_content=data)
 
 
@@ -579,7 +583,9 @@ def _resource_registrar(server: CortexMCPServer, backend: Backend) -> Register:
             def read(*args: Any, **kwargs: Any) -> str:
                 try:
                     with backend.lock:
-                        return fn(*args, **kwargs)
+                        from cortex.guard import redacted
+
+                        return redacted(fn(*args, **kwargs))  # the one secret rule, as every tool's answer
                 except MemoryNotFound as exc:
                     raise ResourceNotFoundError(str(exc)) from exc
                 except CortexError as exc:

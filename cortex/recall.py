@@ -470,7 +470,9 @@ def _matching_share(index: Any, query: str, total: int) -> float:
 
 
 def _snippet(memory: Memory, words: list[str], width: int = 160) -> str:
-    body = " ".join(memory.body.split())
+    from cortex.guard import redacted
+
+    body = " ".join(redacted(memory.body).split())  # the one secret rule, on the lines before they are folded
     if not body:
         return ""
     if len(body) <= width:

@@ -18,6 +18,7 @@ import functools
 import re
 from typing import Any, Iterable
 
+from cortex.guard import redacted
 from cortex.memory import KEYS, Memory
 
 LOW_CONFIDENCE = 0.5  # under this (decayed) confidence a memory reads as unsure in the briefing
@@ -86,7 +87,7 @@ def medium(memory: Memory, snippet: str = "", spans: Iterable[tuple[int, int]] =
     if memory.files:
         facts.append("files " + ", ".join(memory.files))
     lines.append(indent + " · ".join(facts))
-    return "\n".join(lines)
+    return "\n".join(map(redacted, lines))  # the one secret rule, line by line: what recall shows names a secret
 
 
 def _value(value: Any) -> str:
@@ -124,7 +125,7 @@ def full(memory: Memory) -> str:
                 parts.append(f"made {link.created}")
             lines.append("  - " + " ".join(parts))
     body = memory.body.rstrip("\n")
-    return "\n".join(lines) + ("\n\n" + body if body else "") + "\n"
+    return redacted("\n".join(lines) + ("\n\n" + body if body else "") + "\n")  # the one secret rule, as `medium`
 
 
 def match_spans(text: str, query: str) -> list[tuple[int, int]]:

@@ -13,9 +13,10 @@ The page holds everything it shows (no server, no network, no CDN):
   (`lifecycle.decayed_confidence`), with the memories fading towards `gc.archive_below`;
 - the problems and warnings `cortex status` reports.
 
-Memory text is untrusted: the data goes into a `<script type="application/json">` block with `<`, `>`
-and `&` escaped (so no text can close it), the page's script writes it with `textContent` only, and a
-Content-Security-Policy lets nothing run but the page's own script (by its hash) and fetch nothing.
+Memory text is untrusted: every string passes the one secret rule (`cortex.guard.redacted`); the data goes
+into a `<script type="application/json">` block with `<`, `>` and `&` escaped (so no text can close it), the
+page's script writes it with `textContent` only, and a Content-Security-Policy lets nothing run but the page's
+own script (by its hash) and fetch nothing.
 """
 
 from __future__ import annotations
@@ -68,7 +69,11 @@ def _build(store: Store, index: Index, version: str) -> dict[str, Any]:
     memories = sorted(index.scan().memories, key=lambda m: m.id)
     nodes, edges, clusters = _graph(store, index, memories)
     branch = _branch_changes(store, index)
-    return {
+    from cortex.guard import redacted_data
+
+    # Every string on the page passes the one secret rule: a hand-committed memory never went through the write
+    # guard, and the page is a file a person may attach or share.
+    return redacted_data({
         "meta": {"store": store.label, "root": str(store.root), "branch": status.get("branch"),
                  "generated": now_iso(), "version": version, "total": len(memories),
                  "by_type": status["by_type"], "by_status": status["by_status"], "pinned": status["pinned"],
@@ -82,7 +87,7 @@ def _build(store: Store, index: Index, version: str) -> dict[str, Any]:
         "branch": branch,
         "problems": list(status["problems"]),
         "warnings": list(status["warnings"]),
-    }
+    })
 
 
 def _tier_changes(store: Store) -> list[dict[str, Any]]:

@@ -6,8 +6,10 @@ changes the way a reviewer reads them: decisions added, changed, superseded, arc
 with its rationale and rejected alternatives), new gotchas and conventions, the plan, and warnings — a
 decision whose claims contradict an active one, an active memory naming a file the branch deletes, a
 possible secret in a changed store file, a memory file that no longer parses. `render(report)` writes it
-as GitHub-flavoured markdown short enough for a pull-request comment; `post_github` posts it as one
-comment, updating the one it posted before (found by `MARKER`).
+as GitHub-flavoured markdown short enough for a pull-request comment; `post` posts it as one comment,
+updating the one it posted before (found by `MARKER` and by its author: the token's own identity, so a
+comment someone else starts with the marker is never edited). Memory text in the review passes the one
+secret rule (`cortex.guard.redacted`).
 """
 
 from __future__ import annotations
@@ -126,7 +128,11 @@ def build(repo: Any, base_rev: str, head_rev: str, store_prefix: str) -> dict[st
         + _deleted_files(repo, fork, head, new, paths)
         + _secrets(repo, head, store_prefix, paths)
     )
-    return report
+    from cortex.guard import redacted_data
+
+    # A hand-committed memory never went through the write guard: the review (printed, posted, `--json`) names
+    # each secret in its text, never shows it.
+    return redacted_data(report)
 
 
 def _replaced_by_map(old: _Side, new: _Side, changed_ids: list[str]) -> dict[str, list[str]]:
@@ -301,7 +307,7 @@ def _may_name(data: bytes, paths: set[str]) -> bool:
 
 def _secrets(repo: Any, head: Any, store_prefix: str, changes: list[gitops.PathChange]) -> list[dict[str, Any]]:
     """Possible secrets in store files this branch adds or changes (the kind and line, never the text)."""
-    from cortex.guard import scan_text
+    from cortex.guard import scan_bytes
 
     inside = f"{store_prefix}/" if store_prefix else ""
     found = []
@@ -309,9 +315,9 @@ def _secrets(repo: Any, head: Any, store_prefix: str, changes: list[gitops.PathC
         if change.status == "D" or not change.new_path.startswith(inside):
             continue
         data = gitops.blob_at(repo, head, change.new_path)
-        if data is None or b"\0" in data[:8000]:
+        if data is None:
             continue
-        for finding in scan_text(data.decode("utf-8", errors="replace")):
+        for finding in scan_bytes(data):  # a file with NULs too: UTF-16/32 text is read as such
             found.append({"kind": "secret", "path": change.new_path, "line": finding.line, "rule": finding.kind})
     return found
 
@@ -534,6 +540,7 @@ class Target:
     update_method: str
     headers: dict[str, str]
     hint: str  # what to check when the forge refuses
+    user_url: str = ""  # GET: who the token posts as
 
 
 def target(env: Mapping[str, str], number: int | None = None) -> Target:
@@ -554,7 +561,7 @@ def target(env: Mapping[str, str], number: int | None = None) -> Target:
                   f"{api}/repos/{repository}/issues/comments/{{id}}", "PATCH",
                   {"Accept": "application/vnd.github+json", "Authorization": f"Bearer {token}",
                    "X-GitHub-Api-Version": "2022-11-28"},
-                  "the workflow needs permissions: pull-requests: write")
+                  "the workflow needs permissions: pull-requests: write", f"{api}/user")
 
 
 def _gitlab(env: Mapping[str, str], number: int | None) -> Target:
@@ -572,7 +579,7 @@ def _gitlab(env: Mapping[str, str], number: int | None) -> Target:
         number = int(iid)
     notes = f"{api}/projects/{project}/merge_requests/{number}/notes"
     return Target("GitLab", notes, f"{notes}/{{id}}", "PUT", {"PRIVATE-TOKEN": token},
-                  "CORTEX_GITLAB_TOKEN needs the api scope and at least the Reporter role")
+                  "CORTEX_GITLAB_TOKEN needs the api scope and at least the Reporter role", f"{api}/user")
 
 
 def _event_number(path: str) -> int:
@@ -587,6 +594,14 @@ def _event_number(path: str) -> int:
         if isinstance(number, int) and not isinstance(number, bool):
             return number
     raise CortexError(f"{path}: not a pull request event (no pull_request.number); give --pr N")
+
+
+class Refused(CortexError):
+    """The forge answered with an HTTP error (`code`)."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def _request(where: Target, method: str, url: str, body: dict[str, Any] | None = None) -> Any:
@@ -608,7 +623,8 @@ def _request(where: Target, method: str, url: str, body: dict[str, Any] | None =
         except Exception:
             message = ""
         hint = f" ({where.hint})" if exc.code in (401, 403, 404) else ""
-        raise CortexError(f"{where.forge} refused {method} {url}: HTTP {exc.code} {message}".rstrip() + hint) from None
+        raise Refused(f"{where.forge} refused {method} {url}: HTTP {exc.code} {message}".rstrip() + hint,
+                      exc.code) from None
     except (urllib.error.URLError, OSError) as exc:
         raise CortexError(f"{method} {url}: {getattr(exc, 'reason', exc)}") from None
     try:
@@ -617,8 +633,44 @@ def _request(where: Target, method: str, url: str, body: dict[str, Any] | None =
         raise CortexError(f"{method} {url}: the answer is not JSON") from None
 
 
+ACTIONS_BOT = "github-actions[bot]"  # who a workflow's GITHUB_TOKEN posts as (it may not read GET /user)
+
+
+def identity(where: Target) -> tuple[str, str]:
+    """Who the token posts as: ("login", name) on GitHub, ("id", number) on GitLab. A GitHub Actions token, which
+    GET /user refuses (403 "Resource not accessible by integration"), posts as `ACTIONS_BOT`."""
+    try:
+        user = _request(where, "GET", where.user_url)
+    except Refused as exc:
+        if where.forge == "GitHub" and exc.code in (403, 404):
+            return "login", ACTIONS_BOT
+        raise
+    if not isinstance(user, dict):
+        raise CortexError(f"GET {where.user_url}: expected the token's user")
+    if where.forge == "GitLab":
+        if not isinstance(user.get("id"), int):
+            raise CortexError(f"GET {where.user_url}: the token's user has no id")
+        return "id", str(user["id"])
+    if not isinstance(user.get("login"), str) or not user["login"]:
+        raise CortexError(f"GET {where.user_url}: the token's user has no login")
+    return "login", str(user["login"])
+
+
+def _author(where: Target, comment: dict[str, Any]) -> tuple[str, str]:
+    """A comment's author, in `identity`'s terms."""
+    if where.forge == "GitLab":
+        author = comment.get("author")
+        found = author.get("id") if isinstance(author, dict) else None
+        return "id", str(found) if isinstance(found, int) and not isinstance(found, bool) else ""
+    user = comment.get("user")
+    login = user.get("login") if isinstance(user, dict) else None
+    return "login", login if isinstance(login, str) else ""
+
+
 def find_comment(where: Target) -> dict[str, Any] | None:
-    """cortex's earlier review comment (its body starts with `MARKER`), or None."""
+    """cortex's earlier review comment: its body starts with `MARKER` and the token's own identity wrote it (a
+    comment anyone else starts with the marker is left alone); or None."""
+    me: tuple[str, str] | None = None  # asked for only when a comment starts with the marker
     for page in range(1, 101):
         url = f"{where.comments_url}?per_page=100&page={page}"
         comments = _request(where, "GET", url)
@@ -626,7 +678,10 @@ def find_comment(where: Target) -> dict[str, Any] | None:
             raise CortexError(f"GET {url}: expected a list of comments")
         for comment in comments:
             if isinstance(comment, dict) and str(comment.get("body") or "").lstrip().startswith(MARKER):
-                return comment
+                me = me or identity(where)
+                author = _author(where, comment)[1]
+                if author and author.casefold() == me[1].casefold():  # GitHub logins ignore case; GitLab ids are digits
+                    return comment
         if len(comments) < 100:
             return None
     return None

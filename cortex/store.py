@@ -626,7 +626,10 @@ class Store:
             pass  # a read-only store still reads
 
     def log(self, message: str) -> None:
-        """Append a line to state/cortex.log (best effort)."""
+        """Append a line to state/cortex.log (best effort), secrets named, never written (`cortex.guard.redacted`)."""
+        from cortex.guard import redacted
+
+        message = redacted(message)
         try:
             self.state_dir.mkdir(parents=True, exist_ok=True)
             with open(self.state_dir / "cortex.log", "a", encoding="utf-8") as handle:

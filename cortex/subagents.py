@@ -180,7 +180,9 @@ class _Scoped:
         parts = [self.header] + [f"## {name}\n" + "\n".join(rows) for name, rows in self.sections.items()]
         if not self.ids:
             parts.append("No memory bears on this task.")
-        text = "\n\n".join(parts).strip() + "\n"
+        from cortex.guard import redacted
+
+        text = redacted("\n\n".join(parts).strip() + "\n")  # the one secret rule, as the session briefing
         return Briefing(text, estimate_tokens(text), self.ids)
 
 

@@ -207,6 +207,10 @@ class _Forge:
         self.requests: list[dict[str, Any]] = []
         self.threads: dict[str, list[dict[str, Any]]] = {}
         self.next_id = 1000
+        # Who the token posts as: a workflow's GITHUB_TOKEN is github-actions[bot] and may not read GET /user
+        # (403, as GitHub answers it); set `github_login` to act as a personal token, which may.
+        self.github_login: str | None = None
+        self.gitlab_user = {"id": 77, "username": "project_42_bot"}
         forge = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -244,12 +248,22 @@ class _Forge:
         github = re.fullmatch(r"/repos/acme/shop/issues/(\d+)/comments", path)
         gitlab = re.fullmatch(r"/api/v4/projects/42/merge_requests/(\d+)/notes", path)
         thread = path if github or gitlab else None
+        if method == "GET" and path == "/user":
+            if self.github_login is None:
+                return 403, {"message": "Resource not accessible by integration"}
+            return 200, {"login": self.github_login, "id": 5}
+        if method == "GET" and path == "/api/v4/user":
+            return 200, self.gitlab_user
         if thread and method == "GET":
             page, per_page = int(query["page"][0]), int(query["per_page"][0])
             return 200, self.threads.get(thread, [])[(page - 1) * per_page: page * per_page]
         if thread and method == "POST":
             self.next_id += 1
             comment = {"id": self.next_id, "body": body["body"], "html_url": f"{self.url}/comment/{self.next_id}"}
+            if github:
+                comment["user"] = {"login": self.github_login or "github-actions[bot]", "type": "Bot"}
+            else:
+                comment["author"] = dict(self.gitlab_user)
             self.threads.setdefault(thread, []).append(comment)
             return 201, comment
         one = re.fullmatch(r"/repos/acme/shop/issues/comments/(\d+)", path) if method == "PATCH" else \
