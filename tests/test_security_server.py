@@ -202,9 +202,8 @@ def test_a_squatter_of_another_uid_hears_no_prompt_and_the_hook_answers_itself(t
 def test_the_socket_and_its_folder_are_the_owners_alone_under_umask_002(tmp_path, shared_tmp, monkeypatch, runtime):
     """Under umask 002 the server's socket is 0600 in a folder of its owner's, 0700, outside the store and
     outside any shared folder's top level; the folder is `$XDG_RUNTIME_DIR/cortex` when that is set."""
+    xdg = Path(tempfile.mkdtemp(dir="/tmp", prefix="xdg-"))  # 0700; short, as /run/user/UID is (AF_UNIX's limit)
     if runtime:
-        xdg = tmp_path / "run"
-        xdg.mkdir(mode=0o700)
         monkeypatch.setenv("XDG_RUNTIME_DIR", str(xdg))
     project = _long_project(tmp_path)
     proc = _started(project, umask=0o002)
@@ -212,13 +211,14 @@ def test_the_socket_and_its_folder_are_the_owners_alone_under_umask_002(tmp_path
         path = serve.socket_path(str(project / ".cortex"))
         assert path is not None
         folder = os.path.dirname(path)
-        assert folder == (str(tmp_path / "run" / "cortex") if runtime else str(shared_tmp / f"cortex-{os.getuid()}"))
+        assert folder == (str(xdg / "cortex") if runtime else str(shared_tmp / f"cortex-{os.getuid()}"))
         mode = os.lstat(path)
         assert stat.S_ISSOCK(mode.st_mode) and stat.S_IMODE(mode.st_mode) == 0o600 and mode.st_uid == os.getuid()
         held = os.lstat(folder)
         assert stat.S_ISDIR(held.st_mode) and stat.S_IMODE(held.st_mode) == 0o700 and held.st_uid == os.getuid()
     finally:
         _stop(proc)
+        shutil.rmtree(xdg, ignore_errors=True)
     assert not os.path.lexists(path)  # removed when it stopped
 
 
