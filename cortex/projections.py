@@ -177,7 +177,7 @@ class _Bodies:
         import marshal
 
         self.store, self.path = store, store.cache_dir / "pages.bin"
-        self.magic = b"CXP1" + importlib.util.MAGIC_NUMBER
+        self.magic = b"CXP2" + importlib.util.MAGIC_NUMBER  # 2: bodies pass the secret rule
         self.old: dict[str, str] = {}
         try:
             raw = self.path.read_bytes()
@@ -202,6 +202,9 @@ class _Bodies:
                 body = split_front_matter(text)[1]
             except Exception:  # changed or gone since the sync: the next run picks it up
                 return ""
+            from cortex.guard import redacted
+
+            body = redacted(body)  # a hand-committed secret is not copied into a page (docs/security.md)
             if hashlib.sha1(raw).hexdigest() != content_hash:
                 return body  # changed since the sync: shown, not kept under the old hash
         self.new[content_hash] = body

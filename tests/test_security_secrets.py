@@ -373,3 +373,18 @@ print("[]")
     sent = prompts.read_text(encoding="utf-8")
     assert [line[:16] for line in KEY_BODY if line[:16] in sent or line[-16:] in sent] == []
     assert "bastion host" in sent and "[REDACTED:private key]" in sent  # the slice sent, the key named in it
+
+
+def test_a_hand_committed_secret_is_not_copied_into_decisions_md(project):
+    """decisions.md is regenerated from the memories: a token a person committed by hand in a decision's body
+    stays in that one file (the pre-push hook names it), never copied into the page."""
+    token = "ghp_" + "Qw3Er5Ty7Ui9Op1As3Df5Gh7Jk9Lz1Xc3Vb5N"
+    folder = project / ".cortex" / "memories" / "decision"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "ci-token-4c1d2e3f4a5b.md").write_text(
+        "---\nid: 4c1d2e3f4a5b\ntype: decision\ntitle: CI pushes with a bot token\nstatus: active\n"
+        "created: 2026-11-01T00:00:00Z\nupdated: 2026-11-01T00:00:00Z\n---\n"
+        f"We push from CI with the bot's token {token} so releases are signed by the bot.\n", encoding="utf-8")
+    cortex("project", cwd=project)
+    page = (project / ".cortex" / "decisions.md").read_text(encoding="utf-8")
+    assert "CI pushes with a bot token" in page and token not in page
