@@ -152,6 +152,12 @@ def _warn_config(store: Any) -> None:
     config = getattr(store, "_config", None)  # only when the command loaded it: never read it just for this
     for problem in getattr(config, "invalid", ()):
         click.echo(f"cortex: warning: {_safe(problem)}", err=True)
+    if store is not None and store.label == "project":
+        from cortex.llm import notice
+
+        line = notice(store, "cli")  # the repository asks for the LLM, this machine does not allow it: said once
+        if line is not None:
+            click.echo(f"cortex: {_safe(line)}", err=True)
 
 
 class CortexGroup(click.Group):
@@ -652,6 +658,9 @@ def sync_command(use_global: bool, remote: str | None, resolve: tuple[str, ...],
         return
     _echo(f"pulled {len(result.pulled)} files from {result.remote}" + (
         f", {result.replayed} local commits replayed on top" if result.replayed else ""))
+    if result.skipped:  # the person's config.yaml, state/ and cache/ are never the remote's to write
+        _echo(f"not checked out (a sync writes only memories/ and conflicts/): {', '.join(result.skipped[:3])}"
+              + (f" and {len(result.skipped) - 3} more" if len(result.skipped) > 3 else ""))
     for conflict in result.conflicts:
         _echo(f"conflict: {conflict.path} changed on both sides; this machine's version is in {conflict.copy}")
     click.echo(f"pushed to {_safe(result.remote)}" if result.pushed else "nothing to push")
