@@ -97,7 +97,7 @@ def store_options(func: Callable[..., Any]) -> Callable[..., Any]:
             _fail(str(exc))
         finally:
             if func.__name__ != "status":  # status lists them among its problems
-                _warn_config(store)
+                _warn_config(store, llm_notice=func.__name__ != "reset")  # reset empties cache/: not refilled
 
     return wrapper
 
@@ -147,15 +147,16 @@ def _answered(store: Any, answer: Callable[[Any], T]) -> T:
     return answer_ahead([store], lambda indexes: answer(indexes.synced(store)), full=False)
 
 
-def _warn_config(store: Any) -> None:
-    """A setting the command read that was wrong (its default was used): one line each on stderr."""
+def _warn_config(store: Any, llm_notice: bool = True) -> None:
+    """A setting the command read that was wrong (its default was used): one line each on stderr. And, once, a
+    project's request for the LLM that this machine does not allow (`cortex.llm.notice`)."""
     config = getattr(store, "_config", None)  # only when the command loaded it: never read it just for this
     for problem in getattr(config, "invalid", ()):
         click.echo(f"cortex: warning: {_safe(problem)}", err=True)
-    if store is not None and store.label == "project":
+    if llm_notice and store is not None and store.label == "project":
         from cortex.llm import notice
 
-        line = notice(store, "cli")  # the repository asks for the LLM, this machine does not allow it: said once
+        line = notice(store, "cli")  # reads config.yaml if the command did not (from its cache: ~1 ms)
         if line is not None:
             click.echo(f"cortex: {_safe(line)}", err=True)
 

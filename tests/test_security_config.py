@@ -71,7 +71,7 @@ def test_a_committed_llm_command_does_not_run_and_the_request_is_said_once_with_
     clone = _teammates_clone(tmp_path, marker)
     _stop(clone, tmp_path)
     assert _jobs(clone) == []  # this machine never allowed the LLM: nothing queued for a worker
-    worker = cortex("worker", cwd=clone)  # the next command: it says so on stderr, once
+    first = cortex("worker", cwd=clone)  # the next command says it on stderr, once
     assert not marker.exists()
     config = clone / ".cortex" / "config.yaml"
     status = cortex_json("status", cwd=clone)
@@ -84,7 +84,7 @@ def test_a_committed_llm_command_does_not_run_and_the_request_is_said_once_with_
     # The hook said it in the log, once; the next command says it on stderr, once.
     log = (clone / ".cortex" / "state" / "cortex.log").read_text(encoding="utf-8")
     assert log.count("asks for LLM capture") == 1
-    assert [line for line in worker.stderr.splitlines() if "asks for LLM capture" in line] == [f"cortex: {asked[0]}"]
+    assert [line for line in first.stderr.splitlines() if "asks for LLM capture" in line] == [f"cortex: {asked[0]}"]
     assert "asks for LLM capture" not in cortex("list", cwd=clone).stderr
     _stop(clone, tmp_path)
     log = (clone / ".cortex" / "state" / "cortex.log").read_text(encoding="utf-8")
@@ -101,6 +101,18 @@ def test_a_machine_that_allows_the_llm_runs_its_own_command_never_the_repository
     assert wait_for(ran.exists, 30), "the person's own LLM command did not run"
     assert not marker.exists()
     assert any("capture.llm_command" in w for w in cortex_json("status", cwd=clone, env=env)["warnings"])
+
+
+def test_a_job_already_queued_waits_while_this_machine_does_not_allow_the_llm(tmp_path):
+    """A job an older cortex queued from the repository's request: the worker leaves it, runs nothing."""
+    from cortex.capture import enqueue
+
+    marker = tmp_path / "PWN"
+    clone = _teammates_clone(tmp_path, marker)
+    job = enqueue(Store.locate(clone), "s-1", "ASSISTANT: we moved the queue to Redis streams", "branch: main")
+    assert job is not None
+    assert cortex("worker", cwd=clone).stdout.startswith("0 jobs done, 0 failed")
+    assert not marker.exists() and _jobs(clone) == [job]
 
 
 def test_the_command_in_the_persons_own_config_runs(project, tmp_path):
