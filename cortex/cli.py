@@ -97,11 +97,14 @@ def store_options(func: Callable[..., Any]) -> Callable[..., Any]:
             _fail(str(exc))
         finally:
             if func.__name__ != "status":  # status lists them among its problems
-                _warn_config(store, llm_notice=func.__name__ != "reset")  # reset empties cache/: not refilled
+                _warn_config(store, llm_notice=func.__name__ not in NO_NOTICE)
 
     return wrapper
 
 
+# Commands that do not say the LLM notice (`_warn_config`): the ones hooks start detached, whose stderr no person
+# reads, and reset, which empties cache/ (reading config.yaml would refill it).
+NO_NOTICE = frozenset({"maintain", "worker", "serve_command", "watch", "reset"})
 PROCESS_ARGV: list[str] | None = None  # the arguments of a `cortex` process (set by `cortex.__main__.run`)
 # Read-only commands whose process may end without freeing what it loaded (`cortex.__main__.run`): tearing
 # down 100,000 manifest entries object by object costs ~0.15 s and changes nothing on disk. (A running

@@ -71,7 +71,7 @@ def test_a_committed_llm_command_does_not_run_and_the_request_is_said_once_with_
     clone = _teammates_clone(tmp_path, marker)
     _stop(clone, tmp_path)
     assert _jobs(clone) == []  # this machine never allowed the LLM: nothing queued for a worker
-    first = cortex("worker", cwd=clone)  # the next command says it on stderr, once
+    cortex("worker", cwd=clone)  # detached by hooks: its stderr is a log, it says nothing there
     assert not marker.exists()
     config = clone / ".cortex" / "config.yaml"
     status = cortex_json("status", cwd=clone)
@@ -84,6 +84,7 @@ def test_a_committed_llm_command_does_not_run_and_the_request_is_said_once_with_
     # The hook said it in the log, once; the next command says it on stderr, once.
     log = (clone / ".cortex" / "state" / "cortex.log").read_text(encoding="utf-8")
     assert log.count("asks for LLM capture") == 1
+    first = cortex("list", cwd=clone)  # the person's next command says it on stderr, once
     assert [line for line in first.stderr.splitlines() if "asks for LLM capture" in line] == [f"cortex: {asked[0]}"]
     assert "asks for LLM capture" not in cortex("list", cwd=clone).stderr
     _stop(clone, tmp_path)
@@ -154,7 +155,8 @@ def _plumb(remote: Path, *args: str, input: str | bytes | None = None) -> str:
 
 def _tree(remote: Path, entries: dict[str, tuple[str, str]]) -> str:
     """A tree of `entries` (path -> (mode, blob id)), each '/' a subtree; names are taken as given (`..` too)."""
-    files, folders = [], {}  # type: ignore[var-annotated]
+    files: list[str] = []
+    folders: dict[str, dict[str, tuple[str, str]]] = {}
     for path, (mode, oid) in entries.items():
         head, sep, rest = path.partition("/")
         if sep:
