@@ -521,8 +521,9 @@ def _check_out(store: Store, repo: Any, branch: str, head: Any, target: Any, res
                              if path not in new and old.get(path) != oid and path != ".gitignore")
     old = {path: oid for path, oid in old.items() if _checked_out(path)}
     changed = sorted(path for path in set(old) | set(new) if old.get(path) != new.get(path))
-    result.skipped += [path for path in changed if not _inside(store.root, path)]
-    changed = [path for path in changed if path not in result.skipped]
+    outside = {path for path in changed if not _inside(store.root, path)}  # through a folder that is a link
+    result.skipped += sorted(outside)
+    changed = [path for path in changed if path not in outside]
     dirty = {path for path, flags in repo.status().items()
              if flags & ~(pygit2.enums.FileStatus.IGNORED | pygit2.enums.FileStatus.CURRENT)}
     blocked = [path for path in changed if path in dirty and (path in old or (store.root / path).exists())]

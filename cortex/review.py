@@ -219,7 +219,17 @@ def _config_changes(repo: Any, fork: Any, head: Any, store_prefix: str) -> list[
         return []
     old, new = _settings(before), _settings(after)
     keys = sorted(key for key in set(old) | set(new) if old.get(key) != new.get(key))
-    return [{"key": key, "old": old.get(key), "new": new.get(key), "path": path} for key in keys]
+    return [{"key": key, "old": _plain(old.get(key)), "new": _plain(new.get(key)), "path": path} for key in keys]
+
+
+def _plain(value: Any) -> Any:
+    """A setting's value as JSON has it (a YAML date as text), a secret-looking one redacted."""
+    from cortex.guard import redact
+
+    value = json.loads(json.dumps(value, default=str))
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    clean = redact(text)[0]
+    return value if clean == text else clean
 
 
 def _settings(data: bytes | None) -> dict[str, Any]:
@@ -267,13 +277,10 @@ def _pin_changes(old: _Side, new: _Side, changed_ids: list[str]) -> list[dict[st
 
 def _setting_lines(report: dict[str, Any], limit: int) -> list[str]:
     """`config.yaml` changes (secret-looking values redacted) and pins, for the markdown."""
-    from cortex.guard import redact
-
     def shown(value: Any) -> str:
         if value is None:
             return "(not set)"
-        text = json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else value
-        return _code(redact(text)[0][:120])
+        return _code((json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else value)[:120])
 
     rows = report["config"]
     lines = [f"- {_code(row['key'])}: {shown(row['old'])} → {shown(row['new'])}"
