@@ -100,11 +100,14 @@ def store_options(func: Callable[..., Any]) -> Callable[..., Any]:
             _fail(str(exc))
         finally:
             if func.__name__ != "status":  # status lists them among its problems
-                _warn_config(store)
+                _warn_config(store, llm_notice=func.__name__ not in NO_NOTICE)
 
     return wrapper
 
 
+# Commands that do not say the LLM notice (`_warn_config`): the ones hooks start detached, whose stderr no person
+# reads, and reset, which empties cache/ (reading config.yaml would refill it).
+NO_NOTICE = frozenset({"maintain", "worker", "serve_command", "watch", "reset"})
 PROCESS_ARGV: list[str] | None = None  # the arguments of a `cortex` process (set by `cortex.__main__.run`)
 # Read-only commands whose process may end without freeing what it loaded (`cortex.__main__.run`): tearing
 # down 100,000 manifest entries object by object costs ~0.15 s and changes nothing on disk.
@@ -127,11 +130,18 @@ def _answered(store: Any, answer: Callable[[Any], T]) -> T:
     return answer_ahead([store], lambda indexes: answer(indexes.synced(store)), full=False)
 
 
-def _warn_config(store: Any) -> None:
-    """A setting the command read that was wrong (its default was used): one line each on stderr."""
+def _warn_config(store: Any, llm_notice: bool = True) -> None:
+    """A setting the command read that was wrong (its default was used): one line each on stderr. And, once, a
+    project's request for the LLM that this machine does not allow (`cortex.llm.notice`)."""
     config = getattr(store, "_config", None)  # only when the command loaded it: never read it just for this
     for problem in getattr(config, "invalid", ()):
         click.echo(f"cortex: warning: {_safe(problem)}", err=True)
+    if llm_notice and store is not None and store.label == "project":
+        from cortex.llm import notice
+
+        line = notice(store, "cli")  # reads config.yaml if the command did not (from its cache: ~1 ms)
+        if line is not None:
+            click.echo(f"cortex: {_safe(line)}", err=True)
 
 
 class CortexGroup(click.Group):
@@ -649,6 +659,9 @@ def sync_command(use_global: bool, remote: str | None, resolve: tuple[str, ...],
         return
     _echo(f"pulled {len(result.pulled)} files from {result.remote}" + (
         f", {result.replayed} local commits replayed on top" if result.replayed else ""))
+    if result.skipped:  # the person's config.yaml, state/ and cache/ are never the remote's to write
+        _echo(f"not checked out (a sync writes only memories/ and conflicts/): {', '.join(result.skipped[:3])}"
+              + (f" and {len(result.skipped) - 3} more" if len(result.skipped) > 3 else ""))
     for conflict in result.conflicts:
         _echo(f"conflict: {conflict.path} changed on both sides; this machine's version is in {conflict.copy}")
     click.echo(f"pushed to {_safe(result.remote)}" if result.pushed else "nothing to push")

@@ -7,6 +7,11 @@ one is reported ("config.yaml: recall.limit must be an integer from 1 to
 1000, got 'ten' (default 10 used)") and its default used, so a read or a hook
 never breaks on it; `cortex status --strict` fails on it. A file that is not
 UTF-8 YAML holding a mapping raises `ConfigError`.
+
+A project's file is the repository's, so it never names a command to run:
+`capture.llm_command` counts only in the person's own `$CORTEX_HOME/config.yaml`
+(or `CORTEX_LLM_COMMAND`), and a project's `capture.llm` is a request this
+machine allows (`cortex.llm`).
 """
 
 from __future__ import annotations
@@ -128,8 +133,8 @@ salience:                   # learned from use: was a memory the hooks showed us
 
 capture:
   layers: [structural, keyword, self_report]   # from Claude Code transcripts
-  llm: off                  # off | auto | on: LLM extraction, run detached
-  llm_command: claude -p
+  llm: off                  # off | auto | on: LLM extraction, run detached. In a project: a request, allowed on a machine by capture.llm in $CORTEX_HOME/config.yaml or CORTEX_LLM
+  llm_command: claude -p    # read only from $CORTEX_HOME/config.yaml or CORTEX_LLM_COMMAND: a project's is ignored
   dedup_cosine: 0.9         # a candidate this close (cosine) to a memory of its type is a duplicate
   max_message_chars: 20000  # capture reads at most this much of one message, and no captured body is longer
 

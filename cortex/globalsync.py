@@ -9,8 +9,15 @@ and pushes. The Stop hook commits the memories capture writes there
 
 What is committed: `memories/`, `conflicts/` and `.gitignore`. `cache/` and
 `state/` are ignored (`.gitignore`), and `config.yaml` stays each machine's
-own (listed in `.git/info/exclude`; a person may still track it with plain
-git, and a sync then carries it like any other tracked file).
+own (listed in `.git/info/exclude`).
+
+What is checked out: only regular files under `memories/` and `conflicts/`
+(`_checked_out`). Whatever else the remote's tree holds — `config.yaml`,
+`state/`, `cache/`, `.gitignore`, a symbolic link, a submodule — is never
+written here (it is counted in `SyncResult.skipped`): the person's own
+`config.yaml` names the commands cortex runs, and a remote is data. A tree
+with a path git refuses (`..`, `.git`) stops the sync with one line before
+anything is written.
 
 Why file by file: each memory is its own file with a random id, so two
 machines that each write memories only ever add different files, and a replay
@@ -40,6 +47,7 @@ from cortex.store import Store
 BRANCH = "main"
 REMOTE = "origin"
 COMMITTED = ("memories/", "conflicts/", ".gitignore")  # what cortex commits in the global store
+CHECKED_OUT = ("memories/", "conflicts/")  # the only paths a pull writes from the remote's tree
 CONFLICTS = "conflicts"
 EXCLUDE = "# cortex: each machine keeps its own settings\nconfig.yaml\n"
 PUSH_ATTEMPTS = 3
@@ -69,11 +77,12 @@ class SyncResult:
     conflicts: list[Conflict] = field(default_factory=list)  # new conflict copies made by this sync
     pushed: bool = False
     resolved: list[str] = field(default_factory=list)  # conflict copies removed by --resolve
+    skipped: list[str] = field(default_factory=list)  # the remote's paths never written here (not memories)
 
     def as_dict(self) -> dict[str, Any]:
         return {"created": self.created, "committed": self.committed, "remote": self.remote, "pulled": self.pulled,
                 "replayed": self.replayed, "conflicts": [c.as_dict() for c in self.conflicts],
-                "pushed": self.pushed, "resolved": self.resolved}
+                "pushed": self.pushed, "resolved": self.resolved, "skipped": self.skipped}
 
 
 # ---------------------------------------------------------------- the repository
@@ -228,6 +237,42 @@ def _files(repo: Any, tree: Any, prefix: str = "") -> dict[str, Any]:
         else:
             out[path] = entry.id
     return out
+
+
+def _checked_out(path: str) -> bool:
+    """Whether a pull may write this path of the remote's tree: under `memories/` or `conflicts/`, each part a
+    plain name (no empty part, `.`, `..`, `.git` or backslash), not a temp file's name."""
+    from cortex.files import is_temp_name
+
+    parts = path.split("/")
+    return path.startswith(CHECKED_OUT) and not is_temp_name(parts[-1]) and all(
+        part not in ("", ".", "..") and part.lower() != ".git" and "\\" not in part for part in parts)
+
+
+def _regular_files(repo: Any, tree: Any, prefix: str = "") -> dict[str, Any]:
+    """path -> blob id of every regular file in a tree (no symbolic link, no submodule)."""
+    import pygit2
+
+    regular = (pygit2.enums.FileMode.BLOB, pygit2.enums.FileMode.BLOB_EXECUTABLE)
+    out: dict[str, Any] = {}
+    for entry in tree:
+        path = f"{prefix}{entry.name}"
+        if entry.type_str == "tree":
+            out.update(_regular_files(repo, repo[entry.id], path + "/"))
+        elif entry.type_str == "blob" and entry.filemode in regular:
+            out[path] = entry.id
+    return out
+
+
+def _refused(repo: Any, tree: Any) -> str | None:
+    """Why git would refuse to check out `tree` (a path with `..` or `.git`, ...), or None."""
+    import pygit2
+
+    try:
+        pygit2.Index().read_tree(tree)
+    except (pygit2.GitError, ValueError) as exc:
+        return _one_line(exc) or "a tree entry git refuses"
+    return None
 
 
 def _tree_with(repo: Any, base: Any, edits: dict[str, Any]) -> Any:
@@ -391,6 +436,10 @@ def _pull(store: Store, repo: Any, branch: str, result: SyncResult) -> None:
     head = None if repo.head_is_unborn else repo.head.peel(pygit2.Commit)
     if head is not None and (head.id == upstream.id or repo.descendant_of(head.id, upstream.id)):
         return  # the remote has nothing new
+    refused = _refused(repo, upstream.tree)
+    if refused is not None:  # before anything is replayed or written
+        raise CortexError(f"{remote_url(repo)}: the remote's {branch} holds a path git refuses ({refused}); nothing "
+                          f"was changed here; remove that path from the remote, then sync again")
     if head is None or repo.descendant_of(upstream.id, head.id):
         new_tip = upstream.id
     else:
@@ -454,10 +503,10 @@ def _memory_id(path: str) -> str:
 
 
 def _check_out(store: Store, repo: Any, branch: str, head: Any, target: Any, result: SyncResult) -> None:
-    """Move the branch to `target` and bring the working tree and index along, path by path.
-
-    A tracked path that cortex does not commit (a person's own `config.yaml`) with uncommitted changes that
-    the pull would overwrite stops the sync first: nothing is changed.
+    """Move the branch to `target` and bring the working tree and index along, path by path: only the regular
+    files under `memories/` and `conflicts/` are written or removed (`_checked_out`); the others are listed in
+    `result.skipped`. A file changed here and not committed that the pull would overwrite stops the sync first:
+    nothing is changed.
     """
     import pygit2
 
@@ -465,8 +514,16 @@ def _check_out(store: Store, repo: Any, branch: str, head: Any, target: Any, res
     from cortex.gitops import write_index
 
     old = _files(repo, head.tree) if head is not None else {}
-    new = _files(repo, target.tree)
+    every = _files(repo, target.tree)
+    regular = _regular_files(repo, target.tree)
+    new = {path: oid for path, oid in regular.items() if _checked_out(path)}
+    result.skipped += sorted(path for path, oid in every.items()  # .gitignore: cortex writes its own here
+                             if path not in new and old.get(path) != oid and path != ".gitignore")
+    old = {path: oid for path, oid in old.items() if _checked_out(path)}
     changed = sorted(path for path in set(old) | set(new) if old.get(path) != new.get(path))
+    outside = {path for path in changed if not _inside(store.root, path)}  # through a folder that is a link
+    result.skipped += sorted(outside)
+    changed = [path for path in changed if path not in outside]
     dirty = {path for path, flags in repo.status().items()
              if flags & ~(pygit2.enums.FileStatus.IGNORED | pygit2.enums.FileStatus.CURRENT)}
     blocked = [path for path in changed if path in dirty and (path in old or (store.root / path).exists())]
@@ -487,6 +544,16 @@ def _check_out(store: Store, repo: Any, branch: str, head: Any, target: Any, res
     write_index(repo)
     made_here = {conflict.copy for conflict in result.conflicts}
     result.pulled += [path for path in changed if path.startswith(COMMITTED) and path not in made_here]
+
+
+def _inside(root: Path, path: str) -> bool:
+    """Whether `path`'s folder, links resolved, is still inside the store's `memories/` or `conflicts/` (a
+    folder here that is a symbolic link is never written through)."""
+    import os
+
+    top = os.path.join(os.path.realpath(root), path.split("/", 1)[0])
+    folder = os.path.realpath((root / path).parent)
+    return (folder == top or folder.startswith(top + os.sep)) and not os.path.islink(root / path)
 
 
 def _prune_empty(folder: Path, root: Path) -> None:

@@ -1,12 +1,18 @@
-"""The LLM command cortex may run (`capture.llm_command`, default `claude -p`), and whether it may.
+"""The LLM command cortex may run, and whether it may: both from the person's own configuration only.
 
 Capture's fourth layer, code descriptions and the consolidation veto all ask
 it through `ask`: the prompt on stdin, the answer on stdout, hooks disabled for
 the child (`--settings '{"disableAllHooks": true}'` for claude) and
 `CORTEX_NESTED=1` in its environment, so cortex's own hooks do nothing inside it.
 
-`capture.llm`: `off` (default), `on`, or `auto` (on when the command's program
-is on PATH).
+What runs is never read from a repository: the command is `CORTEX_LLM_COMMAND`,
+else `capture.llm_command` in `$CORTEX_HOME/config.yaml` (the person's own file,
+which no sync writes), else `claude -p`. A project's `.cortex/config.yaml` may
+only *ask* for the LLM (`capture.llm: auto|on`); this machine allows it with
+`CORTEX_LLM` or `capture.llm` in `$CORTEX_HOME/config.yaml`, and the LLM is on
+as far as both say (off < auto < on; `auto`: when the command's program is on
+PATH). A request this machine does not allow is said once per place (`notice`),
+and a project's `capture.llm_command` is ignored (`warnings`, for `cortex status`).
 """
 
 from __future__ import annotations
@@ -17,24 +23,138 @@ import shlex
 import shutil
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from cortex.errors import CortexError
 from cortex.store import Store
+
+LEVELS = ("off", "auto", "on")
+DEFAULT_COMMAND = "claude -p"
+NOTICES = "llm-notice.json"  # in a store's state/: the request line already said, per place (cli, log)
+
+
+@dataclass
+class Decision:
+    """Whether the LLM may run for a store, and what runs."""
+
+    mode: str  # off | auto | on, as far as the repository asks and this machine allows
+    command: str  # the command line, from the person's own configuration
+    asked: str  # what the store's own config.yaml asks (a project's request; the global store's setting)
+    allowed: str  # what this machine allows (CORTEX_LLM, else $CORTEX_HOME/config.yaml)
+    own_config: Path  # $CORTEX_HOME/config.yaml
+
+
+def _level(value: Any) -> str | None:
+    """'off', 'auto' or 'on' as config.yaml reads the word (true/false too); None for anything else."""
+    from cortex.config import _checked
+
+    word, problem = _checked("capture.llm", value, "off")
+    return str(word) if problem is None else None
+
+
+def _own_config() -> tuple[Path, Any]:
+    """($CORTEX_HOME/config.yaml, its settings); all defaults when it is missing or unreadable (LLM off)."""
+    from cortex.config import DEFAULTS, Config, load_config
+    from cortex.store import global_home
+
+    home = global_home()
+    path = home / "config.yaml"
+    cache = home / "cache"
+    try:
+        return path, load_config(path, cache if cache.is_dir() and os.access(cache, os.W_OK) else None)
+    except CortexError:
+        import copy
+
+        return path, Config(copy.deepcopy(DEFAULTS))
+
+
+def decide(store: Store) -> Decision:
+    """What the LLM may do for `store`: the global store's own settings are the person's; a project's only ask."""
+    own_path, own = (store.config_path, store.config()) if store.label == "global" else _own_config()
+    allowed = _level(os.environ.get("CORTEX_LLM")) if os.environ.get("CORTEX_LLM") else None
+    if allowed is None:
+        allowed = str(own.get("capture.llm"))
+    command = os.environ.get("CORTEX_LLM_COMMAND", "").strip() or str(own.get("capture.llm_command"))
+    asked = allowed if store.label == "global" else str(store.config().get("capture.llm"))
+    mode = LEVELS[min(LEVELS.index(asked), LEVELS.index(allowed))]
+    return Decision(mode, command, asked, allowed, own_path)
+
+
+def refused(store: Store) -> str | None:
+    """The one line saying a project asks for the LLM and this machine does not allow it (how to allow it)."""
+    if store.label == "global":
+        return None
+    try:
+        if store.config().get("capture.llm") == "off":
+            return None  # nothing asked: the person's own config is not even read
+        decision = decide(store)
+    except CortexError:
+        return None  # an unreadable config.yaml: status says so
+    if decision.asked == "off" or decision.allowed != "off":
+        return None
+    return (f"{store.config_path} asks for LLM capture (capture.llm: {decision.asked}), which this machine does not "
+            f"allow; to allow it, set capture.llm: {decision.asked} in {decision.own_config} "
+            f"(or CORTEX_LLM={decision.asked} in the environment)")
+
+
+def warnings(store: Store) -> list[str]:
+    """What `cortex status` says about the LLM settings: a project's command ignored, a request not allowed."""
+    out = []
+    try:
+        given = store.config().get("capture.llm_command") if store.label == "project" else DEFAULT_COMMAND
+    except CortexError:
+        given = DEFAULT_COMMAND  # an unreadable config.yaml: status says so
+    if given != DEFAULT_COMMAND:
+        out.append(f"{store.config_path}: capture.llm_command is ignored: a repository's config never names a "
+                   f"command to run; set it in {_own_config()[0]} or CORTEX_LLM_COMMAND")
+    line = refused(store)
+    if line is not None:
+        out.append(line)
+    return out
+
+
+def notice(store: Store, place: str) -> str | None:
+    """The refused-request line the first time `place` ('cli': stderr, 'log': state/cortex.log) would show it;
+    None when there is none or it was said there already (recorded in state/, so it is said once)."""
+    line = refused(store)
+    if line is None:
+        return None
+    path = store.state_dir / NOTICES
+    try:
+        said = json.loads(path.read_text(encoding="utf-8"))
+        said = said if isinstance(said, dict) else {}
+    except (OSError, ValueError):
+        said = {}
+    if said.get(place) == line:
+        return None
+    said[place] = line
+    try:
+        from cortex.files import atomic_write
+
+        atomic_write(path, json.dumps(said, sort_keys=True), durable=False)
+    except OSError:
+        pass  # a read-only store: said again next time
+    return line
 
 
 def enabled(store: Store) -> bool:
-    mode = str(store.config().get("capture.llm")).lower()
-    if mode in ("on", "true"):
-        return True
-    if mode == "auto":
-        command = shlex.split(str(store.config().get("capture.llm_command")))
-        return bool(command) and shutil.which(command[0]) is not None
-    return False
+    decision = decide(store)
+    if decision.mode == "off":
+        line = notice(store, "log")
+        if line is not None:
+            store.log(f"llm: {line}")
+        return False
+    if decision.mode == "auto":
+        argv = shlex.split(decision.command)
+        return bool(argv) and shutil.which(argv[0]) is not None
+    return True
 
 
 def command(store: Store) -> list[str]:
-    """The configured command, with claude's hooks turned off for the child."""
-    argv = shlex.split(str(store.config().get("capture.llm_command")))
+    """The person's command, with claude's hooks turned off for the child."""
+    argv = shlex.split(decide(store).command)
     if argv and Path(argv[0]).name == "claude" and "--settings" not in argv:
         argv += ["--settings", json.dumps({"disableAllHooks": True})]
     return argv

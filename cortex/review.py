@@ -5,11 +5,12 @@
 changes the way a reviewer reads them: decisions added, changed, superseded, archived and removed (each
 with its rationale and rejected alternatives), new gotchas and conventions, the plan, and warnings — a
 decision whose claims contradict an active one, an active memory naming a file the branch deletes, a
-possible secret in a changed store file, a memory file that no longer parses. `render(report)` writes it
-as GitHub-flavoured markdown short enough for a pull-request comment; `post` posts it as one comment,
-updating the one it posted before (found by `MARKER` and by its author: the token's own identity, so a
-comment someone else starts with the marker is never edited). Memory text in the review passes the one
-secret rule (`cortex.guard.redacted`).
+possible secret in a changed store file, a memory file that no longer parses — and every change to the
+store's `config.yaml` (key, old → new) and to pins, which change what every session is told and may ask for
+code to run. `render(report)` writes it as GitHub-flavoured markdown short enough for a pull-request comment;
+`post` posts it as one comment, updating the one it posted before (found by `MARKER` and by its author: the
+token's own identity, so a comment someone else starts with the marker is never edited). Memory text in the
+review passes the one secret rule (`cortex.guard.redacted`).
 """
 
 from __future__ import annotations
@@ -115,12 +116,13 @@ def build(repo: Any, base_rev: str, head_rev: str, store_prefix: str) -> dict[st
         "decisions": {"added": [], "changed": [], "superseded": [], "archived": [], "removed": []},
         "gotchas": [], "conventions": [], "architecture": [],
         "plan": {"added": [], "changed": [], "closed": []}, "progress": [],
-        "other": {}, "warnings": [],
+        "other": {}, "warnings": [], "config": _config_changes(repo, fork, head, store_prefix), "pins": [],
     }
     for mid in changed_ids:
         _sort_change(report, old.get(mid), new.get(mid), lambda i: new.memory(i) or old.memory(i), replaced_by)
     for rows in _lists(report):
         rows.sort(key=lambda row: (row["title"].lower(), row["id"]))
+    report["pins"] = _pin_changes(old, new, changed_ids)
     paths = gitops.path_changes(repo, fork, head)
     report["warnings"] = (
         _malformed(new, changed_ids)
@@ -208,6 +210,91 @@ def _row(memory: Memory, path: str, known: Callable[[str], Memory | None],
 def _ref(memory_id: str, known: Callable[[str], Memory | None]) -> dict[str, str]:
     found = known(memory_id)
     return {"id": memory_id, "title": found.title if found is not None else ""}
+
+
+# ---------------------------------------------------------------- settings and pins
+
+
+def _config_changes(repo: Any, fork: Any, head: Any, store_prefix: str) -> list[dict[str, Any]]:
+    """Each setting of the store's `config.yaml` the branch adds, changes or removes: key, old, new (None: not
+    set); a file that does not read as settings is one row, key `config.yaml`."""
+    path = f"{store_prefix}/config.yaml" if store_prefix else "config.yaml"
+    before, after = gitops.blob_at(repo, fork, path), gitops.blob_at(repo, head, path)
+    if before == after:
+        return []
+    old, new = _settings(before), _settings(after)
+    keys = sorted(key for key in set(old) | set(new) if old.get(key) != new.get(key))
+    return [{"key": key, "old": _plain(old.get(key)), "new": _plain(new.get(key)), "path": path} for key in keys]
+
+
+def _plain(value: Any) -> Any:
+    """A setting's value as JSON has it (a YAML date as text), a secret-looking one redacted."""
+    from cortex.guard import redact
+
+    value = json.loads(json.dumps(value, default=str))
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    clean = redact(text)[0]
+    return value if clean == text else clean
+
+
+def _settings(data: bytes | None) -> dict[str, Any]:
+    """A config file's settings by dotted key (`capture.llm`); {} when there is none."""
+    from ruamel.yaml.error import YAMLError
+
+    from cortex.memory import AnchorFound, no_alias_yaml
+
+    if data is None:
+        return {}
+    try:
+        given = no_alias_yaml().load(data.decode("utf-8"))
+    except (AnchorFound, UnicodeDecodeError, YAMLError) as exc:
+        return {"config.yaml": f"not readable as settings ({type(exc).__name__})"}
+    if given is None:
+        return {}
+    if not isinstance(given, dict):
+        return {"config.yaml": "not a mapping of settings"}
+    out: dict[str, Any] = {}
+
+    def walk(node: dict[Any, Any], prefix: str) -> None:
+        for key, value in node.items():
+            if isinstance(value, dict) and value:
+                walk(value, f"{prefix}{key}.")
+            else:
+                out[f"{prefix}{key}"] = value
+
+    walk(given, "")
+    return out
+
+
+def _pin_changes(old: _Side, new: _Side, changed_ids: list[str]) -> list[dict[str, Any]]:
+    """The memories the branch pins or unpins (a new pinned memory too): what every briefing shows."""
+    rows = []
+    for memory_id in changed_ids:
+        before, after = old.memory(memory_id), new.memory(memory_id)
+        was, now = bool(before is not None and before.pinned), bool(after is not None and after.pinned)
+        memory = after or before
+        if was != now and memory is not None:
+            found = new.blobs.get(memory_id) or old.blobs[memory_id]
+            rows.append({"id": memory_id, "title": memory.title, "type": memory.type, "pinned": now,
+                         "path": found[0]})
+    return sorted(rows, key=lambda row: (row["title"].lower(), row["id"]))
+
+
+def _setting_lines(report: dict[str, Any], limit: int) -> list[str]:
+    """`config.yaml` changes (secret-looking values redacted) and pins, for the markdown."""
+    def shown(value: Any) -> str:
+        if value is None:
+            return "(not set)"
+        return _code((json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else value)[:120])
+
+    rows = report["config"]
+    lines = [f"- {_code(row['key'])}: {shown(row['old'])} → {shown(row['new'])}"
+             + (" — ignored: cortex runs only a command from each person's own config" if row["key"].endswith(
+                 "_command") else "") for row in rows[:limit]]
+    out = _more(lines, len(rows), limit) if rows else []
+    pins = [f"- {'Pinned' if row['pinned'] else 'Unpinned'}: {_item(row)}" for row in report["pins"][:limit]]
+    out += _more(pins, len(report["pins"]), limit) if pins else []
+    return ["#### Settings and pins", *out, ""] if out else []
 
 
 # ---------------------------------------------------------------- warnings
@@ -324,7 +411,7 @@ def _secrets(repo: Any, head: Any, store_prefix: str, changes: list[gitops.PathC
 
 def has_findings(report: dict[str, Any]) -> bool:
     """Whether the review has anything to say (a change or a warning)."""
-    return bool(report["warnings"] or any(_lists(report)) or report["other"])
+    return bool(report["warnings"] or any(_lists(report)) or report["other"] or report["config"] or report["pins"])
 
 
 def _lists(report: dict[str, Any]) -> list[Any]:
@@ -426,6 +513,10 @@ def _summary(report: dict[str, Any]) -> str:
             parts.append(f"{len(report[key])} new {word}{'s' if len(report[key]) > 1 else ''}")
     if any(report["plan"].values()):
         parts.append("plan changed")
+    if report["config"]:
+        parts.append(f"config.yaml: {len(report['config'])} setting{'s' if len(report['config']) > 1 else ''} changed")
+    if report["pins"]:
+        parts.append(f"{len(report['pins'])} pin{'s' if len(report['pins']) > 1 else ''} changed")
     if report["warnings"]:
         parts.append(f"⚠️ {len(report['warnings'])} warning{'s' if len(report['warnings']) > 1 else ''}")
     return " · ".join(parts)
@@ -445,6 +536,7 @@ def render(report: dict[str, Any], limit: int = LIMIT) -> str:
     if report["warnings"]:
         out += ["#### ⚠️ Warnings", *_more([_warning_line(w) for w in report["warnings"][:limit]],
                                           len(report["warnings"]), limit), ""]
+    out += _setting_lines(report, limit)
     if any(report["decisions"].values()):
         out.append("#### Decisions")
         for kind, rows in report["decisions"].items():

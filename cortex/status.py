@@ -32,6 +32,9 @@ def report(store: Store, index: Index) -> dict[str, Any]:
                     "rebuilt": list(index.repaired)}
     out["warnings"] += [f"cache: {line}" for line in index.repaired]
     out["problems"] += [f"{store.cache_dir}: {why}; `cortex reindex` rebuilds it" for why in index.damaged_parts()]
+    from cortex import llm
+
+    out["warnings"] += llm.warnings(store)  # a repository's command ignored, its LLM request not allowed here
     out["flagged_pairs"] = len(flagged(store))
     from cortex import salience
 

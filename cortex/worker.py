@@ -2,8 +2,9 @@
 
 The Stop hook only *queues* a job (`state/queue/<time>-<session>.json`: the
 transcript slice, up to 65,000 characters, plus git context) and starts a
-detached `cortex worker`, then returns. The worker runs the configured command
-(`capture.llm_command`, default `claude -p`) with the prompt on stdin, hooks
+detached `cortex worker`, then returns. The worker runs the person's command
+(`CORTEX_LLM_COMMAND`, else `capture.llm_command` in `$CORTEX_HOME/config.yaml`,
+default `claude -p`; never a repository's) with the prompt on stdin, hooks
 disabled for the child (`--settings '{"disableAllHooks": true}'` for claude)
 and `CORTEX_NESTED=1` in its environment so cortex's own hooks do nothing
 inside it. It parses the JSON answer into memories, which go through the same
@@ -11,7 +12,8 @@ guard and dedup as every other layer. When the command is missing or fails,
 the job stays queued (its attempts counted) and is retried at the next session
 start: offline never loses work.
 
-`capture.llm`: `off` (default), `on`, or `auto` (see `cortex.llm`). The slice
+`capture.llm`: `off` (default), `on`, or `auto`, as far as the project asks and
+this machine allows (see `cortex.llm`); while it is off the queue waits. The slice
 is queued by `cortex.capture`; this module runs the queue.
 """
 
@@ -87,7 +89,7 @@ def process_queue(store: Store, timeout: float = 600.0) -> dict[str, int]:
 
     counts = {"done": 0, "failed": 0, "written": 0}
     folder = queue_dir(store)
-    if not folder.is_dir():
+    if not folder.is_dir() or llm.decide(store).mode == "off":  # not allowed here (any more): the jobs wait
         return counts
     report = CaptureReport()
     with file_lock(store.state_dir / "worker.lock"):

@@ -148,7 +148,7 @@ print("The billing module: invoice totals in cents and partial refunds.")
 
 def test_with_the_llm_configured_the_description_is_its_summary(project, tmp_path):
     log = tmp_path / "llm.jsonl"
-    env = fake_claude(tmp_path / "bin", FAKE_LLM.format(log=str(log)))
+    env = fake_claude(tmp_path / "bin", FAKE_LLM.format(log=str(log))) | {"CORTEX_LLM": "on"}  # allowed here
     config = project / ".cortex" / "config.yaml"
     config.write_text(config.read_text(encoding="utf-8").replace("llm: off", "llm: auto"), encoding="utf-8")
     (project / "billing.py").write_text(MODULE, encoding="utf-8")

@@ -434,6 +434,7 @@ else:
 def test_with_the_llm_configured_it_writes_the_merged_text_and_can_veto_a_merge(project, tmp_path, monkeypatch):
     log = tmp_path / "llm.jsonl"
     monkeypatch.setenv("PATH", fake_claude(tmp_path / "bin", FAKE_LLM.format(log=str(log)))["PATH"])
+    monkeypatch.setenv("CORTEX_LLM", "on")  # allowed on this machine
     config = project / ".cortex" / "config.yaml"
     config.write_text(config.read_text(encoding="utf-8").replace("llm: off", "llm: auto"), encoding="utf-8")
     store, _ids, pairs = _store(project)

@@ -154,7 +154,7 @@ def _stop_capturing_globally(project: Path, tmp_path: Path, before_stop: Any = N
                "scope": "global", "tags": []}]
     (tmp_path / "answer.json").write_text(json.dumps(answer), encoding="utf-8")
     script = f"import sys\nsys.stdin.read()\nprint(open({str(tmp_path / 'answer.json')!r}).read())\n"
-    env = fake_claude(tmp_path / "bin", script)  # the LLM behind `claude -p`: the one fake allowed
+    env = fake_claude(tmp_path / "bin", script) | {"CORTEX_LLM": "on"}  # the one fake; allowed here
     config = project / ".cortex" / "config.yaml"
     config.write_text(config.read_text(encoding="utf-8").replace("llm: off", "llm: on"), encoding="utf-8")
     remote = _bare(tmp_path)

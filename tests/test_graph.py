@@ -106,7 +106,7 @@ print(json.dumps([{"type": "decision", "title": "Cache product pages in the CDN 
 
 def test_automation_cannot_supersede_it_gets_contradicts(project, tmp_path):
     old = _remember(project, "Product pages are never cached: prices change too often", "decision").id
-    env = fake_claude(tmp_path / "bin", FAKE_CLAUDE)
+    env = fake_claude(tmp_path / "bin", FAKE_CLAUDE) | {"CORTEX_LLM": "on"}  # allowed on this machine
     config = project / ".cortex" / "config.yaml"
     config.write_text(config.read_text(encoding="utf-8").replace("llm: off", "llm: on"), encoding="utf-8")
     transcript = tmp_path / "t.jsonl"

@@ -322,7 +322,7 @@ with open({str(tmp_path / 'prompts.txt')!r}, "a") as handle:
     handle.write(prompt + "\\n----\\n")
 print(open({str(tmp_path / 'answer.json')!r}).read())
 """
-    env = fake_claude(tmp_path / "bin", script)
+    env = fake_claude(tmp_path / "bin", script) | {"CORTEX_LLM": "on"}  # allowed on this machine
     answer = [{"type": "gotcha", "title": f"Echoed {n}", "content": f"About staging.\n{plant.text}", "confidence": 0.9}
               for n, plant in enumerate(PLANTED.values())]
     (tmp_path / "answer.json").write_text(json.dumps(answer), encoding="utf-8")

@@ -244,6 +244,7 @@ def test_llm_calls_and_tokens_are_counted(project, tmp_path, monkeypatch):
 
     env = fake_claude(tmp_path / "bin", "import sys\nsys.stdin.read()\nprint('an answer of some length')\n")
     monkeypatch.setenv("PATH", env["PATH"])
+    monkeypatch.setenv("CORTEX_LLM", "on")  # allowed on this machine
     _config(project, "llm: off", "llm: on")
     store = Store.locate(project)
     assert llm.ask(store, "x" * 400, "test") == "an answer of some length"

@@ -41,8 +41,9 @@ print(json.dumps([
 
 
 def _llm_on(project: Path, tmp_path: Path, mode: str = "auto") -> dict[str, str]:
-    """`capture.llm: <mode>` and the fake claude first on PATH; returns the env for subprocesses."""
-    env = fake_claude(tmp_path / "bin", FAKE_CLAUDE.format(here=str(tmp_path)))
+    """`capture.llm: <mode>` asked by the project, allowed on this machine (`CORTEX_LLM=on`), and the fake claude
+    first on PATH; returns the env for subprocesses."""
+    env = fake_claude(tmp_path / "bin", FAKE_CLAUDE.format(here=str(tmp_path))) | {"CORTEX_LLM": "on"}
     config = project / ".cortex" / "config.yaml"
     config.write_text(config.read_text(encoding="utf-8").replace("llm: off", f"llm: {mode}"), encoding="utf-8")
     return env
@@ -134,7 +135,8 @@ def test_llm_off_queues_nothing_even_with_the_command_there(project, tmp_path):
 @pytest.fixture
 def llm(project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Store:
     """The project store with `capture.llm: on` and the fake claude on this process's PATH."""
-    monkeypatch.setenv("PATH", _llm_on(project, tmp_path, mode="on")["PATH"])
+    for name, value in _llm_on(project, tmp_path, mode="on").items():
+        monkeypatch.setenv(name, value)
     return Store.locate(project)
 
 
