@@ -355,7 +355,7 @@ with open({str(prompts)!r}, "a") as handle:
     handle.write(prompt + "\\n----\\n")
 print("[]")
 """
-    env = fake_claude(tmp_path / "bin", script)
+    env = fake_claude(tmp_path / "bin", script) | {"CORTEX_LLM": "on"}  # this machine allows what the repo asks
     config = project / ".cortex" / "config.yaml"
     config.write_text(config.read_text(encoding="utf-8").replace("llm: off", "llm: on"), encoding="utf-8")
     key = "\n".join(KEY_BODY)
