@@ -26,20 +26,12 @@ import pytest
 from cortex.memory import Memory, new_id, now_iso, render_new
 from cortex.review import MARKER
 from cortex.store import Store
-from tests.helpers import add_bare_remote, commit_all, cortex, fake_claude, git, hook, wait_for
+from tests.helpers import commit_all, cortex, fake_claude, git, hook, wait_for
 from tests.test_review import TOKEN, _Forge, _github_env
+from tests.test_prepush import pushed  # noqa: F401 (a fixture)
+from tests.test_secrets import _BASE64, _token
 
 _RANDOM = random.Random(37)
-_ALNUM = string.ascii_letters + string.digits
-_BASE64 = _ALNUM + "+/"
-
-
-def _token(length: int, alphabet: str = _ALNUM) -> str:
-    """Random characters with a digit, a lower- and an upper-case letter (as real keys have)."""
-    while True:
-        value = "".join(_RANDOM.choice(alphabet) for _ in range(length))
-        if any(c.isdigit() for c in value) and any(c.islower() for c in value) and any(c.isupper() for c in value):
-            return value
 
 
 def _key_body() -> list[str]:
@@ -278,17 +270,7 @@ ENCODINGS = {  # name -> how the file's bytes are made
 NOTE = f"Deploy notes\r\n\r\nCI pushes tags with {GITHUB}.\r\n"
 
 
-def _pushed_project(project: Path, tmp_path: Path) -> Path:
-    cortex("init", "--git-hooks", cwd=project)
-    cortex("project", cwd=project)
-    commit_all(project, "cortex store")
-    add_bare_remote(project, tmp_path)
-    git(project, "push", "-q", "origin", "main")
-    return project
-
-
-def test_pre_push_stops_a_token_in_utf16_and_utf32_files(project, tmp_path):
-    _pushed_project(project, tmp_path)
+def test_pre_push_stops_a_token_in_utf16_and_utf32_files(pushed, project, tmp_path):
     notes = project / ".cortex" / "notes"
     notes.mkdir()
     for name, encode in ENCODINGS.items():
@@ -316,7 +298,7 @@ def test_cortex_scan_finds_a_token_in_utf16_and_utf32_files(tmp_path):
     assert cortex("scan", str(clean), cwd=tmp_path).stdout == ""
 
 
-def test_a_bare_private_key_body_is_a_secret_to_scan_the_guard_and_pre_push(project, tmp_path):
+def test_a_bare_private_key_body_is_a_secret_to_scan_the_guard_and_pre_push(project, tmp_path, request):
     body = "The deploy key (pasted without its armour):\n" + "\n".join(KEY_BODY) + "\nRotate it.\n"
     cut = "\n".join(KEY_BODY[3:]) + "\n"  # its middle only: no recognisable start
     (tmp_path / "key.txt").write_text(body, encoding="utf-8")
@@ -329,13 +311,13 @@ def test_a_bare_private_key_body_is_a_secret_to_scan_the_guard_and_pre_push(proj
     refused = cortex("remember", body, "--title", "The deploy key", cwd=project, check=False)
     assert refused.returncode != 0 and "private key" in refused.stderr and Store.locate(project).list() == []
 
-    _pushed_project(project, tmp_path)
+    request.getfixturevalue("pushed")  # the hooks installed, main pushed, only now
     (project / ".cortex" / "notes").mkdir()
     (project / ".cortex" / "notes" / "key.md").write_text(body, encoding="utf-8")
     git(project, "add", ".cortex/notes")
     git(project, "commit", "-q", "-m", "the key, by hand")
-    pushed = git(project, "push", "origin", "main", check=False)
-    assert pushed.returncode != 0 and "possible secret in .cortex/notes/key.md:2 (private key)" in pushed.stderr
+    push = git(project, "push", "origin", "main", check=False)
+    assert push.returncode != 0 and "possible secret in .cortex/notes/key.md:2 (private key)" in push.stderr
 
 
 def _line(record_type: str, uuid: str, content: object) -> str:
