@@ -116,3 +116,29 @@ def test_index_code_reads_no_untracked_file(project):
     assert "draft.py" in result.stdout and "not tracked" in result.stdout
     written = "".join(p.read_text(encoding="utf-8") for p in (project / ".cortex" / "memories").rglob("*.md"))
     assert "SECRET_DRAFT" not in written
+
+
+def test_mcp_neither_looks_outside_the_repository_nor_shows_a_secret_there(project, tmp_path):
+    """A memory planted through MCP names files outside: `cortex_get_memory` reports them missing (it does not
+    tell whether they exist), and `cortex_get_briefing` shows none of their content."""
+    from anyio.from_thread import start_blocking_portal
+
+    from tests.helpers import cortex_command
+    from tests.test_mcp import connect, server_env
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "credentials").write_text(f"[default]\naws_secret_access_key = {AWS_SECRET}\n", encoding="utf-8")
+    (project / "README.md").write_text("# project\n", encoding="utf-8")
+    names = [os.path.relpath(outside / "credentials", project), str(outside / "credentials"), "README.md"]
+    made = remember(project, "Deploys sign with `aws_secret_access_key = unset`", type="gotcha", files=names,
+                    pinned=True, link=False)
+    commit_all(project, "a memory naming files outside")
+    command = cortex_command()
+    env = server_env(tmp_path / "home") | {"PYTHONPATH": os.environ.get("PYTHONPATH", "")}  # the cortex under test
+    with start_blocking_portal() as portal:
+        with connect(portal, command[0], [*command[1:], "mcp"], project, env) as session:
+            view = portal.call(session.call_tool, "cortex_get_memory", {"id": made.id}).structured_content
+            briefing = json.dumps(portal.call(session.call_tool, "cortex_get_briefing", {}).structured_content)
+    assert view["missing_files"] == names[:2]
+    assert AWS_SECRET.lower() not in briefing.lower() and made.id in briefing
