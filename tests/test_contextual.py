@@ -104,7 +104,7 @@ def test_the_query_worker_gives_the_vectors_this_process_would(encoder: contextu
         for text in (question, pasted, ""):
             assert _ready(worker, text)
             assert not worker.submit("another")  # one query at a time
-            got = worker.collect()
+            got = worker.collect(timeout=60)  # a loaded machine may take more than the 2 s a prompt waits
             with contextual.one_blas_thread():
                 want = encoder.sentence_vectors([text], max_tokens=QUERY_TOKENS)[0]
             assert got is not None and got.shape == want.shape
