@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from cortex import hooks, hotpath
 from cortex import memory as fmt
 from cortex.errors import MalformedMemory
-from tests.helpers import CANONICAL_MEMORY, remember
+from tests.helpers import CANONICAL_MEMORY, commit_all, remember
 
 FUZZ = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 HOOK_FUZZ = settings(max_examples=40, deadline=None,
@@ -145,6 +145,11 @@ def hook_project(project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 
     remember(project, "Deploys go through the staging cluster first", type="pattern", pinned=True)
     remember(project, "Redis keys need a TTL or staging runs out of memory", type="gotcha")
+    from cortex.projections import refresh
+    from cortex.store import Store
+
+    refresh(Store.locate(project))  # the pages current and committed, as a pushed store has them
+    commit_all(project, "the store")
     transcript = tmp_path / "transcript.jsonl"
     transcript.write_text('{"type": "user"}\nnot json at all\n[1, 2]\n{"message": {"content": 7}}\n', encoding="utf-8")
     started: list = []
