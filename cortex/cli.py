@@ -123,11 +123,10 @@ def _index(store: Any) -> Any:
 
 
 def _answered(store: Any, answer: Callable[[Any], T]) -> T:
-    """`answer(index)` of the store's index synced at manifest level: made from the committed cache while a
-    child syncs it, and again if files had changed (`cortex.index.answer_ahead`)."""
-    from cortex.index import answer_ahead
+    """`answer(index)` of the store's index synced at manifest level."""
+    from cortex.index import Index
 
-    return answer_ahead([store], lambda indexes: answer(indexes.synced(store)), full=False)
+    return answer(Index(store).ensure())
 
 
 def _warn_config(store: Any, llm_notice: bool = True) -> None:
@@ -876,14 +875,15 @@ def recall(store: Any, query: str, limit: int | None, types: tuple[str, ...], br
     result = None if at else _served_recall(stores, query, limit=limit, types=types, branch=branch,
                                             include_all=include_all, keyword=keyword)
     if result is None:  # no server (or still warming): search here
-        from cortex.index import answer_ahead
+        from cortex.index import Indexes
 
         if not keyword:
             use_contextual("inline")
-        # Ranked from the committed cache while a child syncs it, and again if it found files changed.
-        result = answer_ahead(stores, lambda indexes: run_recall(
-            stores, query, limit=limit, types=types, branch=branch, include_all=include_all, keyword_only=keyword,
-            indexes=indexes))
+        indexes = Indexes()
+        for each in stores:
+            indexes.synced(each, full=True)
+        result = run_recall(stores, query, limit=limit, types=types, branch=branch, include_all=include_all,
+                            keyword_only=keyword, indexes=indexes)
     hits, left_out = _within_budget(result.hits, budget)
     for note in result.notes:
         click.echo(f"cortex: {_safe(note)}", err=True)

@@ -192,7 +192,7 @@ class _Warm(threading.Thread):
                     # this thread warms from the committed cache on the other core (`Index.confirm`). Its
                     # watchers started first, so nothing written from now on is missed; they take no lock a sync
                     # needs, so the fork beside their threads is safe.
-                    index = self.indexes.synced(each, full=True, ahead=True, resident=True)
+                    index = self.indexes.synced(each, full=True)
                     index.query_encoder(), index.searcher()  # loaded now, not by the first prompt
                     self.unbuilt = self.unbuilt or index.unbuilt()
             self._warm_contextual()
@@ -264,39 +264,7 @@ class _Warm(threading.Thread):
         `busy` kept every prompt waiting ~0.6 s. Once the walks are in (`walked`), a session's catch-up is read
         from the next indexes (`catch_up_indexes`), before they are warm. A store synced meanwhile (a write
         served in between) keeps its index, which read the walk's commit then."""
-        from cortex import recall as recall_module
-
-        pending = []
-        for each, _changed, _observer in self.watched:
-            index = self.indexes.get(each)
-            seen = index._version  # noqa: SLF001 - what it was synced to, to see whether a write came in between
-            found = index.await_ahead()
-            if found is not None:
-                fresh = index.successor(*found)
-                pending.append((each, index, seen, found, fresh))
-                if fresh is not None:
-                    self.next[str(each.root)] = fresh
-        self.walked.set()
-        for each, index, seen, found, fresh in pending:
-            if fresh is not None:
-                try:
-                    recall_module.warm_views(each, fresh)
-                except Exception as exc:  # the prompts make what they need
-                    self.store.log(f"serve: warming the synced index failed: {exc!r}")
-            with self.busy:
-                self.next.pop(str(each.root), None)
-                if self.indexes.get(each) is not index or index._version != seen:  # noqa: SLF001
-                    if fresh is not None:
-                        fresh.close_searcher()
-                    index.stale()  # its next use syncs again: whatever that write read, the walk's commit is in
-                    continue
-                if fresh is not None:
-                    self.indexes.put(each, fresh)
-                    index.close_searcher()
-                else:  # the walk failed, or its commit was replaced since: sync here, as `confirm` does
-                    index.adopt(found)
-                    index.searcher()
-                    self._warm_views()
+        self.walked.set()  # the index syncs at start (`Index.ensure`): nothing is left to catch up
 
     def _finish_views(self) -> None:
         """Make, beside the requests, what the warm-up leaves out of each answering index, and put it in while the
@@ -307,7 +275,7 @@ class _Warm(threading.Thread):
 
         for each, _changed, _observer in self.watched:
             index = self.indexes.get(each)
-            version = index._version  # noqa: SLF001 - what the views are made from
+            version = index.manifest.generation if index.manifest is not None else None
             if index.manifest is None or (not index.centralities_older and index.memoized(("hops", STRONG_LINK))):
                 continue
             try:
@@ -317,7 +285,7 @@ class _Warm(threading.Thread):
                 self.store.log(f"serve: views not made beside the requests: {exc!r}")
                 continue
             with self.busy:
-                if self.indexes.get(each) is not index or index._version != version:  # noqa: SLF001
+                if self.indexes.get(each) is not index or index.manifest is None or index.manifest.generation != version:
                     continue
                 if central is not None:
                     index.take_centralities(central)
@@ -388,7 +356,6 @@ class _Warm(threading.Thread):
         a few at a time; at 100,000 the two would take ~2 s of a core after every sync, beside the next command);
         a sync meanwhile leaves them with the old manifest and searcher)."""
         from cortex.index import fulltext
-        from cortex.index.cache import MEMORIES_AHEAD
 
         try:
             for each, _changed, _observer in self.watched:
@@ -396,10 +363,8 @@ class _Warm(threading.Thread):
                 if index.manifest is not None:
                     index.manifest.files.decode("meta", "hash")
                 searcher = index._searcher  # noqa: SLF001 - the one the prompts search, if open
-                if searcher is not None and searcher.doc_count_all() <= MEMORIES_AHEAD:
+                if searcher is not None and searcher.doc_count_all() <= 20_000:
                     fulltext.warm_paths(searcher)  # each hit's path, read for all at once (~0.5 s at 100,000: not)
-                if index.manifest is not None:
-                    index.memories_ahead()  # each candidate's `Memory`, built for all at once
         except Exception as exc:  # a convenience: the prompts decode what they read themselves
             self.store.log(f"serve: columns not decoded: {exc!r}")
 
