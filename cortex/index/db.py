@@ -3,7 +3,7 @@
     files        one row per memory file: stat, content hash, the filter columns (indexed), metadata as JSON
     vectors      (model, text hash) -> float32 blob: the static model's and the contextual model's vectors
     centrality   memory id -> centrality, for the commit named in `state`
-    parts        Whoosh file name -> size, as the last writer left it (a file changed behind cortex's back)
+    parts        Whoosh file name -> size, mtime, digest, as the last writer left them (damage behind its back)
     pending      paths still to remove from the full-text index
     state        synced_ns, model, dim, generation (bumped by every commit that changes something)
 
@@ -38,7 +38,7 @@ CREATE INDEX files_status ON files(status);
 CREATE INDEX files_vhash ON files(vhash);
 CREATE TABLE vectors (model TEXT NOT NULL, hash TEXT NOT NULL, vector BLOB NOT NULL, UNIQUE (model, hash));
 CREATE TABLE centrality (id TEXT PRIMARY KEY, value REAL NOT NULL);
-CREATE TABLE parts (name TEXT PRIMARY KEY, size INTEGER NOT NULL);
+CREATE TABLE parts (name TEXT PRIMARY KEY, size INTEGER, mtime INTEGER, digest TEXT);
 CREATE TABLE pending (path TEXT PRIMARY KEY);
 CREATE TABLE state (key TEXT PRIMARY KEY, value);
 """
@@ -156,7 +156,7 @@ def load(conn: sqlite3.Connection) -> Manifest | None:
         rows = conn.execute(f"SELECT path, {', '.join(FIELDS)} FROM files ORDER BY path").fetchall()
         model = state.get("model")
         keys = [key for (key,) in conn.execute("SELECT hash FROM vectors WHERE model = ? ORDER BY rowid", (model,))]
-        parts = dict(conn.execute("SELECT name, size FROM parts").fetchall())
+        parts = {name: (size, mtime, digest) for name, size, mtime, digest in conn.execute("SELECT * FROM parts")}
         pending = [path for (path,) in conn.execute("SELECT path FROM pending")]
     finally:
         if own:
@@ -186,7 +186,7 @@ def save(conn: sqlite3.Connection, manifest: Manifest, everything: bool = False)
     conn.execute("DELETE FROM pending")
     conn.executemany("INSERT OR IGNORE INTO pending VALUES (?)", [(rel,) for rel in manifest.pending_deletes])
     conn.execute("DELETE FROM parts")
-    conn.executemany("INSERT INTO parts VALUES (?, ?)", sorted(manifest.parts.items()))
+    conn.executemany("INSERT INTO parts VALUES (?, ?, ?, ?)", [(name, *mark) for name, mark in manifest.parts.items()])
     manifest.generation = generation(conn) + 1
     conn.executemany("INSERT OR REPLACE INTO state VALUES (?, ?)", [
         ("synced_ns", manifest.synced_ns), ("model", manifest.model), ("dim", manifest.dim),

@@ -177,7 +177,7 @@ class Manifest:
     dim: int = 0
     vector_keys: list[str] = field(default_factory=list)  # the text hashes with a static vector, in row order
     pending_deletes: list[str] = field(default_factory=list)  # paths still to remove from Whoosh
-    parts: dict[str, int] = field(default_factory=dict)  # Whoosh file name -> its size as the last writer left it
+    parts: dict[str, Any] = field(default_factory=dict)  # Whoosh file name -> (size, mtime, digest) its writer left
     generation: int = 0  # the database's commit this was loaded from or written as
 
     def meta(self, rel: str) -> dict[str, Any]:

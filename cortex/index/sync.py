@@ -10,6 +10,7 @@ itself) instead of waiting.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import sqlite3
@@ -328,7 +329,7 @@ class SyncPart:
         files = fulltext.part_files(self.whoosh_dir)
         if files is None:
             return "was missing"
-        if _sizes(files) != manifest.parts:
+        if _changed_behind(files, manifest.parts):
             return "changed outside cortex (a segment truncated, overwritten or removed)"
         return None
 
@@ -336,7 +337,7 @@ class SyncPart:
         import cortex.index.fulltext as fulltext
 
         files = fulltext.part_files(self.whoosh_dir)
-        parts = _sizes(files) if files is not None else {}
+        parts = _marks(files, manifest.parts) if files is not None else {}
         if parts == manifest.parts:
             return False
         manifest.parts = parts
@@ -416,11 +417,37 @@ class SyncPart:
             self.rebuilding = False
 
 
-def _sizes(files: dict[str, Path]) -> dict[str, int]:
+def _digest(path: Path) -> str:
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha1").hexdigest()
+
+
+def _changed_behind(files: dict[str, Path], recorded: dict[str, Any]) -> bool:
+    """Whether `files` are not those recorded: a name or a size differs, or the content where only the mtime
+    does (a copy or a touch is not damage)."""
+    if set(files) != set(recorded):
+        return True
+    for name, path in files.items():
+        size, mtime, digest = recorded[name]
+        try:
+            info = path.stat()
+            if info.st_size != size or (info.st_mtime_ns != mtime and _digest(path) != digest):
+                return True
+        except OSError:
+            return True
+    return False
+
+
+def _marks(files: dict[str, Path], recorded: dict[str, Any]) -> dict[str, tuple[int, int, str]]:
+    """name -> (size, mtime_ns, digest) of Whoosh's files; the digest carried over when size and mtime did not
+    change, so a sync that added one memory reads only the segment it wrote."""
     out = {}
     for name, path in files.items():
         try:
-            out[name] = path.stat().st_size
+            info = path.stat()
+            old = recorded.get(name)
+            same = old is not None and tuple(old[:2]) == (info.st_size, info.st_mtime_ns)
+            out[name] = (info.st_size, info.st_mtime_ns, old[2] if same and old else _digest(path))
         except OSError:
             continue  # gone: the next check finds the record and the files differ
     return out
