@@ -15,6 +15,7 @@ needed by anything but the cache: a database that fails to open or read is delet
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sqlite3
 import time
@@ -121,11 +122,14 @@ def writing(conn: sqlite3.Connection, wait: bool) -> Iterator[bool]:
         conn.execute(f"PRAGMA busy_timeout = {int(READ_WAIT_S * 1000)}")
     try:
         yield True
-    except BaseException:
+        conn.execute("COMMIT")
+    except BaseException as exc:
         with contextlib.suppress(sqlite3.Error):
             conn.execute("ROLLBACK")
+        if isinstance(exc, sqlite3.OperationalError) and getattr(exc, "sqlite_errorname", "") == "SQLITE_FULL":
+            path = conn.execute("PRAGMA database_list").fetchone()[2]  # said as any other full disk is
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path) from exc
         raise
-    conn.execute("COMMIT")
 
 
 def generation(conn: sqlite3.Connection) -> int:
