@@ -186,8 +186,6 @@ class _Warm(threading.Thread):
                                                                         self.changes[str(each.root)])))
                     self.written[str(each.root)] = written_stamp(each)
                     self.indexes.get(each).trust_watcher = False  # this server is the watcher
-                    self.indexes.get(each).keeps_views = False  # its views stay in memory; files are for one-shots
-                    self.indexes.get(each).older_centralities_ok = True  # newer ones once requests pause
                     # The sync (a stat of every file: ~0.45 s at 100,000 memories) is made by a forked child while
                     # this thread warms from the committed cache on the other core (`Index.confirm`). Its
                     # watchers started first, so nothing written from now on is missed; they take no lock a sync
@@ -276,21 +274,17 @@ class _Warm(threading.Thread):
         for each, _changed, _observer in self.watched:
             index = self.indexes.get(each)
             version = index.manifest.generation if index.manifest is not None else None
-            if index.manifest is None or (not index.centralities_older and index.memoized(("hops", STRONG_LINK))):
+            if index.manifest is None or index.memoized(("hops", STRONG_LINK)):
                 continue
             try:
-                central = index.newer_centralities() if index.centralities_older else None
-                hops = None if index.memoized(("hops", STRONG_LINK)) else index.hops_made(STRONG_LINK)
+                hops = index.hops_made(STRONG_LINK)
             except Exception as exc:  # a sync replaced what they were read from: the next pause tries again
                 self.store.log(f"serve: views not made beside the requests: {exc!r}")
                 continue
             with self.busy:
                 if self.indexes.get(each) is not index or index.manifest is None or index.manifest.generation != version:
                     continue
-                if central is not None:
-                    index.take_centralities(central)
-                if hops is not None:
-                    index.memo(("hops", STRONG_LINK), lambda: hops)
+                index.memo(("hops", STRONG_LINK), lambda: hops)
 
     def building(self) -> bool:
         """Whether the answering index has nothing searchable and the walk's build of it is not in yet."""

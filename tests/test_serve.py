@@ -224,9 +224,6 @@ def test_the_server_vouches_for_the_files_and_builds_the_next_briefing_ahead(pro
         assert wait_for(lambda: ahead().get("key") == layout.briefing_key(root, __version__), 60)
         assert layout.saved_briefing(root) == shown  # what this session was shown stays until the next start
         assert fresh.id in ahead()["text"]
-        # That build also saved recall's views for the manifest the server committed: the next server reads them.
-        assert wait_for(lambda: _kept_for_current(project) >= {"records.bin", "ids.bin", "hops.bin", "allowed", "dense"},
-                        30)
         capsys.readouterr()
         payload = json.dumps({"session_id": "s2", "cwd": str(project), "hook_event_name": "SessionStart",
                               "source": "startup"})
@@ -237,26 +234,6 @@ def test_the_server_vouches_for_the_files_and_builds_the_next_briefing_ahead(pro
         proc.terminate()
         proc.wait(timeout=30)
     assert not layout.watcher_ready(root)  # gone with the server: readers walk again
-
-
-def _kept_for_current(project: Path) -> set[str]:
-    """The names (up to the first dash) of the views kept in the cache (`Index._kept`: a length, then a head
-    starting with the manifest version) for the committed manifest as it is now."""
-    import marshal
-
-    from cortex.index.cache import _file_version
-
-    cache = project / ".cortex" / "cache"
-    version = _file_version(cache / "manifest.bin")
-    found = set()
-    for path in cache.glob("*.bin"):
-        raw = path.read_bytes()
-        try:
-            if tuple(marshal.loads(raw[4:4 + int.from_bytes(raw[:4], "little")])[0]) == version:
-                found.add(path.name.split("-")[0])
-        except Exception:  # the manifest and pages.bin have formats of their own
-            continue
-    return found
 
 
 def test_a_write_without_a_server_builds_the_next_briefing_ahead(project):
@@ -277,8 +254,6 @@ def test_a_write_without_a_server_builds_the_next_briefing_ahead(project):
     ahead = lambda: layout.saved_briefing(root, "briefing.next.json") or {}  # noqa: E731
     assert wait_for(lambda: ahead().get("key") == layout.briefing_key(root, __version__), 60)
     assert fresh in ahead()["text"]
-    # The build also saved recall's views for the manifest as the write left it: the next command reads them.
-    assert wait_for(lambda: _kept_for_current(project) >= {"records.bin", "ids.bin", "hops.bin", "allowed", "dense"}, 30)
     started = cortex("hook", "session-start", cwd=project, input=payload, env={"CORTEX_SERVE_IDLE": "1"})
     assert fresh in json.loads(started.stdout)["hookSpecificOutput"]["additionalContext"]
     assert fresh in str((layout.saved_briefing(root) or {}).get("text"))  # the file was what it printed
@@ -335,15 +310,16 @@ def test_commands_run_in_their_own_process_and_recall_asks_the_running_server(pr
         assert wait_for(lambda: serve.ask(str(root), {"op": "ping"}) is not None, 60)
         # It answers before it has built the next briefing; that build would rebuild a missing manifest.
         assert wait_for(lambda: (root / "state" / "briefing.next.json").exists(), 60)
-        # Proof that the server answers: with the cache's manifest gone, a recall run here would rebuild it.
-        (root / "cache" / "manifest.bin").unlink()
+        # Proof that the server answers: with the cache's database gone, a recall run here would rebuild it.
+        for name in ("cache.db", "cache.db-wal", "cache.db-shm"):
+            (root / "cache" / name).unlink(missing_ok=True)
         traced = subprocess.run([sys.executable, "-X", "importtime", "-m", "cortex", "recall",
                                  "which database did we decide on", "--json"], cwd=project, capture_output=True,
                                 text=True, check=True)
         assert [hit["id"] for hit in json.loads(traced.stdout)] == [hit["id"] for hit in json.loads(here["recall"])]
         imported = {line.rsplit("|", 1)[-1].strip() for line in traced.stderr.splitlines() if "|" in line}
         assert not {"numpy", "whoosh"} & imported  # the server's warm models answered
-        assert not (root / "cache" / "manifest.bin").exists()
+        assert not (root / "cache" / "cache.db").exists()
         refused = cortex("recall", "?", cwd=project, check=False)  # a refused query: said as without a server
         assert refused.returncode == 1 and "no word to search for" in refused.stderr
         assert cortex("list", cwd=project).stdout == here["list"]
@@ -469,7 +445,7 @@ def test_files_that_are_not_memories_change_nothing_and_a_linked_folder_is_repor
         assert wait_for(lambda: serve.ask(str(root), {"op": "ping"}) is not None, 60)
         assert wait_for(lambda: (root / "state" / "briefing.next.json").exists(), 60)
         time.sleep(1.0)  # the server at rest
-        manifest = root / "cache" / "manifest.bin"
+        manifest = root / "cache" / "commit"  # rewritten by every commit of the files' rows
         before = manifest.stat().st_mtime_ns
         swap = root / "memories" / "pattern" / ".deploys-go-through.md.swp"
         for n in range(5):  # vim rewrites its swap file every few seconds
@@ -486,119 +462,6 @@ def test_files_that_are_not_memories_change_nothing_and_a_linked_folder_is_repor
         proc.wait(timeout=30)
 
 
-@pytest.mark.parametrize("written", ["by hand", "by remember"])
-def test_a_server_answers_from_the_committed_cache_until_its_walk_is_in_then_from_the_files(
-        project, monkeypatch, in_process_server, written):
-    """`serve what is ready`: the server answers as soon as it has warmed from the committed cache, while the
-    child's walk of the files is still going; a memory written while no server ran (by hand: a pull with no
-    hook; or by a `cortex remember` of its own, which leaves its full-text entry to the next full sync) is
-    served once the walk is in, from the next index warmed beside the one answering. A prompt whose session
-    still has to be told what changed waits for the walk; another does not."""
-    import os
-
-    from cortex import layout
-    from cortex.index import cache
-    from cortex.layout import lock_held
-    from cortex.recall import recall
-    from cortex.store import Store
-
-    remember(project, "Retry flaky uploads three times with backoff", type="pattern")
-    store = Store.locate(project)
-    for path in store.memories_dir.rglob("*.md"):  # written a while ago: no sync re-reads them as racily clean
-        os.utime(path, (time.time() - 60, time.time() - 60))
-    cortex("recall", "flaky uploads", cwd=project)  # the cache committed as it is now
-    # and the upkeep it may have started (contextual vectors) done: its full sync would take in what is written next
-    assert wait_for(lambda: not lock_held(str(store.state_dir / "maintain-run.lock")), 60)
-    if written == "by hand":
-        folder = store.memories_dir / "decision"
-        folder.mkdir(exist_ok=True)
-        (folder / "exports-run-nightly-0123456789ab.md").write_text(
-            "---\nid: 0123456789ab\ntype: decision\ntitle: Zebrafish exports run nightly\n---\n"
-            "The zebrafish export runs nightly, never on a request.\n", encoding="utf-8")
-        new_id = "0123456789ab"
-    else:  # and no briefing built ahead after it, whose sync would finish that work before the server starts
-        from cortex import spawn
-
-        monkeypatch.setattr(spawn, "detached", lambda *args, **kwargs: None)
-        new_id = remember(project, "Zebrafish exports run nightly, never on a request", type="decision").id
-    gate = project.parent / "walk-may-end"
-    parent, synced = os.getpid(), cache.Index.sync
-
-    def held_back(self, *args, **kwargs):  # the forked child's walk, slower than the warm-up (as at 100,000)
-        if os.getpid() != parent:
-            deadline = time.time() + 60
-            while not gate.exists() and time.time() < deadline:
-                time.sleep(0.02)
-        return synced(self, *args, **kwargs)
-
-    monkeypatch.setattr(cache.Index, "sync", held_back)
-    warm = in_process_server(store)
-    try:
-        assert warm.ready.wait(60) and not warm.current.is_set()
-        first = warm.indexes.get(store)
-        with warm.busy:  # answered, from what was committed: the new memory is not in its full text
-            hits = recall([store], "zebrafish exports nightly", indexes=warm.indexes, links=False,
-                          keyword_only=True).hits
-        assert new_id not in [h.memory.id for h in hits]
-        layout_marker = Path(layout.catch_up_file(str(store.root), "told"))
-        layout_marker.parent.mkdir(parents=True, exist_ok=True)
-        layout_marker.write_text(json.dumps({"since_ns": 1}), encoding="utf-8")
-        assert serve._current_for(store, warm, {"session": "other", "wait": 2})  # nothing to be told: at once
-        assert not serve._current_for(store, warm, {"session": "told", "wait": 0.2})  # waits, then the hook recalls
-        gate.touch()
-        assert serve._current_for(store, warm, {"session": "told", "wait": 30})  # the walk is in
-        from cortex.events import briefing_catch_up
-
-        with warm.busy:  # what a catch-up reads once the walk is in, the next index warmed or not
-            told = briefing_catch_up(store, {"since_ns": 1}, warm.catch_up_indexes()) or ""
-        assert f"`{new_id}`" in told
-        assert warm.current.wait(60) and warm.indexes.get(store) is not first  # the next index, in its place
-        for keyword_only in (True, False):
-            with warm.busy:
-                hits = recall([store], "zebrafish exports nightly", indexes=warm.indexes, links=False,
-                              keyword_only=keyword_only).hits
-            assert [h.memory.id for h in hits][:1] == [new_id]
-    finally:
-        gate.touch()
-
-
-def test_a_server_answers_with_the_last_centralities_after_a_write_and_works_out_the_new_ones_beside(
-        project, in_process_server):
-    """After a write by another process (which keeps no views), a server's index takes the centralities kept for
-    the manifest before (one write moves them little; working them out cost ~0.7 s of a start at 100,000
-    memories) and works out the current ones, and the link map `recall` follows, once requests pause: then they
-    are the ones a sync here gives, and are kept for the next process."""
-    from cortex.index import Index
-    from cortex.layout import lock_held
-    from cortex.recall import STRONG_LINK
-    from cortex.store import Store
-
-    for text in ("Redis rate-limit keys need a TTL or staging runs out of memory",
-                 "Redis keys for sessions get a TTL of one day",
-                 "Every Redis key written by the API carries a TTL"):
-        remember(project, text, type="gotcha")
-    cortex("recall", "redis ttl", cwd=project)  # committed, its views kept (the centralities among them)
-    store = Store.locate(project)
-    assert wait_for(lambda: not lock_held(str(store.state_dir / "maintain-run.lock")), 60)  # its upkeep done
-    warm = in_process_server(store)
-    assert warm.current.wait(60)
-    before = warm.indexes.get(store)._version  # noqa: SLF001
-    hub = remember(project, "Redis TTLs: rate-limit keys, session keys and API keys all get one",
-                   type="gotcha").id  # a write the server did not make (no socket in this test)
-    older = Index(store)  # as a server's index: takes an earlier manifest's, keeps no views
-    older.older_centralities_ok, older.keeps_views = True, False
-    older.ensure(full=True)
-    taken = older.centralities()
-    assert older.centralities_older and hub not in taken  # the kept ones of the manifest before the write
-    assert taken != older._computed_centralities()  # noqa: SLF001 - and they are not the current ones
-    assert wait_for(lambda: warm.indexes.get(store)._version != before  # noqa: SLF001
-                    and not warm.indexes.get(store).centralities_older
-                    and warm.indexes.get(store).memoized(("hops", STRONG_LINK)), 30)
-    index = warm.indexes.get(store)
-    with warm.busy:
-        current = index.centralities()
-        assert current == index._computed_centralities() and hub in current  # noqa: SLF001
-        assert Index(store).saved_centralities() == current  # kept for the next process
 
 
 def test_a_build_ahead_after_a_write_commits_what_the_write_left_in_memory(project):
@@ -623,14 +486,13 @@ def test_a_build_ahead_after_a_write_commits_what_the_write_left_in_memory(proje
     assert not _manifest_in_step(project)
     build_next(str(project / ".cortex"), commits=True)
     assert _manifest_in_step(project)
-    assert _kept_for_current(project) >= {"records.bin", "ids.bin", "hops.bin", "allowed", "dense"}
 
 
 def _manifest_in_step(project: Path) -> bool:
     """Whether the committed manifest holds every memory file as it is on disk (its time and size)."""
-    from cortex.index.manifest import Manifest
+    from cortex.index import db
 
-    manifest = Manifest.load(project / ".cortex" / "cache" / "manifest.bin")
+    manifest = db.load(db.connect(project / ".cortex" / "cache"))
     memories = project / ".cortex" / "memories"
     for path in memories.rglob("*.md"):
         entry = manifest.files.get(path.relative_to(memories).as_posix()) if manifest is not None else None

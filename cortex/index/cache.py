@@ -202,17 +202,6 @@ def read_body(path: Path) -> str:
         return ""
 
 
-
-
-def read_body(path: Path) -> str:
-    from cortex import memory as fmt
-
-    try:
-        return fmt.split_front_matter(path.read_text(encoding="utf-8"), path)[1]
-    except Exception:
-        return ""
-
-
 class Indexes:
     """Warm indexes, one per store, shared by every call of one process.
 

@@ -26,6 +26,7 @@ from typing import Any
 from cortex.index.manifest import FIELDS, Entries, Manifest, stored
 
 NAME = "cache.db"
+COMMIT = "commit"
 SCHEMA = 1  # `PRAGMA user_version`: a database of another schema is built again
 WAIT_S = 600.0  # how long a writer that must write (nothing committed yet) waits for another one
 READ_WAIT_S = 5.0
@@ -140,10 +141,9 @@ def generation(conn: sqlite3.Connection) -> int:
 def now_ns(folder: Path) -> int:
     """The file system's time now: a sync that begins its walk then records it, and a file changed after that
     has a time at or after it (the file system's clock, not the process's finer one, which runs ahead of it)."""
-    mark = folder / NAME
     try:
-        os.utime(mark)
-        return mark.stat().st_mtime_ns
+        os.utime(folder)  # the folder's own time: nothing reads it
+        return folder.stat().st_mtime_ns
     except OSError:
         return time.time_ns() - 10_000_000  # a read-only cache commits nothing: an estimate will do
 
@@ -195,6 +195,13 @@ def save(conn: sqlite3.Connection, manifest: Manifest, everything: bool = False)
     conn.executemany("INSERT OR REPLACE INTO state VALUES (?, ?)", [
         ("synced_ns", manifest.synced_ns), ("model", manifest.model), ("dim", manifest.dim),
         ("generation", manifest.generation)])
+
+
+def mark_commit(folder: Path, generation: int) -> None:
+    """`cache/commit`, rewritten after each commit of the files' rows: its stat is part of what a briefing is
+    kept under (`cortex.layout.signature`), as a stat is all a hook looks at."""
+    with contextlib.suppress(OSError):
+        (folder / COMMIT).write_text(str(generation), encoding="utf-8")
 
 
 # ---------------------------------------------------------------- vectors

@@ -26,8 +26,7 @@ from typing import Any
 
 from cortex.errors import MalformedMemory
 from cortex.memory import Link, Memory
-from cortex.store import (MAX_MEMORY_BYTES, duplicate_ids, duplicate_reason, parse_bytes, read_memory_bytes, too_large,
-                          walk_memory_stats)
+from cortex.store import MAX_MEMORY_BYTES, parse_bytes, read_memory_bytes, too_large, walk_memory_stats
 
 LIST_FIELDS = ("title", "priority", "pinned", "tags")  # and `session` (`source.session`: recall's session lift)
 BRIEF_FIELDS = ("confidence", "created", "updated", "files")  # the ranking prior and the briefing's checks
@@ -234,25 +233,6 @@ class Manifest:
             changed.append(rel)
         self.synced_ns = started
         return changed, removed, rehashed
-
-    # ------------------------------------------------------------ views
-
-    def memories(self, memories_dir: Path) -> tuple[list[Memory], list[tuple[Path, str]]]:
-        """Every valid memory (body not loaded) and every (path, reason) problem, in path order."""
-        problems: list[tuple[Path, str]] = []
-        valid: list[tuple[str, Path]] = []
-        rows = sorted(self.files.column("error", "id"))
-        shared = duplicate_ids((ident, memories_dir / rel) for rel, error, ident in rows if error is None)
-        for rel, error, ident in rows:
-            path = memories_dir / rel
-            if error is not None:
-                problems.append((path, error))
-            elif ident in shared:  # every file holding it is skipped (`cortex.store.duplicate_ids`)
-                problems.append((path, duplicate_reason(ident, path, shared[ident])))
-            else:
-                valid.append((rel, path))
-        metas = self.metas([rel for rel, _ in valid])
-        return [memory_from_meta(meta, path) for meta, (_, path) in zip(metas, valid)], problems
 
     def metas(self, rels: list[str]) -> list[dict[str, Any]]:
         """The parsed metadata of many valid files, in one decode."""

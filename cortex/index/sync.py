@@ -249,6 +249,8 @@ class SyncPart:
                 dirty = self._sync_fulltext(manifest, report, progress) or dirty
             if dirty:
                 db.save(conn, manifest, everything=report.rebuilt)
+        if dirty:
+            db.mark_commit(self.dir, manifest.generation)
         self.manifest = manifest
         report.seconds = time.monotonic() - started
         return report
@@ -418,8 +420,11 @@ class SyncPart:
 
 
 def _digest(path: Path) -> str:
+    digest = hashlib.sha1()
     with open(path, "rb") as handle:
-        return hashlib.file_digest(handle, "sha1").hexdigest()
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _changed_behind(files: dict[str, Path], recorded: dict[str, Any]) -> bool:

@@ -52,15 +52,15 @@ class ViewsPart:
         return self.manifest
 
     def scan(self) -> Scan:
-        """Every memory (bodies not loaded) and every problem, from the synced manifest."""
+        """Every memory (bodies not loaded) and every problem, from the synced manifest, in path order."""
         manifest = self._synced_manifest()
         if self._scan is None:
-            items, problems = manifest.memories(self.store.memories_dir)
-            revived = self.records().revived_ids
-            for item in items if revived else ():
-                if item.id in revived:
+            records, root = self.records(), self.store.memories_dir
+            items = [memory_from_meta(meta, root / rel) for rel, meta in zip(records, manifest.metas(list(records)))]
+            for item in items if records.revived_ids else ():
+                if item.id in records.revived_ids:
                     item.status = "active"
-            self._scan = Scan(items, [Problem(path, reason) for path, reason in problems])
+            self._scan = Scan(items, [Problem(path, reason) for path, reason in self.problems()])
         return self._scan
 
     def records(self) -> Records:
@@ -79,7 +79,7 @@ class ViewsPart:
         rows: list[int] = []
         problems: list[tuple[str, str]] = []
         paths, errors, ids = files.paths, files.full_column("error"), files.full_column("id")
-        order = sorted((n for n, rel in enumerate(paths) if rel is not None), key=paths.__getitem__)
+        order = sorted((n for n, rel in enumerate(paths) if rel is not None), key=lambda n: paths[n] or "")
         if len(order) > 1:
             pick = operator.itemgetter(*order)  # no malformed file and no id twice (the usual store): in C
             if pick(errors).count(None) == len(order) and len(set(pick(ids))) == len(order):
@@ -240,14 +240,6 @@ class ViewsPart:
         when none are kept for it. What `cortex show` explains a ranking with."""
         return self._saved_centralities(None)
 
-    def newer_centralities(self) -> dict[str, float]:
-        """The centralities of the manifest this object holds, worked out without keeping them."""
-        return self._computed_centralities(self._link_map(None))
-
-    def take_centralities(self, central: dict[str, float]) -> None:
-        """Use centralities `newer_centralities` made from the manifest this object still holds."""
-        self._central, self.centralities_older = central, False
-
     def _computed_centralities(self, neighbours: LinkMap | None = None) -> dict[str, float]:
         degree: dict[str, float] = {}
         links = neighbours if neighbours is not None else self.neighbours()
@@ -269,7 +261,8 @@ class LinkMap(Mapping[str, list[tuple[str, str, Any]]]):
     __slots__ = ("_raw", "_sorted")
 
     def __init__(self, raw: dict[str, dict[tuple[str, str], Any]]) -> None:
-        self._raw, self._sorted = raw, {}
+        self._raw = raw
+        self._sorted: dict[str, list[tuple[str, str, Any]]] = {}
 
     def __getitem__(self, memory_id: str) -> list[tuple[str, str, Any]]:
         links = self._sorted.get(memory_id)
