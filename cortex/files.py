@@ -85,8 +85,13 @@ _lock_wait = [LOCK_WAIT]
 
 
 def lock_wait() -> float:
-    """How long this process waits for a store's write lock or a transcript's capture lock (docs/store.md)."""
-    return _lock_wait[0]
+    """How long this process waits for a store's write lock or a transcript's capture lock (docs/store.md);
+    `CORTEX_LOCK_WAIT` (seconds) sets it for commands and hooks alike (a slow shared disk, a test)."""
+    chosen = os.environ.get("CORTEX_LOCK_WAIT", "")
+    try:
+        return float(chosen) if chosen else _lock_wait[0]
+    except ValueError:
+        return _lock_wait[0]
 
 
 def set_lock_wait(seconds: float) -> None:

@@ -25,6 +25,7 @@ def isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
     monkeypatch.setenv("XDG_CACHE_HOME", str(user_cache))
     monkeypatch.setenv("CORTEX_HOME", str(home / ".cortex"))
     monkeypatch.delenv("CORTEX_DIR", raising=False)
+    monkeypatch.delenv("CORTEX_LOCK_WAIT", raising=False)
     monkeypatch.delenv("VISUAL", raising=False)
     monkeypatch.delenv("EDITOR", raising=False)
     monkeypatch.setenv("CORTEX_SERVE_IDLE", "4")  # a `cortex serve` a hook starts exits soon after the test
