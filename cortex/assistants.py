@@ -32,7 +32,7 @@ def hook_command(event: str, config: str) -> str:
     The same form `cortex.claude` writes (so `cortex.claude._hook_event` recognises it), naming the file the
     person would edit to remove it.
     """
-    missing = f"cortex: not installed; skipping the {event} hook (install cortex-memory, or remove the cortex " \
+    missing = f"cortex: not installed; skipping the {event} hook (install cortex-git-memory, or remove the cortex " \
               f"hooks from {config})"
     return f"command -v cortex >/dev/null 2>&1 || {{ echo '{missing}' >&2; exit 0; }}; exec cortex hook {event}"
 

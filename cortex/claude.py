@@ -56,7 +56,7 @@ ends. Help it:
 
 
 MISSING = ("cortex: not installed; skipping the {event} hook "
-           "(install cortex-memory, or remove the cortex hooks from .claude/settings.json)")
+           "(install cortex-git-memory, or remove the cortex hooks from .claude/settings.json)")
 _EVENT_NAMES = "|".join(HOOK_EVENTS.values())
 # This version's command, whatever its message says; and the two shapes older versions wrote.
 _PORTABLE = re.compile(rf"command -v cortex >/dev/null 2>&1 \|\| \{{ .* \}}; exec cortex hook ({_EVENT_NAMES})")
