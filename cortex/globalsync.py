@@ -221,10 +221,29 @@ def _read(path: Path) -> bytes | None:
 
 
 def _branch(repo: Any) -> str:
-    """The checked-out branch (`main` unless a person changed it)."""
+    """The branch every machine syncs: `main`. A `git clone` of a remote whose HEAD names another branch (a bare
+    remote made by `git init --bare` names `master`) leaves HEAD unborn there: it is pointed at `main`."""
     if repo.head_is_detached:
-        raise CortexError(f"{repo.workdir}: HEAD is detached; check out a branch (git -C {repo.workdir} switch main)")
-    return str(repo.references["HEAD"].target).removeprefix("refs/heads/")
+        raise CortexError(f"{repo.workdir}: HEAD is detached; check out a branch (git -C {repo.workdir} switch {BRANCH})")
+    branch = str(repo.references["HEAD"].target).removeprefix("refs/heads/")
+    if branch != BRANCH and repo.head_is_unborn:
+        repo.references.create("HEAD", f"refs/heads/{BRANCH}", force=True)
+        return BRANCH
+    if branch != BRANCH:
+        raise CortexError(f"{repo.workdir}: the global store is on branch {branch}, and every machine syncs "
+                          f"{BRANCH} (git -C {repo.workdir} switch {BRANCH})")
+    return branch
+
+
+def _check_remote_branches(repo: Any, url: str, branch: str) -> None:
+    """A remote with branches but none named `branch` belongs to something else (or to a machine that synced
+    another branch): an error naming both, before anything is pushed beside them."""
+    prefix = f"refs/remotes/{REMOTE}/"
+    names = sorted(ref.removeprefix(prefix) for ref in repo.references if ref.startswith(prefix)
+                   and ref != f"{prefix}HEAD")
+    if names and branch not in names:
+        raise CortexError(f"{url} has {', '.join(names)} but no {branch}, the branch cortex syncs; push the memories "
+                          f"there to {branch} (or use another remote); nothing was pushed")
 
 
 def _files(repo: Any, tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -396,6 +415,7 @@ def sync(store: Store, remote: str | None = None, resolve: Iterable[str] = ()) -
         raise CortexError("only the global store syncs this way; a project's memories travel with its own git push")
     with file_lock(store.state_dir / "stage.lock"), store.lock():
         repo, result.created = ensure_repository(store)
+        branch = _branch(repo)  # before the first commit: a clone's unborn HEAD is pointed at main
         if remote is not None:
             set_remote(store, remote)
         result.resolved = _resolve(store, list(resolve))
@@ -405,9 +425,9 @@ def sync(store: Store, remote: str | None = None, resolve: Iterable[str] = ()) -
         result.remote = remote_url(repo)
         if result.remote is None:
             return result
-        branch = _branch(repo)
         for _attempt in range(PUSH_ATTEMPTS):
             _fetch(repo, result.remote)
+            _check_remote_branches(repo, result.remote, branch)
             _pull(store, repo, branch, result)
             if repo.head_is_unborn:
                 return result  # nothing here and nothing there
