@@ -234,6 +234,9 @@ def _line_starts(text: str) -> list[int]:
 
 _TOKEN_RUN = re.compile(r"[A-Za-z0-9+/=_\-]{40}")
 _WRAP_NEXT = re.compile(r"[ \t>]*(?=[A-Za-z0-9+/=_])")
+# A provider's token cut by a line break wherever it falls (a short line too): its prefix ends the line.
+_PREFIXED_END = re.compile(r"(?<![A-Za-z0-9])(?:gh[pousr]_|github_pat_|gl(?:pat|dt|rt|ptt)-|xox[abposre]-|sk-ant-|"
+                           r"sk-|(?:sk|rk)_(?:live|test)_|AIza|npm_|pypi-|hf_|A(?:KIA|SIA))[A-Za-z0-9_\-]{4,}$")
 
 
 def _unwrapped(text: str) -> tuple[str, Callable[[int, bool], int] | None]:
@@ -246,7 +249,8 @@ def _unwrapped(text: str) -> tuple[str, Callable[[int, bool], int] | None]:
     for newline in re.finditer("\n", text):
         start = newline.start() - (text[newline.start() - 1:newline.start()] == "\r")
         line, line_start = line_start, newline.end()
-        if start - line < 60 or not _TOKEN_RUN.fullmatch(text, start - 40, start):
+        if (start - line < 60 or not _TOKEN_RUN.fullmatch(text, start - 40, start)) \
+                and not _PREFIXED_END.search(text, max(line, start - 300), start):
             continue  # a short line (a sha in front matter) is not a wrapped one, nor one ending in a word
         follow = _WRAP_NEXT.match(text, newline.end())
         if follow is None:
@@ -521,7 +525,15 @@ _AUTH_HEADER = re.compile(r"(?i)\b(?:bearer|basic)[ \t]+([A-Za-z0-9._~+/\-]{16,}
 _ALNUM = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
 
 
+# The head of a provider's token where a line ends (or a title cut from one, before its `id`): the tail is on the
+# next line.
+_CUT_TOKEN = re.compile(r"(?<![A-Za-z0-9])(?:gh[pousr]_|github_pat_|glpat-|sk-ant-|sk-proj-|xox[abposre]-|npm_|AIza)"
+                        r"(?=[A-Za-z0-9_\-]*[0-9])[A-Za-z0-9_\-]{10,}(?=[ \t]*(?:\r?\n|$|`[0-9a-f]{12}`))")
+
+
 def _providers(text: str) -> Iterator[Span]:
+    for match in _CUT_TOKEN.finditer(text):
+        yield match.start(), match.end(), 2, "token cut at a line end"
     for kind, pattern, marker in _PROVIDERS:
         if marker and marker not in text:
             continue

@@ -241,7 +241,11 @@ def slugify(title: str, max_len: int = 48) -> str:
 
 
 def file_name(memory: Memory) -> str:
-    return f"{slugify(memory.title)}-{memory.id}.md"
+    """`<slug of the title>-<id>.md`; a secret in the title is named in the slug, never spelled (the name is
+    shown in messages, in `git status` and on the remote)."""
+    from cortex.guard import redacted
+
+    return f"{slugify(redacted(memory.title))}-{memory.id}.md"
 
 
 def title_from_text(text: str, limit: int = 80) -> str:
