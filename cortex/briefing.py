@@ -229,7 +229,7 @@ class _Pool:
             return None
         if present is not None and not present:
             stale = "files gone"  # pinned memories are always shown, flagged
-        elif present is not None and not self.stable:
+        elif present is not None and root is not None and not self.stable:
             updated = epoch(item.updated)
             stale = any(p.stat().st_mtime > updated + 1 for p in present)
             stale = setting_drift(item, root) or stale  # a setting it names has another value now

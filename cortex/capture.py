@@ -877,9 +877,9 @@ def _duplicate_of(existing: _Existing, candidate: Candidate, encoder: Any, cosin
         union = mine | theirs
         return mine == theirs or bool(union and len(mine & theirs) / len(union) >= JACCARD_DUPLICATE)
 
-    for other in existing.fresh:
-        if other.type == candidate.type and same_words(other):
-            return other
+    for fresh in existing.fresh:
+        if fresh.type == candidate.type and same_words(fresh):
+            return fresh
     with_rows, matrix, without = existing.of_type(candidate.type)
     if matrix is not None and len(with_rows) and encoder is not None:
         import numpy as np

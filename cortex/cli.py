@@ -804,7 +804,8 @@ def _within_budget(hits: list[Any], budget: int) -> tuple[list[Any], int]:
     """The best hits whose rows fit in `budget` tokens (the best one always), and how many were left out."""
     from cortex.text import estimate_tokens
 
-    kept, used = [], 0
+    kept: list[Any] = []
+    used = 0
     for hit in hits:
         cost = estimate_tokens(json.dumps(hit.to_dict(), ensure_ascii=False))
         if kept and used + cost > budget:
@@ -826,7 +827,7 @@ def _served_recall(stores: list[Any], query: str, **options: Any) -> Any:
     from cortex.serve import ask
 
     # The server searches its own stores: the project's, and the global one when this command would.
-    answer = ask(root, {"op": "recall", "query": query, "types": list(options.pop("types")),
+    answer: dict[str, Any] | None = ask(root, {"op": "recall", "query": query, "types": list(options.pop("types")),
                         "global": len(stores) > 1, **options}, timeout=10.0)
     if not answer or "hits" not in answer:
         if answer and "refused" in answer:
@@ -973,8 +974,8 @@ def links(store: Any, memory_id: str | None, suggested: bool, accept: tuple[str,
         return
     for row in rows:
         strength = "" if row["strength"] is None else f"  strength {row['strength']:g} (now {row['strength_now']:.2f})"
-        made = f"  made {row['created']}" if row["created"] else ""
-        _echo(f"{row['id']} {row['rel']} {row['to']}{strength}{made}")
+        created = f"  made {row['created']}" if row["created"] else ""
+        _echo(f"{row['id']} {row['rel']} {row['to']}{strength}{created}")
     click.echo(f"{len(rows)} links")
 
 
@@ -1395,7 +1396,7 @@ def capture_command(store: Any, transcript: Path, from_start: bool, as_json: boo
     indexes = Indexes()
     report = capture(store, transcript, from_start=from_start, indexes=indexes, dry_run=dry_run)
     if dry_run:
-        rows = [{"type": c.type, "title": c.title, "layer": c.layer, "record": c.record, "index": c.index,
+        rows: list[dict[str, Any]] = [{"type": c.type, "title": c.title, "layer": c.layer, "record": c.record, "index": c.index,
                  "files": c.files,
                  "tags": c.tags, "body": c.body} for c in report.candidates]
         if as_json:

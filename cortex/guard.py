@@ -163,9 +163,9 @@ def decode(data: bytes) -> str:
             return data[len(bom):].decode(encoding, errors="replace")
     if b"\0" not in data:
         return data.decode("utf-8", errors="replace")
-    encoding = _wide_encoding(data)
-    if encoding is not None:
-        return data.decode(encoding, errors="replace")
+    wide = _wide_encoding(data)
+    if wide is not None:
+        return data.decode(wide, errors="replace")
     return data.replace(b"\0", b"").decode("utf-8", errors="replace")
 
 

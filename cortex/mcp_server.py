@@ -652,7 +652,8 @@ def _add_search_tools(tool: Register, backend: Backend) -> None:
         result = recall(stores, query, limit=limit * 2, types=("decision", "architecture"),
                         include_all=include_superseded, indexes=indexes)
         rows = _decision_rows(indexes, stores, result.hits, limit)
-        kept, used = [], 0
+        kept: list[dict[str, Any]] = []
+        used = 0
         for row in rows:
             if kept and used + _row_tokens(row) > budget_tokens:
                 break

@@ -549,7 +549,7 @@ def _values(scores: Mapping[str, float], rels: list[str]) -> list[float | None]:
     at = [where.get(rel, -1) for rel in rels]
     if not at:
         return []
-    picked = scores.values[np.array(at)].tolist()
+    picked = scores.array[np.array(at)].tolist()
     return [value if n >= 0 else None for value, n in zip(picked, at)]
 
 
@@ -599,17 +599,13 @@ class Scores(Mapping[str, float]):
     """One model's cosine for each allowed memory, as the array the matrix product gave over the per-sync list of
     paths: a mapping without a dict of 10,000 floats built for each query."""
 
-    __slots__ = ("rels", "where", "values")
+    __slots__ = ("rels", "where", "array")
 
-    def __init__(self, rels: list[str], where: dict[str, int], values: Any) -> None:
-        self.rels, self.where, self.values = rels, where, values
+    def __init__(self, rels: list[str], where: dict[str, int], array: Any) -> None:
+        self.rels, self.where, self.array = rels, where, array
 
     def __getitem__(self, rel: str) -> float:
-        return float(self.values[self.where[rel]])
-
-    def get(self, rel: str, default: Any = None) -> Any:  # type: ignore[override]
-        at = self.where.get(rel)
-        return default if at is None else float(self.values[at])
+        return float(self.array[self.where[rel]])
 
     def __contains__(self, rel: object) -> bool:
         return rel in self.where
@@ -629,7 +625,7 @@ def top_scores(scores: Mapping[str, float], n: int) -> list[tuple[str, float]]:
     import numpy as np
 
     if isinstance(scores, Scores):
-        keys, values = scores.rels, scores.values
+        keys, values = scores.rels, scores.array
     else:
         keys = list(scores)
         values = np.fromiter(scores.values(), dtype=np.float64, count=len(keys))

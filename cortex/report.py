@@ -153,7 +153,7 @@ def _graph(store: Store, index: Index, memories: list[Memory]) -> tuple[list[lis
     from cortex.recall import Prior
 
     row_of = {m.id: i for i, m in enumerate(memories)}
-    edges = []
+    edges: list[list[Any]] = []
     for i, m in enumerate(memories):
         for link in m.links:
             if link.to in row_of and row_of[link.to] != i:

@@ -133,17 +133,17 @@ def _clean(data: Any) -> dict[str, Any]:
     """The state with every damaged part dropped (not trusted, not fatal): it is rebuilt by use."""
     if not isinstance(data, dict):
         return {}
-    memories = data.get("memories") if isinstance(data.get("memories"), dict) else {}
+    memories = found if isinstance(found := data.get("memories"), dict) else {}
     sessions = {}
-    for name, session in (data.get("sessions") or {}).items() if isinstance(data.get("sessions"), dict) else ():
+    for name, session in found.items() if isinstance(found := data.get("sessions"), dict) else ():
         if isinstance(session, dict) and isinstance(session.get("offset", 0), int):
-            opened = session.get("open") if isinstance(session.get("open"), list) else []
+            opened = listed if isinstance(listed := session.get("open"), list) else []
             session["open"] = [o for o in opened if isinstance(o, dict) and isinstance(o.get("ids"), list)
                                and isinstance(o.get("turns", 1), int)]
             sessions[str(name)] = session
-    tiers = data.get("tiers") if isinstance(data.get("tiers"), dict) else {}
-    hot = tiers.get("hot") if isinstance(tiers.get("hot"), list) else []
-    changes = tiers.get("changes") if isinstance(tiers.get("changes"), list) else []
+    tiers = found if isinstance(found := data.get("tiers"), dict) else {}
+    hot = found if isinstance(found := tiers.get("hot"), list) else []
+    changes = found if isinstance(found := tiers.get("changes"), list) else []
     return {"memories": {str(k): v for k, v in memories.items() if isinstance(v, dict)}, "sessions": sessions,
             "tiers": {"hot": [str(i) for i in hot if isinstance(i, str)],
                       "changes": [c for c in changes if isinstance(c, dict) and {"id", "to", "why"} <= set(c)]}}

@@ -645,7 +645,8 @@ class Store:
         return self.status_of([(item.path, item.id, item.type, item.status, item.pinned, item.links)
                                for item in scan.memories], [str(p) for p in scan.problems])
 
-    def status_of(self, rows: list[tuple[Any, str, str, str, bool, list[Any]]], problems: list[str]) -> dict[str, Any]:
+    def status_of(self, rows: builtins.list[tuple[Any, str, str, str, bool, builtins.list[Any]]],
+                  problems: builtins.list[str]) -> dict[str, Any]:
         """`status` from (path, id, type, status, pinned, links) of each memory (the path absolute, or relative to
         memories/ and links as (rel, to, strength) tuples: what the cache's manifest holds) and the problems
         already found."""

@@ -310,7 +310,7 @@ def _gemini(record: dict[str, Any], state: dict[str, Any]) -> list[dict[str, Any
         if not isinstance(call, dict):
             continue
         tool_id = str(call.get("id") or f"{uuid}#{n}")
-        name, args = str(call.get("name") or ""), call.get("args") if isinstance(call.get("args"), dict) else {}
+        name, args = str(call.get("name") or ""), given if isinstance(given := call.get("args"), dict) else {}
         mapped = GEMINI_TOOLS.get(name, name)
         if mapped == "Bash":
             blocks += _shell(str(args.get("command") or ""), tool_id)
@@ -367,7 +367,7 @@ def _cursor(record: dict[str, Any], state: dict[str, Any]) -> list[dict[str, Any
         if block.get("type") == "text" and str(block.get("text") or "").strip():
             blocks.append({"type": "text", "text": str(block["text"])})
         elif block.get("type") == "tool_use":
-            given = dict(block.get("input")) if isinstance(block.get("input"), dict) else {}
+            given = dict(given) if isinstance(given := block.get("input"), dict) else {}
             name = str(block.get("name") or "")
             tool_id = str(block.get("id") or f"{uuid}#{n}")
             mapped = CURSOR_TOOLS.get(name, name)
