@@ -390,7 +390,7 @@ def contextual_scores(store: Store, index: Any, query: str, key: Any, allowed: f
     if not rels or not complete:
         return None  # some memories have no vector yet: rank them all the same way (rank fusion) until they do
     vector = CONTEXTUAL.query(query)
-    # The query worker is done with this query: the other core helps with the product (a resident process).
+    # A resident process splits the product over its two threads.
     return Scores(rels, where, vectors.cosines(sub, vector, beside=_beside if CONTEXTUAL.mode == "background" else None))
 
 
@@ -818,7 +818,7 @@ def warm_views(store: Store, index: Any) -> None:
     """Make what a recall reads once per sync (the filters, the records, full text's document lengths, the
     static and contextual views, the prior's centralities, the link map, the sessions) for an index that no
     query uses yet: a resident server's next index (`Index.successor`), warmed while the current one answers.
-    Touches neither the query worker nor the process's query vectors, which the answering thread owns."""
+    Touches none of the process's query vectors, which the answering thread owns."""
     from cortex.index import fulltext
 
     # Full text only: the static list of a resident process is ranked on the helper thread the prompts use

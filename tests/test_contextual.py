@@ -135,7 +135,7 @@ def test_a_resident_process_embeds_its_queries_itself(tmp_path: Path) -> None:
     remember(store, "Run the MJML build first.", type="gotcha", title="Emails render with MJML templates")
     saved = CONTEXTUAL.mode
     try:
-        use_contextual("background", worker=True)
+        use_contextual("background")
         query = "which database did we pick?"
         for _ in range(2):  # the first fills the memories' vectors in a thread (a resident process answers at once)
             assert recall([store], query, limit=1).hits[0].memory.title.startswith("Chose SQLite")
