@@ -229,7 +229,7 @@ def prompt_context(store: Store, prompt: str, indexes: Indexes, catch_up: dict[s
 
     stores = list(iter_stores(store))
     if not query_problem(prompt):
-        embed_ahead(stores, prompt)  # the query worker starts on the prompt while the rest is read
+        embed_ahead(stores, prompt)  # a command loads the model and embeds the prompt while the rest is read
     config = store.config()
     limit = int(config.get("prompt.max_memories"))
     budget = int(config.get("prompt.budget_tokens")) - FRAME_TOKENS  # the hook frames it

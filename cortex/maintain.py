@@ -65,7 +65,6 @@ def fill_contextual(store: Store, indexes: Indexes | None = None) -> None:
     import os
 
     from cortex import recall
-    from cortex.contextual import one_blas_thread
 
     if store.config().get("recall.contextual") is False:
         return
@@ -73,8 +72,7 @@ def fill_contextual(store: Store, indexes: Indexes | None = None) -> None:
     try:
         recall.use_contextual("inline")
         os.nice(10)  # a detached background job (≈15 ms a memory): the person's commands and hooks come first
-        with one_blas_thread():  # and it takes one core, not both
-            filled = recall.fill_contextual(store, indexes.synced(store))
+        filled = recall.fill_contextual(store, indexes.synced(store))  # one BLAS thread when a hook started it
         if filled:
             store.log(f"maintain: {filled} contextual vectors")
     except Exception as exc:

@@ -174,9 +174,6 @@ class _Contextual:
         self.sidecars: dict[str, Any] = {}
         self.filling: set[str] = set()
         self.queries: dict[str, Any] = {}
-        self.use_worker = False  # `use_contextual(..., worker=True)`
-        self.worker: Any = None  # the query worker of a resident process (`prefetch`), started on first use
-        self.sent: str | None = None  # the query handed to it and not collected yet
         self.ahead: Any = None  # the thread of `load_ahead`, until someone waits for it
 
     def load_ahead(self, text: str) -> None:
@@ -188,13 +185,10 @@ class _Contextual:
         import threading
 
         def work() -> None:
-            from cortex.contextual import one_blas_thread
-
             try:
                 encoder = self._load()
                 if encoder is not None:
-                    with one_blas_thread():
-                        self._keep(text, encoder.sentence_vectors([for_transformer(text)], max_tokens=QUERY_TOKENS)[0])
+                    self._keep(text, encoder.sentence_vectors([for_transformer(text)], max_tokens=QUERY_TOKENS)[0])
             except Exception:  # the thread that needs it loads or embeds it again, and says what is wrong
                 pass
 
@@ -232,46 +226,17 @@ class _Contextual:
             self.sidecars[key] = Contextual(store.cache_dir)
         return self.sidecars[key]
 
-    def prefetch(self, text: str) -> None:
-        """In a resident process, start embedding `text` in the query worker (`contextual.QueryWorker`, on the
-        other core) while recall ranks by full text and the static model; `query` collects it."""
-        if not self.use_worker or self.problem is not None or text in self.queries or text == self.sent:
-            return
-        if self.worker is None:
-            from cortex.contextual import QueryWorker
-
-            try:
-                self.worker = QueryWorker(QUERY_TOKENS)
-            except OSError:  # no process to spare: this process embeds its queries itself
-                return
-        self.collect()  # an earlier query's vector that nobody asked for (its store's contextual was off)
-        if self.worker.submit(for_transformer(text)):
-            self.sent = text
-
-    def collect(self) -> None:
-        if self.sent is not None and self.worker is not None:
-            text, self.sent = self.sent, None
-            vector = self.worker.collect(helper=self.encoder)  # this process helps while it waits
-            if vector is not None:
-                self._keep(text, vector)
-
     def _keep(self, text: str, vector: Any) -> None:
         if len(self.queries) > 64:
             self.queries.clear()
         self.queries[text] = vector
 
     def query(self, text: str) -> Any:
-        """The query's sentence vector (the last few are kept: the prompt hook and MCP often repeat one): from
-        the query worker when `prefetch` handed it over, else embedded here."""
-        from cortex.contextual import one_blas_thread
-
+        """The query's sentence vector (the last few are kept: the prompt hook and MCP often repeat one)."""
         self._wait_ahead()
-        if text not in self.queries:
-            self.collect()
         vector = self.queries.get(text)
         if vector is None:
-            with one_blas_thread():
-                vector = self.get().sentence_vectors([for_transformer(text)], max_tokens=QUERY_TOKENS)[0]
+            vector = self.get().sentence_vectors([for_transformer(text)], max_tokens=QUERY_TOKENS)[0]
             self._keep(text, vector)
         return vector
 
@@ -316,10 +281,9 @@ def _beside(work: Callable[[], Any]) -> Any:
 
 def use_contextual(mode: str | None = "inline", worker: bool = False) -> None:
     """Turn contextual re-ranking on for this process: "inline" (fill a few missing vectors before answering)
-    or "background" (a resident process: fill them in a thread, answer at once with what there is). With
-    `worker`, a background process embeds its queries in a child process on the other core (`cortex serve`,
-    where the prompt hook waits for the answer: `contextual.QueryWorker`)."""
-    CONTEXTUAL.mode, CONTEXTUAL.use_worker = mode, worker and mode == "background"
+    or "background" (a resident process: fill them in a thread, answer at once with what there is). `worker`
+    is accepted and ignored: every process embeds its own queries (docs/model.md)."""
+    CONTEXTUAL.mode = mode
 
 
 def missing_contextual(store: Store, index: Any) -> list[tuple[str, str]]:
@@ -426,7 +390,7 @@ def contextual_scores(store: Store, index: Any, query: str, key: Any, allowed: f
     if not rels or not complete:
         return None  # some memories have no vector yet: rank them all the same way (rank fusion) until they do
     vector = CONTEXTUAL.query(query)
-    # The query worker is done with this query: the other core helps with the product (a resident process).
+    # A resident process splits the product over its two threads.
     return Scores(rels, where, vectors.cosines(sub, vector, beside=_beside if CONTEXTUAL.mode == "background" else None))
 
 
@@ -764,21 +728,14 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
             found = []
         ranked["bm25"] = [(rel, score) for rel, score in found if rel in allowed][:POOL]
     cosines = statics = None
-    # While the query worker embeds the query (`CONTEXTUAL.prefetch`), everything that does not need its vector
-    # is done first: the static list, how broad the query is, the prior of each candidate so far.
-    early = contextual and CONTEXTUAL.sent == query
-    if early and "dense" in methods:
-        statics = static_scores(index, query, allowed_key, allowed)
-        if statics is not None:
-            ranked["dense"] = top_scores(statics, POOL)
     share = _matching_share(index, query, len(records))
     prior = Prior(store, index, now, store.current_branch())
-    priors = {rel: prior(index.memory(rel)) for listed in ranked.values() for rel, _ in listed} if early else {}
+    priors: dict[str, float] = {}
     if contextual:
         cosines = contextual_scores(store, index, query, allowed_key, allowed)
         if cosines is not None:
             ranked["ctx"] = top_scores(cosines, POOL)
-    if not early and not keyword_only and "dense" in methods and allowed:
+    if not keyword_only and "dense" in methods and allowed:
         if cosines is not None:  # score fusion wants every candidate's static cosine, not only the top list's
             statics = static_scores(index, query, allowed_key, allowed)
             found_dense = None if statics is None else top_scores(statics, POOL)
@@ -857,7 +814,7 @@ def warm_views(store: Store, index: Any) -> None:
     """Make what a recall reads once per sync (the filters, the records, full text's document lengths, the
     static and contextual views, the prior's centralities, the link map, the sessions) for an index that no
     query uses yet: a resident server's next index (`Index.successor`), warmed while the current one answers.
-    Touches neither the query worker nor the process's query vectors, which the answering thread owns."""
+    Touches none of the process's query vectors, which the answering thread owns."""
     from cortex.index import fulltext
 
     # Full text only: the static list of a resident process is ranked on the helper thread the prompts use
@@ -923,12 +880,10 @@ def _with_links(store: Store, index: Any, hits: list[Hit], statuses: tuple[str, 
 
 
 def embed_ahead(stores: list[Store], query: str) -> None:
-    """Start embedding `query` with the contextual model if a store ranks by it: in the query worker of a
-    resident process (`cortex serve`: on the other core while the lists are ranked), or on a thread of a
-    command (loaded and embedded while the store syncs). The prompt hook calls it before anything else."""
+    """Start embedding `query` with the contextual model if a store ranks by it: on a thread of a command
+    (loaded and embedded while the store syncs). The prompt hook calls it before anything else."""
     if CONTEXTUAL.mode is None or not any(store.config().get("recall.contextual") is not False for store in stores):
         return
-    CONTEXTUAL.prefetch(query)
     CONTEXTUAL.load_ahead(query)
 
 

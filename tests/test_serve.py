@@ -57,9 +57,6 @@ def in_process_server():
         warm.stop()
         warm.join(30)
         warm.indexes.close()
-    if CONTEXTUAL.worker is not None:
-        CONTEXTUAL.worker.close()
-    CONTEXTUAL.worker, CONTEXTUAL.sent = None, None
     CONTEXTUAL.queries.clear()
     use_contextual(None)
     settle()
