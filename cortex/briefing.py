@@ -1,31 +1,8 @@
 """The session-start briefing: what the assistant should know about this branch, within a token budget.
 
-    <!-- cortex:injected -->
-    # cortex briefing — branch `feature/x` @ 1a2b3c4
-    Recent commits: …
-    Changed on this branch: …
-    ## Pinned / ## This branch / ## Key memories / ## Code in play / ## Active plan
-
-Tiers, in this order: pinned memories (always); branch work (progress and
-plan of this branch, and memories whose `files:` touch what changed);
-critical memories (by the ranking prior); code descriptions of the files in
-play; the active plan's checklist. Per-type shares of the budget
-(architecture 25, decision 25, pattern 25, gotcha 20, progress 30, context 15,
-code_description 10, code 0 — relative weights) cap each type on the first
-pass; whatever is left flows to the best remaining memories. Tokens are
-estimated as characters / 4 (documented, deterministic), the total never
-over `briefing.budget_tokens` (500) nor 10,000 characters.
-
-Reality check: a memory whose files all no longer exist is left out; one whose
-file changed after the memory's `updated` is marked "(may be stale: file
-changed)", and one naming a setting its files now hold with another value (or
-no longer hold) says which (`lifecycle.setting_drift`). Each line is the
-memory's short form (`cortex.render.short`: type, title, summary, id), marked
-"(low confidence 0.42)" under 0.5 decayed confidence; two memories linked by
-`contradicts` are both marked, the newer first when both are in one section.
-
-Cached in `state/briefing.json` by (branch, HEAD, store signature): a
-SessionStart with nothing changed reads one small file and the git HEAD.
+Tiers: pinned, this branch, key memories, code in play, the active plan; tokens estimated as characters / 4.
+A memory whose files are gone is left out, one whose file changed is marked stale. Cached in
+`state/briefing.json` by (branch, HEAD, store signature). docs/recall.md.
 """
 
 from __future__ import annotations

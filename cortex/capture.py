@@ -1,32 +1,8 @@
-"""Capture: memories from Claude Code session transcripts (and Codex CLI, Gemini CLI and Cursor ones, read as
-Claude Code's records by `cortex.transcripts`).
+"""Capture: memories from session transcripts (Claude Code's, and others' read as such by `cortex.transcripts`).
 
-The pipeline behind `cortex hook stop` and `cortex capture TRANSCRIPT`:
-
-1. **Read incrementally.** A cursor per transcript under `state/cursors/`
-   (byte offset, size, inode, last record uuid); only what is new since the
-   last run is parsed. A transcript that shrank or was replaced starts over
-   (dedup keeps that from writing twice). JSONL and JSON-array dumps; a
-   partial last line is left for next time; unknown record types and
-   malformed lines are skipped and counted.
-2. **Normalise** records into events: human prompts (filtered as the
-   interface doc §9.6 says), assistant text (records sharing `message.id`
-   merged), tool uses paired with their results.
-3. **Layers** (each candidate records its layer in `source.layer`):
-   - *self-report*: `[MEMORY: <type>: <text>]` tags in assistant text, or
-     `[MEMORY: <type> priority=N tags=a,b: <text>]`;
-   - *structural*: the latest TodoWrite list → a `plan` memory for the
-     session (updated in place as the plan moves); a command that failed and
-     then succeeded → a `gotcha` candidate;
-   - *keyword*: conservative decision markers in assistant text.
-4. **Guard**: `<private>…</private>` and text cortex injected itself are
-   skipped; secrets are redacted as `[REDACTED:<kind>]`, the whole secret
-   over all its lines (a candidate whose title holds one is dropped); one
-   message is read up to `capture.max_message_chars` and no body is longer.
-   The LLM layer's slice is redacted and stripped of `<private>` text before
-   it is queued (`cortex.guard`, as every write).
-5. **Dedup** against active memories of the same type (normalised text, then
-   word-set Jaccard ≥ 0.7): a duplicate refreshes nothing and writes nothing.
+Read incrementally (a cursor per transcript), normalise records into events, run the layers (self-report
+tags, structural, keyword), guard (`<private>`, injected text, secrets), dedup against active memories.
+docs/capture.md.
 """
 
 from __future__ import annotations

@@ -1,17 +1,7 @@
 """`.cortex/config.yaml`: documented defaults, merged with what a person sets.
 
-Every key is optional. Unknown keys are reported as warnings, never fatal,
-so a config written by a newer cortex still works with an older one. Every
-value is checked when the file loads (its type, its range, its words): a bad
-one is reported ("config.yaml: recall.limit must be an integer from 1 to
-1000, got 'ten' (default 10 used)") and its default used, so a read or a hook
-never breaks on it; `cortex status --strict` fails on it. A file that is not
-UTF-8 YAML holding a mapping raises `ConfigError`.
-
-A project's file is the repository's, so it never names a command to run:
-`capture.llm_command` counts only in the person's own `$CORTEX_HOME/config.yaml`
-(or `CORTEX_LLM_COMMAND`), and a project's `capture.llm` is a request this
-machine allows (`cortex.llm`).
+A bad or unknown value is reported and its default used, so a hook never breaks on it. A project's file
+never names a command to run (`cortex.llm`). docs/configuration.md.
 """
 
 from __future__ import annotations

@@ -1,38 +1,9 @@
 """Consolidation (`cortex consolidate`): merge near-duplicate memories into one, all or nothing.
 
-Finding duplicates is two steps. The static model (`cortex.graph.Similarity`,
-the centred cosine links use) names candidates: each memory's 5 nearest of
-its type at least `consolidate.candidate_threshold` (0.5) similar — the
-same pairs graph.connect flags when a memory is written. Then the duplicate
-score (`Judge`: BERTScore on the bundled contextual model, `cortex.contextual`)
-decides whether a candidate pair says one thing or only shares a subject,
-and `conflict` whether the two differ in a claim (a number, a version, a
-name, an identifier, a negation): such a pair is never grouped automatically.
-Groups are memories of the same type, active and not pinned (code is never
-consolidated), joined by complete linkage: every pair in a group at least
-the threshold and none differing in a claim: `consolidate.manual_threshold`
-(0.55) for `cortex consolidate`, which asks per group, and
-`consolidate.auto_threshold` (0.64) for the automatic run, which takes only
-the pairs flagged when memories were written and runs after capture once
-`consolidate.every_captures` (10) memories were captured since the last run,
-or whenever more than `consolidate.max_active` (80) memories are active.
-Measured in bench/consolidate.py; docs/graph.md has the table.
-
-A group becomes one new memory: the best-written member's text (highest
-priority, then confidence, then the longest) plus the sentences only the
-others hold — or, with `capture.llm` on and its command present, the LLM's
-merged text (the LLM may also answer that they differ: the group is then not
-merged) — plus any member's sentence holding a claim the text lacks, so no
-fact is lost; the union of tags, files and links; the highest priority and
-confidence; `derived_from` links to every original. The originals are
-archived.
-
-All or nothing: the originals' bytes go to a checkpoint under
-`state/consolidate-checkpoint/` first; every new and changed file is written
-to a temporary file beside its target; then all are renamed. Any failure
-restores the originals from the checkpoint and removes the new files, so
-the store is never half-merged — and a run killed half-way is rolled back by
-the next one (or by `cortex consolidate` itself).
+The static model names candidate pairs, the duplicate score (`Judge`) decides, and a pair differing in a
+claim (`conflict`) is never grouped automatically; groups form by complete linkage. A merge keeps every
+fact and archives the originals; a checkpoint makes it all or nothing, and a run killed half-way is rolled
+back by the next. docs/graph.md.
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
 """Sentence embeddings from the static model2vec model shipped in the package.
 
-A static model is a token → vector table: a text's vector is the mean of its
-tokens' rows, normalised. model2vec builds the bundled model
-(`scripts/build_model.py`); at run time cortex reads the same files with a
-lean loader — the tokenizer through `tokenizers`, the table through numpy,
-memory-mapped straight out of the safetensors file — because importing
-model2vec and calling `StaticModel.from_pretrained` costs about a second in
-a fresh process, more than a hook can spend. `tests/test_embedding.py`
-checks the two give the same vectors.
-
-Nothing here downloads: `embedding.model` is `bundled` (the default) or a
-local model2vec folder. A hub name is handed to model2vec itself, which
-may download — only when a user configures one.
+A static model is a token → vector table. cortex reads model2vec's files itself (tokenizer, memory-mapped
+table) because importing model2vec costs a hook too much; tests/test_embedding.py checks both agree.
+Nothing here downloads unless a user configures a hub name. docs/model.md.
 """
 
 from __future__ import annotations

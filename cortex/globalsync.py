@@ -1,37 +1,9 @@
 """The global store as a git repository of its own, synced through an optional remote.
 
-`$CORTEX_HOME` (default `~/.cortex`) holds knowledge that is not tied to one
-project. `cortex sync --global` makes it a git repository (branch `main`) when
-it is not one yet, commits what changed in it, fetches `origin`, replays the
-local commits on top of the remote's (a pull with rebase, done file by file)
-and pushes. The Stop hook commits the memories capture writes there
-(`commit_changes`), so a sync only has to pull and push.
-
-What is committed: `memories/`, `conflicts/` and `.gitignore`. `cache/` and
-`state/` are ignored (`.gitignore`), and `config.yaml` stays each machine's
-own (listed in `.git/info/exclude`).
-
-What is checked out: only regular files under `memories/` and `conflicts/`
-(`_checked_out`). Whatever else the remote's tree holds — `config.yaml`,
-`state/`, `cache/`, `.gitignore`, a symbolic link, a submodule — is never
-written here (it is counted in `SyncResult.skipped`): the person's own
-`config.yaml` names the commands cortex runs, and a remote is data. A tree
-with a path git refuses (`..`, `.git`) stops the sync with one line before
-anything is written.
-
-Why file by file: each memory is its own file with a random id, so two
-machines that each write memories only ever add different files, and a replay
-never conflicts. A conflict is the same file changed differently on both
-sides. Then the version already on the remote stays at the memory's path
-(other machines keep what they have) and this machine's version is committed
-as a conflict copy, `conflicts/<type>/<slug>-<id>.<blob>.md`, outside
-`memories/` (never read as a memory, so no duplicate id). Both versions are
-in the tree on every machine; `cortex status --global` lists each copy until
-a person merges what they want into the memory and runs `cortex sync --global
---resolve ID`. A file deleted on one side and changed on the other keeps the
-change (gc may remove a long-archived memory; an edit wins over that), and the
-same change made on both sides, its `updated:`/`archived:` stamps aside (the
-daily gc archiving one memory on each machine), is no conflict.
+Commits `memories/`, `conflicts/` and `.gitignore`; checks out only regular files under `memories/` and
+`conflicts/` (a remote is data: it never writes `config.yaml`, which names commands to run). The replay is
+file by file: memories have random ids, so machines only add different files; a real conflict keeps the
+remote's version in place and this machine's as a conflict copy under `conflicts/`. docs/git.md.
 """
 
 from __future__ import annotations

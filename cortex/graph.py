@@ -1,47 +1,8 @@
 """The memory graph: links made when a memory is written, and who may make which link.
 
-When a memory is written (`cortex remember`, capture, the MCP server) it is
-compared with the store's other active memories:
-
-- similarity in `graph.link_min`..`graph.link_max` (0.1–0.5): a `relates_to`
-  link with `strength` = the similarity, written in the new memory's own
-  file only; only the `graph.max_links` (5) strongest are kept, so a large
-  store does not link everything to everything;
-- similarity above `consolidate.candidate_threshold` (0.5) with a memory of
-  the same type (its 5 closest): not linked, but flagged as a possible
-  duplicate (`state/flagged.json`); the automatic consolidation judges the
-  flagged pairs with its duplicate score (`cortex.consolidate.Judge`) and
-  merges those above `consolidate.auto_threshold`.
-
-Similarity is the cosine of the bundled model's vectors from the cache when
-they are there; otherwise the Jaccard overlap of the two texts' words.
-Links live in the new memory's front matter, so they are reviewed with it; the
-older memory's file is never touched (two branches linking to one memory
-would otherwise both edit it, and the second merge would conflict). The other
-direction is derived in the cache (`Index.neighbours`): `relates_to` reads
-both ways. Centrality (the links that touch a memory, weighted by strength)
-is computed in the cache (`Index.centralities`) and feeds the ranking prior
-and decay. Stores written before, with links on both memories, read the same.
-
-`supersedes` is a person's statement ("this replaces that"): automation
-(capture, consolidation, the LLM layer) that proposes one gets `contradicts`
-instead (`automatic_links`).
-
-A link is unique by (relation, target) and never points at its own memory:
-the store ignores a duplicate or a self-link with a line in the log, and
-`cortex status` warns about one written by hand. Every link cortex writes
-carries `created`.
-
-Similarity just under `graph.link_min`, from `graph.suggest_min` (0.07), is
-a **suggested** link: not written, but kept in `state/suggested.json` for a
-person to review (`cortex links --suggested`, `--accept A B`, `--dismiss A B`).
-
-A link's strength **decays at read time** while neither of its memories is
-recalled: `strength × 0.5^(idle days / graph.link_half_life_days)`, idle
-since the later of the link's `created` (or, for an older link without one,
-its memory's `created`) and the last recall of either end (`state/access.json`).
-Nothing is written back; recall's expansion reads the decayed strength
-(`LinkAges`), two hops deep along strong links (`expand`).
+Links live in the new memory's front matter only (the older file is never touched, so two branches
+linking to one memory do not conflict); the other direction, centrality and link decay are derived at read
+time. `supersedes` is a person's statement: automation proposes `contradicts` instead. docs/graph.md.
 """
 
 from __future__ import annotations

@@ -1,23 +1,7 @@
 """Hook entry points: what `cortex hook <event>` runs.
 
-Git hooks (installed by `cortex init --git-hooks`):
-
-- `git-pre-push`: every memory file that a commit of the push adds or changes
-  (all the commits the remote does not have yet) is scanned for secrets (a
-  finding always stops the push, naming file, line and commit), and
-  projections must match the memories being pushed. When they
-  are stale, cortex regenerates them and either commits them (`git.pre_push:
-  commit`, the default: a commit touching only `.cortex/` paths) and stops the
-  push with "projections updated in <sha>; push again", or only stops the push
-  (`git.pre_push: check`).
-- `git-post-checkout`: the cache follows a branch switch; no tracked file is
-  written. `git-post-merge`, `git-post-rewrite` (a rebase): the cache follows,
-  and tracked pages the merge left stale are regenerated and committed. These
-  never fail the git command.
-
-Every entry point returns an exit status; an internal error is logged to
-`.cortex/state/cortex.log` and never breaks the person's git command, except
-that pre-push fails closed only for the reasons it exists (stale projections).
+Git hooks never break the person's git command (errors go to the log), except that pre-push fails closed
+for the reasons it exists: a secret in a pushed memory, or stale projections. docs/git.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
 """Where things live in a store folder, for the hot paths: the standard library alone.
 
-A hook is a fresh process on every event, and the budget for a cached
-SessionStart is twice a bare `python -c pass`; importing the store (pathlib,
-dataclasses, ruamel.yaml, …) would spend most of it. So finding the project
-store, the resident server's socket, whether a server or watcher is alive,
-and the key of the cached briefing are computed here with `os.path`, and the
-library (`cortex.briefing`, `cortex.index`) uses these same functions, so the
-fast path and the library cannot disagree.
+The hooks' fast paths and the library use these same functions, so they cannot disagree.
 """
 
 from __future__ import annotations

@@ -1,22 +1,9 @@
-"""The memory record and its file format.
+"""The memory record and its file format (DESIGN.md §2).
 
-A memory is one markdown file: YAML front matter between `---` lines, then
-a markdown body (DESIGN.md §2, README "A memory file").
-
-Three ways through the format:
-
-- `parse(text, path)` reads a file into a `Memory`. It uses a small reader
-  for the plain YAML subset cortex itself writes (one key per line, plain or
-  quoted scalars, flow lists and maps, a block list of flow maps) and hands
-  anything else — comments, block scalars — to ruamel.yaml, which stays the
-  authority. Reading 10,000 files through ruamel alone takes about 25 s on
-  the reference machine; the subset reader makes it well under one. Anchors
-  and aliases are refused (a 700-byte "billion laughs" expands to gigabytes),
-  and whatever the text, `parse` raises `MalformedMemory` and nothing else.
-- `render_new(memory)` writes a new file with ruamel.yaml.
-- `edit_text(text, changes, body)` changes fields of an existing file with
-  ruamel.yaml in round-trip mode, so a person's comments, key order and
-  quoting survive and only the changed fields' lines differ.
+`parse` reads the YAML subset cortex writes itself with a small reader (ruamel.yaml for all of a store is
+far too slow) and hands anything else to ruamel.yaml, the authority; anchors and aliases are refused, and
+any text raises `MalformedMemory` and nothing else. `render_new` and `edit_text` write with ruamel.yaml,
+round-trip, so a person's comments and key order survive.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """Projections: markdown pages rendered from the memories, committed and reviewed in pull requests.
 
-    .cortex/decisions.md           every active decision (and architecture records tagged `decision`/`adr`), by tag
-    .cortex/decisions-archive.md   superseded and archived decisions, with what replaced them
-    .cortex/active-plan.md         the active plans and progress notes, by the branch they were made on
-
-Rendered with Jinja2 from `templates/*.md.j2`; a project overrides one by
-placing a file of the same name in `.cortex/templates/`. Byte-deterministic:
-the same memories give the same bytes whatever the file order, mtimes,
-locale or clock — everything is sorted by plain code-point order, dates come
-from the memories, and nothing says when it was generated. So a pull
-request's diff of `decisions.md` shows exactly the decisions that changed.
+Byte-deterministic (sorted by code point, dates from the memories, no generation time) so a pull request's
+diff shows exactly the decisions that changed. Templates can be overridden in `.cortex/templates/`.
+docs/git.md.
 """
 
 from __future__ import annotations

@@ -1,36 +1,9 @@
 """Hybrid recall: BM25F + semantic, fused by reciprocal rank, blended with a ranking prior.
 
-For each store (project first, then global):
-
-1. BM25F over title (×3), tags (×2) and body (Whoosh), and cosine over the
-   static embeddings; each gives a ranked list of up to `POOL` memories.
-   BM25 hits scoring under `recall.bm25_floor` (0.5) of the best hit are
-   dropped: a memory sharing one common word with the question is noise.
-2. Weighted reciprocal-rank fusion: `rrf = Σ w_list / (k + rank)`, with
-   k = `recall.rrf_k` (60) and `recall.list_weights` bm25 1.0, dense 0.5
-   (the bundled static model is the weaker ranker: on LoCoMo 0.49 recall@10
-   against BM25's 0.62). Divided by its best possible value (rank 1 in both
-   lists) it becomes `relevance` in 0..1.
-3. The prior (DESIGN.md §3), with weights from `recall.weights`:
-   `0.5·confidence(decayed) + 0.2·priority/10 + 0.15·centrality
-   + 0.15·log(access+1)/max_log + 0.1·same_branch`, divided by the sum of
-   the weights so it is 0..1 too.
-   With the contextual model on (serve, MCP, `cortex recall`), relevance is
-   `score_fusion` instead (a weighted mean of the scores, not ranks), and the
-   best hit's capture session is lifted (`session_lift`): the memories
-   captured in the same session gain a share of its relevance.
-4. `score = relevance + recall.prior_weight (0.1) · prior`: relevance leads;
-   the prior settles near-ties and lifts a trusted memory a few places.
-5. Up to two hops (`graph.expand`): a hit's `source_of` targets (code behind
-   a description) and its strong `relates_to` links (strength ≥ 0.4 after
-   decay, `graph.LinkAges`) come back right after it, and theirs after them,
-   marked `via`, scored just under it (× each link's strength). Code
-   memories are not searched directly (unless `types` names `code`): they
-   come back this way, behind their description. `limit` counts these
-   too: a linked hit may take the place of a weaker direct one.
-
-With no model (or `keyword_only`) step 1 is BM25 alone and the caller is
-told once.
+Per store (project first, then global): BM25F (weak hits under `recall.bm25_floor` of the best dropped) and
+cosine lists fused (`score_fusion` with the contextual model), plus `recall.prior_weight` times the prior,
+then up to two hops along strong links (`graph.expand`). With no model the caller is told once and gets
+BM25 alone. docs/recall.md.
 """
 
 from __future__ import annotations

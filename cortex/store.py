@@ -1,16 +1,6 @@
 """The store: memory files on disk, for a project (`.cortex/`) or globally (`$CORTEX_HOME`).
 
-Layout of a store folder:
-
-    config.yaml               settings (cortex.config)
-    .gitignore                ignores cache/ and state/
-    memories/<type>/<slug>-<id>.md
-    cache/                    derived, rebuildable (index, vectors, manifest); for a read-only
-                              store, a per-user temp folder instead (`Store.cache_dir`)
-    state/                    local and private (access counts, log, locks)
-
-Readers never write tracked files; writers hold `state/write.lock` and
-replace files atomically.
+Readers never write tracked files; writers hold `state/write.lock` and replace files atomically. docs/store.md.
 """
 
 from __future__ import annotations
