@@ -163,7 +163,7 @@ class _Pool:
     A row becomes a `Memory` — its files checked, its decayed confidence noted — only when the page might take
     it (`made`): an entry that cannot fit in what is left of the budget or of its type's share is passed over
     without that (a line costs at least its type, title and id), and a fill stops when no entry could fit. The
-    page is the same as ranking every memory; at 100,000 memories it is built from a few dozen."""
+    page is the same as ranking every memory, built from a few dozen."""
 
     def __init__(self, store: Store, index: Any, facts: dict[str, Any], ranking: Any, stable: bool, now: float,
                  page: _Page) -> None:
@@ -360,7 +360,7 @@ def get(store: Store) -> Briefing:
 
     started = time.perf_counter()
     # The sync (a stat of every memory file) in a forked child while this process reads git's side of the page
-    # (`git status` over the tracked files: ~0.35 s at 100,000 memories), then the page from the synced cache.
+    # (`git status` over the tracked files), then the page from the synced cache.
     index = Index(store).ensure(ahead=True)
     facts = _git_facts(store, None)
     index.confirm()
@@ -400,7 +400,7 @@ def build_next(root: str, commits: bool = False) -> None:
     `commits` (a write made without a server, `cortex.spawn.briefing_ahead`): first commit what the write's
     own process left in memory only (a `remember` links the new memory to others after its commit, and those
     files were stale in the committed manifest), so the recall views kept below are for the manifest the next
-    command or server will load, not one it must work them out again for (~0.3 s at 100,000 memories)."""
+    command or server will load, not one it must work them out again for."""
     import gc
     from pathlib import Path
 

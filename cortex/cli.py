@@ -33,7 +33,7 @@ def _fail(message: str) -> None:
 
 
 def _print_json(data: Any) -> None:
-    # Indented for a person at a terminal; compact (and ~10x faster to encode) in a pipe. json escapes C0
+    # Indented for a person at a terminal; compact in a pipe. json escapes C0
     # controls; DEL and the C1 ones (U+0080-U+009F, which some terminals obey) are escaped here, as JSON allows.
     indent = 2 if sys.stdout.isatty() else None
     text = json.dumps(data, indent=indent, ensure_ascii=False)
@@ -110,7 +110,7 @@ def store_options(func: Callable[..., Any]) -> Callable[..., Any]:
 NO_NOTICE = frozenset({"maintain", "worker", "serve_command", "watch", "reset"})
 PROCESS_ARGV: list[str] | None = None  # the arguments of a `cortex` process (set by `cortex.__main__.run`)
 # Read-only commands whose process may end without freeing what it loaded (`cortex.__main__.run`): tearing
-# down 100,000 manifest entries object by object costs ~0.15 s and changes nothing on disk.
+# down a large cache object by object is slow and changes nothing on disk.
 QUICK_EXIT = frozenset({"list_command", "status", "show"})
 quick_exit = False  # set once such a command ran in a `cortex` process
 
@@ -139,7 +139,7 @@ def _warn_config(store: Any, llm_notice: bool = True) -> None:
     if llm_notice and store is not None and store.label == "project":
         from cortex.llm import notice
 
-        line = notice(store, "cli")  # reads config.yaml if the command did not (from its cache: ~1 ms)
+        line = notice(store, "cli")  # reads config.yaml if the command did not (from its cache)
         if line is not None:
             click.echo(f"cortex: {_safe(line)}", err=True)
 
@@ -374,7 +374,7 @@ def list_command(store: Any, types: tuple[str, ...], statuses: tuple[str, ...], 
             title = title[: max(10, width - len(prefix) - 1)] + "…"
         lines.append(prefix + title)
     lines.append(f"{len(rows)} memories  (* pinned, A archived, S superseded)")
-    click.echo("\n".join(lines))  # one write: 100,000 `echo` calls cost more than the rest of the command
+    click.echo("\n".join(lines))  # one write, not one per memory
 
 
 @main.command()

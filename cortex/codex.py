@@ -19,7 +19,7 @@ from cortex.files import atomic_write
 HOOKS = {"SessionStart": ("session-start", 30), "UserPromptSubmit": ("prompt", 30), "Stop": ("stop", 60),
          "PreCompact": ("pre-compact", 60), "SessionEnd": ("session-end", 3)}
 MCP_MARK = "# cortex: memory MCP server (added by `cortex init --codex`; `cortex uninstall --codex` removes it)"
-# startup_timeout_sec: `cortex mcp` loads the MCP SDK (~2 s on a busy machine); Codex's default wait is 10 s.
+# startup_timeout_sec: `cortex mcp` loads the MCP SDK, slow on a busy machine; Codex's default wait is 10 s.
 MCP_TABLE = '[mcp_servers.cortex]\ncommand = "cortex"\nargs = ["mcp"]\ndefault_tools_approval_mode = "approve"\n' \
     'startup_timeout_sec = 30\n'
 TRUST_NOTE = ("note: Codex runs project hooks only in a trusted project, with the hooks trusted: start `codex` here, "

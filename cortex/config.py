@@ -139,8 +139,8 @@ consolidate:                # merging near-duplicate memories of the same type
   candidate_threshold: 0.5  # same-type memories this similar (as links measure) are possible duplicates ...
   auto_threshold: 0.64      # ... merged after capture when their duplicate score is at least this
   manual_threshold: 0.55    # ... proposed by `cortex consolidate` from this duplicate score (it asks per group)
-  max_judged: 500           # memories one automatic run may encode to judge (~3-15 s); the rest wait for the next
-  max_judged_by_hand: 5000  # ... and one `cortex consolidate` (~30 s-3 min)
+  max_judged: 500           # memories one automatic run may encode to judge; the rest wait for the next
+  max_judged_by_hand: 5000  # ... and one `cortex consolidate`
   every_captures: 10        # automatic run after this many captured memories ...
   max_active: 80            # ... or whenever more than this many memories are active
 
@@ -281,11 +281,8 @@ def _shown(value: Any) -> str:
 
 
 def load_config(path: Path, cache_dir: Path | None = None) -> Config:
-    """Read a config file; a missing file means all defaults.
-
-    With `cache_dir`, the merged result is kept there as marshal keyed by the
-    file's stat: importing ruamel.yaml alone costs a fresh process ~40 ms.
-    """
+    """Read a config file; a missing file means all defaults. With `cache_dir`, the merged result is kept there
+    keyed by the file's stat, so a hook need not import ruamel.yaml."""
     try:
         stat = path.stat()
     except FileNotFoundError:

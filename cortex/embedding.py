@@ -122,8 +122,8 @@ class StaticEncoder:
 
 class WordPiece:
     """A BERT uncased tokenizer in pure Python (BertNormalizer, BertPreTokenizer, WordPiece): the same ids as
-    `tokenizers` gives for the bundled models (checked by the tests), from a spec loaded in ~3 ms instead of
-    ~20 ms of importing `tokenizers` and parsing its JSON. `max_length` truncates the ids (None: never)."""
+    `tokenizers` gives for the bundled models (checked by the tests), without importing `tokenizers`.
+    `max_length` truncates the ids (None: never)."""
 
     def __init__(self, folder: Path, cache_dir: Path | None = None, max_length: int | None = None) -> None:
         try:
@@ -158,7 +158,7 @@ class WordPiece:
 
     @staticmethod
     def _load_spec(folder: Path, cache_dir: Path | None) -> dict[str, Any]:
-        """tokenizer.json, through a marshal copy in `cache_dir` (~3 ms to load instead of ~15)."""
+        """tokenizer.json, through a marshal copy in `cache_dir` (faster to load than the JSON)."""
         import hashlib
         import importlib.util
         import marshal
@@ -298,8 +298,8 @@ class QueryEncoder(WordPiece):
     """Embed one short text in pure Python: no numpy, no tokenizers.
 
     The bundled model's tokenizer (`WordPiece`) plus the mean of the token rows read straight from the
-    safetensors file. Loading it costs a marshal load, not ~150 ms of imports, so a fresh process (a hook,
-    `cortex recall`) embeds its query in a few milliseconds. Documents are encoded in batches by
+    safetensors file, without numpy's import, so a fresh process (a hook, `cortex recall`) embeds its query
+    quickly. Documents are encoded in batches by
     `StaticEncoder`.
     """
 

@@ -8,7 +8,7 @@ import errno
 import os
 
 TYPE_CHECKING = False
-if TYPE_CHECKING:  # the hook fast paths import this module: not even `typing` (3 ms) at import time
+if TYPE_CHECKING:  # the hook fast paths import this module: not even `typing` at import time
     from pathlib import Path
     from typing import IO, Iterable, Iterator
 

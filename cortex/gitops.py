@@ -1,9 +1,6 @@
-"""Git facts cortex needs.
+"""Git facts cortex needs, through pygit2, imported inside each function (a hook cannot afford the import).
 
-The lean readers here (repository root, current branch) read `.git` files
-directly: importing pygit2 costs ~150 ms in a fresh process, more than a
-hook's whole budget. Anything richer (commits, diffs, staging) imports
-pygit2 inside the function that needs it.
+The lean readers a hook uses are `cortex.gitfacts`.
 """
 
 from __future__ import annotations
@@ -36,11 +33,8 @@ def current_branch(worktree_root: Path | None) -> str | None:
 
 
 def head_commit(worktree_root: Path | None) -> str | None:
-    """The HEAD commit id (hex), or None (no repository, no commit yet).
-
-    Read from the ref files (importing pygit2 costs a hook ~150 ms); pygit2
-    only when a ref cannot be found there and the branch may still exist.
-    """
+    """The HEAD commit id (hex), or None (no repository, no commit yet): from the ref files (`cortex.gitfacts`),
+    pygit2 only when a ref cannot be found there and the branch may still exist."""
     from cortex.gitfacts import branch_and_head
 
     if worktree_root is None:
@@ -635,7 +629,7 @@ def pushed_changes(repo: Any, push_lines: str, prefix: str, remote: str = "") ->
 
 def record_cortex_changes(store_root: Path, policy: str = "stage", message: str = "cortex: memory update") -> list[str]:
     """`_record` under the store's staging lock, retried while git's own `index.lock` is held (a concurrent Stop,
-    the upkeep, or the person's git command) for up to ~3 s; after that the next Stop records what is left."""
+    the upkeep, or the person's git command) for a few seconds; after that the next Stop records what is left."""
     import time
 
     import pygit2

@@ -120,8 +120,8 @@ def commit_changes(store: Store, message: str = "cortex: global memory update", 
     """Commit what changed under `memories/`, `conflicts/` and `.gitignore` (nothing else); the paths committed.
 
     Nothing when the store is not a git repository (sync was never set up). The Stop hook calls it after
-    capture writes global memories, naming the files it wrote in `paths` (a `git status` of 5,000 files costs
-    ~0.6 s); without `paths` every changed file is found. `scan` checks each file for secrets first (a
+    capture writes global memories, naming the files it wrote in `paths` (a `git status` of a big store is slow);
+    without `paths` every changed file is found. `scan` checks each file for secrets first (a
     hand-written file that never went through the store's guard), raising `SecretDetected` naming it.
     """
     import pygit2
@@ -508,7 +508,7 @@ def _check_out(store: Store, repo: Any, branch: str, head: Any, target: Any, res
             where.unlink(missing_ok=True)
             _prune_empty(where.parent, store.root)
         else:
-            # No fsync per file (5,000 of them took 30 s): the bytes are in git objects, and a file a crash
+            # No fsync per file (thousands of them): the bytes are in git objects, and a file a crash
             # left short is committed by the next sync as a local change and kept as a conflict copy.
             atomic_write(where, repo[new[path]].data, durable=False)
     repo.references.create(f"refs/heads/{branch}", target.id, force=True)

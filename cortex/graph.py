@@ -101,7 +101,7 @@ class Similarity:
         rows = [row_of[vhash] for _, status, vhash in self.records().column("status", "vhash")
                 if status == "active" and vhash in row_of]
         # Each active memory's row counted once per memory (two memories may share a text): a product with the
-        # counts, not a copy of every active row (100 MB at 100,000 memories).
+        # counts, not a copy of every active row.
         counts = np.bincount(np.asarray(rows, dtype=np.int64), minlength=matrix.shape[0]).astype(np.float32)
         total = counts @ matrix if rows else np.zeros(matrix.shape[1], dtype=np.float32)
         return ((total + REFERENCE_WEIGHT * self._reference()) / (len(rows) + REFERENCE_WEIGHT)).astype(np.float32)
@@ -120,8 +120,7 @@ class Similarity:
 
     def _centring(self) -> tuple[Any, Any]:
         """(mean, each row's norm once centred), computed once: with them the centred cosine of
-        one memory with every other is one matrix–vector product over the cached vectors as they are. Making
-        the centred copy of the matrix took 0.3 s of a `remember` at 100,000 memories."""
+        one memory with every other is one matrix–vector product over the cached vectors as they are (no centred copy of the matrix)."""
         if self._parts is None:
             import numpy as np
 
@@ -268,7 +267,7 @@ def connect(store: Store, ids: Iterable[str], index: Any = None) -> LinkReport:
         done.add(rel)
         mine = records[rel]
         # Already linked: its own links, and `relates_to` links other memories made to it (`Index.neighbours`,
-        # asked only of the few candidates: building the whole link map took 0.2 s at 100,000 memories).
+        # asked only of the few candidates, not built for the whole store).
         own = {to for _rel, to, _strength in mine.get("links", ())}
         found = [(s, o) for s, o in similarity.above(rel, active, rows, floor)  # two fields of each, no dict
                  if o not in done and records.value(o, "id") not in own
@@ -331,7 +330,7 @@ def pending_suggestions(store: Store, index: Any) -> list[tuple[str, str, float]
         return any(to == b for _, to, _ in records.value(rel_of_id[a], "links")) \
             or any(to == a for _, to, _ in records.value(rel_of_id[b], "links"))
 
-    # The few suggestions' own entries, not every memory's links (`Index.neighbours`: ~0.5 s at 100,000).
+    # The few suggestions' own entries, not every memory's links (`Index.neighbours`).
     out = [(a, b, s) for a, b, s in suggestions(store) if active(a) and active(b) and not linked(a, b)]
     return sorted(out, key=lambda p: (-p[2], p[0], p[1]))
 

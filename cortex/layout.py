@@ -112,8 +112,8 @@ def start_briefing(store_root: str, version: str, stale_ok: bool = True) -> tupl
     capture the compact SessionStart must show it) or HEAD moved (a pull, a commit), not only the cache, and
     every memory file it shows is still there, `stale` saying when it was
     saved (`since_ns`) and at which HEAD (`head`, and `now`); `(None, None)` otherwise. The stale one is shown at
-    once and the session's first prompt brings what changed since (`cortex.events.briefing_catch_up`): building
-    it again in the hook took ~0.2 s at 10,000 memories and ~1.7 s at 100,000."""
+    once and the session's first prompt brings what changed since (`cortex.events.briefing_catch_up`): a hook
+    cannot afford to build it again."""
     branch, head = branch_and_head(worktree_root(os.path.dirname(store_root)))
     version_branch = f"{version}|{branch}|"  # `briefing_key`'s form: then HEAD, then the store's signature
     signature = _signature(store_root)[0]
@@ -179,7 +179,7 @@ def private_dir(create: bool = False) -> str | None:
         usable = False
     if usable:
         folder = os.path.join(runtime, "cortex")
-    else:  # `tempfile.gettempdir`'s choice, without importing it (~5 ms of a hook)
+    else:  # `tempfile.gettempdir`'s choice, without importing it in a hook
         temp = next((value for name in ("TMPDIR", "TEMP", "TMP")
                      if (value := os.environ.get(name)) and os.path.isdir(value)), "/tmp")
         folder = os.path.join(temp, f"cortex-{uid}")

@@ -65,7 +65,7 @@ def fill_contextual(store: Store, indexes: Indexes | None = None) -> None:
     indexes = indexes or Indexes()
     try:
         recall.use_contextual("inline")
-        os.nice(10)  # a detached background job (≈15 ms a memory): the person's commands and hooks come first
+        os.nice(10)  # a detached background job: the person's commands and hooks come first
         with one_blas_thread():  # and it takes one core, not both
             filled = recall.fill_contextual(store, indexes.synced(store))
         if filled:

@@ -160,7 +160,7 @@ def new_id() -> str:
     Ids YAML would read as a number (all digits, or digits-e-digits) are
     skipped, so an id is always a plain string, even in a hand-written file.
     """
-    import secrets  # lazily: importing it costs a fresh process ~9 ms
+    import secrets  # lazily: a hook that writes nothing never needs it
 
     while True:
         candidate = secrets.token_hex(6)
@@ -186,7 +186,7 @@ def epoch(stamp: str) -> float:
     if not stamp:
         return 0.0
     seconds = _EPOCHS.get(stamp)
-    if seconds is None:  # `strptime` is ~20 µs: a recall ranks ~60 candidates, a briefing thousands
+    if seconds is None:  # `strptime` is slow, and a briefing reads thousands of stamps
         if len(_EPOCHS) > 100_000:
             _EPOCHS.clear()
         seconds = _EPOCHS[stamp] = _dt.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(
@@ -515,7 +515,7 @@ def no_alias_yaml() -> Any:
     return yaml
 
 
-MAX_FLOW_DEPTH = 64  # ruamel's scanner is quadratic in `[`/`{` depth (5,000 deep: 3.6 s); ~400 deep it fails anyway
+MAX_FLOW_DEPTH = 64  # ruamel's scanner is quadratic in `[`/`{` depth; ~400 deep it fails anyway
 
 
 def _flow_depth(yaml_text: str) -> int:

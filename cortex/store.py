@@ -56,7 +56,7 @@ _DEFERRED_ACCESS: dict[str, tuple[Store, list[str]]] | None = None
 
 def defer_access() -> None:
     """Hold `Store.record_access` writes in memory until `flush_access`: a resident server answers first and
-    counts after (rewriting access.json is ~3 ms at 10,000 memories, on every prompt)."""
+    counts after."""
     global _DEFERRED_ACCESS
     if _DEFERRED_ACCESS is None:
         _DEFERRED_ACCESS = {}
@@ -216,7 +216,7 @@ class Store:
 
     def _sweep_when_due(self) -> None:
         """`_remove_stale_temp_files` when no process did it for STALE_TEMP_SECONDS (`state/swept`'s time): the
-        walk over every memory folder is ~0.15 s at 100,000 memories, too much for each `remember` to pay."""
+        walk over every memory folder is too much for each `remember` to pay."""
         stamp = self.state_dir / "swept"
         try:
             if time.time() - stamp.stat().st_mtime < STALE_TEMP_SECONDS:
@@ -261,7 +261,7 @@ class Store:
         if not self.memories_dir.is_dir():
             return [], []
         files, odd = walk_memory_files(str(self.memories_dir), keep)
-        files.sort()  # by (folder, name), as strings: sorting 10,000 Paths costs ~0.2 s
+        files.sort()  # by (folder, name), as strings: sorting Paths is slow
         return [Path(folder, name) for folder, name, _, _ in files], [Problem(self.memories_dir / rel, reason)
                                                                       for rel, reason in sorted(odd)]
 
@@ -403,7 +403,7 @@ class Store:
 
     def _ids_named(self) -> set[str]:
         """The ids in the memory files' names (`<slug>-<id>.md`), from folder listings alone: no path objects, no
-        stat, no parse (a create at 10,000 memories walked and checked every file: ~0.15 s a memory)."""
+        stat, no parse (a create must not walk and check every file)."""
         named = _NAMED.get(str(self.memories_dir))
         if named is not None and named[0] == _folder_marks(named[0]):
             return named[1]  # no folder changed since the last look (a Stop writing ten memories, a server's remembers)
@@ -436,7 +436,7 @@ class Store:
         with self.lock():
             if not item.id:
                 # 48 random bits: the chance that one clashes with any of 100,000 memories is ~1 in 3 billion, so
-                # the folders are not listed for it (~0.18 s at 100,000 memories), only checked against a listing
+                # the folders are not listed for it, only checked against a listing
                 # this process has already made; `cortex status` reports a duplicate id if it ever happens.
                 listed = _NAMED.get(str(self.memories_dir))
                 existing = listed[1] if listed is not None else set()
@@ -610,7 +610,7 @@ class Store:
                     entry = data.setdefault(memory_id, {"count": 0})
                     entry["count"] = int(entry.get("count", 0)) + 1
                     entry["last"] = stamp
-                # Counts are private, best-effort state: no fsync (it cost a warm MCP search ~4 ms on this VM).
+                # Counts are private, best-effort state: no fsync.
                 atomic_write(path, json.dumps(data, sort_keys=True), durable=False)
         except OSError:
             pass  # a read-only store still reads
