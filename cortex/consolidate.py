@@ -88,8 +88,7 @@ def _clusters(pairs: list[tuple[float, str, str]], score_of: Any, conflict_of: A
     (B goes with its closer twin). A memory whose closest partner differs from it in a claim joins no group:
     which of the two a third memory repeats is for a person to decide (and the third would otherwise take
     whichever came first). Returns the groups with their lowest score, and the pairs at the threshold that
-    were not grouped because they differ in a claim (score, a, b, the reason). Measured in
-    bench/consolidate.py and bench/consolidate_claims.py."""
+    were not grouped because they differ in a claim (score, a, b, the reason)."""
     group_of: dict[str, int] = {}
     members: dict[int, list[str]] = {}
     lowest: dict[int, float] = {}
@@ -142,27 +141,12 @@ def _clusters(pairs: list[tuple[float, str, str]], score_of: Any, conflict_of: A
 
 
 class Judge:
-    """The duplicate score of two memories: do they say one thing?
-
-    BERTScore (Zhang et al., 2020) on the bundled contextual model
-    (`cortex.contextual`): every token of one memory is matched with its most
-    similar token of the other (cosine of their contextual states), weighted
-    by the token's rarity in the store (idf), averaged both ways; the score is
-    the harmonic mean (F1) of the two directions. Rare words carry the claim
-    ("SKIP LOCKED", "4 KB", "banker's rounding"); a memory that only shares
-    the subject's common words with another scores low, one that says the same
-    thing in other words scores high, because contextual states match "iPhones"
-    with "iOS" and "half a minute" with "30 seconds". The texts are those the
-    index embeds (`embed_text`); of a long one, its first and last `TOKENS`
-    tokens (two memories that open alike may still end in different decisions).
-    The idf is over the store's active memories (code excepted), so a run by
-    hand and the automatic run weigh alike.
-
-    Scores are kept in `cache/duplicate-scores.json` by the two texts' hashes,
-    so a later run encodes only memories with a new candidate. The idf weights
-    drift as the store grows: the kept scores are dropped once the store is
-    half or twice the size they were computed at.
-    """
+    """The duplicate score of two memories: do they say one thing? BERTScore on the bundled contextual model: each
+    token matched with its most similar token of the other, weighted by its rarity in the store (idf), F1 of both
+    directions, so rare words carry the claim and paraphrases still match. A long text counts by its first and last
+    `TOKENS` tokens (two memories that open alike may end in different decisions). Scores are kept in
+    `cache/duplicate-scores.json` by the texts' hashes, and dropped when the store has halved or doubled since (the
+    idf drifts)."""
 
     TOKENS = 128
     CACHE = "duplicate-scores.json"

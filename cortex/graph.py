@@ -65,15 +65,10 @@ def automatic_links(links: Iterable[Link]) -> list[Link]:
 
 
 class Similarity:
-    """Similarity between the store's memories: centred cosine on the cache's vectors, or Jaccard without them.
-
-    Static embeddings of any two memories of one project point much the same
-    way (raw cosine between unrelated memories of the example store: median
-    0.63), so the raw cosine says little. The store's mean vector is taken
-    out first (blended with a fixed reference mean while the store is small)
-    and the cosine of what is left is the similarity: unrelated memories sit
-    near 0, paraphrases high. See docs/graph.md for the measurements.
-    """
+    """Similarity between the store's memories: centred cosine on the cache's vectors, or Jaccard without them. Static
+    embeddings of one project's memories all point much the same way, so the store's mean vector (blended with a fixed
+    reference while the store is small) is taken out first: unrelated memories then sit near 0, paraphrases high
+    (docs/graph.md)."""
 
     def __init__(self, store: Store, index: Any = None, centred: bool = True, method: str | None = None) -> None:
         from cortex.index import Index

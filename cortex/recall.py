@@ -467,7 +467,8 @@ def score_fusion(ranked: dict[str, list[tuple[str, float]]], raw: dict[str, dict
     w_bm25, w_ctx, w_dense = FUSION["bm25"], FUSION["ctx"], FUSION["dense"]
     out = {} if into is None else into
     rels = list(raw) if only is None else only
-    for rel, cosine, static_cosine in zip(rels, _values(cosines, rels), _values(statics, rels)):
+    for rel in rels:
+        cosine, static_cosine = cosines.get(rel), statics.get(rel)
         scores = raw[rel]
         if cosine is not None:
             scores["ctx"] = cosine
@@ -483,20 +484,6 @@ def score_fusion(ranked: dict[str, list[tuple[str, float]]], raw: dict[str, dict
         support = min(1.0, (match_score(scores) or 0.0) / WORD_SUPPORT)
         out[rel] = (w_bm25 * support * bm25.get(rel, 0.0) / top + w_ctx * ctx + w_dense * static) / total
     return out
-
-
-def _values(scores: Mapping[str, float], rels: list[str]) -> list[float | None]:
-    """`[scores.get(rel) for rel in rels]`, taken from a `Scores` array in one numpy pick (~140 a query)."""
-    if not isinstance(scores, Scores):
-        return [scores.get(rel) for rel in rels]
-    import numpy as np
-
-    where = scores.where
-    at = [where.get(rel, -1) for rel in rels]
-    if not at:
-        return []
-    picked = scores.values[np.array(at)].tolist()
-    return [value if n >= 0 else None for value, n in zip(picked, at)]
 
 
 def sessions(index: Any) -> tuple[dict[str, str], dict[str, list[str]]]:

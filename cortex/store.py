@@ -376,26 +376,6 @@ class Store:
             raise AmbiguousId(key, list(matches))
         return next(iter(matches.values()))
 
-    def search_text(self, query: str, statuses: Iterable[str] = ("active",)) -> builtins.list[tuple[float, Memory]]:
-        """A plain word-overlap search, best first: enough to pick a memory by a few words."""
-        from cortex.text import words as _words
-
-        words = _words(query)
-        if not words:
-            return []
-        wanted = set(statuses)
-        scored = []
-        for item in self.scan().memories:
-            if wanted and item.status not in wanted:
-                continue
-            title_words = _words(item.title)
-            other_words = _words(item.body) | _words(" ".join(item.tags))
-            score = sum(2.0 if w in title_words else 1.0 if w in other_words else 0.0 for w in words)
-            if score > 0:
-                scored.append((score / (2 * len(words)), item))
-        scored.sort(key=lambda pair: (-pair[0], pair[1].id))
-        return scored
-
     # ------------------------------------------------------------ writing
 
     def _path_for(self, item: Memory) -> Path:
