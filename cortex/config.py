@@ -362,14 +362,9 @@ def _parse(path: Path, text: str) -> Config:
 
 
 def _migrate(given: dict[str, Any]) -> None:
-    """Read a config written by an older cortex as it meant.
-
-    Before consolidation had a duplicate score, `cortex init` wrote `auto_threshold: 0.7` and
-    `manual_threshold: 0.5` — thresholds on a cosine. A `consolidate` section without
-    `candidate_threshold` (which every newer config has) holding both values is that template: they give
-    way to the duplicate score's defaults, since 0.7/0.5 mean something else on that scale. A value a person
-    changed is kept (both are then kept).
-    """
+    """Read a config written by an older cortex as it meant: the `consolidate` template of before the duplicate score
+    (`auto_threshold: 0.7`, `manual_threshold: 0.5`, no `candidate_threshold`) gives way to the new defaults, which
+    mean something else on the new scale. A value a person changed is kept."""
     section = given.get("consolidate")
     if isinstance(section, dict) and "candidate_threshold" not in section \
             and section.get("auto_threshold") == 0.7 and section.get("manual_threshold") == 0.5:

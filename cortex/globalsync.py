@@ -118,12 +118,9 @@ def _committed_path(path: str) -> bool:
 def commit_changes(store: Store, message: str = "cortex: global memory update", scan: bool = False,
                    paths: Iterable[Path] | None = None) -> list[str]:
     """Commit what changed under `memories/`, `conflicts/` and `.gitignore` (nothing else); the paths committed.
-
-    Nothing when the store is not a git repository (sync was never set up). The Stop hook calls it after
-    capture writes global memories, naming the files it wrote in `paths` (a `git status` of a big store is slow);
-    without `paths` every changed file is found. `scan` checks each file for secrets first (a
-    hand-written file that never went through the store's guard), raising `SecretDetected` naming it.
-    """
+    Nothing when the store is not a git repository. `paths`: only these files (the Stop hook names what it wrote; a
+    `git status` of a big store is slow). `scan` checks each file for secrets first, raising `SecretDetected` naming
+    it."""
     import pygit2
 
     from cortex.files import file_lock
@@ -353,14 +350,9 @@ def _upstream(repo: Any, branch: str) -> Any:
 
 
 def sync(store: Store, remote: str | None = None, resolve: Iterable[str] = ()) -> SyncResult:
-    """Commit, pull (replaying local commits on the remote's, file by file) and push the global store.
-
-    `remote` sets `origin` first. `resolve`: memory ids whose conflict copies the person is done with (their
-    memory file holds what they want): the copies are removed and the removal committed. Without a remote,
-    only the commit is made. Raises `CortexError` with a one-line reason (no remote reachable, a rejected push
-    three times over, a tracked file of the person's own in the way), `SecretDetected` for a file that looks
-    like it holds a secret: nothing is pushed then.
-    """
+    """Commit, pull (replaying local commits on the remote's, file by file) and push the global store. `remote` sets
+    `origin` first; `resolve`: ids whose conflict copies the person is done with (removed, and the removal committed).
+    Raises `CortexError` with a one-line reason, or `SecretDetected`: nothing is pushed then."""
     from cortex.files import file_lock
 
     result = SyncResult()

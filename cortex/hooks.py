@@ -104,15 +104,11 @@ def git_pre_push(args: list[str], stdin: str) -> int:
 
 
 def git_refresh(event: str, args: list[str]) -> int:
-    """post-checkout, post-merge, post-rewrite: bring the cache in step; after a merge or a rebase, the pages.
-
-    A checkout never writes a tracked file: a page is a function of the memory files of the commit, so a
-    commit whose pages were current still has them. A merge (or a rebase) can join memories from two sides
-    while the merge driver kept one side's page: the pages that are tracked and stale are regenerated and,
-    under `git.pre_push: commit` (the default), committed on their own, so the tree is clean afterwards. A
-    page never committed is never created here (it would block a later merge that brings the committed one).
-    Always 0.
-    """
+    """post-checkout, post-merge, post-rewrite: bring the cache in step; after a merge or a rebase, the pages. A
+    checkout never writes a tracked file (pages are a function of the commit's memory files); a merge can join
+    memories while the merge driver kept one side's page, so stale tracked pages are regenerated and, under
+    `git.pre_push: commit`, committed on their own. A page never committed is never created here (it would block a
+    later merge). Always 0."""
     if event == "post-checkout" and len(args) >= 3 and args[2] != "1":
         return 0  # a file checkout, not a branch switch
     rebased = event == "post-rewrite" and bool(args) and args[0] == "rebase"  # not `commit --amend`

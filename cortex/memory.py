@@ -84,11 +84,8 @@ class Link:
 
 
 def link_problems(memory_id: str, links: list[Link]) -> tuple[list[Link], list[str]]:
-    """The links worth keeping (the first of each (rel, to), none to the memory itself) and what was left out.
-
-    A link is unique by its relation and target; a second one would count twice in centrality and say
-    nothing new, and a memory linked to itself says nothing at all.
-    """
+    """The links worth keeping (the first of each (rel, to), none to the memory itself) and what was left out: a
+    repeated link would count twice in centrality."""
     kept: list[Link] = []
     seen: set[tuple[str, str]] = set()
     dropped: list[str] = []
@@ -155,11 +152,8 @@ _FIELD_NAMES = tuple(f.name for f in fields(Memory))
 
 
 def new_id() -> str:
-    """12 random hex characters: unique across clones without coordination.
-
-    Ids YAML would read as a number (all digits, or digits-e-digits) are
-    skipped, so an id is always a plain string, even in a hand-written file.
-    """
+    """12 random hex characters: unique across clones without coordination. Ids YAML would read as a number are
+    skipped, so an id is always a plain string."""
     import secrets  # lazily: a hook that writes nothing never needs it
 
     while True:
@@ -494,11 +488,8 @@ def _to_plain(value: Any) -> Any:
 
 
 def no_alias_yaml() -> Any:
-    """ruamel.yaml (safe, pure) refusing anchors and aliases as it composes, before anything is expanded.
-
-    A memory file never needs them (nor does `config.yaml`, which is read the same way), and nine nested
-    aliases in 700 bytes ("billion laughs") expand to gigabytes when the data is walked. Raises `AnchorFound`.
-    """
+    """ruamel.yaml (safe, pure) refusing anchors and aliases as it composes, before anything is expanded ("billion
+    laughs": 700 bytes to gigabytes). Raises `AnchorFound`."""
     from ruamel.yaml import YAML
     from ruamel.yaml.composer import Composer
     from ruamel.yaml.events import AliasEvent
@@ -820,13 +811,9 @@ def _front_matter_data(memory: Memory) -> dict[str, Any]:
 
 
 def _safe_scalar(value: Any) -> Any:
-    """Quote strings that start with a YAML indicator, and strings holding a character YAML reads as a line
-    break or does not allow plain (NEL, the Unicode line and paragraph separators, controls, a BOM).
-
-    ruamel's emitter writes some of them plain where its own reader then sees
-    syntax (`[?0]` reads back as a mapping), and folds a plain NEL into spaces
-    ("P\x85ostgres" read back as "P\x85  ostgres"); quoting them keeps round trips exact.
-    """
+    """Quote strings that start with a YAML indicator or hold a character YAML reads as a line break or will not take
+    plain (NEL, line and paragraph separators, controls, a BOM): ruamel's emitter writes some of them plain where its
+    reader then sees syntax or folds them, so quoting keeps round trips exact."""
     if not isinstance(value, str) or not value:
         return value
     awkward = any(ord(c) < 32 and c != "\t" or c in "\x7f\x85\u2028\u2029\ufeff" for c in value)
@@ -888,11 +875,8 @@ def render_new(memory: Memory) -> str:
 
 
 def edit_text(text: str, changes: dict[str, Any], body: str | None = None, path: Path | None = None) -> str:
-    """Apply field changes (and optionally a new body) to a memory file's text.
-
-    Only the changed keys' lines differ in the result; comments, key order and
-    quoting elsewhere are kept. A value of None removes the key.
-    """
+    """Apply field changes (and optionally a new body) to a memory file's text, round-trip: only the changed keys'
+    lines differ. A value of None removes the key."""
     yaml_text, old_body = split_front_matter(text, path)
     yaml = _yaml()
     try:

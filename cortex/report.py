@@ -191,14 +191,10 @@ def _body(path: Path) -> str:
 
 def layout(memories: list[Memory], edges: list[tuple[int, int]]) -> tuple[list[tuple[float, float]], list[int],
                                                                            list[dict[str, Any]]]:
-    """Positions, the cluster of each memory, and the clusters (label, centre, radius, size).
-
-    A cluster is a set of memories joined by links (a connected component), named after its best-linked
-    memory; memories with no link form one cluster per type. Each cluster is a disc: its memories on a
-    sunflower spiral in breadth-first order from its best-linked memory, then pulled towards their
-    neighbours (each keeps half its spiral place, so the disc never collapses). The discs are packed in rows,
-    largest first. Deterministic.
-    """
+    """Positions, the cluster of each memory, and the clusters (label, centre, radius, size), deterministically. A
+    cluster is a connected component of links (one per type for unlinked memories), named after its best-linked
+    memory, laid out as a disc (a sunflower spiral pulled halfway towards neighbours); discs are packed in rows,
+    largest first."""
     count = len(memories)
     neighbours: list[list[int]] = [[] for _ in range(count)]
     for a, b in edges:
