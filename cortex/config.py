@@ -309,34 +309,29 @@ SCHEMA = 14  # bump when DEFAULTS change shape, so cached configs are re-read
 
 
 def _cache_file(cache_dir: Path) -> Path:
-    return cache_dir / "config.marshal"
+    return cache_dir / "config.json"
 
 
 def _read_cached(cache_dir: Path, key: tuple[int, ...]) -> Config | None:
-    import importlib.util
-    import marshal
+    import json
 
     try:
-        raw = _cache_file(cache_dir).read_bytes()
-        magic = importlib.util.MAGIC_NUMBER
-        if not raw.startswith(magic):
-            return None
-        stored_key, data, warnings, invalid = marshal.loads(raw[len(magic):])
-    except (OSError, ValueError, EOFError, TypeError):
+        stored_key, data, warnings, invalid = json.loads(_cache_file(cache_dir).read_bytes())
+    except (OSError, ValueError, TypeError):
         return None
     return Config(data, list(warnings), list(invalid)) if tuple(stored_key) == key else None
 
 
 def _write_cached(cache_dir: Path, key: tuple[int, ...], config: Config) -> None:
-    import importlib.util
-    import marshal
+    import json
 
     from cortex.files import atomic_write
 
     try:
-        record = (key, config.data, config.warnings, config.invalid)
-        atomic_write(_cache_file(cache_dir), importlib.util.MAGIC_NUMBER + marshal.dumps(record))
-    except (OSError, ValueError):
+        text = json.dumps([key, config.data, config.warnings, config.invalid])
+        if json.loads(text)[1] == config.data:  # only what JSON gives back as it was (no dates, no tuples)
+            atomic_write(_cache_file(cache_dir), text)
+    except (OSError, ValueError, TypeError):
         pass  # not cacheable (read-only store, odd values): read it each time
 
 
