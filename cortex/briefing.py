@@ -350,11 +350,8 @@ def get(store: Store) -> Briefing:
     from cortex.metrics import record
 
     started = time.perf_counter()
-    # The sync (a stat of every memory file) in a forked child while this process reads git's side of the page
-    # (`git status` over the tracked files), then the page from the synced cache.
-    index = Index(store).ensure(ahead=True)
+    index = Index(store).ensure()
     facts = _git_facts(store, None)
-    index.confirm()
     # The key taken after the sync (which may have rewritten the manifest) and before the page is made: the page
     # is kept under it only when nothing changed meanwhile.
     key = _cache_key(store, settled=True)

@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable
 
 import click
 
@@ -24,7 +24,6 @@ from cortex.errors import CortexError
 from cortex.memory import TYPES
 
 TYPE_CHOICE = click.Choice(TYPES)
-T = TypeVar("T")
 
 
 def _fail(message: str) -> None:
@@ -120,14 +119,6 @@ def _index(store: Any) -> Any:
     from cortex.index import Index
 
     return Index(store).ensure()
-
-
-def _answered(store: Any, answer: Callable[[Any], T]) -> T:
-    """`answer(index)` of the store's index synced at manifest level: made from the committed cache while a
-    child syncs it, and again if files had changed (`cortex.index.answer_ahead`)."""
-    from cortex.index import answer_ahead
-
-    return answer_ahead([store], lambda indexes: answer(indexes.synced(store)), full=False)
 
 
 def _warn_config(store: Any, llm_notice: bool = True) -> None:
@@ -350,7 +341,7 @@ def list_command(store: Any, types: tuple[str, ...], statuses: tuple[str, ...], 
         rows.sort(key=lambda row: (not row[1], -row[2], row[3], row[4].lower(), row[5]))
         return list(index.problems()), rows
 
-    problems, rows = _answered(store, listed)
+    problems, rows = listed(_index(store))
     for path, reason in problems:
         click.echo(f"cortex: skipped {_safe(str(path))}: {_safe(reason)}", err=True)
     if as_json:
@@ -876,14 +867,10 @@ def recall(store: Any, query: str, limit: int | None, types: tuple[str, ...], br
     result = None if at else _served_recall(stores, query, limit=limit, types=types, branch=branch,
                                             include_all=include_all, keyword=keyword)
     if result is None:  # no server (or still warming): search here
-        from cortex.index import answer_ahead
-
         if not keyword:
             use_contextual("inline")
-        # Ranked from the committed cache while a child syncs it, and again if it found files changed.
-        result = answer_ahead(stores, lambda indexes: run_recall(
-            stores, query, limit=limit, types=types, branch=branch, include_all=include_all, keyword_only=keyword,
-            indexes=indexes))
+        result = run_recall(stores, query, limit=limit, types=types, branch=branch, include_all=include_all,
+                            keyword_only=keyword)
     hits, left_out = _within_budget(result.hits, budget)
     for note in result.notes:
         click.echo(f"cortex: {_safe(note)}", err=True)
