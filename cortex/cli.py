@@ -1228,10 +1228,18 @@ def hook(event: str, args: tuple[str, ...]) -> None:
       git-pre-push, git-post-merge, git-post-checkout, git-post-rewrite.
     """
     from cortex import hooks
-    from cortex.__main__ import CLAUDE_EVENTS
 
-    if event in CLAUDE_EVENTS:
-        sys.exit(getattr(hooks, CLAUDE_EVENTS[event])(sys.stdin.read() if not sys.stdin.isatty() else ""))
+    if event in ("stop", "pre-compact"):
+        sys.exit(hooks.claude_stop(sys.stdin.read() if not sys.stdin.isatty() else ""))
+    if event == "session-start":
+        sys.exit(hooks.claude_session_start(sys.stdin.read() if not sys.stdin.isatty() else ""))
+    if event == "prompt":
+        sys.exit(hooks.claude_prompt(sys.stdin.read() if not sys.stdin.isatty() else ""))
+    if event == "session-end":
+        sys.exit(hooks.claude_session_end(sys.stdin.read() if not sys.stdin.isatty() else ""))
+    if event in ("subagent-start", "subagent-stop"):
+        handler = hooks.claude_subagent_start if event == "subagent-start" else hooks.claude_subagent_stop
+        sys.exit(handler(sys.stdin.read() if not sys.stdin.isatty() else ""))
     if event == "pre-tool-use":
         from cortex.hotpath import pre_tool_use
 
