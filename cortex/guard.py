@@ -1,39 +1,9 @@
 """The secret guard: nothing that looks like a key, token or password may reach a memory or a remote.
 
-One scanner for every path that writes or sends text: `store.guard_text`
-(remember, MCP, capture, consolidation, `cortex edit`), capture's redaction,
-the LLM queue, AGENTS.md, `cortex scan` and the pre-push hook. It reads the
-text and nothing else: no file name, no file type, so no name can switch a
-rule off (detect-secrets drops every finding in a file it takes for a
-swagger file, for instance).
-
-What a finding covers is the whole secret, over as many lines as it takes (a
-PEM block, a token wrapped at 76 characters), so `redact` can take all of it
-out. The rules, cheapest first:
-
-- private key blocks, BEGIN to END (a block cut short at either end too, or folded onto one line), and a
-  key's bare base64 body without its BEGIN/END lines (by its DER or OpenSSH start, or PEM-width lines that do
-  not start as public material does);
-- provider formats with a fixed prefix (AWS, GitHub, GitLab, Slack, Stripe,
-  OpenAI, Anthropic, Google, npm, PyPI, SendGrid, JWTs, …) and a password in
-  a URL (`redis://:pw@host`);
-- assignments to a secret name, `.env` prefixes included (`DB_PASSWORD=`,
-  `SECRET_KEY_BASE=`, `"client_secret": …`); what is read from the
-  environment, code, paths and placeholders pass;
-- prose: "the password is X", "the signing secret is "…"";
-- quoted high-entropy strings (detect-secrets' base64 limit); a hex string
-  is a secret only in such a context, so commit ids and hashes in prose pass;
-- detect-secrets' own regex detectors, for providers the rules above do not
-  name (Mailchimp, Discord, Twilio, …), run on the string of each line that
-  holds a long token no rule claimed: no file name, no filters. Importing
-  detect-secrets costs ~130-190 ms, so most texts never do.
-
-100 KB of notes scan in about 5-10 ms (tests/test_secrets.py measures it).
-
-`redacted(text)` is the one rule for everything cortex shows or sends (the briefing, prompt and sub-agent
-context, recall, `show`, MCP answers, `cortex review` and its posted comment, the report, log lines, every LLM
-prompt): each secret named `[REDACTED:<kind>]`, never shown. `scan_bytes` reads a file in whatever encoding git
-holds it (UTF-8, UTF-16, UTF-32, with or without a BOM: `decode`), for `cortex scan` and the pre-push hook.
+One scanner for every path that writes, shows or sends text. It reads the text and nothing else (no file
+name can switch a rule off), and a finding covers the whole secret over all its lines so `redact` takes all
+of it out. detect-secrets' detectors run only on lines holding a long token no rule claimed (importing it is
+slow). `redacted(text)` is the one rule for everything shown or sent. docs/security.md.
 """
 
 from __future__ import annotations

@@ -1,35 +1,9 @@
 """Lifecycle (`cortex gc`): archive what has faded, remove what stayed archived, close merged branches' progress.
 
-Rules, in order, each with its config key:
-
-1. **Faded → archived.** Confidence decays at read time
-   (`decayed_confidence`: `confidence × 0.5^(days / half_life)`,
-   half-lives progress 7 d, context 30 d, gotcha 45 d, pattern 60 d, doubled
-   when a memory was read more than 10 times or its centrality is over 0.5;
-   architecture, decision, plan, code_description and code never decay;
-   pinned memories never do). The decay curve is known, so the day the
-   decayed confidence went under `gc.archive_below` (0.3) is computed, not
-   tracked: once it has stayed under for `gc.archive_after_days` (14), the
-   memory is archived (`status: archived`, `archived: <that day>`: the
-   crossing plus the 14 days, not the moment gc ran). Reads (access counts)
-   rank but never archive: they live in a machine's `state/`, and what upkeep
-   writes to tracked files depends on tracked files and history alone, so two
-   branches or clones archive the same memory with the same bytes.
-2. **Merged branch → progress archived.** A `progress` memory made on a
-   branch that has been merged into the default branch (main, master or
-   trunk: the branch's tip — or, the branch deleted, the commit it was
-   captured at — is in the default branch and was committed after the
-   memory was written) is archived, stamped with that tip's commit time.
-3. **Archived and untouched → removed from the working tree** after
-   `gc.remove_after_days` (30) more days without an update. Only a
-   file whose exact bytes are in HEAD is removed: git history keeps it
-   (`cortex log`, `--at` still find it). An archived memory never committed
-   is kept, and said so.
-
-`cortex recall --all` finds archived memories and restores one it returns.
-`cortex gc --dry-run` prints what would change. After capture, the detached
-`cortex maintain` the Stop hook starts runs gc once a day. Times come from the clock, or `$CORTEX_NOW` (an epoch or
-an ISO timestamp) so behaviour over weeks can be shown without waiting.
+Decay is computed at read time, so the day a memory faded is worked out, not tracked; only a file whose
+exact bytes are in HEAD is removed (git history keeps it). `$CORTEX_NOW` sets the clock for tests and
+demos. What gc writes (`archived:` is the day a memory became due, never the moment gc ran)
+depends on tracked files and history alone; reads rank but never archive. docs/graph.md.
 """
 
 from __future__ import annotations
