@@ -16,6 +16,7 @@ import sys
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 from cortex import memory as fmt
@@ -65,7 +66,7 @@ class Result:
 # ---------------------------------------------------------------- finding groups
 
 
-def _eligible(records: dict[str, dict[str, Any]], automatic: bool = False) -> dict[str, list[str]]:
+def _eligible(records: Mapping[str, dict[str, Any]], automatic: bool = False) -> dict[str, list[str]]:
     """Active, unpinned, non-code memories by type; the automatic run also leaves out memories capture keeps
     updating in place (a session's plan or progress, `source.key`): merged away, the next Stop would write them
     again."""
@@ -151,7 +152,7 @@ class Judge:
     IDF_SAMPLE = 4000
     CHUNK = 256  # memories encoded at a time by `judge`
 
-    def __init__(self, store: Store, rels: list[str], records: dict[str, dict[str, Any]] | None = None) -> None:
+    def __init__(self, store: Store, rels: list[str], records: Mapping[str, dict[str, Any]] | None = None) -> None:
         import math
         from collections import Counter
 
@@ -297,7 +298,7 @@ class Judge:
             self.store.log(f"consolidate: cannot keep the duplicate scores: {exc!r}")
 
 
-def _judge(store: Store, records: dict[str, dict[str, Any]]) -> Judge | None:
+def _judge(store: Store, records: Mapping[str, dict[str, Any]]) -> Judge | None:
     from cortex.embedding import EncoderUnavailable
 
     every = sorted(rel for rel, e in records.items() if e["status"] == "active" and e["type"] not in NO_LINK_TYPES)

@@ -10,12 +10,15 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from cortex.files import atomic_write, file_lock
 from cortex.memory import Link, epoch
 from cortex.store import Store
 from cortex.text import jaccard, words
+
+if TYPE_CHECKING:
+    from cortex.index.cache import Records
 
 DAY = 86400.0
 STRONG_LINK = 0.4  # a relates_to link this strong (after decay) brings its other end into recall's results
@@ -82,7 +85,7 @@ class Similarity:
         self._centred: Any = None
         self._parts: Any = None  # (mean, each row's centred norm): `against` without a centred copy of the matrix
 
-    def records(self) -> dict[str, dict[str, Any]]:
+    def records(self) -> Records:
         return self.index.records()
 
     def _mean(self) -> Any:

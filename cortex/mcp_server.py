@@ -311,12 +311,12 @@ def _memory_view(backend: Backend, memory_id: str) -> dict[str, Any]:
                 continue
             except CortexError:
                 pass
-        title = index.manifest.meta(rel)["title"] if rel is not None else None
+        title = index.meta(rel)["title"] if rel is not None else None
         links.append({"rel": link.rel, "to": link.to, "title": title, "strength": link.strength})
     described_by = []
     for rel, entry in index.records().items():
         if any(kind == "source_of" and to == item.id for kind, to, _ in entry["links"]):
-            described_by.append({"id": entry["id"], "type": entry["type"], "title": index.manifest.meta(rel)["title"]})
+            described_by.append({"id": entry["id"], "type": entry["type"], "title": index.meta(rel)["title"]})
     worktree = store.worktree
     data.update(code=code, links=links, described_by=described_by,
                 missing_files=[f for f in item.files if worktree is not None and f not in _present(item.files, worktree)])
@@ -369,7 +369,7 @@ def _recent(backend: Backend, limit: int, types: list[str] | None, branch: str |
         if entry["status"] != "active" or (wanted and entry["type"] not in wanted) \
                 or (branch is not None and entry["branch"] != branch):
             continue
-        meta = index.manifest.meta(rel)
+        meta = index.meta(rel)
         rows.append({"id": meta["id"], "type": meta["type"], "title": meta["title"],
                      "updated": meta["updated"] or meta["created"], "branch": meta["branch"], "tags": meta["tags"],
                      "path": str(store.memories_dir / rel)})

@@ -156,7 +156,7 @@ def _load(store: Store, index: Any = None, kinds: frozenset[str] = PAGE_TYPES) -
         item = memory_from_meta(meta, store.memories_dir / rel)
         if rel in records.revived:  # the memory of a supersession cycle every reader takes as active
             item.status = "active"
-        item.body = redacted(read_body(item.path))  # a hand-committed secret is not copied into a page
+        item.body = redacted(read_body(store.memories_dir / rel))  # a hand-committed secret is not copied into a page
         out.append(item)
     return out, _Lookup(index, out)
 
