@@ -375,8 +375,7 @@ def _matching_share(index: Any, query: str, total: int) -> float:
     from cortex.index import fulltext
 
     try:
-        analyzer = searcher.schema["text"].analyzer  # the searcher's, in memory: the index's reads its table of contents
-        found = max((searcher.doc_frequency("text", t.text) for t in analyzer(" ".join(fulltext.query_words(query)))),
+        found = max((searcher.doc_frequency("text", term) for term in fulltext.terms(" ".join(fulltext.query_words(query)))),
                     default=0)
     except Exception:  # a writer replaced the index: no narrowing this time
         return 0.0
@@ -736,20 +735,15 @@ def _best_hits(store: Store, index: Any, query: str, fused: dict[str, float], ra
 
 
 def warm_views(store: Store, index: Any) -> None:
-    """Make what a recall reads once per sync (the filters, the records, full text's document lengths, the
+    """Make what a recall reads once per sync (the filters, the records, the full-text searcher, the
     static and contextual views, the prior's centralities, the link map, the sessions) for an index that no
     query uses yet: a resident server's next index (`Index.successor`), warmed while the current one answers.
     Touches none of the process's query vectors, which the answering thread owns."""
-    from cortex.index import fulltext
-
     # Full text only: the views of the other lists are made below.
     recall_store(store, "warm up", limit=1, index=index, sync=False, methods=("bm25",), read=False)
     keep_views(store, index)  # the views made from the manifest alone: filter, static rows, links, centralities
     key, keep = recall_filter(("active",), [], None)
     allowed = index.allowed(key, keep)
-    searcher = index.searcher()
-    if searcher is not None:
-        fulltext.warm(searcher)
     static_scores(index, "warm up", key, allowed)  # what the static list multiplies beside the contextual one
     encoder = CONTEXTUAL.encoder
     if encoder is not None and CONTEXTUAL.mode is not None and store.config().get("recall.contextual") is not False:

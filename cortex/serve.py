@@ -366,7 +366,6 @@ class _Warm(threading.Thread):
         vectors, the link map): at 100,000 memories the first prompt after a change paid ~0.5 s for them (the
         caller holds `busy`)."""
         from cortex import recall as recall_module
-        from cortex.index import fulltext
         from cortex.store import iter_stores
 
         try:
@@ -374,30 +373,20 @@ class _Warm(threading.Thread):
             # No links: prompts follow none, and the map `recall` follows is made beside the requests
             # (`_finish_views`).
             recall_module.recall(stores, "warm up", limit=1, indexes=self.indexes, links=False)
-            for each in stores:  # "warm up" may match nothing: what a search reads, read now
-                searcher = self.indexes.get(each).searcher()
-                if searcher is not None:
-                    fulltext.warm(searcher)
         except Exception as exc:
             self.store.log(f"serve: warming after a sync failed: {exc!r}")
 
     def _decode_columns(self) -> None:
         """Decode what ranking reads of each candidate (`meta`) and `Index.read` (`hash`) for every memory and, up
-        to 20,000 memories, read every full-text document's path and build every memory's `Memory`, once ready
+        to 20,000 memories, build every memory's `Memory`, once ready
         and without `busy` (~130 ms at 100,000 memories; ~50 and ~110 ms at 10,000: the first prompts paid them
         a few at a time; at 100,000 the two would take ~2 s of a core after every sync, beside the next command);
         a sync meanwhile leaves them with the old manifest and searcher)."""
-        from cortex.index import fulltext
-        from cortex.index.cache import MEMORIES_AHEAD
-
         try:
             for each, _changed, _observer in self.watched:
                 index = self.indexes.get(each)
                 if index.manifest is not None:
                     index.manifest.files.decode("meta", "hash")
-                searcher = index._searcher  # noqa: SLF001 - the one the prompts search, if open
-                if searcher is not None and searcher.doc_count_all() <= MEMORIES_AHEAD:
-                    fulltext.warm_paths(searcher)  # each hit's path, read for all at once (~0.5 s at 100,000: not)
                 if index.manifest is not None:
                     index.memories_ahead()  # each candidate's `Memory`, built for all at once
         except Exception as exc:  # a convenience: the prompts decode what they read themselves
