@@ -212,8 +212,7 @@ def document(rel: str, meta: dict[str, Any], body: str) -> dict[str, Any]:
 def apply(ix: Any, deletes: Iterable[str], documents: Iterable[dict[str, Any]], bulk: bool = False,
           procs: int = 1) -> None:
     """Delete paths and add or replace documents in one commit. A bulk build may use `procs` processes
-    (Whoosh's multiprocessing writer, one segment each): 100,000 memories in 98 s instead of 155 s on 2 cores.
-    Pools of 64 MB each: larger ones put such a build over 500 MB (256 MB: 0.76 GB)."""
+    (Whoosh's multiprocessing writer, one segment each), with pools of 64 MB each to keep it under 500 MB."""
     if bulk and procs > 1:
         writer = ix.writer(limitmb=64, procs=procs, multisegment=True)
     else:
