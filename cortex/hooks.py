@@ -301,15 +301,12 @@ def claude_prompt(raw: str) -> int:
 
     def body(store: Store, payload: dict[str, Any]) -> None:
         from cortex.events import prompt_context, take_catch_up
-        from cortex.index import answer_ahead
-        from cortex.store import iter_stores
+        from cortex.index import Indexes
 
         prompt = payload_prompt(payload)
         if prompt and not prompt.startswith("/"):
             catch_up = take_catch_up(store, str(payload.get("session_id") or ""))  # once, whatever is answered
-            # From the committed caches while children sync them, and again if they found files changed.
-            text = answer_ahead(list(iter_stores(store)),
-                                lambda indexes: prompt_context(store, prompt, indexes, catch_up))
+            text = prompt_context(store, prompt, Indexes(), catch_up)
             if text:
                 emit(event_name(payload, "UserPromptSubmit"), text)
                 note_injected(str(store.root), payload, "UserPromptSubmit", text)

@@ -6,12 +6,11 @@ cached briefing when its key (`cortex.layout.briefing_key`) still matches;
 `prompt` asks the resident `cortex serve` over its socket. Either returns
 False when the full hook (`cortex.hooks`) must run instead. (Commands always run
 in their own process; only `cortex recall` asks the server for its search.)
-JSON and the socket go through `cortex.wire` (the C halves of `json` and
-`socket`: importing those two modules alone costs more than Python's start).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -24,7 +23,7 @@ PROMPT_WAIT = 2.0  # seconds the prompt hook lets a warming server take before i
 
 def _payload(raw: str) -> dict[str, object] | None:
     try:
-        payload = wire.loads(raw) if raw.strip() else {}
+        payload = json.loads(raw) if raw.strip() else {}
     except ValueError:
         return None
     return payload if isinstance(payload, dict) else None
@@ -60,9 +59,9 @@ def emit(event: str, text: str) -> None:
     `sessionStart`."""
     text = framed(text)
     if event == "sessionStart":
-        sys.stdout.write(wire.dumps({"additional_context": text}))
+        sys.stdout.write(json.dumps({"additional_context": text}))
     else:
-        sys.stdout.write(wire.dumps({"hookSpecificOutput": {"hookEventName": event, "additionalContext": text}}))
+        sys.stdout.write(json.dumps({"hookSpecificOutput": {"hookEventName": event, "additionalContext": text}}))
     sys.stdout.flush()
 
 
@@ -128,7 +127,7 @@ def append_line(path: str, record: dict[str, object]) -> None:
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "a", encoding="utf-8") as handle:
-            handle.write(wire.dumps(record) + "\n")
+            handle.write(json.dumps(record) + "\n")
     except OSError:
         pass
 
@@ -157,7 +156,7 @@ def session_start(raw: str) -> bool:
         return False
     if stale is not None:
         _write(layout.catch_up_file(store_root, session),
-               wire.dumps(stale | {"ids": [str(i) for i in cached.get("ids", [])]}))
+               json.dumps(stale | {"ids": [str(i) for i in cached.get("ids", [])]}))
     if not layout.server_up(store_root):  # prompt-time recall from a warm process (it exits by itself when idle)
         from cortex.spawn import start_server
 

@@ -34,28 +34,14 @@ def detached(args: list[str], state_dir: str, log_name: str = "worker.log", cwd:
 
 
 def start_server(store_root: str) -> None:
-    """Start `cortex serve` for a store in its own session, unless one runs already (the SessionStart hooks).
-
-    On the SessionStart fast path, whose budget is twice a bare Python start: `os.posix_spawn` with the
-    server's log as its output, not `subprocess` (importing it and `cortex.serve` cost ~11 ms, more than the
-    rest of a cached SessionStart). Only the standard streams are handed on (Python opens every other file
-    non-inheritable); the child is reaped by init once this short-lived process ends."""
+    """Start `cortex serve` for a store in its own session, unless one runs already (the SessionStart hooks)."""
     from cortex.layout import private_dir, server_up
 
     if server_up(store_root) or private_dir(create=True) is None:
         return  # one runs; or there is no private folder for its socket (the prompt hook recalls in its own process)
-    state = os.path.join(store_root, "state")
     args = ["serve", "--dir", store_root, "--idle", os.environ.get("CORTEX_SERVE_IDLE", "900")]  # tests shorten it
-    env = _one_blas_thread()
     try:
-        os.makedirs(state, exist_ok=True)
-        if not hasattr(os, "posix_spawn"):
-            detached(args, state, "serve.log", env=env)
-            return
-        os.posix_spawn(sys.executable, [sys.executable, "-m", "cortex", *args], env, file_actions=[
-            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-            (os.POSIX_SPAWN_OPEN, 1, os.path.join(state, "serve.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644),
-            (os.POSIX_SPAWN_DUP2, 1, 2)], setsid=True)
+        detached(args, os.path.join(store_root, "state"), "serve.log", env=_one_blas_thread())
     except OSError:
         pass  # a read-only store: the prompt hook recalls in its own process
 
