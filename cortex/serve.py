@@ -23,10 +23,9 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from cortex import ONE_THREAD
+from cortex import ONE_THREAD, wire
 from cortex.layout import socket_path
 from cortex.wire import MAX_REQUEST, PROMPT_CHARS, peer_uid
-from cortex.wire import ask as ask_at
 
 if TYPE_CHECKING:
     from cortex.store import Store
@@ -44,7 +43,7 @@ class RequestRefused(Exception):
 
 def ask(store_root: str, request: dict[str, object], timeout: float = 0.5) -> dict[str, object] | None:
     """Send one request to the store's running server; None when there is none or it is too slow."""
-    return ask_at(socket_path(store_root), request, timeout)
+    return wire.ask(socket_path(store_root), request, timeout)
 
 
 def serve(store: Store, idle: float = 900.0, debounce: float = 0.3) -> str:
@@ -280,9 +279,10 @@ def _answer(store: Store, warm: _Warm, request: dict[str, Any]) -> dict[str, obj
                 "settled": warm.settled.is_set()}
     if op == "ping":
         return {"ok": True, "pid": os.getpid(), "ready": True} if warm.ready.is_set() else None
-    deadline = time.monotonic() + float(request.get("wait", 0) if op == "prompt" else COMMAND_WAIT)
-    if not warm.ready.wait(max(0.0, deadline - time.monotonic())) \
-            or not warm.busy.acquire(timeout=max(0.0, deadline - time.monotonic())):
+    # A prompt waits for the warm-up within its `wait` (a recall does not), then for a sync in progress.
+    deadline = time.monotonic() + float(request.get("wait", 0) if op == "prompt" else 0)
+    if not warm.ready.wait(max(0.0, deadline - time.monotonic())) or not warm.busy.acquire(
+            timeout=max(0.3, deadline - time.monotonic()) if op == "prompt" else COMMAND_WAIT):
         return {"warming": True}  # the client searches in its own process
     from cortex.errors import QueryRefused
     from cortex.events import prompt_context, take_catch_up

@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import pygit2
-import pytest
 
 from cortex import serve
 from tests.helpers import cortex, cortex_command, remember, wait_for
