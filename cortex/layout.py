@@ -90,7 +90,7 @@ def briefing_key(store_root: str, version: str, settled: bool = False) -> str:
 def saved_briefing(store_root: str, name: str = "briefing.json") -> dict | None:
     """A briefing saved under `state/` (`briefing.json`: the one a session was shown; `briefing.next.json`: the
     one `cortex serve` built ahead of the next session start), or None when missing or unreadable."""
-    from cortex.wire import loads
+    from json import loads
 
     try:
         with open(os.path.join(store_root, "state", name), encoding="utf-8") as handle:

@@ -231,10 +231,9 @@ def for_transformer(text: str) -> str:
 INLINE_FILL = 32  # `cortex recall` embeds up to this many missing memories itself; a detached upkeep the rest
 
 
-def use_contextual(mode: str | None = "inline", worker: bool = False) -> None:
+def use_contextual(mode: str | None = "inline") -> None:
     """Turn contextual re-ranking on for this process: "inline" (fill a few missing vectors before answering)
-    or "background" (a resident process: fill them in a thread, answer at once with what there is). `worker`
-    is accepted and ignored: every process embeds its own queries (docs/model.md)."""
+    or "background" (a resident process: fill them in a thread, answer at once with what there is)."""
     CONTEXTUAL.mode = mode
 
 

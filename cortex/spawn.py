@@ -39,10 +39,9 @@ def start_server(store_root: str) -> None:
 
     if server_up(store_root) or private_dir(create=True) is None:
         return  # one runs; or there is no private folder for its socket (the prompt hook recalls in its own process)
-    state = os.path.join(store_root, "state")
     args = ["serve", "--dir", store_root, "--idle", os.environ.get("CORTEX_SERVE_IDLE", "900")]  # tests shorten it
     try:
-        detached(args, state, "serve.log", env=_one_blas_thread())
+        detached(args, os.path.join(store_root, "state"), "serve.log", env=_one_blas_thread())
     except OSError:
         pass  # a read-only store: the prompt hook recalls in its own process
 
@@ -64,8 +63,8 @@ def resident(collect: bool = True) -> None:
 def briefing_ahead(store_root: str) -> bool:
     """After cortex changed the project store at `store_root` (a write, a git hook's sync) with no `cortex serve`
     to do it: build the next SessionStart's briefing in a detached process (`cortex.briefing.build_next`), so
-    that session start reads a file instead of building it (~0.24 s at 10,000 memories, ~2 s at 100,000). Only
-    for a store that has briefed a session before (`state/briefing.json`). True when one was started."""
+    that session start reads a file instead of building it (seconds at 100,000 memories). Only for a store
+    that has briefed a session before (`state/briefing.json`). True when one was started."""
     from cortex.layout import server_up
 
     if server_up(store_root) or not os.path.exists(os.path.join(store_root, "state", "briefing.json")):
@@ -75,11 +74,8 @@ def briefing_ahead(store_root: str) -> bool:
     try:
         with open(os.path.join(store_root, "state", "worker.log"), "a", encoding="utf-8") as log:
             # Niced: it must not take the core the command that started it (or the next one) is still using.
-            # Out with `os._exit` once built: freeing a store's worth of objects took the interpreter ~0.1 s at
-            # 100,000 memories, beside the SessionStart that reads what it built.
             subprocess.Popen([sys.executable, "-c", "import os, sys; os.nice(10); from cortex.briefing import build_next; "
-                              "build_next(sys.argv[1], commits=True); sys.stdout.flush(); sys.stderr.flush(); "
-                              "os._exit(0)", store_root],
+                              "build_next(sys.argv[1], commits=True)", store_root],
                              stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True,
                              env=_one_blas_thread())
     except OSError:

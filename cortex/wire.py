@@ -1,30 +1,19 @@
-"""JSON and the resident server's socket for the hooks and `cortex recall`: the client of `cortex serve`'s
-one-line protocol (`cortex.serve`), with the standard `json` and `socket` modules.
-"""
+"""The client of `cortex serve`'s one-line JSON protocol (`cortex.serve`), and what both sides check."""
 
 from __future__ import annotations
 
 import json
 import os
 import socket
+import stat
 import sys
-
-
-def loads(text: str | bytes) -> object:
-    """`json.loads`: raises ValueError on anything that is not one JSON document."""
-    return json.loads(text)
-
-
-def dumps(value: object) -> str:
-    return json.dumps(value)
-
 
 # What a server reads of one request line: a prompt hook's or `cortex recall`'s request is a few kilobytes.
 MAX_REQUEST = 1 << 20
 PROMPT_CHARS = 20_000  # of a prompt, what is sent and searched (the hook's own process reads no more of it)
 
 
-def peer_uid(connection: object) -> int | None:
+def peer_uid(connection: socket.socket) -> int | None:
     """The uid of the process at the other end of a connected unix socket (`SO_PEERCRED`), or None where the
     system does not say (then the private folder of `cortex.layout.private_dir` is what keeps others out)."""
     option = getattr(socket, "SO_PEERCRED", None)
@@ -38,8 +27,6 @@ def ask(path: str | None, request: dict[str, object], timeout: float = 0.5) -> d
     """Send one request to the server listening on the unix socket `path` (`cortex.layout.socket_path`); None
     when there is none, it is too slow, it answers nonsense or it is not this user's (the socket file's owner
     and the peer's uid are checked: a process of another user never hears a request)."""
-    import stat
-
     if path is None:
         return None
     try:
@@ -52,22 +39,21 @@ def ask(path: str | None, request: dict[str, object], timeout: float = 0.5) -> d
         client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     except OSError:
         return None
-    try:
-        client.settimeout(timeout)
-        client.connect(path)
-        uid = peer_uid(client)
-        if uid is not None and uid != os.getuid():
-            return None  # another user's process: it hears nothing
-        client.sendall(dumps(request).encode() + b"\n")
-        chunks: list[bytes] = []
-        while not chunks or b"\n" not in chunks[-1]:
-            chunk = client.recv(65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-        answer = loads(b"".join(chunks).partition(b"\n")[0])
-        return answer if isinstance(answer, dict) else None
-    except (OSError, ValueError):  # no server, a timeout (an OSError), a broken answer
-        return None
-    finally:
-        client.close()
+    with client:
+        try:
+            client.settimeout(timeout)
+            client.connect(path)
+            uid = peer_uid(client)
+            if uid is not None and uid != os.getuid():
+                return None  # another user's process: it hears nothing
+            client.sendall(json.dumps(request).encode() + b"\n")
+            chunks: list[bytes] = []
+            while not chunks or b"\n" not in chunks[-1]:
+                chunk = client.recv(65536)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+            answer = json.loads(b"".join(chunks).partition(b"\n")[0])
+        except (OSError, ValueError):  # no server, a timeout (an OSError), a broken answer
+            return None
+    return answer if isinstance(answer, dict) else None
