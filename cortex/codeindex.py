@@ -1,27 +1,8 @@
 """Code indexing (`cortex index-code PATH… [--force]`): a prose description and the source of each file.
 
-For each file, two memories linked `source_of` from prose to code:
-
-- `code`: the file's source in a fenced block (never embedded: recall finds
-  code through its description, and full text);
-- `code_description`: prose about the file — with `capture.llm` on and its
-  command present, the LLM's summary; otherwise a deterministic outline:
-  for Python (via `ast`) the module docstring, classes and functions with
-  the first line of their docstrings; for markdown its headings; for other
-  languages the lines that declare things (functions, classes, exports).
-
-Recall of the description returns the code right after it (one hop along
-`source_of`); the briefing lists descriptions of the files in play.
-
-Re-indexing an unchanged file does nothing (the source's git blob hash is in
-`source.sha`); a changed file, or `--force`, writes a new pair and marks the
-old pair superseded by it. Directories recurse, honouring `.gitignore`;
-binary files, files over 200 kB, files holding something that looks like a
-secret and, in a folder, files that are not source (`py.typed`, `.gitignore`,
-`LICENSE`: see `is_source`) are skipped and reported. An outline lists each
-name once (an `@overload` or a property setter is not repeated), and the
-description's title says what the file does (its docstring's first sentence,
-or the names it defines), without backticks.
+Two memories a file, linked `source_of` from prose to code (recall finds code through its description).
+An unchanged file (same git blob in `source.sha`) is skipped; binaries, large files, secrets and non-source
+files are skipped and reported. docs/graph.md.
 """
 
 from __future__ import annotations

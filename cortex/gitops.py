@@ -1,9 +1,6 @@
-"""Git facts cortex needs.
+"""Git facts cortex needs, through pygit2, imported inside each function (a hook cannot afford the import).
 
-The lean readers here (repository root, current branch) read `.git` files
-directly: importing pygit2 costs ~150 ms in a fresh process, more than a
-hook's whole budget. Anything richer (commits, diffs, staging) imports
-pygit2 inside the function that needs it.
+The lean readers a hook uses are `cortex.gitfacts`.
 """
 
 from __future__ import annotations
@@ -36,11 +33,8 @@ def current_branch(worktree_root: Path | None) -> str | None:
 
 
 def head_commit(worktree_root: Path | None) -> str | None:
-    """The HEAD commit id (hex), or None (no repository, no commit yet).
-
-    Read from the ref files (importing pygit2 costs a hook ~150 ms); pygit2
-    only when a ref cannot be found there and the branch may still exist.
-    """
+    """The HEAD commit id (hex), or None (no repository, no commit yet): from the ref files (`cortex.gitfacts`),
+    pygit2 only when a ref cannot be found there and the branch may still exist."""
     from cortex.gitfacts import branch_and_head
 
     if worktree_root is None:
@@ -211,11 +205,8 @@ def uninstall_git_hooks(start: Path) -> list[str]:
 
 def commit_paths(repo: object, paths: Mapping[str, bytes | None], message: str) -> str:
     """Commit exactly these worktree-relative paths (contents given; None: deleted) on top of HEAD; nothing else.
-
-    The commit is built from HEAD's tree, not from the index, so whatever the
-    person has staged stays staged and out of it. The index entries of these
-    paths are updated so the working tree, index and HEAD agree.
-    """
+    Built from HEAD's tree, not the index, so what the person staged stays staged and out of it; the index entries of
+    these paths are updated so working tree, index and HEAD agree."""
     import pygit2
 
     r: pygit2.Repository = repo  # type: ignore[assignment]
@@ -243,14 +234,9 @@ def commit_paths(repo: object, paths: Mapping[str, bytes | None], message: str) 
 
 
 def write_index(repo: Any, index: Any = None, seconds: float = 5.0) -> None:
-    """Write a repository's index (`index`, or `repo.index`), waiting up to `seconds` for another git process
-    to release `index.lock`.
-
-    `git status` (a person's prompt, an editor, a test polling) takes the lock for a few milliseconds to save
-    the stat data it refreshed. Failing there, after the commit was made, left the index behind HEAD: the
-    committed file showed as staged for deletion and untracked until something wrote the index again.
-    A lock still held after `seconds` (a crashed git) raises, naming the lock file.
-    """
+    """Write a repository's index (`index`, or `repo.index`), waiting up to `seconds` for another git process to
+    release `index.lock` (`git status` takes it briefly; failing after the commit left the index behind HEAD). A lock
+    held longer (a crashed git) raises, naming the lock file."""
     import time
 
     import pygit2
@@ -587,15 +573,10 @@ def _entry_id(tree: Any, path: str) -> Any:
 
 
 def pushed_changes(repo: Any, push_lines: str, prefix: str, remote: str = "") -> list[PushedFile]:
-    """Every file under `prefix` that a push adds to the remote's history, from pre-push's stdin.
-
-    Each stdin line is `<local ref> <local sha> <remote ref> <remote sha>`; `remote` is the hook's
-    first argument (the remote's name, or its URL for a push by URL). Every commit of
-    `git rev-list <local sha> --not <remote sha> refs/remotes/<remote>/*` is read, not only the
-    pushed tip: a file added in one commit and deleted in a later one still reaches the remote's
-    history. Each blob under `prefix` that one of those commits adds or changes is returned once,
-    with the earliest commit that brought it. A deleted ref (zero local sha) adds nothing.
-    """
+    """Every file under `prefix` that a push adds to the remote's history, from pre-push's stdin (`<local ref> <local
+    sha> <remote ref> <remote sha>` lines; `remote`: the hook's first argument). Every commit the remote lacks is
+    read, not only the tip: a file added and later deleted still reaches its history. Each blob comes once, with the
+    earliest commit that brought it; a deleted ref adds nothing."""
     import pygit2
 
     out: list[PushedFile] = []
@@ -635,7 +616,7 @@ def pushed_changes(repo: Any, push_lines: str, prefix: str, remote: str = "") ->
 
 def record_cortex_changes(store_root: Path, policy: str = "stage", message: str = "cortex: memory update") -> list[str]:
     """`_record` under the store's staging lock, retried while git's own `index.lock` is held (a concurrent Stop,
-    the upkeep, or the person's git command) for up to ~3 s; after that the next Stop records what is left."""
+    the upkeep, or the person's git command) for a few seconds; after that the next Stop records what is left."""
     import time
 
     import pygit2
@@ -654,15 +635,10 @@ def record_cortex_changes(store_root: Path, policy: str = "stage", message: str 
 
 
 def _record(store_root: Path, policy: str, message: str) -> list[str]:
-    """What the Stop hook does with new and changed `.cortex/` files (`git.on_stop`).
-
-    `stage`: add them to the index, so they go with the person's next commit.
-    `commit`: a separate commit holding only them (the index keeps whatever else was staged).
-    `off`: nothing. Never touches a path outside `.cortex/`; ignored files (cache/, state/) stay out, and so do
-    other writers' temp files (`.<name>.<random>.tmp`). Another process may write at the same time: a path
-    that appears or vanishes between `git status` and staging is taken as it is then (a file gone since is
-    staged as removed only when git tracks it). Returns the paths recorded.
-    """
+    """What the Stop hook does with new and changed `.cortex/` files (`git.on_stop`): `stage` (into the index, for the
+    person's next commit), `commit` (a separate commit of only them) or `off`. Never a path outside `.cortex/`,
+    ignored files or other writers' temp files; a path that appears or vanishes meanwhile is taken as it is then.
+    Returns the paths recorded."""
     import pygit2
 
     from cortex.files import is_temp_name

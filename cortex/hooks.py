@@ -1,23 +1,7 @@
 """Hook entry points: what `cortex hook <event>` runs.
 
-Git hooks (installed by `cortex init --git-hooks`):
-
-- `git-pre-push`: every memory file that a commit of the push adds or changes
-  (all the commits the remote does not have yet) is scanned for secrets (a
-  finding always stops the push, naming file, line and commit), and
-  projections must match the memories being pushed. When they
-  are stale, cortex regenerates them and either commits them (`git.pre_push:
-  commit`, the default: a commit touching only `.cortex/` paths) and stops the
-  push with "projections updated in <sha>; push again", or only stops the push
-  (`git.pre_push: check`).
-- `git-post-checkout`: the cache follows a branch switch; no tracked file is
-  written. `git-post-merge`, `git-post-rewrite` (a rebase): the cache follows,
-  and tracked pages the merge left stale are regenerated and committed. These
-  never fail the git command.
-
-Every entry point returns an exit status; an internal error is logged to
-`.cortex/state/cortex.log` and never breaks the person's git command, except
-that pre-push fails closed only for the reasons it exists (stale projections).
+Git hooks never break the person's git command (errors go to the log), except that pre-push fails closed
+for the reasons it exists: a secret in a pushed memory, or stale projections. docs/git.md.
 """
 
 from __future__ import annotations
@@ -120,15 +104,11 @@ def git_pre_push(args: list[str], stdin: str) -> int:
 
 
 def git_refresh(event: str, args: list[str]) -> int:
-    """post-checkout, post-merge, post-rewrite: bring the cache in step; after a merge or a rebase, the pages.
-
-    A checkout never writes a tracked file: a page is a function of the memory files of the commit, so a
-    commit whose pages were current still has them. A merge (or a rebase) can join memories from two sides
-    while the merge driver kept one side's page: the pages that are tracked and stale are regenerated and,
-    under `git.pre_push: commit` (the default), committed on their own, so the tree is clean afterwards. A
-    page never committed is never created here (it would block a later merge that brings the committed one).
-    Always 0.
-    """
+    """post-checkout, post-merge, post-rewrite: bring the cache in step; after a merge or a rebase, the pages. A
+    checkout never writes a tracked file (pages are a function of the commit's memory files); a merge can join
+    memories while the merge driver kept one side's page, so stale tracked pages are regenerated and, under
+    `git.pre_push: commit`, committed on their own. A page never committed is never created here (it would block a
+    later merge). Always 0."""
     if event == "post-checkout" and len(args) >= 3 and args[2] != "1":
         return 0  # a file checkout, not a branch switch
     rebased = event == "post-rewrite" and bool(args) and args[0] == "rebase"  # not `commit --amend`
@@ -302,15 +282,11 @@ def claude_prompt(raw: str) -> int:
     def body(store: Store, payload: dict[str, Any]) -> None:
         from cortex.events import prompt_context, take_catch_up
         from cortex.index import Indexes
-        from cortex.store import iter_stores
 
         prompt = payload_prompt(payload)
         if prompt and not prompt.startswith("/"):
             catch_up = take_catch_up(store, str(payload.get("session_id") or ""))  # once, whatever is answered
-            indexes = Indexes()
-            for each in iter_stores(store):
-                indexes.synced(each, full=True)
-            text = prompt_context(store, prompt, indexes, catch_up)
+            text = prompt_context(store, prompt, Indexes(), catch_up)
             if text:
                 emit(event_name(payload, "UserPromptSubmit"), text)
                 note_injected(str(store.root), payload, "UserPromptSubmit", text)

@@ -1,14 +1,7 @@
 """Upkeep after capture, off the Stop hook's clock: links, lifecycle, automatic consolidation.
 
-Capture writes memories and queues their ids for links (`cortex.graph.queue_links`,
-`state/maintain.json`); the Stop hook then starts `cortex maintain` detached
-when there is anything to do — queued ids, or the day's `cortex gc` not yet
-run (`cortex.events.upkeep_due`) — and returns. The detached run links the
-new memories (`cortex.graph.connect`), runs gc once a day, consolidates
-flagged pairs when that is due, and, when any memory changed, brings the rest
-in step through `cortex.events.memories_changed` (projections, AGENTS.md,
-staging as the Stop hook does). `cortex capture` and the LLM worker (already
-detached) run it inline.
+The Stop hook starts `cortex maintain` detached when ids are queued for links or the day's gc is due;
+`cortex capture` and the LLM worker run it inline.
 """
 
 from __future__ import annotations
@@ -65,16 +58,14 @@ def fill_contextual(store: Store, indexes: Indexes | None = None) -> None:
     import os
 
     from cortex import recall
-    from cortex.contextual import one_blas_thread
 
     if store.config().get("recall.contextual") is False:
         return
     indexes = indexes or Indexes()
     try:
         recall.use_contextual("inline")
-        os.nice(10)  # a detached background job (≈15 ms a memory): the person's commands and hooks come first
-        with one_blas_thread():  # and it takes one core, not both
-            filled = recall.fill_contextual(store, indexes.synced(store))
+        os.nice(10)  # a detached background job: the person's commands and hooks come first
+        filled = recall.fill_contextual(store, indexes.synced(store))  # one BLAS thread when a hook started it
         if filled:
             store.log(f"maintain: {filled} contextual vectors")
     except Exception as exc:

@@ -10,6 +10,19 @@ import pytest
 from tests.helpers import EXAMPLE_STORE, cortex, make_repo
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Compile the package once before the tests (in the controller, not in each xdist worker): an editable
+    install under `PYTHONDONTWRITEBYTECODE=1` otherwise recompiles every module in every `cortex` subprocess,
+    which a regular install never does (pip compiles at install)."""
+    if hasattr(config, "workerinput"):
+        return
+    import compileall
+
+    import cortex as package
+
+    compileall.compile_dir(str(Path(package.__file__).parent), quiet=1)
+
+
 @pytest.fixture(scope="session")
 def user_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One user cache (`XDG_CACHE_HOME`) for the session's tests: the transformer's weights are unpacked into it
@@ -25,6 +38,7 @@ def isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
     monkeypatch.setenv("XDG_CACHE_HOME", str(user_cache))
     monkeypatch.setenv("CORTEX_HOME", str(home / ".cortex"))
     monkeypatch.delenv("CORTEX_DIR", raising=False)
+    monkeypatch.delenv("CORTEX_LOCK_WAIT", raising=False)
     monkeypatch.delenv("VISUAL", raising=False)
     monkeypatch.delenv("EDITOR", raising=False)
     monkeypatch.setenv("CORTEX_SERVE_IDLE", "4")  # a `cortex serve` a hook starts exits soon after the test

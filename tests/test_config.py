@@ -75,7 +75,7 @@ def test_unknown_keys_are_warnings_not_problems(tmp_path):
 def test_the_cached_config_keeps_what_was_wrong(tmp_path):
     first = _load(tmp_path, "recall: {limit: ten}\n", cached=True)
     again = load_config(tmp_path / "config.yaml", tmp_path)
-    assert (tmp_path / "config.marshal").exists()
+    assert (tmp_path / "config.json").exists()
     assert again.invalid == first.invalid and again.get("recall.limit") == 10
 
 

@@ -54,7 +54,7 @@ def test_paraphrases_are_closer_than_unrelated_text():
 def test_torch_and_sentence_transformers_are_not_runtime_dependencies():
     """Walk the installed requirement closure of cortex: no torch, transformers or sentence-transformers."""
     seen: set[str] = set()
-    todo = ["cortex-memory"]
+    todo = ["cortex-git-memory"]
     while todo:
         name = todo.pop()
         key = re.sub(r"[-_.]+", "-", name).lower()
@@ -67,7 +67,7 @@ def test_torch_and_sentence_transformers_are_not_runtime_dependencies():
             continue
         for requirement in requires:
             if "extra ==" in requirement:
-                continue  # optional extras are not installed by `pip install cortex-memory`
+                continue  # optional extras are not installed by `pip install cortex-git-memory`
             todo.append(re.split(r"[ ;<>=!~\[(]", requirement, maxsplit=1)[0])
     assert "model2vec" in seen and "numpy" in seen
     assert not seen & {"torch", "transformers", "sentence-transformers"}

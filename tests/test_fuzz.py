@@ -23,8 +23,10 @@ from cortex import memory as fmt
 from cortex.errors import MalformedMemory
 from tests.helpers import CANONICAL_MEMORY, commit_all, remember
 
-FUZZ = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-HOOK_FUZZ = settings(max_examples=40, deadline=None,
+# Derandomized: CI runs the same examples every time (a failure found by a longer local run is added to the
+# strategies or fixed, never left to show up at random in someone else's CI).
+FUZZ = settings(max_examples=80, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+HOOK_FUZZ = settings(max_examples=40, deadline=None, derandomize=True,
                      suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 VALID = CANONICAL_MEMORY.split("\n\nRejected:")[0] + "\n"  # the body's first paragraph

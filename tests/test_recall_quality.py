@@ -172,8 +172,11 @@ def test_recall_hands_many_missing_vectors_to_a_detached_upkeep(project):
             return False
 
     log = store.state_dir / "cortex.log"
-    assert wait_for(filled, 120), log.read_text(encoding="utf-8") if log.exists() else "no log"
-    assert "contextual vectors" in log.read_text(encoding="utf-8")
+
+    def logged() -> bool:  # the upkeep logs after it wrote the vectors: wait for both
+        return filled() and log.exists() and "contextual vectors" in log.read_text(encoding="utf-8")
+
+    assert wait_for(logged, 120), log.read_text(encoding="utf-8") if log.exists() else "no log"
 
 
 # A session's memories: where the billing service runs, and (captured in the same session) what its pods need.

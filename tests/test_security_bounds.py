@@ -76,7 +76,13 @@ def max_rss_of(args: list[str], cwd: Path, stdin: bytes) -> tuple[subprocess.Com
 # ---------------------------------------------------------------- 8. the write lock has a timeout
 
 
-def test_remember_under_a_held_write_lock_says_who_holds_it_and_writes_nothing(project):
+@pytest.fixture
+def short_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Commands and hooks wait 1 s for a held lock (`CORTEX_LOCK_WAIT`), not the 10 s / 5 s of a person's run."""
+    monkeypatch.setenv("CORTEX_LOCK_WAIT", "1")
+
+
+def test_remember_under_a_held_write_lock_says_who_holds_it_and_writes_nothing(project, short_wait):
     """Before: `cortex remember` waited forever while another process held the write lock. After: it waits a
     while, then fails with one line naming the lock and the holding process; no memory is written."""
     with held(project / ".cortex" / "state" / "write.lock") as holder:
@@ -90,7 +96,7 @@ def test_remember_under_a_held_write_lock_says_who_holds_it_and_writes_nothing(p
     assert memory_files(project) == []
 
 
-def test_forget_under_a_held_write_lock_fails_and_leaves_the_memory(project):
+def test_forget_under_a_held_write_lock_fails_and_leaves_the_memory(project, short_wait):
     """Before: `cortex forget` waited forever on a held write lock. After: one line, non-zero, the file as it was."""
     kept = remember(project, "Use ruff for linting; flake8 was dropped.", type="decision", link=False)
     before = Path(str(kept.path)).read_bytes()
@@ -101,7 +107,7 @@ def test_forget_under_a_held_write_lock_fails_and_leaves_the_memory(project):
     assert Path(str(kept.path)).read_bytes() == before
 
 
-def test_the_stop_hook_under_a_held_write_lock_logs_exits_0_and_the_next_stop_captures(project):
+def test_the_stop_hook_under_a_held_write_lock_logs_exits_0_and_the_next_stop_captures(project, short_wait):
     """Before: the Stop hook waited forever on the write lock. After: it gives up, logs which lock is held,
     exits 0, and keeps its cursor: the next Stop writes what this one could not."""
     payload = stop_payload(project)

@@ -13,10 +13,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import sqlite3
-from pathlib import Path
 from typing import Any, Callable
 
-from cortex.index.manifest import Manifest, read_entry
+from cortex.index.manifest import Manifest, collecting, read_body, read_entry
 from cortex.index.sync import SyncPart, SyncReport
 from cortex.index.vectors import VectorsPart
 from cortex.index.views import LinkMap, Records, ViewsPart
@@ -173,33 +172,6 @@ class Index(SyncPart, ViewsPart, VectorsPart):
         if indexed != expected:
             return [f"full-text index holds {len(indexed)} files, expected {len(expected)}"]
         return []
-
-
-@contextlib.contextmanager
-def collecting(on: bool = True) -> Any:
-    """The cyclic garbage collector on for a bulk job (a command runs without it: `cortex.__main__.run`):
-    Whoosh's writer leaves cycles behind, and at 100,000 documents they took a rebuild from 0.76 to 1.1 GB."""
-    import gc
-
-    was = gc.isenabled()
-    if on and not was:
-        gc.freeze()  # what is loaded already (the manifest: 10^5 dicts) is never garbage: no pass walks it
-        gc.enable()
-    try:
-        yield
-    finally:
-        if on and not was:
-            gc.disable()
-            gc.unfreeze()
-
-
-def read_body(path: Path) -> str:
-    from cortex import memory as fmt
-
-    try:
-        return fmt.split_front_matter(path.read_text(encoding="utf-8"), path)[1]
-    except Exception:
-        return ""
 
 
 class Indexes:

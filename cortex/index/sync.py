@@ -359,7 +359,7 @@ class SyncPart:
     def _update_fulltext(self, manifest: Manifest, report: SyncReport, progress: bool) -> bool:
         import cortex.index.fulltext as fulltext
 
-        from cortex.index.cache import collecting, read_body
+        from cortex.index.manifest import collecting, read_body
 
         files = manifest.files
         todo = [rel for rel, ft in files.column("ft") if not ft]

@@ -73,6 +73,10 @@ class ViewsPart:
             self._records.revive()
         return self._records
 
+    def meta(self, rel: str) -> dict[str, Any]:
+        """A record's full metadata (title, tags, dates, …) from the synced manifest."""
+        return self._synced_manifest().meta(rel)
+
     def _sorted_out(self, files: Entries) -> tuple[list[str], list[int], list[tuple[str, str]]]:
         """The records (their paths and rows, in path order) and (path, reason) of the problems."""
         rels: list[str] = []
