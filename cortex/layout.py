@@ -42,7 +42,8 @@ SETTLE_NS = 50_000_000
 
 
 def signature(store_root: str) -> str:
-    """The stat of what a briefing depends on: manifest, cortex's own writes, config, the memory folders."""
+    """The stat of what a briefing depends on: the cache's last commit, cortex's own writes, config, the memory
+    folders."""
     return _signature(store_root)[0]
 
 
@@ -51,7 +52,7 @@ def _signature(store_root: str) -> tuple[str, int]:
     parts = []
     newest = 0
     memories = os.path.join(store_root, "memories")
-    for path in (os.path.join(store_root, "cache", "manifest.bin"), os.path.join(store_root, "state", "changed"),
+    for path in (os.path.join(store_root, "cache", "commit"), os.path.join(store_root, "state", "changed"),
                  os.path.join(store_root, "config.yaml"), memories):
         try:
             stat = os.stat(path)

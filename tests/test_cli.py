@@ -267,25 +267,29 @@ def test_show_explains_the_ranking_from_the_kept_centralities_without_a_sync(pro
     """`cortex show` explains one memory's rank with the centralities kept for the committed cache, without
     loading the manifest or looking at every file (1.1 s of 1.3 at 100,000 memories); the explanation is the
     one a synced index gives, and without kept centralities it syncs as before."""
-    from cortex.index import Index
-    from cortex.index.manifest import Manifest
+    import sqlite3
+
+    from cortex.index import Index, db
     from cortex.memory import Link
     from cortex.store import Store
 
     hub = remember(project, "Chose SQLite over Postgres for the local cache: one file, no server", type="decision").id
     for text in ("SQLite WAL mode needs the shm file on the same disk", "The SQLite cache file lives in .cortex/cache"):
         remember(project, text, type="gotcha", links=[Link("relates_to", hub, 0.8)])
-    cache = project / ".cortex" / "cache" / "centrality.bin"
-    cache.unlink(missing_ok=True)
+    store = Store.locate(project)
+    Index(store).ensure()
+    with sqlite3.connect(store.cache_dir / "cache.db") as conn:
+        conn.execute("DELETE FROM centrality")
+        conn.execute("DELETE FROM state WHERE key = 'centrality'")
     synced = cortex_json("show", hub, cwd=project)["ranking"]["parts"]  # no kept centralities: a sync works them out
-    assert synced["centrality"] > 0 and cache.exists()
-    index = Index(Store.locate(project))
+    index = Index(store)
+    assert synced["centrality"] > 0 and index.saved_centralities()
     assert index.saved_centralities() == index.ensure().centralities()
 
     def no_load(*args, **kwargs):
         raise AssertionError("loaded the manifest")
 
-    monkeypatch.setattr(Manifest, "load", no_load)
+    monkeypatch.setattr(db, "load", no_load)
     from click.testing import CliRunner
 
     from cortex.cli import main

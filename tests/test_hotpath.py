@@ -126,8 +126,8 @@ def test_a_cortex_write_or_an_edited_config_builds_the_briefing_in_the_hook_not_
     memory file came or went and HEAD did not move: only the cache changed (a sync's commit, the upkeep's
     vectors), and a briefing built now may rank differently."""
     _full_hook(briefed)
-    manifest = briefed / ".cortex" / "cache" / "manifest.bin"
-    os.utime(manifest, ns=(manifest.stat().st_atime_ns, manifest.stat().st_mtime_ns + 10_000_000))
+    commit = briefed / ".cortex" / "cache" / "commit"  # a sync's commit
+    os.utime(commit, ns=(commit.stat().st_atime_ns, commit.stat().st_mtime_ns + 10_000_000))
     assert _declines(_payload(briefed, session_id="s3"), capsys)
     _full_hook(briefed)
     remember(briefed, "Feature flags are read once at startup", type="gotcha", link=False)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import sqlite3
 import subprocess
 import sys
 import time
@@ -19,7 +20,6 @@ import pytest
 from cortex import memory as fmt
 from cortex.errors import CortexError, MalformedMemory, MemoryNotFound
 from cortex.index import Index
-from cortex.index.manifest import Manifest
 from cortex.memory import Memory
 from cortex.store import Store
 from tests.helpers import cortex, cortex_command, cortex_json, remember
@@ -239,10 +239,8 @@ def test_status_rebuilds_a_damaged_whoosh_segment_and_says_so(tmp_path, example_
 
 def test_a_segment_that_fails_only_when_searched_is_answered_around_then_rebuilt(tmp_path, example_store):
     store = Store.locate(directory=example_store)
-    manifest_path = store.cache_dir / "manifest.bin"
-    manifest = Manifest.load(manifest_path)
-    manifest.parts = {}  # a cache written before parts were recorded: the stat cannot tell
-    manifest_path.write_bytes(manifest.dumps())
+    with sqlite3.connect(store.cache_dir / "cache.db") as conn:
+        conn.execute("DELETE FROM parts")  # no record of Whoosh's files: the stat cannot tell
     segment = _segment(example_store)
     segment.write_bytes(segment.read_bytes()[:-5000])
     first = cortex_json("recall", QUERY, "--dir", str(example_store), cwd=tmp_path)
@@ -252,25 +250,16 @@ def test_a_segment_that_fails_only_when_searched_is_answered_around_then_rebuilt
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncate"])
-def test_damaged_vectors_are_rebuilt_and_reported(tmp_path, example_store, damage):
-    vectors = example_store / "cache" / "vectors.f32"
-    data = vectors.read_bytes()
-    vectors.write_bytes(os.urandom(len(data)) if damage == "garbage" else data[: len(data) // 2])
+def test_a_damaged_cache_database_is_rebuilt_and_reported(tmp_path, example_store, damage):
+    database = example_store / "cache" / "cache.db"
+    for name in ("cache.db-wal", "cache.db-shm"):
+        (example_store / "cache" / name).unlink(missing_ok=True)
+    data = database.read_bytes()
+    database.write_bytes(os.urandom(len(data)) if damage == "garbage" else data[:len(data) // 2])
     status = cortex_json("status", "--dir", str(example_store), cwd=tmp_path)
-    assert any("vectors.f32" in line and "re-embedded" in line for line in status["cache"]["rebuilt"])
+    assert any("cache.db" in line and "rebuilt" in line for line in status["cache"]["rebuilt"])
     assert _recall_ids(example_store, tmp_path)[0] == STRIPE
     assert cortex_json("verify", "--dir", str(example_store), cwd=tmp_path)["ok"]
-
-
-def test_a_bit_flipped_manifest_is_rebuilt(tmp_path, example_store):
-    manifest = example_store / "cache" / "manifest.bin"
-    data = bytearray(manifest.read_bytes())
-    at = data.index(b"stripe")
-    data[at] ^= 0x01  # still loads with marshal: only the checksum tells
-    manifest.write_bytes(bytes(data))
-    status = cortex_json("status", "--dir", str(example_store), cwd=tmp_path)
-    assert any("manifest.bin" in line for line in status["cache"]["rebuilt"])
-    assert _recall_ids(example_store, tmp_path)[0] == STRIPE
 
 
 def test_copying_the_cache_is_not_damage(tmp_path, example_store):
@@ -285,28 +274,24 @@ def test_copying_the_cache_is_not_damage(tmp_path, example_store):
 # ------------------------------------------------------------------ verify and the digest
 
 
-def _flip(vectors: Path, rows: list[int], dim: int, keep_mtime: bool) -> None:
-    before = vectors.stat()
-    data = bytearray(vectors.read_bytes())
-    for row in rows:
-        data[(row * dim + 7) * 4 + 3] ^= 0x40  # the exponent of one float
-    vectors.write_bytes(bytes(data))
-    if keep_mtime:
-        os.utime(vectors, ns=(before.st_atime_ns, before.st_mtime_ns))
+def _flip(database: Path, rows: list[int]) -> None:
+    """One float of each of these vector rows (in the order they were added) changed in place."""
+    with sqlite3.connect(database) as conn:
+        for row in rows:
+            rowid, blob = conn.execute("SELECT rowid, vector FROM vectors ORDER BY rowid LIMIT 1 OFFSET ?",
+                                       (row,)).fetchone()
+            data = bytearray(blob)
+            data[7 * 4 + 3] ^= 0x40  # the exponent of one float
+            conn.execute("UPDATE vectors SET vector = ? WHERE rowid = ?", (bytes(data), rowid))
 
 
-@pytest.mark.parametrize("keep_mtime", [True, False])
-def test_verify_recomputes_the_vectors_and_names_damaged_rows(tmp_path, example_store, keep_mtime):
-    manifest = Manifest.load(example_store / "cache" / "manifest.bin")
-    _flip(example_store / "cache" / "vectors.f32", [2, 9], manifest.dim, keep_mtime)
+def test_verify_recomputes_the_vectors_and_names_damaged_rows(tmp_path, example_store):
+    _flip(example_store / "cache" / "cache.db", [2, 9])
     result = subprocess.run([*cortex_command(), "verify", "--dir", str(example_store)], cwd=tmp_path,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 1
-    if keep_mtime:  # nothing a stat sees: only recomputing the vectors finds it
-        assert "2 of 25 vectors differ from their memory's text" in result.stdout
-        assert "run `cortex reindex`" in result.stdout
-    else:  # the sync before the check noticed, and rebuilt
-        assert "damaged, rebuilt now: vectors.f32 changed outside cortex" in result.stdout
+    assert "2 of 25 vectors differ from their memory's text" in result.stdout  # only recomputing them tells
+    assert "run `cortex reindex`" in result.stdout
     assert "25 recomputed and compared" in result.stdout
     subprocess.run([*cortex_command(), "reindex", "--dir", str(example_store)], cwd=tmp_path, check=True,
                    capture_output=True, timeout=120)

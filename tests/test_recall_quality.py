@@ -5,6 +5,7 @@ command and the bundled models."""
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -162,12 +163,12 @@ def test_recall_hands_many_missing_vectors_to_a_detached_upkeep(project):
     for n in range(INLINE_FILL + 8):
         remember(store, f"Service svc{n} handles the {n}th shard of requests behind the gateway.", link=False)
     cortex("recall", "which service handles requests", cwd=project)
-    keys = store.cache_dir / "contextual.json"
-
     def filled() -> bool:
         try:
-            return len(json.loads(keys.read_text(encoding="utf-8")).get("keys", [])) >= INLINE_FILL + 8
-        except (OSError, ValueError):
+            with sqlite3.connect(store.cache_dir / "cache.db") as conn:
+                rows = conn.execute("SELECT count(*) FROM vectors WHERE model LIKE 'contextual:%'").fetchone()[0]
+            return bool(rows >= INLINE_FILL + 8)
+        except sqlite3.Error:
             return False
 
     log = store.state_dir / "cortex.log"

@@ -198,9 +198,6 @@ def test_the_server_vouches_for_the_files_and_builds_the_next_briefing_ahead(pro
         assert wait_for(lambda: ahead().get("key") == layout.briefing_key(root, __version__), 60)
         assert layout.saved_briefing(root) == shown  # what this session was shown stays until the next start
         assert fresh.id in ahead()["text"]
-        # That build also saved recall's views for the manifest the server committed: the next server reads them.
-        assert wait_for(lambda: _kept_for_current(project) >= {"records.bin", "ids.bin", "hops.bin", "allowed", "dense"},
-                        30)
         capsys.readouterr()
         payload = json.dumps({"session_id": "s2", "cwd": str(project), "hook_event_name": "SessionStart",
                               "source": "startup"})
@@ -211,26 +208,6 @@ def test_the_server_vouches_for_the_files_and_builds_the_next_briefing_ahead(pro
         proc.terminate()
         proc.wait(timeout=30)
     assert not layout.watcher_ready(root)  # gone with the server: readers walk again
-
-
-def _kept_for_current(project: Path) -> set[str]:
-    """The names (up to the first dash) of the views kept in the cache (`Index._kept`: a length, then a head
-    starting with the manifest version) for the committed manifest as it is now."""
-    import marshal
-
-    from cortex.index.cache import _file_version
-
-    cache = project / ".cortex" / "cache"
-    version = _file_version(cache / "manifest.bin")
-    found = set()
-    for path in cache.glob("*.bin"):
-        raw = path.read_bytes()
-        try:
-            if tuple(marshal.loads(raw[4:4 + int.from_bytes(raw[:4], "little")])[0]) == version:
-                found.add(path.name.split("-")[0])
-        except Exception:  # the manifest and pages.bin have formats of their own
-            continue
-    return found
 
 
 def test_a_write_without_a_server_builds_the_next_briefing_ahead(project):
@@ -251,8 +228,6 @@ def test_a_write_without_a_server_builds_the_next_briefing_ahead(project):
     ahead = lambda: layout.saved_briefing(root, "briefing.next.json") or {}  # noqa: E731
     assert wait_for(lambda: ahead().get("key") == layout.briefing_key(root, __version__), 60)
     assert fresh in ahead()["text"]
-    # The build also saved recall's views for the manifest as the write left it: the next command reads them.
-    assert wait_for(lambda: _kept_for_current(project) >= {"records.bin", "ids.bin", "hops.bin", "allowed", "dense"}, 30)
     started = cortex("hook", "session-start", cwd=project, input=payload, env={"CORTEX_SERVE_IDLE": "1"})
     assert fresh in json.loads(started.stdout)["hookSpecificOutput"]["additionalContext"]
     assert fresh in str((layout.saved_briefing(root) or {}).get("text"))  # the file was what it printed
@@ -309,15 +284,16 @@ def test_commands_run_in_their_own_process_and_recall_asks_the_running_server(pr
         assert wait_for(lambda: serve.ask(str(root), {"op": "ping"}) is not None, 60)
         # It answers before it has built the next briefing; that build would rebuild a missing manifest.
         assert wait_for(lambda: (root / "state" / "briefing.next.json").exists(), 60)
-        # Proof that the server answers: with the cache's manifest gone, a recall run here would rebuild it.
-        (root / "cache" / "manifest.bin").unlink()
+        # Proof that the server answers: with the cache's database gone, a recall run here would rebuild it.
+        for name in ("cache.db", "cache.db-wal", "cache.db-shm"):
+            (root / "cache" / name).unlink(missing_ok=True)
         traced = subprocess.run([sys.executable, "-X", "importtime", "-m", "cortex", "recall",
                                  "which database did we decide on", "--json"], cwd=project, capture_output=True,
                                 text=True, check=True)
         assert [hit["id"] for hit in json.loads(traced.stdout)] == [hit["id"] for hit in json.loads(here["recall"])]
         imported = {line.rsplit("|", 1)[-1].strip() for line in traced.stderr.splitlines() if "|" in line}
         assert not {"numpy", "whoosh"} & imported  # the server's warm models answered
-        assert not (root / "cache" / "manifest.bin").exists()
+        assert not (root / "cache" / "cache.db").exists()
         refused = cortex("recall", "?", cwd=project, check=False)  # a refused query: said as without a server
         assert refused.returncode == 1 and "no word to search for" in refused.stderr
         assert cortex("list", cwd=project).stdout == here["list"]
@@ -443,7 +419,7 @@ def test_files_that_are_not_memories_change_nothing_and_a_linked_folder_is_repor
         assert wait_for(lambda: serve.ask(str(root), {"op": "ping"}) is not None, 60)
         assert wait_for(lambda: (root / "state" / "briefing.next.json").exists(), 60)
         time.sleep(1.0)  # the server at rest
-        manifest = root / "cache" / "manifest.bin"
+        manifest = root / "cache" / "commit"  # rewritten by every commit of the files' rows
         before = manifest.stat().st_mtime_ns
         swap = root / "memories" / "pattern" / ".deploys-go-through.md.swp"
         for n in range(5):  # vim rewrites its swap file every few seconds
@@ -482,14 +458,13 @@ def test_a_build_ahead_after_a_write_commits_what_the_write_left_in_memory(proje
     assert not _manifest_in_step(project)
     build_next(str(project / ".cortex"), commits=True)
     assert _manifest_in_step(project)
-    assert _kept_for_current(project) >= {"records.bin", "ids.bin", "hops.bin", "allowed", "dense"}
 
 
 def _manifest_in_step(project: Path) -> bool:
     """Whether the committed manifest holds every memory file as it is on disk (its time and size)."""
-    from cortex.index.manifest import Manifest
+    from cortex.index import db
 
-    manifest = Manifest.load(project / ".cortex" / "cache" / "manifest.bin")
+    manifest = db.load(db.connect(project / ".cortex" / "cache"))
     memories = project / ".cortex" / "memories"
     for path in memories.rglob("*.md"):
         entry = manifest.files.get(path.relative_to(memories).as_posix()) if manifest is not None else None

@@ -1,14 +1,9 @@
-"""The cache of a store: manifest, Whoosh index and vectors, kept in step with the files.
+"""The cache of a store: a SQLite database (`db`) and a Whoosh index (`fulltext`), kept in step with the files.
 
-    .cortex/cache/
-      manifest.bin      per file: stat, content hash, metadata (the commit point)
-      whoosh/           BM25F full-text index
-      vectors.f32       embedding rows keyed by text hash
-
-`cortex.index.cache` holds the `Index` (one store's cache) and `Indexes` (the
-warm indexes of one process); `manifest`, `fulltext` and `vectors` the parts.
+`cortex.index.cache` holds the `Index` (one store's cache, made of its parts: `sync`, `views`, `vectors`) and
+`Indexes` (the warm indexes of one process); `manifest` reads the files into rows.
 """
 
-from cortex.index.cache import Index, Indexes, SyncReport, answer_ahead
+from cortex.index.cache import Index, Indexes, SyncReport
 
-__all__ = ["Index", "Indexes", "SyncReport", "answer_ahead"]
+__all__ = ["Index", "Indexes", "SyncReport"]
