@@ -283,6 +283,8 @@ def _header(facts: dict[str, Any], stable: bool) -> str:
     if facts.get("rev"):  # `--at REV`: name the revision as given, and the branch only when there is one
         on = f" on branch `{branch}`" if branch and branch != facts["rev"] else ""
         header += [f"# cortex briefing — at revision `{facts['rev']}`{at}{on}"]
+    elif stable:  # a committed file (AGENTS.md): the same on every branch and machine
+        header += ["# cortex briefing"]
     else:
         header += [f"# cortex briefing — branch `{branch or 'none'}`{at}"]
     if facts["commits"]:

@@ -87,7 +87,7 @@ DEFAULTS: dict[str, Any] = {
     },
     "git": {
         "on_stop": "stage",
-        "pre_push": "commit",
+        "pre_push": "warn",
     },
     "embedding": {
         "model": "bundled",
@@ -161,7 +161,7 @@ gc:                         # lifecycle (`cortex gc`, also after capture)
 
 git:
   on_stop: stage            # stage | commit | off: what the Stop hook does with new memories
-  pre_push: commit          # commit | check: stale projections on push
+  pre_push: warn            # warn | block: a stale projection on push is named (block: and the push stops)
 
 embedding:
   model: bundled            # bundled, or a path to a local model2vec folder
@@ -232,7 +232,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
 CHOICES: dict[str, tuple[str, ...]] = {
     "capture.llm": ("off", "auto", "on"),
     "git.on_stop": ("stage", "commit", "off"),
-    "git.pre_push": ("commit", "check"),
+    "git.pre_push": ("warn", "block", "commit", "check"),  # commit, check: older names of warn, block
 }
 CAPTURE_LAYERS = ("structural", "keyword", "self_report")  # the local layers of cortex.capture
 NO_BOUND = (0, None)  # every other number: counts, weights, days and token budgets are never negative

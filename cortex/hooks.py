@@ -4,20 +4,18 @@ Git hooks (installed by `cortex init --git-hooks`):
 
 - `git-pre-push`: every memory file that a commit of the push adds or changes
   (all the commits the remote does not have yet) is scanned for secrets (a
-  finding always stops the push, naming file, line and commit), and
-  projections must match the memories being pushed. When they
-  are stale, cortex regenerates them and either commits them (`git.pre_push:
-  commit`, the default: a commit touching only `.cortex/` paths) and stops the
-  push with "projections updated in <sha>; push again", or only stops the push
-  (`git.pre_push: check`).
+  finding always stops the push, naming file, line and commit); a stale
+  projection is named in one line and the push goes on (`git.pre_push:
+  block`: the push stops). Nothing is written or committed.
 - `git-post-checkout`: the cache follows a branch switch; no tracked file is
   written. `git-post-merge`, `git-post-rewrite` (a rebase): the cache follows,
-  and tracked pages the merge left stale are regenerated and committed. These
-  never fail the git command.
+  and a tracked page the merge left stale is regenerated in the working tree,
+  for the person's next commit (never committed). These never fail the git
+  command.
 
 Every entry point returns an exit status; an internal error is logged to
 `.cortex/state/cortex.log` and never breaks the person's git command, except
-that pre-push fails closed only for the reasons it exists (stale projections).
+that pre-push fails closed only for the reason it exists (a secret; stale projections with `block`).
 """
 
 from __future__ import annotations
@@ -51,7 +49,7 @@ def _store_here() -> Store | None:
 
 def git_pre_push(args: list[str], stdin: str) -> int:
     from cortex import projections
-    from cortex.gitops import commit_paths, open_repository, pushed_changes
+    from cortex.gitops import open_repository, pushed_changes
 
     store = _store_here()
     try:
@@ -93,23 +91,12 @@ def git_pre_push(args: list[str], stdin: str) -> int:
             projections.write(store, pages, index)  # records the stamp: the next push skips rendering
             return 0
         names = ", ".join(page.name for page in stale)
-        mode = str(store.config().get("git.pre_push"))
-        if mode == "check":
-            print(f"cortex: projections out of date ({names}); run `cortex project`, commit, and push again",
-                  file=sys.stderr)
+        if str(store.config().get("git.pre_push")) in ("block", "check"):
+            print(f"cortex: push stopped: {names} out of date (git.pre_push: block); run `cortex project`, commit, "
+                  "and push again", file=sys.stderr)
             return 1
-        projections.write(store, stale, index)
-        repo = open_repository(store.root.parent)
-        workdir = Path(repo.workdir)  # type: ignore[attr-defined]
-        paths = {page.path.relative_to(workdir).as_posix(): page.text.encode("utf-8") for page in stale}
-        try:
-            sha = commit_paths(repo, paths, f"cortex: update projections ({names})\n\nRegenerated from .cortex/memories/ by the pre-push hook.")
-        except ValueError as exc:
-            print(f"cortex: projections out of date ({names}) and cannot commit them ({exc}); "
-                  "commit them yourself and push again", file=sys.stderr)
-            return 1
-        print(f"cortex: projections updated in {sha[:12]}; push again", file=sys.stderr)
-        return 1
+        print(f"cortex: {names} out of date; `cortex project` regenerates it, for your next commit", file=sys.stderr)
+        return 0
     except Exception as exc:  # never block a push on cortex's own failure
         if store is None:
             print(f"cortex: pre-push check skipped ({exc})", file=sys.stderr)
@@ -123,11 +110,10 @@ def git_refresh(event: str, args: list[str]) -> int:
     """post-checkout, post-merge, post-rewrite: bring the cache in step; after a merge or a rebase, the pages.
 
     A checkout never writes a tracked file: a page is a function of the memory files of the commit, so a
-    commit whose pages were current still has them. A merge (or a rebase) can join memories from two sides
-    while the merge driver kept one side's page: the pages that are tracked and stale are regenerated and,
-    under `git.pre_push: commit` (the default), committed on their own, so the tree is clean afterwards. A
-    page never committed is never created here (it would block a later merge that brings the committed one).
-    Always 0.
+    commit whose pages were current still has them. A merge (or a rebase) joins pages with git's union driver,
+    which is right unless one side removed an entry next to one the other side added: a tracked page left
+    stale is regenerated in the working tree, never committed. A page never committed is never created here
+    (it would block a later merge that brings the committed one). Always 0.
     """
     if event == "post-checkout" and len(args) >= 3 and args[2] != "1":
         return 0  # a file checkout, not a branch switch
@@ -152,7 +138,7 @@ def git_refresh(event: str, args: list[str]) -> int:
 
 def _refresh_tracked_pages(store: Store, index: Any, after: str) -> None:
     from cortex import projections
-    from cortex.gitops import commit_paths, open_repository
+    from cortex.gitops import open_repository
 
     repo = open_repository(store.root.parent)
     if repo.head_is_unborn or repo.head_is_detached:
@@ -172,13 +158,8 @@ def _refresh_tracked_pages(store: Store, index: Any, after: str) -> None:
         return
     projections.write(store, [page for _rel, page in stale], index)
     names = ", ".join(page.name for _rel, page in stale)
-    if str(store.config().get("git.pre_push")) == "check":
-        print(f"cortex: regenerated {names} after the {after}; commit it", file=sys.stderr)
-        return
-    sha = commit_paths(repo, {rel: page.text.encode("utf-8") for rel, page in stale},
-                       f"cortex: update projections after {after} ({names})\n\n"
-                       f"Regenerated from .cortex/memories/ by the post-{'merge' if after == 'merge' else 'rewrite'} hook.")
-    print(f"cortex: {names} regenerated after the {after} and committed in {sha[:12]}", file=sys.stderr)
+    print(f"cortex: {names} regenerated after the {after} (the merged page was not its regeneration); "
+          "commit it with your next change", file=sys.stderr)
 
 
 # ---------------------------------------------------------------- Claude Code hooks

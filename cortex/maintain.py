@@ -6,8 +6,9 @@ when there is anything to do — queued ids, or the day's `cortex gc` not yet
 run (`cortex.events.upkeep_due`) — and returns. The detached run links the
 new memories (`cortex.graph.connect`), runs gc once a day, consolidates
 flagged pairs when that is due, and, when any memory changed, brings the rest
-in step through `cortex.events.memories_changed` (projections, AGENTS.md,
-staging as the Stop hook does). `cortex capture` and the LLM worker (already
+in step through `cortex.events.memories_changed` (projections, AGENTS.md;
+nothing is staged: the Stop hook linked and staged its memories before it
+started this run). `cortex capture` and the LLM worker (already
 detached) run it inline.
 """
 
