@@ -134,7 +134,7 @@ def test_a_team_week_has_no_conflict_no_aborted_command_and_loses_no_memory(tmp_
     bob.git("pull", "-q", "--no-rebase")
     bob.clean()
     bob.git("merge", "-q", "--no-ff", "-m", "Merge feature/backoff", "feature/backoff")
-    bob.clean()  # both sides changed decisions.md: the driver kept ours and post-merge committed the new page
+    bob.clean()  # both sides changed decisions.md: git's union driver kept both, as a regeneration would
     assert "projections are up to date" in cortex("project", "--check", cwd=bob.path).stdout
     bob.git("push", "-q")
 
