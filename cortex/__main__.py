@@ -1,8 +1,7 @@
 """`python -m cortex` and the `cortex` console script.
 
 Hooks run as a fresh process on every event, so `cortex hook <event>` is
-dispatched here without importing click (~30 ms); everything else goes to
-the click command line in `cortex.cli`.
+dispatched here without importing click; everything else goes to `cortex.cli`.
 """
 
 from __future__ import annotations
@@ -23,16 +22,14 @@ def run() -> None:
     import gc
     import os
 
-    # No cyclic garbage collection in a command or hook: loading the cache makes tens of thousands of dicts and
-    # lists at once, and the collector's passes over them were half of `cortex list` at 10,000 memories (0.81 s
-    # against 0.27 s); such a process ends long before its few cycles matter. Long-lived commands (serve, mcp,
-    # watch, the upkeep, the worker) collect again: `cortex.spawn.resident`.
+    # No cyclic garbage collection in a command or hook: loading the cache makes tens of thousands of objects at
+    # once and the collector's passes over them dominate a short process. Long-lived ones collect again
+    # (`cortex.spawn.resident`).
     gc.disable()
     args = sys.argv[1:]
     if not args or args[0] not in BULK:
-        # One query or one memory at a time is a few matrix-vector products: OpenBLAS's second thread spins on
-        # them instead of speeding them up (`cortex recall` at 10,000 memories: ~100 ms of CPU and ~40 ms of
-        # wall time more, docs/benchmarks.md). Set before numpy is imported; a value already set is kept.
+        # One query or one memory at a time is a few matrix-vector products: a second BLAS thread spins on them
+        # instead of speeding them up. Set before numpy is imported; a value already set is kept.
         from cortex import ONE_THREAD
 
         for name in ONE_THREAD:
@@ -53,7 +50,7 @@ def run() -> None:
             try:
                 fast = hotpath.session_start if args[1] == "session-start" else hotpath.prompt
                 if fast(raw):  # the cached briefing, or the resident server's answer: no store, no click
-                    _leave(0)  # and no interpreter teardown: ~1 ms of a ~9 ms hook (what it wrote is closed)
+                    _leave(0)  # and no interpreter teardown (what it wrote is closed)
             except Exception:
                 pass  # the full hook below logs whatever is wrong
         from cortex import hooks

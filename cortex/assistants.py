@@ -1,14 +1,7 @@
 """What `cortex init --codex / --gemini / --cursor` share: merging hook entries, MCP servers and marked sections.
 
-Each assistant keeps its configuration in its own files (`cortex.codex`,
-`cortex.gemini`, `cortex.cursor` say which); the merging is the same as for
-Claude Code (`cortex.claude`): only cortex's own entries are added, replaced
-or removed, everything else in a file is kept as it was, a second run changes
-nothing, and a file with a shape cortex cannot merge into stops the install
-with one line naming the file before anything is written. What is written is
-committed with the project, so it names no path of this machine: hooks and the
-MCP server run `cortex` from PATH, and a hook on a clone without cortex skips
-with one line on stderr and exit 0.
+Only cortex's own entries are touched, a second run changes nothing, and a file cortex cannot merge into
+stops the install before anything is written. docs/assistants.md.
 """
 
 from __future__ import annotations

@@ -1,31 +1,8 @@
 """The session-start briefing: what the assistant should know about this branch, within a token budget.
 
-    <!-- cortex:injected -->
-    # cortex briefing — branch `feature/x` @ 1a2b3c4
-    Recent commits: …
-    Changed on this branch: …
-    ## Pinned / ## This branch / ## Key memories / ## Code in play / ## Active plan
-
-Tiers, in this order: pinned memories (always); branch work (progress and
-plan of this branch, and memories whose `files:` touch what changed);
-critical memories (by the ranking prior); code descriptions of the files in
-play; the active plan's checklist. Per-type shares of the budget
-(architecture 25, decision 25, pattern 25, gotcha 20, progress 30, context 15,
-code_description 10, code 0 — relative weights) cap each type on the first
-pass; whatever is left flows to the best remaining memories. Tokens are
-estimated as characters / 4 (documented, deterministic), the total never
-over `briefing.budget_tokens` (500) nor 10,000 characters.
-
-Reality check: a memory whose files all no longer exist is left out; one whose
-file changed after the memory's `updated` is marked "(may be stale: file
-changed)", and one naming a setting its files now hold with another value (or
-no longer hold) says which (`lifecycle.setting_drift`). Each line is the
-memory's short form (`cortex.render.short`: type, title, summary, id), marked
-"(low confidence 0.42)" under 0.5 decayed confidence; two memories linked by
-`contradicts` are both marked, the newer first when both are in one section.
-
-Cached in `state/briefing.json` by (branch, HEAD, store signature): a
-SessionStart with nothing changed reads one small file and the git HEAD.
+Tiers: pinned, this branch, key memories, code in play, the active plan; tokens estimated as characters / 4.
+A memory whose files are gone is left out, one whose file changed is marked stale. Cached in
+`state/briefing.json` by (branch, HEAD, store signature). docs/recall.md.
 """
 
 from __future__ import annotations
@@ -53,12 +30,9 @@ class Briefing:
 
 
 def _git_facts(store: Store, rev: str | None = None) -> dict[str, Any]:
-    """Branch, HEAD, last 3 commits and changed files (working tree + this branch vs the default branch).
-
-    With `rev`: the revision the store was read at (`--at`), its commit and last 3 commits, nothing
-    "changed"; the branch is `rev` when it names a local branch, else the current branch when the commit
-    is on it, else none.
-    """
+    """Branch, HEAD, last 3 commits and changed files (working tree + this branch vs the default branch). With `rev`
+    (`--at`): that revision's commit and last 3 commits, nothing "changed", and its branch when `rev` names one or the
+    current branch holds the commit."""
     facts: dict[str, Any] = {"branch": None if rev else store.current_branch(), "rev": rev, "head": None,
                              "commits": [], "changed": []}
     root = store.worktree
@@ -126,24 +100,24 @@ def cached(store: Store) -> Briefing | None:
 
 def build(store: Store, budget_tokens: int | None = None, now: float | None = None, rev: str | None = None,
           stable: bool = False, index: Any = None, facts: dict[str, Any] | None = None) -> Briefing:
-    """Assemble the briefing (see the module docstring); `rev` labels a store read at a git revision.
-
-    `stable` leaves out what changes with every commit or edit (HEAD, recent
-    commits, changed files, stale marks from file times): the form kept in a
-    committed file (AGENTS.md), which should change only when memory does.
-    """
+    """Assemble the briefing; `rev` labels a store read at a git revision. `stable` leaves out what changes with every
+    commit or edit (HEAD, commits, changed files, stale marks): the form kept in a committed file (AGENTS.md), which
+    should change only when memory does."""
     from cortex.index import Index
-    from cortex.memory import now_epoch
+    from cortex.memory import epoch, now_epoch
     from cortex.recall import Prior
 
-    now = now_epoch() if now is None else now
     index = (index or Index(store)).ensure()
     facts = dict(facts) if facts is not None else _git_facts(store, rev)
-    if stable:
+    if stable:  # a tracked file: a function of the memory files alone, not of the clock or this clone's use
         facts.update(head=None, commits=[], changed=[])
+        if now is None:
+            now = max((epoch(stamp) for _rel, *stamps in index.records().column("updated", "created")
+                       for stamp in stamps if stamp), default=None)
+    now = now_epoch() if now is None else now
     budget = int(budget_tokens or store.config().get("briefing.budget_tokens"))
     page = _Page(budget if stable else budget - FRAME_TOKENS, _header(facts, stable))  # a hook frames it
-    pool = _Pool(store, index, facts, Prior(store, index, now, facts["branch"]), stable, now, page)
+    pool = _Pool(store, index, facts, Prior(store, index, now, facts["branch"], local=not stable), stable, now, page)
     page.conflicts = pool.conflicts()
     pool.fill("Pinned", lambda row: row.pinned, capped=False)
     if not stable:  # the hot tier (cortex.salience): the most used memories, always shown; learned per clone
@@ -181,12 +155,9 @@ class _Row:
 
 
 class _Pool:
-    """The active memories of this branch that may be shown, best prior first, ranked from the cache's entries.
-
-    A row becomes a `Memory` — its files checked, its decayed confidence noted — only when the page might take
-    it (`made`): an entry that cannot fit in what is left of the budget or of its type's share is passed over
-    without that (a line costs at least its type, title and id), and a fill stops when no entry could fit. The
-    page is the same as ranking every memory; at 100,000 memories it is built from a few dozen."""
+    """The active memories of this branch that may be shown, best prior first, ranked from the cache's entries. A row
+    becomes a `Memory` only when the page might take it (`made`), and a fill stops when no entry could fit: the same
+    page as ranking every memory, built from a few dozen."""
 
     def __init__(self, store: Store, index: Any, facts: dict[str, Any], ranking: Any, stable: bool, now: float,
                  page: _Page) -> None:
@@ -229,7 +200,7 @@ class _Pool:
             return None
         if present is not None and not present:
             stale = "files gone"  # pinned memories are always shown, flagged
-        elif present is not None and not self.stable:
+        elif present is not None and root is not None and not self.stable:
             updated = epoch(item.updated)
             stale = any(p.stat().st_mtime > updated + 1 for p in present)
             stale = setting_drift(item, root) or stale  # a setting it names has another value now
@@ -384,11 +355,8 @@ def get(store: Store) -> Briefing:
     from cortex.metrics import record
 
     started = time.perf_counter()
-    # The sync (a stat of every memory file) in a forked child while this process reads git's side of the page
-    # (`git status` over the tracked files: ~0.35 s at 100,000 memories), then the page from the synced cache.
-    index = Index(store).ensure(ahead=True)
+    index = Index(store).ensure()
     facts = _git_facts(store, None)
-    index.confirm()
     # The key taken after the sync (which may have rewritten the manifest) and before the page is made: the page
     # is kept under it only when nothing changed meanwhile.
     key = _cache_key(store, settled=True)
@@ -413,19 +381,12 @@ def _saved(key: str, briefing: Briefing, index: Any) -> str:
 
 
 def build_next(root: str, commits: bool = False) -> None:
-    """Build the next SessionStart's briefing of the project store at `root` into `state/briefing.next.json`
-    (what `cortex serve` runs in a process of its own, and a write without a server starts: `cortex.spawn.briefing_ahead`):
-    `briefing.json` stays what this session was shown (the prompt hook leaves those memories out) until a
-    SessionStart prints the new one (`cortex.layout.start_briefing`). A briefing of a store that changed while
-    it was built (a write, a commit) is not saved under the new key: it is built again, up to three times. One
-    build at a time (`state/briefing.lock`); one that finds the briefing already built for the store as it is
-    does nothing. Its sync commits nothing: a commit would change the key (the manifest's stat is part of it)
-    and cost a running server's next sync a reload and a walk.
-
-    `commits` (a write made without a server, `cortex.spawn.briefing_ahead`): first commit what the write's
-    own process left in memory only (a `remember` links the new memory to others after its commit, and those
-    files were stale in the committed manifest), so the recall views kept below are for the manifest the next
-    command or server will load, not one it must work them out again for (~0.3 s at 100,000 memories)."""
+    """Build the next SessionStart's briefing of the project store at `root` into `state/briefing.next.json` (`cortex
+    serve`, or a write without a server: `cortex.spawn.briefing_ahead`); `briefing.json` stays what this session was
+    shown until a SessionStart prints the new one. A store that changed during the build is built again, up to three
+    times; one build at a time (`state/briefing.lock`). Its sync commits nothing: a commit would change the key.
+    `commits`: first commit what the write's own process left in memory only, so the recall views kept are for the
+    manifest the next process loads."""
     import gc
     from pathlib import Path
 

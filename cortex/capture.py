@@ -1,32 +1,8 @@
-"""Capture: memories from Claude Code session transcripts (and Codex CLI, Gemini CLI and Cursor ones, read as
-Claude Code's records by `cortex.transcripts`).
+"""Capture: memories from session transcripts (Claude Code's, and others' read as such by `cortex.transcripts`).
 
-The pipeline behind `cortex hook stop` and `cortex capture TRANSCRIPT`:
-
-1. **Read incrementally.** A cursor per transcript under `state/cursors/`
-   (byte offset, size, inode, last record uuid); only what is new since the
-   last run is parsed. A transcript that shrank or was replaced starts over
-   (dedup keeps that from writing twice). JSONL and JSON-array dumps; a
-   partial last line is left for next time; unknown record types and
-   malformed lines are skipped and counted.
-2. **Normalise** records into events: human prompts (filtered as the
-   interface doc §9.6 says), assistant text (records sharing `message.id`
-   merged), tool uses paired with their results.
-3. **Layers** (each candidate records its layer in `source.layer`):
-   - *self-report*: `[MEMORY: <type>: <text>]` tags in assistant text, or
-     `[MEMORY: <type> priority=N tags=a,b: <text>]`;
-   - *structural*: the latest TodoWrite list → a `plan` memory for the
-     session (updated in place as the plan moves); a command that failed and
-     then succeeded → a `gotcha` candidate;
-   - *keyword*: conservative decision markers in assistant text.
-4. **Guard**: `<private>…</private>` and text cortex injected itself are
-   skipped; secrets are redacted as `[REDACTED:<kind>]`, the whole secret
-   over all its lines (a candidate whose title holds one is dropped); one
-   message is read up to `capture.max_message_chars` and no body is longer.
-   The LLM layer's slice is redacted and stripped of `<private>` text before
-   it is queued (`cortex.guard`, as every write).
-5. **Dedup** against active memories of the same type (normalised text, then
-   word-set Jaccard ≥ 0.7): a duplicate refreshes nothing and writes nothing.
+Read incrementally (a cursor per transcript), normalise records into events, run the layers (self-report
+tags, structural, keyword), guard (`<private>`, injected text, secrets), dedup against active memories.
+docs/capture.md.
 """
 
 from __future__ import annotations
@@ -797,13 +773,10 @@ NEAREST_READ = 24  # memories closest in meaning whose words a candidate is comp
 
 
 class _Existing:
-    """The active memories of the candidates' types in one store, as the duplicate check sees them.
-
-    Metadata and vectors come from the cache: a candidate is compared in one matrix product with every memory
-    of its type that has a vector, and only the `NEAREST_READ` closest are read from disk for the word
-    overlap. Memories without a vector yet (written since the last vector sync, or a store whose cache holds
-    none) are read and compared word by word, as are the memories this capture writes or updates.
-    """
+    """The active memories of the candidates' types in one store, as the duplicate check sees them: a candidate is
+    compared in one matrix product with every memory of its type that has a vector, and only the `NEAREST_READ`
+    closest are read for the word overlap; memories without a vector, and those this capture writes, are compared word
+    by word."""
 
     def __init__(self, store: Store, index: Any, types: set[str]) -> None:
         self.store, self.index = store, index
@@ -877,9 +850,9 @@ def _duplicate_of(existing: _Existing, candidate: Candidate, encoder: Any, cosin
         union = mine | theirs
         return mine == theirs or bool(union and len(mine & theirs) / len(union) >= JACCARD_DUPLICATE)
 
-    for other in existing.fresh:
-        if other.type == candidate.type and same_words(other):
-            return other
+    for fresh in existing.fresh:
+        if fresh.type == candidate.type and same_words(fresh):
+            return fresh
     with_rows, matrix, without = existing.of_type(candidate.type)
     if matrix is not None and len(with_rows) and encoder is not None:
         import numpy as np
@@ -1026,12 +999,9 @@ def _refresh(store: Store, memory: Memory) -> None:
 def capture(store: Store, transcript: Path, session: str | None = None, last_message: str | None = None,
             from_start: bool = False, commit: str | None = None, indexes: Any = None,
             dry_run: bool = False) -> CaptureReport:
-    """Run the pipeline on what is new in `transcript`; write memories; advance the cursor.
-
-    One capture of a transcript at a time (parallel Stops of one session would each write what is new): a
-    second one waits for the first, then reads on from the cursor it saved; after `lock_wait()` it raises
-    `LockBusy`, and what is new is left for the next run. Everything else: `_capture`.
-    """
+    """Run the pipeline on what is new in `transcript`; write memories; advance the cursor. One capture of a
+    transcript at a time: a second waits, then reads on from the saved cursor; after `lock_wait()` it raises
+    `LockBusy` and leaves the rest for the next run."""
     if dry_run:
         return _capture(store, transcript, session, last_message, from_start, commit, indexes, dry_run)
     from cortex.files import file_lock, lock_wait
@@ -1043,14 +1013,9 @@ def capture(store: Store, transcript: Path, session: str | None = None, last_mes
 
 def _capture(store: Store, transcript: Path, session: str | None, last_message: str | None, from_start: bool,
              commit: str | None, indexes: Any, dry_run: bool) -> CaptureReport:
-    """Run the pipeline on what is new in `transcript`; write memories; advance the cursor.
-
-    With `dry_run`, the guarded candidates land in `report.candidates` and nothing is written: no memory, no
-    cursor, no LLM job.
-
-    Only the layers named in `capture.layers` run (structural, keyword, self_report); the LLM layer is
-    `capture.llm`. `indexes` (a `cortex.index.Indexes`) shares one sync with the caller's later steps.
-    """
+    """`capture` under its lock. With `dry_run` the guarded candidates land in `report.candidates` and nothing is
+    written. Only the layers named in `capture.layers` run; `indexes` shares one sync with the caller's later
+    steps."""
     from cortex.gitfacts import branch_and_head, worktree_root
 
     started = time.perf_counter()

@@ -1,18 +1,7 @@
 """Installing cortex into Claude Code: hook entries in `.claude/settings.json` and the memory rules file.
 
-`cortex init --claude` merges cortex's hook entries into the project's
-`.claude/settings.json` without touching any other key or hook, idempotently,
-declares the `cortex mcp` server in the project's `.mcp.json` (other servers
-kept), and writes `.claude/rules/cortex-memory.md` (Claude Code loads
-`.claude/rules/` at startup), which teaches the assistant the `[MEMORY: …]`
-tags and the `cortex` commands. `cortex uninstall --claude` removes only what
-cortex added.
-
-Both files are committed, so they name no path of this machine: the hooks and
-the server run `cortex` from PATH, and a hook on a clone without cortex skips
-with one line on stderr and exit 0. Entries older versions wrote (`cortex hook
-stop`, or `"/path/to/python" -m cortex hook stop`) are recognised: a re-init
-replaces them and an uninstall removes them.
+Only cortex's own entries are added or removed, idempotently; the files are committed, so they name no path
+of this machine (a clone without cortex skips with one line). docs/claude-code.md.
 """
 
 from __future__ import annotations

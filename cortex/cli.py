@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable
 
 import click
 
@@ -24,7 +24,6 @@ from cortex.errors import CortexError
 from cortex.memory import TYPES
 
 TYPE_CHOICE = click.Choice(TYPES)
-T = TypeVar("T")
 
 
 def _fail(message: str) -> None:
@@ -33,7 +32,7 @@ def _fail(message: str) -> None:
 
 
 def _print_json(data: Any) -> None:
-    # Indented for a person at a terminal; compact (and ~10x faster to encode) in a pipe. json escapes C0
+    # Indented for a person at a terminal; compact in a pipe. json escapes C0
     # controls; DEL and the C1 ones (U+0080-U+009F, which some terminals obey) are escaped here, as JSON allows.
     indent = 2 if sys.stdout.isatty() else None
     text = json.dumps(data, indent=indent, ensure_ascii=False)
@@ -110,7 +109,7 @@ def store_options(func: Callable[..., Any]) -> Callable[..., Any]:
 NO_NOTICE = frozenset({"maintain", "worker", "serve_command", "watch", "reset"})
 PROCESS_ARGV: list[str] | None = None  # the arguments of a `cortex` process (set by `cortex.__main__.run`)
 # Read-only commands whose process may end without freeing what it loaded (`cortex.__main__.run`): tearing
-# down 100,000 manifest entries object by object costs ~0.15 s and changes nothing on disk.
+# down a large cache object by object is slow and changes nothing on disk.
 QUICK_EXIT = frozenset({"list_command", "status", "show"})
 quick_exit = False  # set once such a command ran in a `cortex` process
 
@@ -122,14 +121,6 @@ def _index(store: Any) -> Any:
     return Index(store).ensure()
 
 
-def _answered(store: Any, answer: Callable[[Any], T]) -> T:
-    """`answer(index)` of the store's index synced at manifest level: made from the committed cache while a
-    child syncs it, and again if files had changed (`cortex.index.answer_ahead`)."""
-    from cortex.index import answer_ahead
-
-    return answer_ahead([store], lambda indexes: answer(indexes.synced(store)), full=False)
-
-
 def _warn_config(store: Any, llm_notice: bool = True) -> None:
     """A setting the command read that was wrong (its default was used): one line each on stderr. And, once, a
     project's request for the LLM that this machine does not allow (`cortex.llm.notice`)."""
@@ -139,7 +130,7 @@ def _warn_config(store: Any, llm_notice: bool = True) -> None:
     if llm_notice and store is not None and store.label == "project":
         from cortex.llm import notice
 
-        line = notice(store, "cli")  # reads config.yaml if the command did not (from its cache: ~1 ms)
+        line = notice(store, "cli")  # reads config.yaml if the command did not (from its cache)
         if line is not None:
             click.echo(f"cortex: {_safe(line)}", err=True)
 
@@ -358,7 +349,7 @@ def list_command(store: Any, types: tuple[str, ...], statuses: tuple[str, ...], 
         rows.sort(key=lambda row: (not row[1], -row[2], row[3], row[4].lower(), row[5]))
         return list(index.problems()), rows
 
-    problems, rows = _answered(store, listed)
+    problems, rows = listed(_index(store))
     for path, reason in problems:
         click.echo(f"cortex: skipped {_safe(str(path))}: {_safe(reason)}", err=True)
     if as_json:
@@ -382,7 +373,7 @@ def list_command(store: Any, types: tuple[str, ...], statuses: tuple[str, ...], 
             title = title[: max(10, width - len(prefix) - 1)] + "…"
         lines.append(prefix + title)
     lines.append(f"{len(rows)} memories  (* pinned, A archived, S superseded)")
-    click.echo("\n".join(lines))  # one write: 100,000 `echo` calls cost more than the rest of the command
+    click.echo("\n".join(lines))  # one write, not one per memory
 
 
 @main.command()
@@ -816,7 +807,8 @@ def _within_budget(hits: list[Any], budget: int) -> tuple[list[Any], int]:
     """The best hits whose rows fit in `budget` tokens (the best one always), and how many were left out."""
     from cortex.text import estimate_tokens
 
-    kept, used = [], 0
+    kept: list[Any] = []
+    used = 0
     for hit in hits:
         cost = estimate_tokens(json.dumps(hit.to_dict(), ensure_ascii=False))
         if kept and used + cost > budget:
@@ -838,7 +830,7 @@ def _served_recall(stores: list[Any], query: str, **options: Any) -> Any:
     from cortex.serve import ask
 
     # The server searches its own stores: the project's, and the global one when this command would.
-    answer = ask(root, {"op": "recall", "query": query, "types": list(options.pop("types")),
+    answer: dict[str, Any] | None = ask(root, {"op": "recall", "query": query, "types": list(options.pop("types")),
                         "global": len(stores) > 1, **options}, timeout=10.0)
     if not answer or "hits" not in answer:
         if answer and "refused" in answer:
@@ -888,14 +880,10 @@ def recall(store: Any, query: str, limit: int | None, types: tuple[str, ...], br
     result = None if at else _served_recall(stores, query, limit=limit, types=types, branch=branch,
                                             include_all=include_all, keyword=keyword)
     if result is None:  # no server (or still warming): search here
-        from cortex.index import answer_ahead
-
         if not keyword:
             use_contextual("inline")
-        # Ranked from the committed cache while a child syncs it, and again if it found files changed.
-        result = answer_ahead(stores, lambda indexes: run_recall(
-            stores, query, limit=limit, types=types, branch=branch, include_all=include_all, keyword_only=keyword,
-            indexes=indexes))
+        result = run_recall(stores, query, limit=limit, types=types, branch=branch, include_all=include_all,
+                            keyword_only=keyword)
     hits, left_out = _within_budget(result.hits, budget)
     for note in result.notes:
         click.echo(f"cortex: {_safe(note)}", err=True)
@@ -985,8 +973,8 @@ def links(store: Any, memory_id: str | None, suggested: bool, accept: tuple[str,
         return
     for row in rows:
         strength = "" if row["strength"] is None else f"  strength {row['strength']:g} (now {row['strength_now']:.2f})"
-        made = f"  made {row['created']}" if row["created"] else ""
-        _echo(f"{row['id']} {row['rel']} {row['to']}{strength}{made}")
+        created = f"  made {row['created']}" if row["created"] else ""
+        _echo(f"{row['id']} {row['rel']} {row['to']}{strength}{created}")
     click.echo(f"{len(rows)} links")
 
 
@@ -1183,15 +1171,16 @@ def consolidate(store: Any, dry_run: bool, yes: bool, allow_conflicts: bool, thr
 
 
 @main.command(name="index-code")
-@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=Path))
 @click.option("--force", is_flag=True, help="Index again even when a file has not changed.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @store_options
 def index_code_command(store: Any, paths: tuple[Path, ...], force: bool, as_json: bool) -> None:
-    """Describe source files as memories: a code_description (outline or LLM summary) and the code, linked source_of."""
+    """Describe source files (default: the repository) as a code_description and the code, linked source_of; kept
+    out of git (derived from the code)."""
     from cortex import codeindex
 
-    report = codeindex.index_code(store, list(paths), force=force)
+    report = codeindex.index_code(store, list(paths) or [store.worktree or store.root.parent], force=force)
     if as_json:
         _print_json(codeindex.as_dict(report))
         return
@@ -1412,7 +1401,7 @@ def capture_command(store: Any, transcript: Path, from_start: bool, as_json: boo
     indexes = Indexes()
     report = capture(store, transcript, from_start=from_start, indexes=indexes, dry_run=dry_run)
     if dry_run:
-        rows = [{"type": c.type, "title": c.title, "layer": c.layer, "record": c.record, "index": c.index,
+        rows: list[dict[str, Any]] = [{"type": c.type, "title": c.title, "layer": c.layer, "record": c.record, "index": c.index,
                  "files": c.files,
                  "tags": c.tags, "body": c.body} for c in report.candidates]
         if as_json:

@@ -1,25 +1,8 @@
 """Installing cortex into OpenAI Codex CLI: `.codex/hooks.json`, `.codex/config.toml` and AGENTS.md.
 
-`cortex init --codex` writes, in the project:
-
-- `.codex/hooks.json` (Claude Code's shape; timeouts in seconds): SessionStart
-  → the briefing, UserPromptSubmit → prompt-time recall (both answer with
-  `hookSpecificOutput.additionalContext`, which Codex gives the model as a
-  developer message), Stop and PreCompact → capture from the rollout file
-  (`transcript_path`), SessionEnd → a last capture, detached (Codex clamps it
-  to 3 s).
-- `.codex/config.toml`: a `[mcp_servers.cortex]` table running `cortex mcp`,
-  with `default_tools_approval_mode = "approve"` (without it `codex exec`
-  refuses every MCP call; cortex's tools only read and write `.cortex/`). The
-  table is appended with a marker comment; the rest of the file is left byte
-  for byte (there is no TOML writer in the standard library, and a rewrite
-  would lose the person's comments).
-- AGENTS.md: cortex's memory rules, in a marked section (Codex reads AGENTS.md).
-
-Codex runs a project's `.codex/` only in a trusted project, and hooks only once
-they are trusted (the `/hooks` screen of the TUI; `codex exec
---dangerously-bypass-hook-trust` for one run): until then it skips them without
-a word. `install` says so.
+The MCP table is appended with a marker, the rest of config.toml left byte for byte (no TOML writer in the
+standard library would keep the person's comments). Codex skips untrusted hooks silently: `install` says
+so. docs/assistants.md.
 """
 
 from __future__ import annotations
@@ -36,7 +19,7 @@ from cortex.files import atomic_write
 HOOKS = {"SessionStart": ("session-start", 30), "UserPromptSubmit": ("prompt", 30), "Stop": ("stop", 60),
          "PreCompact": ("pre-compact", 60), "SessionEnd": ("session-end", 3)}
 MCP_MARK = "# cortex: memory MCP server (added by `cortex init --codex`; `cortex uninstall --codex` removes it)"
-# startup_timeout_sec: `cortex mcp` loads the MCP SDK (~2 s on a busy machine); Codex's default wait is 10 s.
+# startup_timeout_sec: `cortex mcp` loads the MCP SDK, slow on a busy machine; Codex's default wait is 10 s.
 MCP_TABLE = '[mcp_servers.cortex]\ncommand = "cortex"\nargs = ["mcp"]\ndefault_tools_approval_mode = "approve"\n' \
     'startup_timeout_sec = 30\n'
 TRUST_NOTE = ("note: Codex runs project hooks only in a trusted project, with the hooks trusted: start `codex` here, "

@@ -1,17 +1,7 @@
 """`.cortex/config.yaml`: documented defaults, merged with what a person sets.
 
-Every key is optional. Unknown keys are reported as warnings, never fatal,
-so a config written by a newer cortex still works with an older one. Every
-value is checked when the file loads (its type, its range, its words): a bad
-one is reported ("config.yaml: recall.limit must be an integer from 1 to
-1000, got 'ten' (default 10 used)") and its default used, so a read or a hook
-never breaks on it; `cortex status --strict` fails on it. A file that is not
-UTF-8 YAML holding a mapping raises `ConfigError`.
-
-A project's file is the repository's, so it never names a command to run:
-`capture.llm_command` counts only in the person's own `$CORTEX_HOME/config.yaml`
-(or `CORTEX_LLM_COMMAND`), and a project's `capture.llm` is a request this
-machine allows (`cortex.llm`).
+A bad or unknown value is reported and its default used, so a hook never breaks on it. A project's file
+never names a command to run (`cortex.llm`). docs/configuration.md.
 """
 
 from __future__ import annotations
@@ -149,8 +139,8 @@ consolidate:                # merging near-duplicate memories of the same type
   candidate_threshold: 0.5  # same-type memories this similar (as links measure) are possible duplicates ...
   auto_threshold: 0.64      # ... merged after capture when their duplicate score is at least this
   manual_threshold: 0.55    # ... proposed by `cortex consolidate` from this duplicate score (it asks per group)
-  max_judged: 500           # memories one automatic run may encode to judge (~3-15 s); the rest wait for the next
-  max_judged_by_hand: 5000  # ... and one `cortex consolidate` (~30 s-3 min)
+  max_judged: 500           # memories one automatic run may encode to judge; the rest wait for the next
+  max_judged_by_hand: 5000  # ... and one `cortex consolidate`
   every_captures: 10        # automatic run after this many captured memories ...
   max_active: 80            # ... or whenever more than this many memories are active
 
@@ -160,7 +150,7 @@ gc:                         # lifecycle (`cortex gc`, also after capture)
   remove_after_days: 30     # archived and untouched this long: the file leaves the working tree (git keeps it)
 
 git:
-  on_stop: stage            # stage | commit | off: what the Stop hook does with new memories
+  on_stop: stage            # stage | off: what the Stop hook does with the memories it wrote (never a commit)
   pre_push: warn            # warn | block: a stale projection on push is named (block: and the push stops)
 
 embedding:
@@ -231,7 +221,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
 }
 CHOICES: dict[str, tuple[str, ...]] = {
     "capture.llm": ("off", "auto", "on"),
-    "git.on_stop": ("stage", "commit", "off"),
+    "git.on_stop": ("stage", "off", "commit"),  # commit: an older setting, read as stage (cortex never commits)
     "git.pre_push": ("warn", "block", "commit", "check"),  # commit, check: older names of warn, block
 }
 CAPTURE_LAYERS = ("structural", "keyword", "self_report")  # the local layers of cortex.capture
@@ -291,11 +281,8 @@ def _shown(value: Any) -> str:
 
 
 def load_config(path: Path, cache_dir: Path | None = None) -> Config:
-    """Read a config file; a missing file means all defaults.
-
-    With `cache_dir`, the merged result is kept there as marshal keyed by the
-    file's stat: importing ruamel.yaml alone costs a fresh process ~40 ms.
-    """
+    """Read a config file; a missing file means all defaults. With `cache_dir`, the merged result is kept there
+    keyed by the file's stat, so a hook need not import ruamel.yaml."""
     try:
         stat = path.stat()
     except FileNotFoundError:
@@ -322,34 +309,29 @@ SCHEMA = 14  # bump when DEFAULTS change shape, so cached configs are re-read
 
 
 def _cache_file(cache_dir: Path) -> Path:
-    return cache_dir / "config.marshal"
+    return cache_dir / "config.json"
 
 
 def _read_cached(cache_dir: Path, key: tuple[int, ...]) -> Config | None:
-    import importlib.util
-    import marshal
+    import json
 
     try:
-        raw = _cache_file(cache_dir).read_bytes()
-        magic = importlib.util.MAGIC_NUMBER
-        if not raw.startswith(magic):
-            return None
-        stored_key, data, warnings, invalid = marshal.loads(raw[len(magic):])
-    except (OSError, ValueError, EOFError, TypeError):
+        stored_key, data, warnings, invalid = json.loads(_cache_file(cache_dir).read_bytes())
+    except (OSError, ValueError, TypeError):
         return None
     return Config(data, list(warnings), list(invalid)) if tuple(stored_key) == key else None
 
 
 def _write_cached(cache_dir: Path, key: tuple[int, ...], config: Config) -> None:
-    import importlib.util
-    import marshal
+    import json
 
     from cortex.files import atomic_write
 
     try:
-        record = (key, config.data, config.warnings, config.invalid)
-        atomic_write(_cache_file(cache_dir), importlib.util.MAGIC_NUMBER + marshal.dumps(record))
-    except (OSError, ValueError):
+        text = json.dumps([key, config.data, config.warnings, config.invalid])
+        if json.loads(text)[1] == config.data:  # only what JSON gives back as it was (no dates, no tuples)
+            atomic_write(_cache_file(cache_dir), text)
+    except (OSError, ValueError, TypeError):
         pass  # not cacheable (read-only store, odd values): read it each time
 
 
@@ -375,14 +357,9 @@ def _parse(path: Path, text: str) -> Config:
 
 
 def _migrate(given: dict[str, Any]) -> None:
-    """Read a config written by an older cortex as it meant.
-
-    Before consolidation had a duplicate score, `cortex init` wrote `auto_threshold: 0.7` and
-    `manual_threshold: 0.5` — thresholds on a cosine. A `consolidate` section without
-    `candidate_threshold` (which every newer config has) holding both values is that template: they give
-    way to the duplicate score's defaults, since 0.7/0.5 mean something else on that scale. A value a person
-    changed is kept (both are then kept).
-    """
+    """Read a config written by an older cortex as it meant: the `consolidate` template of before the duplicate score
+    (`auto_threshold: 0.7`, `manual_threshold: 0.5`, no `candidate_threshold`) gives way to the new defaults, which
+    mean something else on the new scale. A value a person changed is kept."""
     section = given.get("consolidate")
     if isinstance(section, dict) and "candidate_threshold" not in section \
             and section.get("auto_threshold") == 0.7 and section.get("manual_threshold") == 0.5:

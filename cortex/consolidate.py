@@ -1,38 +1,9 @@
 """Consolidation (`cortex consolidate`): merge near-duplicate memories into one, all or nothing.
 
-Finding duplicates is two steps. The static model (`cortex.graph.Similarity`,
-the centred cosine links use) names candidates: each memory's 5 nearest of
-its type at least `consolidate.candidate_threshold` (0.5) similar — the
-same pairs graph.connect flags when a memory is written. Then the duplicate
-score (`Judge`: BERTScore on the bundled contextual model, `cortex.contextual`)
-decides whether a candidate pair says one thing or only shares a subject,
-and `conflict` whether the two differ in a claim (a number, a version, a
-name, an identifier, a negation): such a pair is never grouped automatically.
-Groups are memories of the same type, active and not pinned (code is never
-consolidated), joined by complete linkage: every pair in a group at least
-the threshold and none differing in a claim: `consolidate.manual_threshold`
-(0.55) for `cortex consolidate`, which asks per group, and
-`consolidate.auto_threshold` (0.64) for the automatic run, which takes only
-the pairs flagged when memories were written and runs after capture once
-`consolidate.every_captures` (10) memories were captured since the last run,
-or whenever more than `consolidate.max_active` (80) memories are active.
-Measured in bench/consolidate.py; docs/graph.md has the table.
-
-A group becomes one new memory: the best-written member's text (highest
-priority, then confidence, then the longest) plus the sentences only the
-others hold — or, with `capture.llm` on and its command present, the LLM's
-merged text (the LLM may also answer that they differ: the group is then not
-merged) — plus any member's sentence holding a claim the text lacks, so no
-fact is lost; the union of tags, files and links; the highest priority and
-confidence; `derived_from` links to every original. The originals are
-archived.
-
-All or nothing: the originals' bytes go to a checkpoint under
-`state/consolidate-checkpoint/` first; every new and changed file is written
-to a temporary file beside its target; then all are renamed. Any failure
-restores the originals from the checkpoint and removes the new files, so
-the store is never half-merged — and a run killed half-way is rolled back by
-the next one (or by `cortex consolidate` itself).
+The static model names candidate pairs, the duplicate score (`Judge`) decides, and a pair differing in a
+claim (`conflict`) is never grouped automatically; groups form by complete linkage. A merge keeps every
+fact and archives the originals; a checkpoint makes it all or nothing, and a run killed half-way is rolled
+back by the next. docs/graph.md.
 """
 
 from __future__ import annotations
@@ -45,6 +16,7 @@ import sys
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 from cortex import memory as fmt
@@ -94,7 +66,7 @@ class Result:
 # ---------------------------------------------------------------- finding groups
 
 
-def _eligible(records: dict[str, dict[str, Any]], automatic: bool = False) -> dict[str, list[str]]:
+def _eligible(records: Mapping[str, dict[str, Any]], automatic: bool = False) -> dict[str, list[str]]:
     """Active, unpinned, non-code memories by type; the automatic run also leaves out memories capture keeps
     updating in place (a session's plan or progress, `source.key`): merged away, the next Stop would write them
     again."""
@@ -111,14 +83,11 @@ def _eligible(records: dict[str, dict[str, Any]], automatic: bool = False) -> di
 
 def _clusters(pairs: list[tuple[float, str, str]], score_of: Any, conflict_of: Any, threshold: float
               ) -> tuple[list[tuple[list[str], float]], list[tuple[float, str, str, str]]]:
-    """Groups from candidate pairs at the threshold, strictest first, by complete linkage: two groups (or
-    memories) join only when every pair across them scores at least the threshold and no pair differs in a
-    claim, so six copies of one fact become one group, and a chain A~B~C whose ends are not alike stays apart
-    (B goes with its closer twin). A memory whose closest partner differs from it in a claim joins no group:
-    which of the two a third memory repeats is for a person to decide (and the third would otherwise take
-    whichever came first). Returns the groups with their lowest score, and the pairs at the threshold that
-    were not grouped because they differ in a claim (score, a, b, the reason). Measured in
-    bench/consolidate.py and bench/consolidate_claims.py."""
+    """Groups from candidate pairs at the threshold, strictest first, by complete linkage: two groups join only when
+    every pair across them scores at least the threshold and none differs in a claim, so a chain A~B~C whose ends are
+    not alike stays apart. A memory whose closest partner differs from it in a claim joins no group (which one a third
+    repeats is for a person to decide). Returns the groups with their lowest score, and the pairs not grouped because
+    they differ in a claim (score, a, b, the reason)."""
     group_of: dict[str, int] = {}
     members: dict[int, list[str]] = {}
     lowest: dict[int, float] = {}
@@ -171,34 +140,19 @@ def _clusters(pairs: list[tuple[float, str, str]], score_of: Any, conflict_of: A
 
 
 class Judge:
-    """The duplicate score of two memories: do they say one thing?
-
-    BERTScore (Zhang et al., 2020) on the bundled contextual model
-    (`cortex.contextual`): every token of one memory is matched with its most
-    similar token of the other (cosine of their contextual states), weighted
-    by the token's rarity in the store (idf), averaged both ways; the score is
-    the harmonic mean (F1) of the two directions. Rare words carry the claim
-    ("SKIP LOCKED", "4 KB", "banker's rounding"); a memory that only shares
-    the subject's common words with another scores low, one that says the same
-    thing in other words scores high, because contextual states match "iPhones"
-    with "iOS" and "half a minute" with "30 seconds". The texts are those the
-    index embeds (`embed_text`); of a long one, its first and last `TOKENS`
-    tokens (two memories that open alike may still end in different decisions).
-    The idf is over the store's active memories (code excepted), so a run by
-    hand and the automatic run weigh alike.
-
-    Scores are kept in `cache/duplicate-scores.json` by the two texts' hashes,
-    so a later run encodes only memories with a new candidate. The idf weights
-    drift as the store grows: the kept scores are dropped once the store is
-    half or twice the size they were computed at.
-    """
+    """The duplicate score of two memories: do they say one thing? BERTScore on the bundled contextual model: each
+    token matched with its most similar token of the other, weighted by its rarity in the store (idf), F1 of both
+    directions, so rare words carry the claim and paraphrases still match. A long text counts by its first and last
+    `TOKENS` tokens (two memories that open alike may end in different decisions). Scores are kept in
+    `cache/duplicate-scores.json` by the texts' hashes, and dropped when the store has halved or doubled since (the
+    idf drifts)."""
 
     TOKENS = 128
     CACHE = "duplicate-scores.json"
     IDF_SAMPLE = 4000
     CHUNK = 256  # memories encoded at a time by `judge`
 
-    def __init__(self, store: Store, rels: list[str], records: dict[str, dict[str, Any]] | None = None) -> None:
+    def __init__(self, store: Store, rels: list[str], records: Mapping[str, dict[str, Any]] | None = None) -> None:
         import math
         from collections import Counter
 
@@ -344,7 +298,7 @@ class Judge:
             self.store.log(f"consolidate: cannot keep the duplicate scores: {exc!r}")
 
 
-def _judge(store: Store, records: dict[str, dict[str, Any]]) -> Judge | None:
+def _judge(store: Store, records: Mapping[str, dict[str, Any]]) -> Judge | None:
     from cortex.embedding import EncoderUnavailable
 
     every = sorted(rel for rel, e in records.items() if e["status"] == "active" and e["type"] not in NO_LINK_TYPES)
@@ -396,12 +350,10 @@ def _candidates(similarity: Similarity, seeds: list[str], rels: list[str], floor
 
 def _edges(similarity: Similarity, rels: list[str], seeds: list[str] | None, floor: float
            ) -> tuple[set[tuple[str, str]], set[str]]:
-    """The candidate pairs to judge (b among a's candidates, or a among b's) and the memories whose every
-    candidate pair is among them ("complete": only those may be grouped, since their best partner is known).
-
-    By hand (`seeds` None) every memory is complete. The automatic run starts from the flagged memories:
-    their pairs either way, and their partners made complete too — a partner's best candidate may be a
-    memory that lists it without being listed back."""
+    """The candidate pairs to judge (b among a's candidates, or a among b's) and the memories whose every candidate
+    pair is among them ("complete": only those may be grouped, since their best partner is known). By hand (`seeds`
+    None) every memory is complete; the automatic run starts from the flagged memories and makes their partners
+    complete too."""
     if seeds is None:
         near, _above = _candidates(similarity, rels, rels, floor, CANDIDATES, above_too=False)
         return {(a, b) if a < b else (b, a) for a, others in near.items() for b in others}, set(rels)
@@ -497,22 +449,12 @@ def _memory_text(store: Store, rel: str) -> str:
 def find_groups(store: Store, threshold: float | None = None, only_flagged: bool = False,
                 similarity: Similarity | None = None, judge: bool | Judge = True, progress: bool = False,
                 report: dict[str, Any] | None = None, conflicts: str = "skip") -> list[Group]:
-    """Groups of near-duplicates, most similar first (`only_flagged`: from the pairs flagged at write time).
-
-    The static similarity names each memory's candidates (its `CANDIDATES` nearest of the same type, at least
-    `consolidate.candidate_threshold`); the duplicate score (`Judge`) decides. Without the contextual model, or
-    with `judge=False` (the benchmark's comparison), the static similarity is the score; a `Judge` passed in
-    keeps its scores across calls. `report` (a dict) gets `by` (what decided: "duplicate score" or, without
-    the contextual model, "static similarity"), `threshold` (the one applied) and `waiting`: the ids of
-    memories whose decision was put off because some candidate pairs could not be judged within
-    `consolidate.max_judged` (automatic) or `max_judged_by_hand` encoded memories, and of the memories paired
-    with those — the automatic run keeps their flags for the next run, `cortex consolidate` says to run again.
-
-    Two memories that differ in a claim (`conflict`: a number, a version, a name, an identifier, a negation)
-    are never grouped, and the pair is logged. `conflicts="show"` (`cortex consolidate`, which asks a person)
-    also returns such pairs, as groups of two with `conflict` set to the reason; `conflicts="allow"`
-    (`cortex consolidate --allow-conflicts`, and the benchmark's comparison) does not check claims.
-    """
+    """Groups of near-duplicates, most similar first (`only_flagged`: from the pairs flagged at write time). The
+    static similarity names candidates, the duplicate score (`Judge`) decides (the static similarity without the
+    contextual model or with `judge=False`). `report` gets `by` (what decided), `threshold` and `waiting`: memories
+    put off because their pairs could not all be judged within `consolidate.max_judged` (or `max_judged_by_hand`). Two
+    memories that differ in a claim are never grouped; `conflicts="show"` returns such pairs as groups of two with
+    `conflict` set, `conflicts="allow"` does not check claims."""
     if conflicts not in ("skip", "show", "allow"):
         raise ValueError(f"conflicts must be skip, show or allow, not {conflicts!r}")
     config = store.config()
@@ -799,12 +741,9 @@ def _fsync_dir(folder: Path) -> None:
 
 
 def apply(store: Store, groups: list[Group], use_llm: bool = True) -> Result:
-    """Merge every group in one all-or-nothing step (see the module docstring).
-
-    The merged texts (the LLM's included) are made before any lock is taken, so a slow LLM never holds up
-    another writer; under the lock each member is read again, and a group whose member changed, moved or
-    stopped being active since it was found (another run merged it, a person archived or edited it) is skipped.
-    """
+    """Merge every group in one all-or-nothing step. The merged texts (the LLM's included) are made before the lock is
+    taken, so a slow LLM holds up no writer; under the lock a group whose member changed or stopped being active since
+    it was found is skipped."""
     result = Result(groups=[])
     if not groups:
         return result

@@ -11,6 +11,10 @@ no torch, nothing downloaded. It is used where a process is warm or a person
 waits, never in a one-shot hook's own process: `cortex consolidate`, the
 detached `cortex maintain`, and recall's re-ranking in `cortex serve`, the
 MCP server and `cortex recall` (`sentence_vectors`; `cortex.recall`).
+It runs on as many BLAS threads as the process's environment allows: one in
+every command and resident process but the bulk ones (`cortex.__main__`,
+`cortex.spawn`), set before numpy loads. docs/model.md says why numpy and
+not onnxruntime.
 
 `Encoder.encode(texts)` returns per text its token states (the last layer,
 without [CLS]/[SEP], each L2-normalised) and the token ids; `mean` pools
@@ -32,82 +36,6 @@ NAME = "minilm-l6"
 BATCH_TOKENS = 4096
 LEAN_TEXTS = 2  # up to this many ASCII texts are tokenised in pure Python (`Encoder._token_ids`)
 UNPACKED_FORMAT = 1  # of the float32 weights kept in the user's cache (`Unpacked`)
-PAD = 4  # sequences are padded to a multiple of this many tokens, even one alone: OpenBLAS's single-precision
-# kernels take 4 rows at a time, and the rows past the last 4 cost nearly as much as 4 (one query through the
-# whole model on one core: 15 tokens 7.1 ms, 16 tokens 5.7 ms; 11 tokens 6.4 ms, 12 tokens 4.9 ms)
-
-
-_BLAS: list[Any] = []  # [(set, get)] of numpy's OpenBLAS once looked up; [None] when there is none to call
-
-
-def _blas() -> Any:
-    """numpy's bundled OpenBLAS thread controls (set, get), or None (another BLAS, or not found)."""
-    if not _BLAS:
-        found = None
-        try:
-            import ctypes
-            import glob
-            import os
-
-            import numpy as np
-
-            base = os.path.dirname(np.__file__)
-            for path in sorted(glob.glob(base + ".libs/*openblas*") + glob.glob(os.path.join(base, ".libs", "*openblas*"))):
-                lib = ctypes.CDLL(path)
-                for prefix in ("scipy_openblas", "openblas"):
-                    for suffix in ("64_", ""):
-                        setter = getattr(lib, f"{prefix}_set_num_threads{suffix}", None)
-                        getter = getattr(lib, f"{prefix}_get_num_threads{suffix}", None)
-                        if setter is not None and getter is not None and found is None:
-                            setter.argtypes, getter.restype = [ctypes.c_int], ctypes.c_int
-                            found = (setter, getter)
-        except Exception:  # no ctypes, another BLAS build: encode with whatever threads there are
-            found = None
-        _BLAS.append(found)
-    return _BLAS[0]
-
-
-def faster_core() -> str | None:
-    """The OpenBLAS kernels to ask for (`OPENBLAS_CORETYPE`) in a process that will run the transformer, when
-    they beat what OpenBLAS picks by itself: on an AMD CPU with AVX-512 (Zen 4 and later) numpy's OpenBLAS
-    takes its AVX2 "Haswell" kernels, and its AVX-512 "SkylakeX" ones embed a query ~13 % faster (16 tokens:
-    5.4 -> 4.7 ms; 24 tokens: 6.8 -> 5.5 ms, one core). None elsewhere, or when the person set the variable.
-    Linux only (it reads /proc/cpuinfo); a CPU without every AVX-512 subset those kernels use is left alone."""
-    import os
-
-    if os.environ.get("OPENBLAS_CORETYPE"):
-        return None
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as handle:
-            vendor = flags = ""
-            for line in handle:
-                if line.startswith("vendor_id"):
-                    vendor = line.split(":", 1)[1].strip()
-                elif line.startswith("flags"):
-                    flags = line.split(":", 1)[1]
-                    break
-    except OSError:
-        return None
-    needed = {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"}
-    return "SkylakeX" if vendor == "AuthenticAMD" and needed <= set(flags.split()) else None
-
-
-class one_blas_thread:
-    """Run a few tiny matrix products on one BLAS thread: encoding one short query is ~40 small products,
-    and on a busy 2-core machine OpenBLAS's second thread turns each into a wait for the other core (a
-    query took ~200 ms instead of ~6). Best effort: without numpy's OpenBLAS it changes nothing."""
-
-    def __enter__(self) -> None:
-        controls = _blas()
-        self.before = None
-        if controls is not None:
-            self.before = controls[1]()
-            controls[0](1)
-
-    def __exit__(self, *exc: Any) -> None:
-        controls = _blas()
-        if controls is not None and self.before:
-            controls[0](self.before)
 
 
 def model_path() -> Path:
@@ -162,7 +90,7 @@ class Unpacked:
     The package ships int8 weights (23 MB instead of 91); turning them into float32 took ~40 ms of every
     process that loads the model (allocating and filling 43 MB), more than the query it then embeds. The first
     process writes the result (atomically); later ones map it in ~1 ms, and resident processes (`cortex
-    serve`, its query worker, the MCP server) share its pages instead of holding a copy each. The file is
+    serve`, the MCP server) share its pages instead of holding a copy each. The file is
     named after the model file's size and time, so a reinstalled model gets a new one (older ones are
     removed); a file of the wrong size is ignored and written again. Without a writable cache the weights are
     dequantised in memory as before."""
@@ -297,9 +225,6 @@ class Encoder:
         def vector(name: str) -> Any:
             return np.asarray(tensors[name], dtype=np.float32)
 
-        self.join: Join | None = None  # the query worker's memory shared with its parent (`serve_queries`)
-        self.seq = 0  # the query it embeds
-        self._split: dict[tuple[int, bool], dict[str, Any]] = {}  # `_halves`
         self.layers = []
         for n in range(layers):
             p = f"encoder.layer.{n}."
@@ -401,90 +326,25 @@ class Encoder:
         x = self._norm(self._rows(batch) + self.positions[:length] + self.token_type, self.ln0).reshape(b * length, h)
         bias = np.where(mask[:, None, None, :] > 0, 0.0, -1e9).astype(np.float32)
         scale = np.float32(1.0 / math.sqrt(size))
-        joined = self.join is not None and b == 1
-        real = int(mask[0].sum()) if joined else length
-        for number, layer in enumerate(self.layers):
-            token = self.join.hand(x, self.seq, number, ATTENTION, real) if joined else None  # type: ignore[union-attr]
-            if token is None:
-                qkv = x @ layer["qkv"]
-                qkv += layer["qkv_b"]
-                q, k, v = (qkv[:, i * h:(i + 1) * h].reshape(b, length, heads, size).transpose(0, 2, 1, 3)
-                           for i in range(3))
-                scores = q @ k.transpose(0, 1, 3, 2)
-                scores *= scale
-                scores += bias
-                _softmax(scores)
-                context = (scores @ v).transpose(0, 2, 1, 3).reshape(b * length, h)
-                attended = context @ layer["out"]
-            else:  # the parent computes the other half of the heads meanwhile (`Join`)
-                attended = self.attention_half(x, number, False, real)
-                other = self.join.take(token, length)  # type: ignore[union-attr]
-                attended += other if other is not None else self.attention_half(x, number, True, real)
+        for layer in self.layers:
+            qkv = x @ layer["qkv"]
+            qkv += layer["qkv_b"]
+            q, k, v = (qkv[:, i * h:(i + 1) * h].reshape(b, length, heads, size).transpose(0, 2, 1, 3) for i in range(3))
+            scores = q @ k.transpose(0, 1, 3, 2)
+            scores *= scale
+            scores += bias
+            _softmax(scores)
+            attended = (scores @ v).transpose(0, 2, 1, 3).reshape(b * length, h) @ layer["out"]
             attended += layer["out_b"]
             attended += x
             x = self._norm(attended, layer["ln1"])
-            token = self.join.hand(x, self.seq, number, FEED_FORWARD, real) if joined else None  # type: ignore[union-attr]
-            if token is None:
-                up = x @ layer["up"]
-                up += layer["up_b"]
-                up = _gelu(up)
-                down = up @ layer["down"]
-            else:  # the parent computes the second half meanwhile (`Join`)
-                down = self.feed_forward_half(x, number, second=False)
-                other = self.join.take(token, x.shape[0])  # type: ignore[union-attr]
-                down += other if other is not None else self.feed_forward_half(x, number, second=True)
+            up = x @ layer["up"]
+            up += layer["up_b"]
+            down = _gelu(up) @ layer["down"]
             down += layer["down_b"]
             down += x
             x = self._norm(down, layer["ln2"])
         return x.reshape(b, length, h)
-
-    def _halves(self, number: int, second: bool) -> dict[str, Any]:
-        """Layer `number`'s attention weights for the first or second half of its heads, packed (made once)."""
-        import numpy as np
-
-        key = (number, second)
-        if key not in self._split:
-            layer, h = self.layers[number], self.hidden
-            lo, hi = (h // 2, h) if second else (0, h // 2)
-            columns = np.r_[lo:hi, h + lo:h + hi, 2 * h + lo:2 * h + hi]
-            self._split[key] = {"qkv": np.ascontiguousarray(layer["qkv"][:, columns]),
-                                "qkv_b": layer["qkv_b"][columns], "out": np.ascontiguousarray(layer["out"][lo:hi])}
-        return self._split[key]
-
-    def attention_half(self, x: Any, number: int, second: bool, real: int, out: Any = None) -> Any:
-        """One half of layer `number`'s self-attention (its first or second six heads) for one sequence of
-        `real` tokens padded to `x`'s rows, through the output projection's rows for those heads, without its
-        bias: the two halves sum to the whole block."""
-        import numpy as np
-
-        weights = self._halves(number, second)
-        length, heads, size = x.shape[0], self.heads // 2, self.hidden // self.heads
-        qkv = x @ weights["qkv"]
-        qkv += weights["qkv_b"]
-        width = heads * size
-        q = qkv[:, :width].reshape(length, heads, size).transpose(1, 0, 2)
-        k = qkv[:, width:2 * width].reshape(length, heads, size).transpose(1, 2, 0)
-        v = qkv[:, 2 * width:].reshape(length, heads, size).transpose(1, 0, 2)
-        scores = q @ k
-        scores *= np.float32(1.0 / math.sqrt(size))
-        if real < length:
-            scores[:, :, real:] = np.float32(-1e9)
-        _softmax(scores)
-        context = (scores @ v).transpose(1, 0, 2).reshape(length, width)
-        return np.matmul(context, weights["out"], out=out)
-
-    def feed_forward_half(self, x: Any, number: int, second: bool, out: Any = None) -> Any:
-        """One half of layer `number`'s feed-forward block without its output bias: the first or second half
-        of the inner units (their sum is the whole block: each unit is independent until the output sum)."""
-        import numpy as np
-
-        layer = self.layers[number]
-        half = layer["up_b"].shape[0] // 2
-        units = slice(half, None) if second else slice(0, half)
-        up = x @ layer["up"][:, units]
-        up += layer["up_b"][units]
-        up = _gelu(up)
-        return np.matmul(up, layer["down"][units], out=out)
 
     def encode(self, texts: Sequence[str], tail: bool = False, max_tokens: int | None = None) -> list[Encoded]:
         """Each text's token states and sentence vector. A text over `max_tokens` is cut there; with `tail`,
@@ -532,9 +392,8 @@ class Encoder:
             if not chunk:
                 continue
             longest = max(len(ids[i]) for i in chunk) + 2
-            length = -(-longest // PAD) * PAD if PAD else longest  # the padding is masked out of attention and of the results
-            batch = np.zeros((len(chunk), length), dtype=np.int64)
-            mask = np.zeros((len(chunk), length), dtype=np.float32)
+            batch = np.zeros((len(chunk), longest), dtype=np.int64)  # padding is masked out of attention and results
+            mask = np.zeros((len(chunk), longest), dtype=np.float32)
             for row, i in enumerate(chunk):
                 seq = [cls, *ids[i], sep]
                 batch[row, :len(seq)] = seq
@@ -549,317 +408,3 @@ class Encoder:
                                  states=(inner / np.maximum(np.linalg.norm(inner, axis=1, keepdims=True), 1e-9)
                                          ).astype(np.float16) if states else None)
         return [e for e in out if e is not None]
-
-
-JOIN_ROWS = 64  # the most token rows a query hands over (`recall.QUERY_TOKENS`, a multiple of `PAD`)
-JOIN_WAIT = 0.001  # how long the worker waits for the parent's half of a layer before computing it itself
-HELP, TASK, DONE, ROWS, FINISHED, REAL = range(6)  # the slots of `Join.head`
-ATTENTION, FEED_FORWARD = 0, 1  # the two halves of a layer handed over (`Join.hand`)
-
-
-class Join:
-    """Memory shared by the query worker and the process that started it, so that the parent, once it has
-    ranked everything that does not need the query's vector, computes half of each remaining layer's
-    feed-forward block (two thirds of the model's arithmetic) on its own core instead of waiting.
-
-    `head` holds int64 slots: HELP (the query the parent helps with; 0: none), TASK (the token of a block
-    handed over: query × 64 + layer × 2 + block + 1, the block `ATTENTION` or `FEED_FORWARD`; `x` holds its
-    input rows, ROWS how many and REAL how many are tokens, not padding), DONE (the token whose half is in
-    `part`), FINISHED (the query whose vector the worker wrote). The worker hands a block over only
-    while HELP names its query, and waits `JOIN_WAIT` at most for the half, then computes it itself: a parent
-    that never answers costs a millisecond, never a wrong vector (a late half carries an older token).
-    Linux on x86-64 only (a memfd, and stores seen in the order they were made)."""
-
-    SIZE = 64 + 2 * JOIN_ROWS * 384 * 4
-
-    def __init__(self, fd: int, hidden: int = 384) -> None:
-        import mmap
-
-        import numpy as np
-
-        self.fd = fd
-        self.given_up = 0  # the worker's: the query whose parent did not answer in time (`take`)
-        self.buffer = mmap.mmap(fd, self.SIZE)
-        self.head = np.frombuffer(self.buffer, dtype=np.int64, count=8)
-        rows = JOIN_ROWS * hidden
-        self.x = np.frombuffer(self.buffer, dtype=np.float32, count=rows, offset=64).reshape(JOIN_ROWS, hidden)
-        self.part = np.frombuffer(self.buffer, dtype=np.float32, count=rows, offset=64 + 4 * rows).reshape(JOIN_ROWS,
-                                                                                                          hidden)
-
-    @classmethod
-    def create(cls) -> "Join | None":
-        import os
-        import platform
-
-        if platform.machine() not in ("x86_64", "AMD64") or not hasattr(os, "memfd_create"):
-            return None
-        try:
-            fd = os.memfd_create("cortex-join", 0)
-            os.ftruncate(fd, cls.SIZE)
-            return cls(fd)
-        except OSError:
-            return None
-
-    def hand(self, x: Any, seq: int, layer: int, block: int, real: int) -> int | None:
-        """The worker: give a block's input to the parent if it helps with `seq`; the block's token."""
-        rows = x.shape[0]
-        if int(self.head[HELP]) != seq or rows > JOIN_ROWS or self.given_up == seq:
-            return None
-        token = seq * 64 + layer * 2 + block + 1
-        self.x[:rows] = x
-        self.head[ROWS] = rows
-        self.head[REAL] = real
-        self.head[TASK] = token
-        return token
-
-    def take(self, token: int, rows: int) -> Any:
-        """The worker: the parent's half for `token`, or None after `JOIN_WAIT` (then nothing more of this
-        query is handed over: a parent the system does not run costs one wait, not one a block)."""
-        import time
-
-        head = self.head
-        if int(head[DONE]) != token:
-            until = time.perf_counter() + JOIN_WAIT
-            while int(head[DONE]) != token:
-                if time.perf_counter() > until:
-                    self.given_up = token // 64
-                    return None
-        return self.part[:rows]
-
-    def help(self, seq: int, encoder: "Encoder", until: float) -> None:
-        """The parent: compute the halves the worker hands over for `seq` until it has written the vector
-        (or `until`, a perf_counter time; then the caller waits on the pipe as before)."""
-        import time
-
-        head = self.head
-        done = 0
-        head[HELP] = seq
-        try:
-            while int(head[FINISHED]) != seq:
-                task = int(head[TASK])
-                if task != done and task // 64 == seq:
-                    rows, real = int(head[ROWS]), int(head[REAL])
-                    x = self.x[:rows].copy()
-                    layer, block = divmod(task % 64 - 1, 2)
-                    if block == ATTENTION:
-                        encoder.attention_half(x, layer, True, real, out=self.part[:rows])
-                    else:
-                        encoder.feed_forward_half(x, layer, True, out=self.part[:rows])
-                    head[DONE] = done = task
-                elif time.perf_counter() > until:
-                    return
-        finally:
-            head[HELP] = 0
-
-
-class QueryWorker:
-    """A child process that embeds one query at a time with its own copy of the encoder, on the other core,
-    while the resident process that started it ranks by full text and the static model: the embedding is
-    most of a served prompt (threads would not overlap: most of both halves hold the GIL). Once the parent
-    has ranked all it can without the vector, it computes half of each remaining block (`Join`): at 10,000
-    memories the worker's ~6.3 ms became ~5.2.
-
-    `submit(text)` hands it a query if it is ready (loaded) and idle; `collect()` waits for that query's
-    sentence vector. Every failure (not started, crashed, too slow) answers False/None and the caller embeds
-    the query itself. The child exits when this process closes its stdin, or dies."""
-
-    def __init__(self, max_tokens: int) -> None:
-        import os
-        import subprocess
-        import sys
-
-        package_parent = str(Path(__file__).resolve().parent.parent)
-        env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1",
-                   PYTHONPATH=os.pathsep.join(p for p in (package_parent, os.environ.get("PYTHONPATH", "")) if p))
-        core = faster_core()
-        if core is not None:
-            env["OPENBLAS_CORETYPE"] = core
-        self.join = Join.create()
-        join_fd = self.join.fd if self.join is not None else -1
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", "from cortex.contextual import serve_queries; serve_queries()", str(max_tokens),
-             str(join_fd)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
-            close_fds=True, pass_fds=(join_fd,) if join_fd >= 0 else ())
-        self.seq = 0
-        self.ready = False
-        self.busy = False
-        self.failed: str | None = None
-        self._placement = _Placement(self.process.pid)
-
-    def _readable(self, timeout: float) -> bool:
-        import select
-
-        assert self.process.stdout is not None
-        return bool(select.select([self.process.stdout], [], [], timeout)[0])
-
-    def _read(self, size: int) -> bytes:
-        assert self.process.stdout is not None
-        data = read_exactly(self.process.stdout.fileno(), size)
-        if data is None:
-            raise EOFError("the query worker exited")
-        return data
-
-    def submit(self, text: str) -> bool:
-        """Start embedding `text`; False (nothing sent) while the worker loads, after it failed, or while it
-        still works on an earlier query."""
-        if self.failed is not None or self.busy:
-            return False
-        try:
-            if not self.ready:
-                if not self._readable(0.0):
-                    return False
-                if self._read(1) != b"R":
-                    raise EOFError("the query worker could not load the model")
-                self.ready = True
-            data = text.encode("utf-8", "replace")
-            self._placement.elsewhere()
-            assert self.process.stdin is not None
-            self.seq += 1
-            write_all(self.process.stdin.fileno(), self.seq.to_bytes(8, "little") + len(data).to_bytes(4, "little") + data)
-            self.busy = True
-            return True
-        except (OSError, EOFError) as exc:
-            self.close(f"{exc}")
-            return False
-
-    def collect(self, timeout: float = 2.0, helper: "Encoder | None" = None) -> Any:
-        """The sentence vector of the submitted query (float32), or None (nothing submitted, or it failed).
-        With `helper` (this process's own encoder), this process computes half of the layers still to come
-        while it waits (`Join`)."""
-        import time
-
-        import numpy as np
-
-        if not self.busy:
-            return None
-        self.busy = False
-        try:
-            if helper is not None and self.join is not None:
-                self.join.help(self.seq, helper, time.perf_counter() + min(timeout, 0.05))
-            if not self._readable(timeout):
-                raise TimeoutError(f"the query worker took over {timeout} s")
-            size = int.from_bytes(self._read(4), "little")
-            if not size:
-                return None  # it could not embed this text (logged nowhere: the caller embeds it itself)
-            return np.frombuffer(self._read(size), dtype=np.float32).copy()
-        except (OSError, EOFError, TimeoutError) as exc:
-            self.close(f"{exc}")
-            return None
-
-    def close(self, reason: str = "closed") -> None:
-        self.failed = self.failed or reason
-        self.busy = False
-        try:
-            if self.process.stdin is not None:
-                self.process.stdin.close()
-        except OSError:
-            pass
-        if self.process.poll() is None:
-            self.process.kill()
-        if self.join is not None:
-            import os
-
-            try:
-                os.close(self.join.fd)
-            except OSError:
-                pass
-        try:
-            self.process.wait(timeout=1.0)
-        except Exception:  # a process that will not die is the kernel's to reap
-            pass
-
-
-class _Placement:
-    """Keeps the query worker off the CPU its parent runs on when it hands over a query.
-
-    Waking a process blocked on a pipe is a "sync" wake-up: Linux takes it as a hint that the writer will
-    sleep soon and often runs the reader on the writer's CPU, so on 2 cores the worker's embedding and the
-    parent's ranking took turns on one core instead of running side by side (the parent's write took ~1 ms,
-    the served prompt 12-18 ms in process, varying from run to run; with the worker kept off the parent's
-    CPU 10.5-10.9 ms, docs/benchmarks.md). The parent itself is never pinned: the scheduler still moves it.
-    Best effort: off where `sched_getcpu`/`sched_setaffinity` are missing, or with one CPU to use."""
-
-    def __init__(self, pid: int) -> None:
-        import os
-
-        self.pid, self.getcpu, self.cpus, self.last = pid, None, frozenset(), -1
-        try:
-            import ctypes
-
-            self.cpus = frozenset(os.sched_getaffinity(0))
-            if len(self.cpus) >= 2:
-                self.getcpu = ctypes.CDLL(None).sched_getcpu
-        except (AttributeError, OSError):  # not Linux, or no libc symbol: the scheduler places it
-            self.getcpu = None
-
-    def elsewhere(self) -> None:
-        import os
-
-        if self.getcpu is None:
-            return
-        try:
-            cpu = int(self.getcpu())
-            if cpu != self.last and cpu in self.cpus:
-                os.sched_setaffinity(self.pid, self.cpus - {cpu})
-                self.last = cpu
-        except OSError:  # the worker exited (its own read says so next), or the mask was refused
-            self.getcpu = None
-
-
-def write_all(fd: int, data: bytes) -> None:
-    """os.write until all of `data` is in the pipe (a long prompt is more than one pipe buffer)."""
-    import os
-
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def read_exactly(fd: int, size: int) -> bytes | None:
-    """`size` bytes from the pipe, or None when it closes first."""
-    import os
-
-    out = b""
-    while len(out) < size:
-        chunk = os.read(fd, size - len(out))
-        if not chunk:
-            return None
-        out += chunk
-    return out
-
-
-def serve_queries() -> None:
-    """The `QueryWorker` child: load the encoder, say "R", then answer each length-prefixed UTF-8 query with
-    its length-prefixed float32 sentence vector (length 0 when it cannot) until stdin closes."""
-    import os
-    import sys
-
-    max_tokens = int(sys.argv[1]) if len(sys.argv) > 1 else None
-    join_fd = int(sys.argv[2]) if len(sys.argv) > 2 else -1
-    read_fd, write_fd = sys.stdin.fileno(), sys.stdout.fileno()
-    try:
-        encoder = Encoder()
-        encoder.join = Join(join_fd) if join_fd >= 0 else None
-        if encoder.join is not None:
-            for number in range(len(encoder.layers)):
-                encoder._halves(number, False)  # packed now, not during the first query it hands over
-    except Exception:
-        os.write(write_fd, b"F")
-        return
-    os.write(write_fd, b"R")
-    while True:
-        head = read_exactly(read_fd, 12)
-        if head is None:
-            return
-        data = read_exactly(read_fd, int.from_bytes(head[8:], "little"))
-        if data is None:
-            return
-        encoder.seq = int.from_bytes(head[:8], "little")
-        try:
-            vector = encoder.sentence_vectors([data.decode("utf-8", "replace")], max_tokens=max_tokens)[0]
-            payload = vector.astype("<f4").tobytes()
-        except Exception:  # one text it cannot embed; the parent embeds that one itself
-            payload = b""
-        if encoder.join is not None:
-            encoder.join.head[FINISHED] = encoder.seq
-        write_all(write_fd, len(payload).to_bytes(4, "little") + payload)

@@ -1,29 +1,8 @@
 """Installing cortex into Cursor's agent (the editor's Agent and the `cursor-agent` CLI): `.cursor/`.
 
-`cortex init --cursor` writes, in the project:
-
-- `.cursor/hooks.json` (`{"version": 1, "hooks": {event: [{"command"}]}}`):
-  `sessionStart` → the briefing (answered as `{"additional_context": …}`),
-  `stop` and `preCompact` → capture from the agent transcript, `sessionEnd` →
-  a last capture, detached (the CLI's headless `-p` fires sessionStart and
-  sessionEnd but not stop). Cursor's `beforeSubmitPrompt` can only let a prompt
-  through or block it, not add context, so there is no prompt-time recall:
-  the MCP tools and the rules file cover it.
-- `.cursor/mcp.json` `mcpServers.cortex`: `cortex mcp`, with the workspace
-  folder passed as `CLAUDE_PROJECT_DIR` (`${workspaceFolder}`, which Cursor
-  expands) so the server finds the project whatever folder Cursor starts it in.
-- `.cursor/rules/cortex-memory.mdc`: the memory rules, `alwaysApply: true`.
-
-Cursor's payloads carry no `cwd`: the project is the first of
-`workspace_roots`. The transcript is `transcript_path` when Cursor sends one,
-else `~/.cursor/projects/<workspace slug>/agent-transcripts/<conversation_id>.jsonl`
-(or `<id>/<id>.jsonl`), the slug being the workspace path with its leading `/`
-dropped and every other character that is not a letter or digit made `-`.
-
-Cursor's agent cannot be installed here from npm, so this integration is
-tested against real hook payloads, configuration and transcripts published in
-public repositories (tests/data/cursor/SOURCES.md), not against the running
-agent.
+Hooks, the MCP server and a rules file. `beforeSubmitPrompt` cannot add context, so there is no prompt-time
+recall; payloads carry no `cwd` (the project is the first workspace root). Tested against published payloads
+(tests/data/cursor/SOURCES.md). docs/assistants.md.
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
 """Sentence embeddings from the static model2vec model shipped in the package.
 
-A static model is a token → vector table: a text's vector is the mean of its
-tokens' rows, normalised. model2vec builds the bundled model
-(`scripts/build_model.py`); at run time cortex reads the same files with a
-lean loader — the tokenizer through `tokenizers`, the table through numpy,
-memory-mapped straight out of the safetensors file — because importing
-model2vec and calling `StaticModel.from_pretrained` costs about a second in
-a fresh process, more than a hook can spend. `tests/test_embedding.py`
-checks the two give the same vectors.
-
-Nothing here downloads: `embedding.model` is `bundled` (the default) or a
-local model2vec folder. A hub name is handed to model2vec itself, which
-may download — only when a user configures one.
+A static model is a token → vector table. cortex reads model2vec's files itself (tokenizer, memory-mapped
+table) because importing model2vec costs a hook too much; tests/test_embedding.py checks both agree.
+Nothing here downloads unless a user configures a hub name. docs/model.md.
 """
 
 from __future__ import annotations
@@ -131,8 +122,8 @@ class StaticEncoder:
 
 class WordPiece:
     """A BERT uncased tokenizer in pure Python (BertNormalizer, BertPreTokenizer, WordPiece): the same ids as
-    `tokenizers` gives for the bundled models (checked by the tests), from a spec loaded in ~3 ms instead of
-    ~20 ms of importing `tokenizers` and parsing its JSON. `max_length` truncates the ids (None: never)."""
+    `tokenizers` gives for the bundled models (checked by the tests), without importing `tokenizers`.
+    `max_length` truncates the ids (None: never)."""
 
     def __init__(self, folder: Path, cache_dir: Path | None = None, max_length: int | None = None) -> None:
         try:
@@ -167,7 +158,7 @@ class WordPiece:
 
     @staticmethod
     def _load_spec(folder: Path, cache_dir: Path | None) -> dict[str, Any]:
-        """tokenizer.json, through a marshal copy in `cache_dir` (~3 ms to load instead of ~15)."""
+        """tokenizer.json, through a marshal copy in `cache_dir` (faster to load than the JSON)."""
         import hashlib
         import importlib.util
         import marshal
@@ -307,8 +298,8 @@ class QueryEncoder(WordPiece):
     """Embed one short text in pure Python: no numpy, no tokenizers.
 
     The bundled model's tokenizer (`WordPiece`) plus the mean of the token rows read straight from the
-    safetensors file. Loading it costs a marshal load, not ~150 ms of imports, so a fresh process (a hook,
-    `cortex recall`) embeds its query in a few milliseconds. Documents are encoded in batches by
+    safetensors file, without numpy's import, so a fresh process (a hook, `cortex recall`) embeds its query
+    quickly. Documents are encoded in batches by
     `StaticEncoder`.
     """
 

@@ -8,7 +8,7 @@ the upkeep when it is due. One sync and one `Index` per store, shared through
 an `Indexes` holder.
 
 **What a prompt gets** (`prompt_context`): recall over the project store and
-the global one, the relevance threshold, the token budget.
+the global one, the one relevance rule, the token budget.
 
 The edges (the CLI, the Claude Code and git hooks, `cortex serve`, the MCP
 server) translate arguments and errors and call these; the one-shot hook
@@ -74,8 +74,8 @@ def memories_changed(store: Store, indexes: Indexes, written: Iterable[Path] = (
     if pages and (everything or written and (types is None or projections.affected_by(types) or changes.linked)):
         changes.pages = projections.refresh(store, index)
     if store.label == "project":
-        try:
-            changes.agents = agents.refresh(store, index)
+        try:  # only after a change: a Stop that wrote nothing writes no tracked file (a union-merged section waits)
+            changes.agents = agents.refresh(store, index) if written or everything or changes.linked else None
         except CortexError as exc:  # a malformed AGENTS.md section is the person's to fix; the rest goes on
             store.log(f"AGENTS.md not refreshed: {exc}")
         if stage and written and store.worktree is not None:
@@ -139,7 +139,7 @@ def capture_done(store: Store, report: Any, indexes: Indexes, *, stage: bool = F
     for root, paths in sorted(report.paths.items()):
         if Path(root) != store.root:  # global-scope memories went to the global store
             memories_changed(Store(Path(root), "global"), indexes, paths, stage=stage, upkeep="none")
-    # Nothing written here still refreshes AGENTS.md and starts the upkeep when due.
+    # Nothing written here still starts the upkeep when due.
     return memories_changed(store, indexes, report.paths.get(str(store.root), []), link=link, stage=stage,
                             upkeep=upkeep)
 
@@ -215,11 +215,12 @@ def promote(store: Store, memory_id: str, indexes: Indexes | None = None, archiv
 
 
 def upkeep_due(store: Store) -> bool:
-    """Anything for `cortex maintain` to do: memories queued for links, or the day's gc not run yet."""
+    """Anything for `cortex maintain` to do: memories queued for links, or, in a store outside git (the global
+    one), the day's gc not run yet."""
     from cortex.graph import queued_links
     from cortex.lifecycle import gc_due
 
-    return bool(queued_links(store)) or gc_due(store)
+    return bool(queued_links(store)) or (store.worktree is None and gc_due(store))
 
 
 def _spawn_upkeep(store: Store) -> bool:
@@ -232,32 +233,29 @@ def _spawn_upkeep(store: Store) -> bool:
 # ---------------------------------------------------------------- what a prompt gets
 
 
-def prompt_context(store: Store, prompt: str, indexes: Indexes, catch_up: dict[str, Any] | None = None,
-                   catch_up_indexes: Indexes | None = None) -> str | None:
+def prompt_context(store: Store, prompt: str, indexes: Indexes, catch_up: dict[str, Any] | None = None) -> str | None:
     """The additionalContext for a prompt: relevant memories of the project and global stores, not already in
     the briefing, or None. With `catch_up` (`take_catch_up`: this session was shown a briefing older than the
-    store), what changed since that briefing comes first (`briefing_catch_up`, from `catch_up_indexes` when
-    given: a server's walk of the files, in before the index that answers has been replaced).
+    store), what changed since that briefing comes first (`briefing_catch_up`).
 
-    Relevant means, with the contextual model loaded (`cortex serve`): a calibrated match (`Hit.match`) of at
-    least `prompt.min_match` (0.45) and within `MATCH_SPREAD` of the best hit's. Without it (the hook's own
-    process): close in meaning (static cosine ≥ `prompt.min_cosine`, 0.48), or a full-text match that is not
-    a word used in another sense (cosine ≥ `prompt.min_cosine_with_words`, 0.3; "write a haiku" matches
-    "Write transactions…" at cosine 0.04). At most `prompt.max_memories`, within `prompt.budget_tokens`.
+    One rule, whichever process answers (`cortex serve` or the hook's own): a memory is relevant when its
+    calibrated match (`Hit.match`: the contextual model's cosine with the static model's, each mapped from its
+    noise level to its answer level) is at least `prompt.min_match` and within `MATCH_SPREAD` of the best
+    hit's, a memory the briefing showed counting as a hit. At most `prompt.max_memories`, within
+    `prompt.budget_tokens`.
     """
     import json
 
-    from cortex.recall import embed_ahead, read_hits, recall
-    from cortex.text import FRAME_TOKENS, INJECTED_MARK, estimate_tokens, query_problem
+    from cortex.recall import CONTEXTUAL, read_hits, recall, use_contextual
+    from cortex.text import FRAME_TOKENS, INJECTED_MARK, estimate_tokens
 
+    if CONTEXTUAL.mode is None:  # the match needs the contextual model: a one-shot hook loads it, as `recall` does
+        use_contextual("inline")
     stores = list(iter_stores(store))
-    if not query_problem(prompt):
-        embed_ahead(stores, prompt)  # the query worker starts on the prompt while the rest is read
     config = store.config()
     limit = int(config.get("prompt.max_memories"))
     budget = int(config.get("prompt.budget_tokens")) - FRAME_TOKENS  # the hook frames it
-    min_cosine = float(config.get("prompt.min_cosine"))
-    word_cosine = float(config.get("prompt.min_cosine_with_words"))
+    min_match = float(config.get("prompt.min_match"))
     try:
         shown = set(json.loads((store.state_dir / "briefing.json").read_text(encoding="utf-8")).get("ids", []))
     except (OSError, ValueError):
@@ -267,10 +265,8 @@ def prompt_context(store: Store, prompt: str, indexes: Indexes, catch_up: dict[s
 
     shown |= salience.muted(store)  # shown often at prompt time and never used: recall still finds them
     try:
-        # Direct hits only (a linked memory is never injected), without those already shown (ranking them
-        # took ~0.2 ms of a served prompt); room for a few that miss the thresholds below.
-        # Read in full only the few shown (`read_hits`), not the ~20 ranked (at 100,000 memories, ~6 ms of a
-        # new prompt went to parsing files it never showed).
+        # Direct hits only (a linked memory is never injected), without those already shown; room for a few
+        # that miss the threshold. Only the few shown are read in full (`read_hits`).
         found = recall(stores, prompt, limit=2 * limit, indexes=indexes, links=False, read=False,
                        exclude=frozenset(shown))
         hits, shown_match = found.hits, found.excluded_match
@@ -279,26 +275,13 @@ def prompt_context(store: Store, prompt: str, indexes: Indexes, catch_up: dict[s
     header = INJECTED_MARK + "\nMemories that may bear on this request (cortex):\n"
     used = estimate_tokens(header)
     lines: list[str] = []
-    min_match = float(config.get("prompt.min_match"))
-    # With the contextual model (a resident `cortex serve`), its calibrated match decides: at least
-    # `prompt.min_match`, and not far behind the best hit (a clear answer is not padded with near-misses).
-    # A memory the briefing showed counts as the best hit too: what answers the prompt is already in the session.
-    best_match = max([h.match for h in hits if h.via is None and "ctx" in h.raw and h.match is not None]
-                     + ([shown_match] if shown_match is not None else []), default=None)
-    chosen: list[Any] = []
-    for hit in hits:
-        if hit.via is not None or hit.memory.id in shown or len(chosen) >= limit:
-            continue
-        if best_match is not None:
-            if "ctx" not in hit.raw or hit.match is None or hit.match < max(min_match, best_match - MATCH_SPREAD):
-                continue
-        else:
-            cosine = hit.raw.get("dense")
-            if cosine is not None and cosine < (word_cosine if "bm25" in hit.raw else min_cosine):
-                continue  # a shared word in another sense, or not close enough in meaning
-            if cosine is None and "bm25" not in hit.raw:
-                continue
-        chosen.append(hit)
+    # Not far behind the best hit: a clear answer is not padded with near-misses; what the briefing showed
+    # counts as the best hit too (what answers the prompt is already in the session).
+    best_match = max([h.match for h in hits if h.via is None and h.match is not None]
+                     + ([shown_match] if shown_match is not None else []), default=0.0)
+    floor = max(min_match, best_match - MATCH_SPREAD)
+    chosen = [hit for hit in hits if hit.via is None and hit.memory.id not in shown
+              and hit.match is not None and hit.match >= floor][:limit]
     if chosen:
         read_hits(stores, chosen, prompt, indexes)
     for hit in chosen:
@@ -311,7 +294,7 @@ def prompt_context(store: Store, prompt: str, indexes: Indexes, catch_up: dict[s
         used = fitted
     relevant = header + "\n".join(lines) + "\n" if lines else None
     if catch_up is not None:
-        relevant = (briefing_catch_up(store, catch_up, catch_up_indexes or indexes) or "") + (relevant or "") or None
+        relevant = (briefing_catch_up(store, catch_up, indexes) or "") + (relevant or "") or None
     from cortex.guard import redacted
 
     return redacted(relevant) if relevant else None  # the one secret rule (`cortex.guard.redacted`)

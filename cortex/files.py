@@ -8,18 +8,15 @@ import errno
 import os
 
 TYPE_CHECKING = False
-if TYPE_CHECKING:  # the hook fast paths import this module: not even `typing` (3 ms) at import time
+if TYPE_CHECKING:  # the hook fast paths import this module: not even `typing` at import time
     from pathlib import Path
     from typing import IO, Iterable, Iterator
 
 
 def atomic_write(path: Path, data: str | bytes | Iterable[bytes], durable: bool = True) -> None:
-    """Write `data` to `path` so a reader sees the old file or the new one, never half (byte strings from an
-    iterable are written as they come: a big file need not be held in memory whole).
-
-    `durable=False` skips the fsync: for caches, where a file lost in a power cut is simply rebuilt.
-    An OSError (a full disk, a read-only folder) names `path`, not the temp file, and leaves no temp file.
-    """
+    """Write `data` (bytes, or an iterable of byte strings written as they come) to `path` so a reader sees the old
+    file or the new one, never half. `durable=False` skips the fsync (caches, rebuilt if lost). An OSError names
+    `path`, and leaves no temp file."""
     import tempfile
 
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -101,14 +98,10 @@ def set_lock_wait(seconds: float) -> None:
 
 @contextlib.contextmanager
 def file_lock(path: Path, timeout: float | None = None) -> Iterator[None]:
-    """An exclusive advisory lock (flock) held for the `with` block; re-entrant within a thread.
-
-    Used by every writer of a store, so two hooks writing at once queue up
-    instead of interleaving. Readers never take it. When the lock's folder cannot be written (a read-only
-    store), the lock is taken on a stand-in in a per-user temp folder (`stand_in_lock`), so the writer fails
-    at the write it attempts, naming that file, and a writer that needs to write nothing goes on.
-    With `timeout`, a lock another process holds that long raises `LockBusy`, naming the lock and its holder.
-    """
+    """An exclusive advisory lock (flock) held for the `with` block, re-entrant within a thread: every writer of a
+    store takes it, readers never. In a read-only store it is taken on a stand-in (`stand_in_lock`), so a writer fails
+    at its write, naming the file. With `timeout`, a lock held that long by another process raises `LockBusy`, naming
+    the lock and its holder."""
     key = os.path.realpath(path)
     held = _held_paths()
     if key in held:
@@ -179,12 +172,9 @@ def private_folder(name: str) -> str:
 
 @contextlib.contextmanager
 def try_lock(path: Path, wait: bool = False) -> Iterator[bool]:
-    """Yield True holding an exclusive lock on `path`, or False at once if another process has it.
-
-    With `wait` it waits for the lock instead (and yields True), unless the lock cannot even be made: its
-    folder is read-only or full. Then it yields False too: nothing can be written there, so the caller works
-    from what is on disk without writing (the cache builds what it needs in memory).
-    """
+    """Yield True holding an exclusive lock on `path`, or False at once if another process has it. With `wait` it
+    waits instead, unless the lock cannot be made (a read-only or full folder): then False, and the caller works from
+    what is on disk."""
     import fcntl
 
     try:

@@ -1,26 +1,7 @@
 """Installing cortex into Google Gemini CLI: `.gemini/settings.json` and GEMINI.md.
 
-`cortex init --gemini` writes, in the project:
-
-- `.gemini/settings.json` `hooks` (timeouts in milliseconds): SessionStart →
-  the briefing, BeforeAgent → prompt-time recall (both answer with
-  `hookSpecificOutput.additionalContext`; Gemini puts it in the user message
-  as `<hook_context>…</hook_context>`), AfterAgent → capture from the chat file
-  (`transcript_path`) at the end of every turn, SessionEnd → a last capture,
-  detached. PreCompress is left alone: Gemini fires it before every model
-  call, and the chat file keeps what compression drops, so AfterAgent misses
-  nothing.
-- `.gemini/settings.json` `mcpServers.cortex`: `cortex mcp`. Gemini offers MCP
-  tools in a headless `gemini -p` only with `--approval-mode yolo`; the
-  interactive CLI asks before each call.
-- GEMINI.md: cortex's memory rules, in a marked section (Gemini reads
-  GEMINI.md as project context).
-
-Every other key of settings.json is kept. Gemini runs a project's settings only
-in a trusted folder (it asks; `GEMINI_CLI_TRUST_WORKSPACE=true` headless).
-Capture copies what it needs at each AfterAgent, so a chat file Gemini's
-session cleanup deletes later (it can delete a resumed session's files) loses
-nothing.
+Hooks (PreCompress left alone: it fires before every model call and AfterAgent misses nothing), the MCP
+server, and the rules in a marked section of GEMINI.md; every other setting kept. docs/assistants.md.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """The git facts a hook needs, read from `.git` files with the standard library alone.
 
-Importing pygit2 costs a fresh process ~150 ms, more than a hook's whole
-budget, so the worktree root, the branch, HEAD and the default branch are
-read here from the ref files directly (packed refs and worktrees included).
-Anything richer (commits, diffs, staging) is `cortex.gitops`, on pygit2.
+Importing pygit2 would cost a hook most of its budget. Anything richer is `cortex.gitops`, on pygit2.
 """
 
 from __future__ import annotations

@@ -1,15 +1,12 @@
-"""Git facts cortex needs.
+"""Git facts cortex needs, through pygit2, imported inside each function (a hook cannot afford the import).
 
-The lean readers here (repository root, current branch) read `.git` files
-directly: importing pygit2 costs ~150 ms in a fresh process, more than a
-hook's whole budget. Anything richer (commits, diffs, staging) imports
-pygit2 inside the function that needs it.
+The lean readers a hook uses are `cortex.gitfacts`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterable, Mapping, NamedTuple
+from typing import Any, Iterable, NamedTuple
 
 
 def find_worktree_root(start: Path) -> Path | None:
@@ -36,11 +33,8 @@ def current_branch(worktree_root: Path | None) -> str | None:
 
 
 def head_commit(worktree_root: Path | None) -> str | None:
-    """The HEAD commit id (hex), or None (no repository, no commit yet).
-
-    Read from the ref files (importing pygit2 costs a hook ~150 ms); pygit2
-    only when a ref cannot be found there and the branch may still exist.
-    """
+    """The HEAD commit id (hex), or None (no repository, no commit yet): from the ref files (`cortex.gitfacts`),
+    pygit2 only when a ref cannot be found there and the branch may still exist."""
     from cortex.gitfacts import branch_and_head
 
     if worktree_root is None:
@@ -217,48 +211,10 @@ def uninstall_git_hooks(start: Path) -> list[str]:
     return done or ["no cortex git hooks were installed"]
 
 
-def commit_paths(repo: object, paths: Mapping[str, bytes | None], message: str) -> str:
-    """Commit exactly these worktree-relative paths (contents given; None: deleted) on top of HEAD; nothing else.
-
-    The commit is built from HEAD's tree, not from the index, so whatever the
-    person has staged stays staged and out of it. The index entries of these
-    paths are updated so the working tree, index and HEAD agree.
-    """
-    import pygit2
-
-    r: pygit2.Repository = repo  # type: ignore[assignment]
-    if r.head_is_unborn or r.head_is_detached:
-        raise ValueError("HEAD is not on a branch")
-    head = r.head.peel(pygit2.Commit)
-    scratch = pygit2.Index()
-    scratch.read_tree(head.tree)
-    for rel, data in sorted(paths.items()):
-        if data is None:
-            for index in (scratch, r.index):
-                try:
-                    index.remove(rel)
-                except (KeyError, OSError):
-                    pass  # not tracked: nothing to delete
-            continue
-        blob = r.create_blob(data)
-        scratch.add(pygit2.IndexEntry(rel, blob, pygit2.enums.FileMode.BLOB))
-        r.index.add(pygit2.IndexEntry(rel, blob, pygit2.enums.FileMode.BLOB))
-    tree = scratch.write_tree(r)
-    author, committer = _signature(r, "AUTHOR"), _signature(r, "COMMITTER")
-    oid = r.create_commit("HEAD", author, committer, message, tree, [head.id])
-    write_index(r)
-    return str(oid)
-
-
 def write_index(repo: Any, index: Any = None, seconds: float = 5.0) -> None:
-    """Write a repository's index (`index`, or `repo.index`), waiting up to `seconds` for another git process
-    to release `index.lock`.
-
-    `git status` (a person's prompt, an editor, a test polling) takes the lock for a few milliseconds to save
-    the stat data it refreshed. Failing there, after the commit was made, left the index behind HEAD: the
-    committed file showed as staged for deletion and untracked until something wrote the index again.
-    A lock still held after `seconds` (a crashed git) raises, naming the lock file.
-    """
+    """Write a repository's index (`index`, or `repo.index`), waiting up to `seconds` for another git process to
+    release `index.lock` (`git status` takes it briefly; failing after the commit left the index behind HEAD). A lock
+    held longer (a crashed git) raises, naming the lock file."""
     import time
 
     import pygit2
@@ -595,15 +551,10 @@ def _entry_id(tree: Any, path: str) -> Any:
 
 
 def pushed_changes(repo: Any, push_lines: str, prefix: str, remote: str = "") -> list[PushedFile]:
-    """Every file under `prefix` that a push adds to the remote's history, from pre-push's stdin.
-
-    Each stdin line is `<local ref> <local sha> <remote ref> <remote sha>`; `remote` is the hook's
-    first argument (the remote's name, or its URL for a push by URL). Every commit of
-    `git rev-list <local sha> --not <remote sha> refs/remotes/<remote>/*` is read, not only the
-    pushed tip: a file added in one commit and deleted in a later one still reaches the remote's
-    history. Each blob under `prefix` that one of those commits adds or changes is returned once,
-    with the earliest commit that brought it. A deleted ref (zero local sha) adds nothing.
-    """
+    """Every file under `prefix` that a push adds to the remote's history, from pre-push's stdin (`<local ref> <local
+    sha> <remote ref> <remote sha>` lines; `remote`: the hook's first argument). Every commit the remote lacks is
+    read, not only the tip: a file added and later deleted still reaches its history. Each blob comes once, with the
+    earliest commit that brought it; a deleted ref adds nothing."""
     import pygit2
 
     out: list[PushedFile] = []
@@ -644,7 +595,7 @@ def pushed_changes(repo: Any, push_lines: str, prefix: str, remote: str = "") ->
 def record_cortex_changes(store_root: Path, policy: str = "stage", message: str = "cortex: memory update",
                           paths: Iterable[Path] | None = None) -> list[str]:
     """`_record` under the store's staging lock, retried while git's own `index.lock` is held (a concurrent Stop,
-    the upkeep, or the person's git command) for up to ~3 s; after that the next Stop records what is left."""
+    the upkeep, or the person's git command) for a few seconds; after that the next Stop records what is left."""
     import time
 
     import pygit2
@@ -663,16 +614,10 @@ def record_cortex_changes(store_root: Path, policy: str = "stage", message: str 
 
 
 def _record(store_root: Path, policy: str, message: str, only: Iterable[Path] | None = None) -> list[str]:
-    """What the Stop hook does with new and changed `.cortex/` files (`git.on_stop`); given `only` (the files
-    the caller wrote), those of them that changed and nothing else: never a file the person left unstaged.
-
-    `stage`: add them to the index, so they go with the person's next commit.
-    `commit`: a separate commit holding only them (the index keeps whatever else was staged).
-    `off`: nothing. Never touches a path outside `.cortex/`; ignored files (cache/, state/) stay out, and so do
-    other writers' temp files (`.<name>.<random>.tmp`). Another process may write at the same time: a path
-    that appears or vanishes between `git status` and staging is taken as it is then (a file gone since is
-    staged as removed only when git tracks it). Returns the paths recorded.
-    """
+    """What the Stop hook does with new and changed `.cortex/` files (`git.on_stop`): `stage` (into the index, for the
+    person's next commit; `commit`, an older setting, is read as `stage`: cortex never commits) or `off`. Given `only` (the files the caller
+    wrote), those of them that changed and nothing else. Never a path outside `.cortex/`, ignored files or other
+    writers' temp files; a path that appears or vanishes meanwhile is taken as it is then. Returns the paths recorded."""
     import pygit2
 
     from cortex.files import is_temp_name
@@ -691,12 +636,6 @@ def _record(store_root: Path, policy: str, message: str, only: Iterable[Path] | 
                    and not is_temp_name(path.rsplit("/", 1)[-1]))
     if not paths:
         return []
-    if policy == "commit":
-        contents = {p: _read_if_there(workdir / p) for p in paths}
-        contents = {p: data for p, data in contents.items() if data is not None or p in repo.index}
-        if contents and not repo.head_is_unborn and not repo.head_is_detached:
-            commit_paths(repo, contents, message)
-        return sorted(contents)
     index = repo.index
     recorded = []
     for path in paths:
@@ -721,13 +660,6 @@ def _relative(path: Path, workdir: Path) -> str:
         return Path(path).resolve().relative_to(workdir).as_posix()
     except ValueError:
         return ""  # outside this worktree: never staged
-
-
-def _read_if_there(path: Path) -> bytes | None:
-    try:
-        return path.read_bytes() if path.is_file() else None
-    except FileNotFoundError:
-        return None
 
 
 def tracked(root: Path | str, names: list[str]) -> set[str]:

@@ -1,37 +1,9 @@
 """The global store as a git repository of its own, synced through an optional remote.
 
-`$CORTEX_HOME` (default `~/.cortex`) holds knowledge that is not tied to one
-project. `cortex sync --global` makes it a git repository (branch `main`) when
-it is not one yet, commits what changed in it, fetches `origin`, replays the
-local commits on top of the remote's (a pull with rebase, done file by file)
-and pushes. The Stop hook commits the memories capture writes there
-(`commit_changes`), so a sync only has to pull and push.
-
-What is committed: `memories/`, `conflicts/` and `.gitignore`. `cache/` and
-`state/` are ignored (`.gitignore`), and `config.yaml` stays each machine's
-own (listed in `.git/info/exclude`).
-
-What is checked out: only regular files under `memories/` and `conflicts/`
-(`_checked_out`). Whatever else the remote's tree holds — `config.yaml`,
-`state/`, `cache/`, `.gitignore`, a symbolic link, a submodule — is never
-written here (it is counted in `SyncResult.skipped`): the person's own
-`config.yaml` names the commands cortex runs, and a remote is data. A tree
-with a path git refuses (`..`, `.git`) stops the sync with one line before
-anything is written.
-
-Why file by file: each memory is its own file with a random id, so two
-machines that each write memories only ever add different files, and a replay
-never conflicts. A conflict is the same file changed differently on both
-sides. Then the version already on the remote stays at the memory's path
-(other machines keep what they have) and this machine's version is committed
-as a conflict copy, `conflicts/<type>/<slug>-<id>.<blob>.md`, outside
-`memories/` (never read as a memory, so no duplicate id). Both versions are
-in the tree on every machine; `cortex status --global` lists each copy until
-a person merges what they want into the memory and runs `cortex sync --global
---resolve ID`. A file deleted on one side and changed on the other keeps the
-change (gc may remove a long-archived memory; an edit wins over that), and the
-same change made on both sides, its `updated:`/`archived:` stamps aside (the
-daily gc archiving one memory on each machine), is no conflict.
+Commits `memories/`, `conflicts/` and `.gitignore`; checks out only regular files under `memories/` and
+`conflicts/` (a remote is data: it never writes `config.yaml`, which names commands to run). The replay is
+file by file: memories have random ids, so machines only add different files; a real conflict keeps the
+remote's version in place and this machine's as a conflict copy under `conflicts/`. docs/git.md.
 """
 
 from __future__ import annotations
@@ -146,12 +118,9 @@ def _committed_path(path: str) -> bool:
 def commit_changes(store: Store, message: str = "cortex: global memory update", scan: bool = False,
                    paths: Iterable[Path] | None = None) -> list[str]:
     """Commit what changed under `memories/`, `conflicts/` and `.gitignore` (nothing else); the paths committed.
-
-    Nothing when the store is not a git repository (sync was never set up). The Stop hook calls it after
-    capture writes global memories, naming the files it wrote in `paths` (a `git status` of 5,000 files costs
-    ~0.6 s); without `paths` every changed file is found. `scan` checks each file for secrets first (a
-    hand-written file that never went through the store's guard), raising `SecretDetected` naming it.
-    """
+    Nothing when the store is not a git repository. `paths`: only these files (the Stop hook names what it wrote; a
+    `git status` of a big store is slow). `scan` checks each file for secrets first, raising `SecretDetected` naming
+    it."""
     import pygit2
 
     from cortex.files import file_lock
@@ -221,10 +190,29 @@ def _read(path: Path) -> bytes | None:
 
 
 def _branch(repo: Any) -> str:
-    """The checked-out branch (`main` unless a person changed it)."""
+    """The branch every machine syncs: `main`. A `git clone` of a remote whose HEAD names another branch (a bare
+    remote made by `git init --bare` names `master`) leaves HEAD unborn there: it is pointed at `main`."""
     if repo.head_is_detached:
-        raise CortexError(f"{repo.workdir}: HEAD is detached; check out a branch (git -C {repo.workdir} switch main)")
-    return str(repo.references["HEAD"].target).removeprefix("refs/heads/")
+        raise CortexError(f"{repo.workdir}: HEAD is detached; check out a branch (git -C {repo.workdir} switch {BRANCH})")
+    branch = str(repo.references["HEAD"].target).removeprefix("refs/heads/")
+    if branch != BRANCH and repo.head_is_unborn:
+        repo.references.create("HEAD", f"refs/heads/{BRANCH}", force=True)
+        return BRANCH
+    if branch != BRANCH:
+        raise CortexError(f"{repo.workdir}: the global store is on branch {branch}, and every machine syncs "
+                          f"{BRANCH} (git -C {repo.workdir} switch {BRANCH})")
+    return branch
+
+
+def _check_remote_branches(repo: Any, url: str, branch: str) -> None:
+    """A remote with branches but none named `branch` belongs to something else (or to a machine that synced
+    another branch): an error naming both, before anything is pushed beside them."""
+    prefix = f"refs/remotes/{REMOTE}/"
+    names = sorted(ref.removeprefix(prefix) for ref in repo.references if ref.startswith(prefix)
+                   and ref != f"{prefix}HEAD")
+    if names and branch not in names:
+        raise CortexError(f"{url} has {', '.join(names)} but no {branch}, the branch cortex syncs; push the memories "
+                          f"there to {branch} (or use another remote); nothing was pushed")
 
 
 def _files(repo: Any, tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -381,14 +369,9 @@ def _upstream(repo: Any, branch: str) -> Any:
 
 
 def sync(store: Store, remote: str | None = None, resolve: Iterable[str] = ()) -> SyncResult:
-    """Commit, pull (replaying local commits on the remote's, file by file) and push the global store.
-
-    `remote` sets `origin` first. `resolve`: memory ids whose conflict copies the person is done with (their
-    memory file holds what they want): the copies are removed and the removal committed. Without a remote,
-    only the commit is made. Raises `CortexError` with a one-line reason (no remote reachable, a rejected push
-    three times over, a tracked file of the person's own in the way), `SecretDetected` for a file that looks
-    like it holds a secret: nothing is pushed then.
-    """
+    """Commit, pull (replaying local commits on the remote's, file by file) and push the global store. `remote` sets
+    `origin` first; `resolve`: ids whose conflict copies the person is done with (removed, and the removal committed).
+    Raises `CortexError` with a one-line reason, or `SecretDetected`: nothing is pushed then."""
     from cortex.files import file_lock
 
     result = SyncResult()
@@ -396,6 +379,7 @@ def sync(store: Store, remote: str | None = None, resolve: Iterable[str] = ()) -
         raise CortexError("only the global store syncs this way; a project's memories travel with its own git push")
     with file_lock(store.state_dir / "stage.lock"), store.lock():
         repo, result.created = ensure_repository(store)
+        branch = _branch(repo)  # before the first commit: a clone's unborn HEAD is pointed at main
         if remote is not None:
             set_remote(store, remote)
         result.resolved = _resolve(store, list(resolve))
@@ -405,9 +389,9 @@ def sync(store: Store, remote: str | None = None, resolve: Iterable[str] = ()) -
         result.remote = remote_url(repo)
         if result.remote is None:
             return result
-        branch = _branch(repo)
         for _attempt in range(PUSH_ATTEMPTS):
             _fetch(repo, result.remote)
+            _check_remote_branches(repo, result.remote, branch)
             _pull(store, repo, branch, result)
             if repo.head_is_unborn:
                 return result  # nothing here and nothing there
@@ -536,7 +520,7 @@ def _check_out(store: Store, repo: Any, branch: str, head: Any, target: Any, res
             where.unlink(missing_ok=True)
             _prune_empty(where.parent, store.root)
         else:
-            # No fsync per file (5,000 of them took 30 s): the bytes are in git objects, and a file a crash
+            # No fsync per file (thousands of them): the bytes are in git objects, and a file a crash
             # left short is committed by the next sync as a local change and kept as a conflict copy.
             atomic_write(where, repo[new[path]].data, durable=False)
     repo.references.create(f"refs/heads/{branch}", target.id, force=True)

@@ -1,47 +1,8 @@
 """The memory graph: links made when a memory is written, and who may make which link.
 
-When a memory is written (`cortex remember`, capture, the MCP server) it is
-compared with the store's other active memories:
-
-- similarity in `graph.link_min`..`graph.link_max` (0.1–0.5): a `relates_to`
-  link with `strength` = the similarity, written in the new memory's own
-  file only; only the `graph.max_links` (5) strongest are kept, so a large
-  store does not link everything to everything;
-- similarity above `consolidate.candidate_threshold` (0.5) with a memory of
-  the same type (its 5 closest): not linked, but flagged as a possible
-  duplicate (`state/flagged.json`); the automatic consolidation judges the
-  flagged pairs with its duplicate score (`cortex.consolidate.Judge`) and
-  merges those above `consolidate.auto_threshold`.
-
-Similarity is the cosine of the bundled model's vectors from the cache when
-they are there; otherwise the Jaccard overlap of the two texts' words.
-Links live in the new memory's front matter, so they are reviewed with it; the
-older memory's file is never touched (two branches linking to one memory
-would otherwise both edit it, and the second merge would conflict). The other
-direction is derived in the cache (`Index.neighbours`): `relates_to` reads
-both ways. Centrality (the links that touch a memory, weighted by strength)
-is computed in the cache (`Index.centralities`) and feeds the ranking prior
-and decay. Stores written before, with links on both memories, read the same.
-
-`supersedes` is a person's statement ("this replaces that"): automation
-(capture, consolidation, the LLM layer) that proposes one gets `contradicts`
-instead (`automatic_links`).
-
-A link is unique by (relation, target) and never points at its own memory:
-the store ignores a duplicate or a self-link with a line in the log, and
-`cortex status` warns about one written by hand. Every link cortex writes
-carries `created`.
-
-Similarity just under `graph.link_min`, from `graph.suggest_min` (0.07), is
-a **suggested** link: not written, but kept in `state/suggested.json` for a
-person to review (`cortex links --suggested`, `--accept A B`, `--dismiss A B`).
-
-A link's strength **decays at read time** while neither of its memories is
-recalled: `strength × 0.5^(idle days / graph.link_half_life_days)`, idle
-since the later of the link's `created` (or, for an older link without one,
-its memory's `created`) and the last recall of either end (`state/access.json`).
-Nothing is written back; recall's expansion reads the decayed strength
-(`LinkAges`), two hops deep along strong links (`expand`).
+Links live in the new memory's front matter only (the older file is never touched, so two branches
+linking to one memory do not conflict); the other direction, centrality and link decay are derived at read
+time. `supersedes` is a person's statement: automation proposes `contradicts` instead. docs/graph.md.
 """
 
 from __future__ import annotations
@@ -49,12 +10,15 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from cortex.files import atomic_write, file_lock
 from cortex.memory import Link, epoch
 from cortex.store import Store
 from cortex.text import jaccard, words
+
+if TYPE_CHECKING:
+    from cortex.index.cache import Records
 
 DAY = 86400.0
 STRONG_LINK = 0.4  # a relates_to link this strong (after decay) brings its other end into recall's results
@@ -104,15 +68,10 @@ def automatic_links(links: Iterable[Link]) -> list[Link]:
 
 
 class Similarity:
-    """Similarity between the store's memories: centred cosine on the cache's vectors, or Jaccard without them.
-
-    Static embeddings of any two memories of one project point much the same
-    way (raw cosine between unrelated memories of the example store: median
-    0.63), so the raw cosine says little. The store's mean vector is taken
-    out first (blended with a fixed reference mean while the store is small)
-    and the cosine of what is left is the similarity: unrelated memories sit
-    near 0, paraphrases high. See docs/graph.md for the measurements.
-    """
+    """Similarity between the store's memories: centred cosine on the cache's vectors, or Jaccard without them. Static
+    embeddings of one project's memories all point much the same way, so the store's mean vector (blended with a fixed
+    reference while the store is small) is taken out first: unrelated memories then sit near 0, paraphrases high
+    (docs/graph.md)."""
 
     def __init__(self, store: Store, index: Any = None, centred: bool = True, method: str | None = None) -> None:
         from cortex.index import Index
@@ -126,7 +85,7 @@ class Similarity:
         self._centred: Any = None
         self._parts: Any = None  # (mean, each row's centred norm): `against` without a centred copy of the matrix
 
-    def records(self) -> dict[str, dict[str, Any]]:
+    def records(self) -> Records:
         return self.index.records()
 
     def _mean(self) -> Any:
@@ -140,7 +99,7 @@ class Similarity:
         rows = [row_of[vhash] for _, status, vhash in self.records().column("status", "vhash")
                 if status == "active" and vhash in row_of]
         # Each active memory's row counted once per memory (two memories may share a text): a product with the
-        # counts, not a copy of every active row (100 MB at 100,000 memories).
+        # counts, not a copy of every active row.
         counts = np.bincount(np.asarray(rows, dtype=np.int64), minlength=matrix.shape[0]).astype(np.float32)
         total = counts @ matrix if rows else np.zeros(matrix.shape[1], dtype=np.float32)
         return ((total + REFERENCE_WEIGHT * self._reference()) / (len(rows) + REFERENCE_WEIGHT)).astype(np.float32)
@@ -159,8 +118,7 @@ class Similarity:
 
     def _centring(self) -> tuple[Any, Any]:
         """(mean, each row's norm once centred), computed once: with them the centred cosine of
-        one memory with every other is one matrix–vector product over the cached vectors as they are. Making
-        the centred copy of the matrix took 0.3 s of a `remember` at 100,000 memories."""
+        one memory with every other is one matrix–vector product over the cached vectors as they are (no centred copy of the matrix)."""
         if self._parts is None:
             import numpy as np
 
@@ -307,7 +265,7 @@ def connect(store: Store, ids: Iterable[str], index: Any = None) -> LinkReport:
         done.add(rel)
         mine = records[rel]
         # Already linked: its own links, and `relates_to` links other memories made to it (`Index.neighbours`,
-        # asked only of the few candidates: building the whole link map took 0.2 s at 100,000 memories).
+        # asked only of the few candidates, not built for the whole store).
         own = {to for _rel, to, _strength in mine.get("links", ())}
         found = [(s, o) for s, o in similarity.above(rel, active, rows, floor)  # two fields of each, no dict
                  if o not in done and records.value(o, "id") not in own
@@ -370,7 +328,7 @@ def pending_suggestions(store: Store, index: Any) -> list[tuple[str, str, float]
         return any(to == b for _, to, _ in records.value(rel_of_id[a], "links")) \
             or any(to == a for _, to, _ in records.value(rel_of_id[b], "links"))
 
-    # The few suggestions' own entries, not every memory's links (`Index.neighbours`: ~0.5 s at 100,000).
+    # The few suggestions' own entries, not every memory's links (`Index.neighbours`).
     out = [(a, b, s) for a, b, s in suggestions(store) if active(a) and active(b) and not linked(a, b)]
     return sorted(out, key=lambda p: (-p[2], p[0], p[1]))
 

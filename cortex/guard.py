@@ -1,39 +1,9 @@
 """The secret guard: nothing that looks like a key, token or password may reach a memory or a remote.
 
-One scanner for every path that writes or sends text: `store.guard_text`
-(remember, MCP, capture, consolidation, `cortex edit`), capture's redaction,
-the LLM queue, AGENTS.md, `cortex scan` and the pre-push hook. It reads the
-text and nothing else: no file name, no file type, so no name can switch a
-rule off (detect-secrets drops every finding in a file it takes for a
-swagger file, for instance).
-
-What a finding covers is the whole secret, over as many lines as it takes (a
-PEM block, a token wrapped at 76 characters), so `redact` can take all of it
-out. The rules, cheapest first:
-
-- private key blocks, BEGIN to END (a block cut short at either end too, or folded onto one line), and a
-  key's bare base64 body without its BEGIN/END lines (by its DER or OpenSSH start, or PEM-width lines that do
-  not start as public material does);
-- provider formats with a fixed prefix (AWS, GitHub, GitLab, Slack, Stripe,
-  OpenAI, Anthropic, Google, npm, PyPI, SendGrid, JWTs, …) and a password in
-  a URL (`redis://:pw@host`);
-- assignments to a secret name, `.env` prefixes included (`DB_PASSWORD=`,
-  `SECRET_KEY_BASE=`, `"client_secret": …`); what is read from the
-  environment, code, paths and placeholders pass;
-- prose: "the password is X", "the signing secret is "…"";
-- quoted high-entropy strings (detect-secrets' base64 limit); a hex string
-  is a secret only in such a context, so commit ids and hashes in prose pass;
-- detect-secrets' own regex detectors, for providers the rules above do not
-  name (Mailchimp, Discord, Twilio, …), run on the string of each line that
-  holds a long token no rule claimed: no file name, no filters. Importing
-  detect-secrets costs ~130-190 ms, so most texts never do.
-
-100 KB of notes scan in about 5-10 ms (tests/test_secrets.py measures it).
-
-`redacted(text)` is the one rule for everything cortex shows or sends (the briefing, prompt and sub-agent
-context, recall, `show`, MCP answers, `cortex review` and its posted comment, the report, log lines, every LLM
-prompt): each secret named `[REDACTED:<kind>]`, never shown. `scan_bytes` reads a file in whatever encoding git
-holds it (UTF-8, UTF-16, UTF-32, with or without a BOM: `decode`), for `cortex scan` and the pre-push hook.
+One scanner for every path that writes, shows or sends text. It reads the text and nothing else (no file
+name can switch a rule off), and a finding covers the whole secret over all its lines so `redact` takes all
+of it out. detect-secrets' detectors run only on lines holding a long token no rule claimed (importing it is
+slow). `redacted(text)` is the one rule for everything shown or sent. docs/security.md.
 """
 
 from __future__ import annotations
@@ -163,9 +133,9 @@ def decode(data: bytes) -> str:
             return data[len(bom):].decode(encoding, errors="replace")
     if b"\0" not in data:
         return data.decode("utf-8", errors="replace")
-    encoding = _wide_encoding(data)
-    if encoding is not None:
-        return data.decode(encoding, errors="replace")
+    wide = _wide_encoding(data)
+    if wide is not None:
+        return data.decode(wide, errors="replace")
     return data.replace(b"\0", b"").decode("utf-8", errors="replace")
 
 
@@ -234,6 +204,9 @@ def _line_starts(text: str) -> list[int]:
 
 _TOKEN_RUN = re.compile(r"[A-Za-z0-9+/=_\-]{40}")
 _WRAP_NEXT = re.compile(r"[ \t>]*(?=[A-Za-z0-9+/=_])")
+# A provider's token cut by a line break wherever it falls (a short line too): its prefix ends the line.
+_PREFIXED_END = re.compile(r"(?<![A-Za-z0-9])(?:gh[pousr]_|github_pat_|gl(?:pat|dt|rt|ptt)-|xox[abposre]-|sk-ant-|"
+                           r"sk-|(?:sk|rk)_(?:live|test)_|AIza|npm_|pypi-|hf_|A(?:KIA|SIA))[A-Za-z0-9_\-]{4,}$")
 
 
 def _unwrapped(text: str) -> tuple[str, Callable[[int, bool], int] | None]:
@@ -246,7 +219,8 @@ def _unwrapped(text: str) -> tuple[str, Callable[[int, bool], int] | None]:
     for newline in re.finditer("\n", text):
         start = newline.start() - (text[newline.start() - 1:newline.start()] == "\r")
         line, line_start = line_start, newline.end()
-        if start - line < 60 or not _TOKEN_RUN.fullmatch(text, start - 40, start):
+        if (start - line < 60 or not _TOKEN_RUN.fullmatch(text, start - 40, start)) \
+                and not _PREFIXED_END.search(text, max(line, start - 300), start):
             continue  # a short line (a sha in front matter) is not a wrapped one, nor one ending in a word
         follow = _WRAP_NEXT.match(text, newline.end())
         if follow is None:
@@ -521,7 +495,15 @@ _AUTH_HEADER = re.compile(r"(?i)\b(?:bearer|basic)[ \t]+([A-Za-z0-9._~+/\-]{16,}
 _ALNUM = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
 
 
+# The head of a provider's token where a line ends (or a title cut from one, before its `id`): the tail is on the
+# next line.
+_CUT_TOKEN = re.compile(r"(?<![A-Za-z0-9])(?:gh[pousr]_|github_pat_|glpat-|sk-ant-|sk-proj-|xox[abposre]-|npm_|AIza)"
+                        r"(?=[A-Za-z0-9_\-]*[0-9])[A-Za-z0-9_\-]{10,}(?=[ \t]*(?:\r?\n|$|`[0-9a-f]{12}`))")
+
+
 def _providers(text: str) -> Iterator[Span]:
+    for match in _CUT_TOKEN.finditer(text):
+        yield match.start(), match.end(), 2, "token cut at a line end"
     for kind, pattern, marker in _PROVIDERS:
         if marker and marker not in text:
             continue

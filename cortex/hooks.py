@@ -1,21 +1,7 @@
 """Hook entry points: what `cortex hook <event>` runs.
 
-Git hooks (installed by `cortex init --git-hooks`):
-
-- `git-pre-push`: every memory file that a commit of the push adds or changes
-  (all the commits the remote does not have yet) is scanned for secrets (a
-  finding always stops the push, naming file, line and commit); a stale
-  projection is named in one line and the push goes on (`git.pre_push:
-  block`: the push stops). Nothing is written or committed.
-- `git-post-checkout`: the cache follows a branch switch; no tracked file is
-  written. `git-post-merge`, `git-post-rewrite` (a rebase): the cache follows,
-  and a tracked page the merge left stale is regenerated in the working tree,
-  for the person's next commit (never committed). These never fail the git
-  command.
-
-Every entry point returns an exit status; an internal error is logged to
-`.cortex/state/cortex.log` and never breaks the person's git command, except
-that pre-push fails closed only for the reason it exists (a secret; stale projections with `block`).
+Git hooks never break the person's git command (errors go to the log) and never write a commit. pre-push
+fails closed only for a secret in a pushed memory (and, with `git.pre_push: block`, stale pages). docs/git.md.
 """
 
 from __future__ import annotations
@@ -107,14 +93,10 @@ def git_pre_push(args: list[str], stdin: str) -> int:
 
 
 def git_refresh(event: str, args: list[str]) -> int:
-    """post-checkout, post-merge, post-rewrite: bring the cache in step; after a merge or a rebase, the pages.
-
-    A checkout never writes a tracked file: a page is a function of the memory files of the commit, so a
-    commit whose pages were current still has them. A merge (or a rebase) joins pages with git's union driver,
-    which is right unless one side removed an entry next to one the other side added: a tracked page left
-    stale is regenerated in the working tree, never committed. A page never committed is never created here
-    (it would block a later merge that brings the committed one). Always 0.
-    """
+    """post-checkout, post-merge, post-rewrite: bring the cache in step; after a merge or a rebase, the pages. A
+    checkout never writes a tracked file (pages are a function of the commit's memory files); a merge joins pages
+    with git's union driver, so a tracked page left stale is regenerated in the working tree, never committed. A
+    page never committed is never created here (it would block a later merge). Always 0."""
     if event == "post-checkout" and len(args) >= 3 and args[2] != "1":
         return 0  # a file checkout, not a branch switch
     rebased = event == "post-rewrite" and bool(args) and args[0] == "rebase"  # not `commit --amend`
@@ -282,15 +264,12 @@ def claude_prompt(raw: str) -> int:
 
     def body(store: Store, payload: dict[str, Any]) -> None:
         from cortex.events import prompt_context, take_catch_up
-        from cortex.index import answer_ahead
-        from cortex.store import iter_stores
+        from cortex.index import Indexes
 
         prompt = payload_prompt(payload)
         if prompt and not prompt.startswith("/"):
             catch_up = take_catch_up(store, str(payload.get("session_id") or ""))  # once, whatever is answered
-            # From the committed caches while children sync them, and again if they found files changed.
-            text = answer_ahead(list(iter_stores(store)),
-                                lambda indexes: prompt_context(store, prompt, indexes, catch_up))
+            text = prompt_context(store, prompt, Indexes(), catch_up)
             if text:
                 emit(event_name(payload, "UserPromptSubmit"), text)
                 note_injected(str(store.root), payload, "UserPromptSubmit", text)

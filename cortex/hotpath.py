@@ -1,17 +1,16 @@
 """The fast paths: answers that need no store, no click and no third-party import.
 
 A hook is a fresh process on every event, and the budget for a cached
-SessionStart is twice a bare `python -c pass`. `session_start` prints the
+SessionStart is a few times a bare `python -c pass`. `session_start` prints the
 cached briefing when its key (`cortex.layout.briefing_key`) still matches;
 `prompt` asks the resident `cortex serve` over its socket. Either returns
 False when the full hook (`cortex.hooks`) must run instead. (Commands always run
 in their own process; only `cortex recall` asks the server for its search.)
-JSON and the socket go through `cortex.wire` (the C halves of `json` and
-`socket`: importing those two modules alone costs more than Python's start).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -24,7 +23,7 @@ PROMPT_WAIT = 2.0  # seconds the prompt hook lets a warming server take before i
 
 def _payload(raw: str) -> dict[str, object] | None:
     try:
-        payload = wire.loads(raw) if raw.strip() else {}
+        payload = json.loads(raw) if raw.strip() else {}
     except ValueError:
         return None
     return payload if isinstance(payload, dict) else None
@@ -60,9 +59,9 @@ def emit(event: str, text: str) -> None:
     `sessionStart`."""
     text = framed(text)
     if event == "sessionStart":
-        sys.stdout.write(wire.dumps({"additional_context": text}))
+        sys.stdout.write(json.dumps({"additional_context": text}))
     else:
-        sys.stdout.write(wire.dumps({"hookSpecificOutput": {"hookEventName": event, "additionalContext": text}}))
+        sys.stdout.write(json.dumps({"hookSpecificOutput": {"hookEventName": event, "additionalContext": text}}))
     sys.stdout.flush()
 
 
@@ -86,8 +85,8 @@ def payload_cwd(payload: dict[str, object]) -> str:
 
 
 def payload_prompt(payload: dict[str, object]) -> str:
-    """The person's prompt, its first MAX_PROMPT_CHARS characters (recall on a 4 MB paste took 30 s; its head
-    says what it is about): Gemini CLI's BeforeAgent prompt carries the SessionStart context in front of it
+    """The person's prompt, its first MAX_PROMPT_CHARS characters (its head says what it is about; recall on a
+    multi-megabyte paste would take far too long): Gemini CLI's BeforeAgent prompt carries the SessionStart context in front of it
     (`<hook_context>…</hook_context>`), which is not what was asked."""
     text = str(payload.get("prompt") or "")
     kept: list[str] = []  # one pass: cutting each block out of the whole text was quadratic in the blocks
@@ -128,7 +127,7 @@ def append_line(path: str, record: dict[str, object]) -> None:
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "a", encoding="utf-8") as handle:
-            handle.write(wire.dumps(record) + "\n")
+            handle.write(json.dumps(record) + "\n")
     except OSError:
         pass
 
@@ -157,7 +156,7 @@ def session_start(raw: str) -> bool:
         return False
     if stale is not None:
         _write(layout.catch_up_file(store_root, session),
-               wire.dumps(stale | {"ids": [str(i) for i in cached.get("ids", [])]}))
+               json.dumps(stale | {"ids": [str(i) for i in cached.get("ids", [])]}))
     if not layout.server_up(store_root):  # prompt-time recall from a warm process (it exits by itself when idle)
         from cortex.spawn import start_server
 
@@ -168,8 +167,7 @@ def session_start(raw: str) -> bool:
 
 
 def _write(path: str, text: str) -> None:
-    """Write a small state file whole (a temp file renamed over it); best effort, as every hook's bookkeeping.
-    (`cortex.files.atomic_write` imports `tempfile` and `pathlib`: ~10 ms, more than the whole cached hook.)"""
+    """Write a small state file whole (a temp file renamed over it); best effort, as every hook's bookkeeping."""
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         temp = f"{path}.{os.getpid()}.tmp"
@@ -192,8 +190,7 @@ def prompt(raw: str) -> bool:
     if store_root is None or not text or text.startswith("/"):
         return True
     # A server still warming (started by this session's SessionStart a moment ago) is waited for, up to
-    # PROMPT_WAIT seconds: the same recall in this process took 0.7 s at 100,000 memories, and 1.7 s on the
-    # core the warming server needed.
+    # PROMPT_WAIT seconds: the same recall in this process would share the machine with its warm-up.
     answer = wire.ask(layout.socket_path(store_root), {"op": "prompt", "prompt": text[:wire.PROMPT_CHARS],
                                                         "wait": PROMPT_WAIT,
                                                         "session": str(payload.get("session_id") or "")[:200]},

@@ -1,12 +1,6 @@
 """Where things live in a store folder, for the hot paths: the standard library alone.
 
-A hook is a fresh process on every event, and the budget for a cached
-SessionStart is twice a bare `python -c pass`; importing the store (pathlib,
-dataclasses, ruamel.yaml, …) would spend most of it. So finding the project
-store, the resident server's socket, whether a server or watcher is alive,
-and the key of the cached briefing are computed here with `os.path`, and the
-library (`cortex.briefing`, `cortex.index`) uses these same functions, so the
-fast path and the library cannot disagree.
+The hooks' fast paths and the library use these same functions, so they cannot disagree.
 """
 
 from __future__ import annotations
@@ -79,10 +73,8 @@ def _signature(store_root: str) -> tuple[str, int]:
 
 def briefing_key(store_root: str, version: str, settled: bool = False) -> str:
     """What the cached briefing (`state/briefing.json`) is valid for: cortex's version, branch, HEAD, signature.
-
-    `settled`: taken once the newest time in the signature is SETTLE_NS old (waiting at most that long), for a
-    key taken before a briefing is built: a change made after it then moves a time the key holds, and the
-    build, which looks after the key was taken, sees every change made before."""
+    `settled`: taken once the signature's newest time is SETTLE_NS old, so a change made after the key moves a time it
+    holds."""
     root = worktree_root(os.path.dirname(store_root))
     branch, head = branch_and_head(root)
     made, newest = _signature(store_root)
@@ -98,7 +90,7 @@ def briefing_key(store_root: str, version: str, settled: bool = False) -> str:
 def saved_briefing(store_root: str, name: str = "briefing.json") -> dict | None:
     """A briefing saved under `state/` (`briefing.json`: the one a session was shown; `briefing.next.json`: the
     one `cortex serve` built ahead of the next session start), or None when missing or unreadable."""
-    from cortex.wire import loads
+    from json import loads
 
     try:
         with open(os.path.join(store_root, "state", name), encoding="utf-8") as handle:
@@ -109,17 +101,12 @@ def saved_briefing(store_root: str, name: str = "briefing.json") -> dict | None:
 
 
 def start_briefing(store_root: str, version: str, stale_ok: bool = True) -> tuple[dict | None, dict | None]:
-    """What a SessionStart shows from `state/`, the key's parts found once: `(briefing, None)` when a saved
-    one matches the store (a match in `briefing.next.json`, the one built ahead, becomes `briefing.json`: what
-    the session starting now is shown); with `stale_ok`, `(briefing, stale)` for the newest saved
-    briefing made by this cortex on this branch with this config when since then only memory files changed and
-    not through cortex (added, edited or removed where it did not see it: a pull, an editor, with no server
-    running and no git hook; a cortex write starts the next briefing's build itself, and after the PreCompact
-    capture the compact SessionStart must show it) or HEAD moved (a pull, a commit), not only the cache, and
-    every memory file it shows is still there, `stale` saying when it was
-    saved (`since_ns`) and at which HEAD (`head`, and `now`); `(None, None)` otherwise. The stale one is shown at
-    once and the session's first prompt brings what changed since (`cortex.events.briefing_catch_up`): building
-    it again in the hook took ~0.2 s at 10,000 memories and ~1.7 s at 100,000."""
+    """What a SessionStart shows from `state/`: `(briefing, None)` when a saved one matches the store (a match in
+    `briefing.next.json`, built ahead, becomes `briefing.json`); with `stale_ok`, `(briefing, stale)` for the newest
+    briefing of this cortex, branch and config when only memory files changed outside cortex or HEAD moved and every
+    memory it shows is still there (`stale`: when and at which HEAD it was saved); `(None, None)` otherwise. The
+    session's first prompt then brings what changed (`cortex.events.briefing_catch_up`): a hook cannot afford to build
+    it again."""
     branch, head = branch_and_head(worktree_root(os.path.dirname(store_root)))
     version_branch = f"{version}|{branch}|"  # `briefing_key`'s form: then HEAD, then the store's signature
     signature = _signature(store_root)[0]
@@ -185,7 +172,7 @@ def private_dir(create: bool = False) -> str | None:
         usable = False
     if usable:
         folder = os.path.join(runtime, "cortex")
-    else:  # `tempfile.gettempdir`'s choice, without importing it (~5 ms of a hook)
+    else:  # `tempfile.gettempdir`'s choice, without importing it in a hook
         temp = next((value for name in ("TMPDIR", "TEMP", "TMP")
                      if (value := os.environ.get(name)) and os.path.isdir(value)), "/tmp")
         folder = os.path.join(temp, f"cortex-{uid}")
@@ -249,11 +236,8 @@ def server_up(store_root: str) -> bool:
 
 
 def watcher_ready(store_root: str) -> bool:
-    """Whether a live `cortex watch` keeps this store's cache (it holds `state/watch.ready`).
-
-    The watcher takes that lock only after its first full sync, so a reader never
-    trusts a watcher that is still catching up.
-    """
+    """Whether a live `cortex watch` keeps this store's cache (it holds `state/watch.ready`, taken only after its
+    first full sync, so a reader never trusts a watcher still catching up)."""
     return lock_held(os.path.join(store_root, "state", "watch.ready"))
 
 

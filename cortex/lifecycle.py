@@ -1,31 +1,9 @@
 """Lifecycle (`cortex gc`): archive what has faded, remove what stayed archived, close merged branches' progress.
 
-Rules, in order, each with its config key:
-
-1. **Faded → archived.** Confidence decays at read time
-   (`decayed_confidence`: `confidence × 0.5^(days / half_life)`,
-   half-lives progress 7 d, context 30 d, gotcha 45 d, pattern 60 d, doubled
-   when a memory was read more than 10 times or its centrality is over 0.5;
-   architecture, decision, plan, code_description and code never decay;
-   pinned memories never do). The decay curve is known, so the day the
-   decayed confidence went under `gc.archive_below` (0.3) is computed, not
-   tracked: once it has stayed under for `gc.archive_after_days` (14), the
-   memory is archived (`status: archived`, `archived: <when>`).
-2. **Merged branch → progress archived.** A `progress` memory made on a
-   branch that has been merged into the default branch (main, master or
-   trunk: the branch's tip — or, the branch deleted, the commit it was
-   captured at — is in the default branch and was committed after the
-   memory was written) is archived.
-3. **Archived and untouched → removed from the working tree** after
-   `gc.remove_after_days` (30) more days without an update or a read. Only a
-   file whose exact bytes are in HEAD is removed: git history keeps it
-   (`cortex log`, `--at` still find it). An archived memory never committed
-   is kept, and said so.
-
-`cortex recall --all` finds archived memories and restores one it returns.
-`cortex gc --dry-run` prints what would change. After capture, the detached
-`cortex maintain` the Stop hook starts runs gc once a day. Times come from the clock, or `$CORTEX_NOW` (an epoch or
-an ISO timestamp) so behaviour over weeks can be shown without waiting.
+Decay is computed at read time, so the day a memory faded is worked out, not tracked; only a file whose
+exact bytes are in HEAD is removed (git history keeps it). `$CORTEX_NOW` sets the clock for tests and
+demos. What gc writes (`archived:` is the day a memory became due, never the moment gc ran)
+depends on tracked files and history alone; reads rank but never archive. docs/graph.md.
 """
 
 from __future__ import annotations
@@ -51,6 +29,7 @@ class Action:
     title: str
     path: Path
     reason: str
+    stamp: float = 0.0  # an archive's `archived:` time, a function of the memory and history (never the clock)
 
     def to_dict(self) -> dict[str, Any]:
         return {"action": self.kind, "id": self.id, "title": self.title, "path": str(self.path), "reason": self.reason}
@@ -108,8 +87,10 @@ def _merged_branches(store: Store) -> tuple[Any, Any, str | None]:
         return None, None, None
 
 
-def _is_merged(repo: Any, default_tip: Any, branch: str, commit: str | None, created: float, path: Path) -> bool:
-    """The branch's tip is in the default branch, and holds the memory's file (or came after it was written).
+def _is_merged(repo: Any, default_tip: Any, branch: str, commit: str | None, created: float, path: Path
+               ) -> float | None:
+    """The commit time of the branch's tip when that tip is in the default branch and holds the memory's file
+    (or came after it was written); None otherwise.
 
     The second half matters: a branch with no commits of its own yet has the
     default branch's tip, and its progress is not merged work.
@@ -123,18 +104,19 @@ def _is_merged(repo: Any, default_tip: Any, branch: str, commit: str | None, cre
         elif commit:
             tip = repo.revparse_single(commit).peel(pygit2.Commit)
         else:
-            return False
+            return None
         if not (tip.id == default_tip or repo.descendant_of(default_tip, tip.id)):
-            return False
+            return None
         try:
             tip.tree[path.resolve().relative_to(Path(repo.workdir).resolve()).as_posix()]
-            return True  # the work and its memory were committed on the branch, and that is in main
+            return float(tip.commit_time)  # the work and its memory were committed on the branch, and that is in main
         except (KeyError, ValueError):
             # Not committed with it: only a tip of the branch's own (not main's, as after fast-forwarding the
             # branch to main) made after the memory counts as its work having landed.
-            return bool(tip.id != default_tip and tip.commit_time > created)
+            landed = tip.id != default_tip and tip.commit_time > created
+            return float(tip.commit_time) if landed else None
     except Exception:
-        return False
+        return None
 
 
 def _committed_as_is(repo: Any, path: Path) -> bool:
@@ -159,28 +141,28 @@ def plan(store: Store, at: float | None = None) -> list[Action]:
     index = Index(store)
     index.sync(full=False, progress=False)
     central = index.centralities()
-    access = _access(store)
     repo, default_tip, default = _merged_branches(store)
     actions = []
     for item in sorted(index.scan().memories, key=lambda m: m.id):
         assert item.path is not None
-        count, last_read = access.get(item.id, (0, 0.0))
         if item.status == "active":
             if item.pinned:
                 continue
-            crossed = below_since(item, below, count, central.get(item.id, 0.0))
+            crossed = below_since(item, below, 0, central.get(item.id, 0.0))  # reads rank, never archive
             if crossed is not None and at - crossed >= archive_after:
                 days = (at - crossed) / DAY
                 actions.append(Action("archive", item.id, item.title, item.path,
-                                      f"confidence under {below:g} for {days:.0f} days"))
+                                      f"confidence under {below:g} for {days:.0f} days", crossed + archive_after))
                 continue
-            if item.type == "progress" and repo is not None and item.branch and item.branch != default \
-                    and _is_merged(repo, default_tip, item.branch, str(item.source.get("commit") or "") or None,
-                                   epoch(item.created), item.path):
+            landed = None
+            if item.type == "progress" and repo is not None and item.branch and item.branch != default:
+                landed = _is_merged(repo, default_tip, item.branch, str(item.source.get("commit") or "") or None,
+                                    epoch(item.created), item.path)
+            if landed is not None:
                 actions.append(Action("archive", item.id, item.title, item.path,
-                                      f"branch {item.branch} is merged into {default}"))
+                                      f"branch {item.branch} is merged into {default}", landed))
         elif item.status == "archived":
-            touched = max(epoch(str(item.extra.get("archived") or "")), epoch(item.updated), last_read)
+            touched = max(epoch(str(item.extra.get("archived") or "")), epoch(item.updated))
             if at - touched < remove_after:
                 continue
             days = (at - touched) / DAY
@@ -191,20 +173,6 @@ def plan(store: Store, at: float | None = None) -> list[Action]:
                 actions.append(Action("keep", item.id, item.title, item.path,
                                       f"archived and untouched for {days:.0f} days, but not committed as is: kept"))
     return actions
-
-
-def _access(store: Store) -> dict[str, tuple[int, float]]:
-    import json
-
-    try:
-        data = json.loads((store.state_dir / "access.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    out = {}
-    for memory_id, entry in data.items():
-        if isinstance(entry, dict):
-            out[memory_id] = (int(entry.get("count", 0)), epoch(str(entry.get("last") or "")) if entry.get("last") else 0.0)
-    return out
 
 
 def gc(store: Store, at: float | None = None, dry_run: bool = False) -> list[Action]:
@@ -224,7 +192,8 @@ def gc(store: Store, at: float | None = None, dry_run: bool = False) -> list[Act
             if current.id != action.id:
                 continue
             if action.kind == "archive" and current.status == "active":
-                store.update(action.id, {"status": "archived", "archived": iso(at)}, touch=False, path=action.path)
+                store.update(action.id, {"status": "archived", "archived": iso(action.stamp)}, touch=False,
+                             path=action.path)
                 done.append(action)
             elif action.kind == "remove" and current.status == "archived" and repo is not None \
                     and _committed_as_is(repo, action.path):

@@ -1,18 +1,8 @@
 """The LLM command cortex may run, and whether it may: both from the person's own configuration only.
 
-Capture's fourth layer, code descriptions and the consolidation veto all ask
-it through `ask`: the prompt on stdin, the answer on stdout, hooks disabled for
-the child (`--settings '{"disableAllHooks": true}'` for claude) and
-`CORTEX_NESTED=1` in its environment, so cortex's own hooks do nothing inside it.
-
-What runs is never read from a repository: the command is `CORTEX_LLM_COMMAND`,
-else `capture.llm_command` in `$CORTEX_HOME/config.yaml` (the person's own file,
-which no sync writes), else `claude -p`. A project's `.cortex/config.yaml` may
-only *ask* for the LLM (`capture.llm: auto|on`); this machine allows it with
-`CORTEX_LLM` or `capture.llm` in `$CORTEX_HOME/config.yaml`, and the LLM is on
-as far as both say (off < auto < on; `auto`: when the command's program is on
-PATH). A request this machine does not allow is said once per place (`notice`),
-and a project's `capture.llm_command` is ignored (`warnings`, for `cortex status`).
+What runs is never read from a repository (`CORTEX_LLM_COMMAND`, else `$CORTEX_HOME/config.yaml`, else
+`claude -p`); a project may only ask for the LLM, and it is on as far as both allow. The child runs with
+cortex's hooks off. docs/security.md.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
 """Upkeep after capture, off the Stop hook's clock: links, lifecycle, automatic consolidation.
 
-Capture writes memories and queues their ids for links (`cortex.graph.queue_links`,
-`state/maintain.json`); the Stop hook then starts `cortex maintain` detached
-when there is anything to do — queued ids, or the day's `cortex gc` not yet
-run (`cortex.events.upkeep_due`) — and returns. The detached run links the
-new memories (`cortex.graph.connect`), runs gc once a day, consolidates
-flagged pairs when that is due, and, when any memory changed, brings the rest
-in step through `cortex.events.memories_changed` (projections, AGENTS.md;
-nothing is staged: the Stop hook linked and staged its memories before it
-started this run). `cortex capture` and the LLM worker (already
-detached) run it inline.
+The Stop hook starts `cortex maintain` detached when ids are queued for links or the day's gc is due;
+`cortex capture` and the LLM worker run it inline. Nothing is staged here: the Stop staged what it wrote first.
 """
 
 from __future__ import annotations
@@ -19,7 +11,8 @@ from cortex.store import Store
 
 
 def run(store: Store, indexes: Indexes | None = None, stage: bool = True) -> dict[str, int]:
-    """What `cortex maintain` does: link the queued memories, gc once a day, consolidate flagged pairs when due,
+    """What `cortex maintain` does: link the queued memories, gc once a day (a store outside git: the global one),
+    consolidate flagged pairs when due,
     then bring the projections, AGENTS.md and (with `stage`) git in step. One run per store at a time."""
     from cortex import consolidate, lifecycle
     from cortex.events import memories_changed
@@ -41,8 +34,8 @@ def run(store: Store, indexes: Indexes | None = None, stage: bool = True) -> dic
             unqueue_links(store, batch)
             ids += batch
             indexes.stale(store)  # the links rewrote files: the next batch syncs again
-        try:
-            actions = lifecycle.daily(store) or []
+        try:  # in a git worktree gc is the person's command: no upkeep writes a tracked file behind their back
+            actions = (lifecycle.daily(store) or []) if store.worktree is None else []
             counts["archived"] = sum(a.kind == "archive" for a in actions)
             counts["removed"] = sum(a.kind == "remove" for a in actions)
         except Exception as exc:
@@ -66,16 +59,14 @@ def fill_contextual(store: Store, indexes: Indexes | None = None) -> None:
     import os
 
     from cortex import recall
-    from cortex.contextual import one_blas_thread
 
     if store.config().get("recall.contextual") is False:
         return
     indexes = indexes or Indexes()
     try:
         recall.use_contextual("inline")
-        os.nice(10)  # a detached background job (≈15 ms a memory): the person's commands and hooks come first
-        with one_blas_thread():  # and it takes one core, not both
-            filled = recall.fill_contextual(store, indexes.synced(store))
+        os.nice(10)  # a detached background job: the person's commands and hooks come first
+        filled = recall.fill_contextual(store, indexes.synced(store))  # one BLAS thread when a hook started it
         if filled:
             store.log(f"maintain: {filled} contextual vectors")
     except Exception as exc:

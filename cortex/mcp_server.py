@@ -1,34 +1,8 @@
 """`cortex mcp`: the store over the Model Context Protocol (stdio), for Claude Code and any MCP client.
 
-Tools (all prefixed `cortex_`): `search`, `search_decisions`, `get_memory`,
-`get_plan`, `get_recent`, `get_status`, `get_briefing` (read-only) and
-`remember`, `forget` (writes, through the same `Store` code as the CLI, the
-secret guard included). Resources: `cortex://status`, `cortex://decisions`,
-`cortex://plan`, `cortex://memory/{id}`.
-
-Long-lived, like `cortex serve`: the library's warm `Indexes` holder and a
-watchdog observer per memories folder. A change on disk marks the store's
-index stale and the next call re-syncs it (a stat of every file, re-reading
-only what changed) before answering; a write made through this server marks
-it stale at once, so a `remember` is found by the very next `search`. The
-tools are a thin edge over the library: `cortex.recall.recall` for searches,
-`cortex.events.remember`/`forget` for writes, `cortex.status.report`.
-
-Which store: `--dir`/`--global`, else `$CORTEX_DIR`, else
-`$CLAUDE_PROJECT_DIR` (Claude Code sets it for the servers it starts; it does
-not expand it inside a project's `.mcp.json`), else the working folder. The
-store is looked up on each call until found, so a server started before
-`cortex init` works once the store exists.
-
-Errors: arguments that fail a tool's input schema, and an unknown tool, are
-JSON-RPC errors (-32602, invalid params) naming the field; a cortex error
-inside a tool (an unknown id, a secret in `remember`) is a tool result with
-`isError` and the one-line message. A line that is not UTF-8 JSON gets -32700
-Parse error, and JSON that is not one JSON-RPC message (a batch array, params
-that are not an object) -32600 Invalid Request, both with id null; the server
-reads on (`CortexMCPServer.run_stdio_async`). The server never writes anything but
-protocol to stdout (the SDK points fd 1 at stderr while serving); problems go
-to `.cortex/state/cortex.log`.
+A thin edge over the library (`recall`, `events.remember`/`forget`, `status.report`), long-lived with a warm
+index re-synced when the memories folder changes. Bad arguments are JSON-RPC errors; a cortex error is a
+tool result with `isError`. Nothing but protocol goes to stdout. docs/mcp.md.
 """
 
 from __future__ import annotations
@@ -337,12 +311,12 @@ def _memory_view(backend: Backend, memory_id: str) -> dict[str, Any]:
                 continue
             except CortexError:
                 pass
-        title = index.manifest.meta(rel)["title"] if rel is not None else None
+        title = index.meta(rel)["title"] if rel is not None else None
         links.append({"rel": link.rel, "to": link.to, "title": title, "strength": link.strength})
     described_by = []
     for rel, entry in index.records().items():
         if any(kind == "source_of" and to == item.id for kind, to, _ in entry["links"]):
-            described_by.append({"id": entry["id"], "type": entry["type"], "title": index.manifest.meta(rel)["title"]})
+            described_by.append({"id": entry["id"], "type": entry["type"], "title": index.meta(rel)["title"]})
     worktree = store.worktree
     data.update(code=code, links=links, described_by=described_by,
                 missing_files=[f for f in item.files if worktree is not None and f not in _present(item.files, worktree)])
@@ -395,7 +369,7 @@ def _recent(backend: Backend, limit: int, types: list[str] | None, branch: str |
         if entry["status"] != "active" or (wanted and entry["type"] not in wanted) \
                 or (branch is not None and entry["branch"] != branch):
             continue
-        meta = index.manifest.meta(rel)
+        meta = index.meta(rel)
         rows.append({"id": meta["id"], "type": meta["type"], "title": meta["title"],
                      "updated": meta["updated"] or meta["created"], "branch": meta["branch"], "tags": meta["tags"],
                      "path": str(store.memories_dir / rel)})
@@ -652,7 +626,8 @@ def _add_search_tools(tool: Register, backend: Backend) -> None:
         result = recall(stores, query, limit=limit * 2, types=("decision", "architecture"),
                         include_all=include_superseded, indexes=indexes)
         rows = _decision_rows(indexes, stores, result.hits, limit)
-        kept, used = [], 0
+        kept: list[dict[str, Any]] = []
+        used = 0
         for row in rows:
             if kept and used + _row_tokens(row) > budget_tokens:
                 break

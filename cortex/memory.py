@@ -1,22 +1,9 @@
-"""The memory record and its file format.
+"""The memory record and its file format (DESIGN.md §2).
 
-A memory is one markdown file: YAML front matter between `---` lines, then
-a markdown body (DESIGN.md §2, README "A memory file").
-
-Three ways through the format:
-
-- `parse(text, path)` reads a file into a `Memory`. It uses a small reader
-  for the plain YAML subset cortex itself writes (one key per line, plain or
-  quoted scalars, flow lists and maps, a block list of flow maps) and hands
-  anything else — comments, block scalars — to ruamel.yaml, which stays the
-  authority. Reading 10,000 files through ruamel alone takes about 25 s on
-  the reference machine; the subset reader makes it well under one. Anchors
-  and aliases are refused (a 700-byte "billion laughs" expands to gigabytes),
-  and whatever the text, `parse` raises `MalformedMemory` and nothing else.
-- `render_new(memory)` writes a new file with ruamel.yaml.
-- `edit_text(text, changes, body)` changes fields of an existing file with
-  ruamel.yaml in round-trip mode, so a person's comments, key order and
-  quoting survive and only the changed fields' lines differ.
+`parse` reads the YAML subset cortex writes itself with a small reader (ruamel.yaml for all of a store is
+far too slow) and hands anything else to ruamel.yaml, the authority; anchors and aliases are refused, and
+any text raises `MalformedMemory` and nothing else. `render_new` and `edit_text` write with ruamel.yaml,
+round-trip, so a person's comments and key order survive.
 """
 
 from __future__ import annotations
@@ -97,11 +84,8 @@ class Link:
 
 
 def link_problems(memory_id: str, links: list[Link]) -> tuple[list[Link], list[str]]:
-    """The links worth keeping (the first of each (rel, to), none to the memory itself) and what was left out.
-
-    A link is unique by its relation and target; a second one would count twice in centrality and say
-    nothing new, and a memory linked to itself says nothing at all.
-    """
+    """The links worth keeping (the first of each (rel, to), none to the memory itself) and what was left out: a
+    repeated link would count twice in centrality."""
     kept: list[Link] = []
     seen: set[tuple[str, str]] = set()
     dropped: list[str] = []
@@ -168,12 +152,9 @@ _FIELD_NAMES = tuple(f.name for f in fields(Memory))
 
 
 def new_id() -> str:
-    """12 random hex characters: unique across clones without coordination.
-
-    Ids YAML would read as a number (all digits, or digits-e-digits) are
-    skipped, so an id is always a plain string, even in a hand-written file.
-    """
-    import secrets  # lazily: importing it costs a fresh process ~9 ms
+    """12 random hex characters: unique across clones without coordination. Ids YAML would read as a number are
+    skipped, so an id is always a plain string."""
+    import secrets  # lazily: a hook that writes nothing never needs it
 
     while True:
         candidate = secrets.token_hex(6)
@@ -199,7 +180,7 @@ def epoch(stamp: str) -> float:
     if not stamp:
         return 0.0
     seconds = _EPOCHS.get(stamp)
-    if seconds is None:  # `strptime` is ~20 µs: a recall ranks ~60 candidates, a briefing thousands
+    if seconds is None:  # `strptime` is slow, and a briefing reads thousands of stamps
         if len(_EPOCHS) > 100_000:
             _EPOCHS.clear()
         seconds = _EPOCHS[stamp] = _dt.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(
@@ -241,7 +222,11 @@ def slugify(title: str, max_len: int = 48) -> str:
 
 
 def file_name(memory: Memory) -> str:
-    return f"{slugify(memory.title)}-{memory.id}.md"
+    """`<slug of the title>-<id>.md`; a secret in the title is named in the slug, never spelled (the name is
+    shown in messages, in `git status` and on the remote)."""
+    from cortex.guard import redacted
+
+    return f"{slugify(redacted(memory.title))}-{memory.id}.md"
 
 
 def title_from_text(text: str, limit: int = 80) -> str:
@@ -507,11 +492,8 @@ def _to_plain(value: Any) -> Any:
 
 
 def no_alias_yaml() -> Any:
-    """ruamel.yaml (safe, pure) refusing anchors and aliases as it composes, before anything is expanded.
-
-    A memory file never needs them (nor does `config.yaml`, which is read the same way), and nine nested
-    aliases in 700 bytes ("billion laughs") expand to gigabytes when the data is walked. Raises `AnchorFound`.
-    """
+    """ruamel.yaml (safe, pure) refusing anchors and aliases as it composes, before anything is expanded ("billion
+    laughs": 700 bytes to gigabytes). Raises `AnchorFound`."""
     from ruamel.yaml import YAML
     from ruamel.yaml.composer import Composer
     from ruamel.yaml.events import AliasEvent
@@ -528,7 +510,7 @@ def no_alias_yaml() -> Any:
     return yaml
 
 
-MAX_FLOW_DEPTH = 64  # ruamel's scanner is quadratic in `[`/`{` depth (5,000 deep: 3.6 s); ~400 deep it fails anyway
+MAX_FLOW_DEPTH = 64  # ruamel's scanner is quadratic in `[`/`{` depth; ~400 deep it fails anyway
 
 
 def _flow_depth(yaml_text: str) -> int:
@@ -833,13 +815,9 @@ def _front_matter_data(memory: Memory) -> dict[str, Any]:
 
 
 def _safe_scalar(value: Any) -> Any:
-    """Quote strings that start with a YAML indicator, and strings holding a character YAML reads as a line
-    break or does not allow plain (NEL, the Unicode line and paragraph separators, controls, a BOM).
-
-    ruamel's emitter writes some of them plain where its own reader then sees
-    syntax (`[?0]` reads back as a mapping), and folds a plain NEL into spaces
-    ("P\x85ostgres" read back as "P\x85  ostgres"); quoting them keeps round trips exact.
-    """
+    """Quote strings that start with a YAML indicator or hold a character YAML reads as a line break or will not take
+    plain (NEL, line and paragraph separators, controls, a BOM): ruamel's emitter writes some of them plain where its
+    reader then sees syntax or folds them, so quoting keeps round trips exact."""
     if not isinstance(value, str) or not value:
         return value
     awkward = any(ord(c) < 32 and c != "\t" or c in "\x7f\x85\u2028\u2029\ufeff" for c in value)
@@ -901,11 +879,8 @@ def render_new(memory: Memory) -> str:
 
 
 def edit_text(text: str, changes: dict[str, Any], body: str | None = None, path: Path | None = None) -> str:
-    """Apply field changes (and optionally a new body) to a memory file's text.
-
-    Only the changed keys' lines differ in the result; comments, key order and
-    quoting elsewhere are kept. A value of None removes the key.
-    """
+    """Apply field changes (and optionally a new body) to a memory file's text, round-trip: only the changed keys'
+    lines differ. A value of None removes the key."""
     yaml_text, old_body = split_front_matter(text, path)
     yaml = _yaml()
     try:

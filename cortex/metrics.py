@@ -1,18 +1,7 @@
 """Local metrics: `state/metrics.json`, private to this clone, shown by `cortex status`.
 
-What is counted, by section:
-
-- `capture`: runs, records read, memories written and updated, duplicates, and the last run's time and
-  duration (the Stop hook, `cortex capture`, the LLM worker's captures);
-- `llm`: calls of the LLM command, failures, and tokens in and out (estimated as characters / 4, the
-  same estimate as the briefing's: `claude -p` prints no usage);
-- `briefing`: builds, and the last one's size (tokens, characters, memories) and build time.
-
-Counters add up; `last_*` values are replaced. Each update is a read, change and atomic replace under
-`state/metrics.lock`, so two hooks finishing at once lose nothing, and a reader sees the old file or the
-new one, never half. Nothing here is on the prompt hook's fast path: capture, the LLM command and a
-briefing build are already seconds or tens of milliseconds; a cached briefing (the SessionStart fast
-path) records nothing. Recording never fails the caller: an unwritable `state/` is ignored.
+Each update is a read, change and atomic replace under a lock, so concurrent hooks lose nothing; recording
+never fails the caller.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """Projections: markdown pages rendered from the memories, committed and reviewed in pull requests.
 
-    .cortex/decisions.md           every active decision (and architecture records tagged `decision`/`adr`), by tag
-    .cortex/decisions-archive.md   superseded and archived decisions, with what replaced them
-    .cortex/active-plan.md         the active plans and progress notes, by the branch they were made on
-
-Rendered with Jinja2 from `templates/*.md.j2`; a project overrides one by
-placing a file of the same name in `.cortex/templates/`. Byte-deterministic:
-the same memories give the same bytes whatever the file order, mtimes,
-locale or clock — everything is sorted by plain code-point order, dates come
-from the memories, and nothing says when it was generated. So a pull
-request's diff of `decisions.md` shows exactly the decisions that changed.
+Byte-deterministic (sorted by code point, dates from the memories, no generation time) so a pull request's
+diff shows exactly the decisions that changed. Templates can be overridden in `.cortex/templates/`.
+docs/git.md.
 """
 
 from __future__ import annotations
@@ -137,7 +130,7 @@ def _date(memory: Memory) -> str:
 def _link(store: Store, memory: Memory) -> str:
     assert memory.path is not None
     path, root = str(memory.path), str(store.root) + os.sep
-    if path.startswith(root) and os.sep == "/":  # the usual case, without relpath's work (1,000s per render)
+    if path.startswith(root) and os.sep == "/":  # the usual case, without relpath's work (once per link)
         return path[len(root):]
     return Path(os.path.relpath(memory.path, store.root)).as_posix()
 
@@ -178,13 +171,14 @@ PAGE_KINDS = {  # the memory types each page is made from (a page also shows the
 
 
 def _load(store: Store, index: Any = None, kinds: frozenset[str] = PAGE_TYPES) -> tuple[list[Memory], dict[str, Memory]]:
-    """The memories the pages show, metadata from the cache and bodies from `cache/pages.bin` (a file is read
-    only when its content changed since the last render); other memories (link targets) from the cache on demand."""
+    """The memories the pages show, metadata from the cache and bodies from the files; other memories (link
+    targets) from the cache on demand."""
+    from cortex.guard import redacted
     from cortex.index import Index
+    from cortex.index.cache import read_body
     from cortex.index.manifest import memory_from_meta
 
     index = (index or Index(store)).ensure()
-    bodies = _Bodies(store)
     records = index.records()
     rels = [rel for rel, entry in records.items() if entry["type"] in kinds and (
         entry["type"] in ("decision", "architecture") or entry["status"] == "active")]
@@ -195,63 +189,9 @@ def _load(store: Store, index: Any = None, kinds: frozenset[str] = PAGE_TYPES) -
         item = memory_from_meta(meta, store.memories_dir / rel)
         if rel in records.revived:  # the memory of a supersession cycle every reader takes as active
             item.status = "active"
-        item.body = bodies.get(rel, records[rel]["hash"])
+        item.body = redacted(read_body(store.memories_dir / rel))  # a hand-committed secret is not copied into a page
         out.append(item)
-    bodies.save()
     return out, _Lookup(index, out)
-
-
-class _Bodies:
-    """`cache/pages.bin`: the body of each memory a page shows, by content hash (marshal, like the manifest), so
-    rendering reads no memory file that has not changed. Unreadable or from another Python: started afresh."""
-
-    def __init__(self, store: Store) -> None:
-        import importlib.util
-        import marshal
-
-        self.store, self.path = store, store.cache_dir / "pages.bin"
-        self.magic = b"CXP2" + importlib.util.MAGIC_NUMBER  # 2: bodies pass the secret rule
-        self.old: dict[str, str] = {}
-        try:
-            raw = self.path.read_bytes()
-            if raw.startswith(self.magic):
-                self.old = marshal.loads(raw[len(self.magic):])
-        except Exception:  # missing, truncated, garbage: read the files again
-            self.old = {}
-        self.new: dict[str, str] = {}
-        self.read = 0
-
-    def get(self, rel: str, content_hash: str) -> str:
-        body = self.old.get(content_hash) if content_hash else None
-        if body is None:
-            import hashlib
-
-            from cortex.memory import split_front_matter
-
-            self.read += 1
-            try:
-                raw = (self.store.memories_dir / rel).read_bytes()
-                text = raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
-                body = split_front_matter(text)[1]
-            except Exception:  # changed or gone since the sync: the next run picks it up
-                return ""
-            from cortex.guard import redacted
-
-            body = redacted(body)  # a hand-committed secret is not copied into a page (docs/security.md)
-            if hashlib.sha1(raw).hexdigest() != content_hash:
-                return body  # changed since the sync: shown, not kept under the old hash
-        self.new[content_hash] = body
-        return body
-
-    def save(self) -> None:
-        import marshal
-
-        if not self.read and len(self.new) == len(self.old):
-            return
-        try:
-            atomic_write(self.path, self.magic + marshal.dumps(self.new), durable=False)
-        except OSError:
-            pass  # a read-only cache: the next render reads the files again
 
 
 def build(store: Store, memories: list[Memory] | None = None, index: Any = None,
@@ -368,8 +308,7 @@ def stale(store: Store, index: Any = None) -> list[Path]:
 
 # A stamp in the cache lets a check with nothing changed skip rendering: for each page, a hash of what it
 # depends on (the content hashes of the memories of its types, the templates, cortex's version) and its stat
-# as last rendered. A Stop that writes a progress note re-renders `active-plan.md` alone; rendering every
-# decision of a 10,000-memory store takes ~0.2 s (bodies from `cache/pages.bin`), the stamp ~10 ms.
+# as last rendered, so a Stop that writes a progress note re-renders `active-plan.md` alone.
 
 def _inputs_digests(store: Store, index: Any = None) -> dict[str, str] | None:
     import hashlib

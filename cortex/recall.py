@@ -1,36 +1,9 @@
 """Hybrid recall: BM25F + semantic, fused by reciprocal rank, blended with a ranking prior.
 
-For each store (project first, then global):
-
-1. BM25F over title (×3), tags (×2) and body (Whoosh), and cosine over the
-   static embeddings; each gives a ranked list of up to `POOL` memories.
-   BM25 hits scoring under `recall.bm25_floor` (0.5) of the best hit are
-   dropped: a memory sharing one common word with the question is noise.
-2. Weighted reciprocal-rank fusion: `rrf = Σ w_list / (k + rank)`, with
-   k = `recall.rrf_k` (60) and `recall.list_weights` bm25 1.0, dense 0.5
-   (the bundled static model is the weaker ranker: on LoCoMo 0.49 recall@10
-   against BM25's 0.62). Divided by its best possible value (rank 1 in both
-   lists) it becomes `relevance` in 0..1.
-3. The prior (DESIGN.md §3), with weights from `recall.weights`:
-   `0.5·confidence(decayed) + 0.2·priority/10 + 0.15·centrality
-   + 0.15·log(access+1)/max_log + 0.1·same_branch`, divided by the sum of
-   the weights so it is 0..1 too.
-   With the contextual model on (serve, MCP, `cortex recall`), relevance is
-   `score_fusion` instead (a weighted mean of the scores, not ranks), and the
-   best hit's capture session is lifted (`session_lift`): the memories
-   captured in the same session gain a share of its relevance.
-4. `score = relevance + recall.prior_weight (0.1) · prior`: relevance leads;
-   the prior settles near-ties and lifts a trusted memory a few places.
-5. Up to two hops (`graph.expand`): a hit's `source_of` targets (code behind
-   a description) and its strong `relates_to` links (strength ≥ 0.4 after
-   decay, `graph.LinkAges`) come back right after it, and theirs after them,
-   marked `via`, scored just under it (× each link's strength). Code
-   memories are not searched directly (unless `types` names `code`): they
-   come back this way, behind their description. `limit` counts these
-   too: a linked hit may take the place of a weaker direct one.
-
-With no model (or `keyword_only`) step 1 is BM25 alone and the caller is
-told once.
+Per store (project first, then global): BM25F (weak hits under `recall.bm25_floor` of the best dropped) and
+cosine lists fused (`score_fusion` with the contextual model), plus `recall.prior_weight` times the prior,
+then up to two hops along strong links (`graph.expand`). With no model the caller is told once and gets
+BM25 alone. docs/recall.md.
 """
 
 from __future__ import annotations
@@ -48,11 +21,9 @@ from cortex.store import Store
 
 POOL = 50
 BROAD_SHARE, BROAD_MIN, NARROWED = 0.5, 20, 3  # a query matching half of 20+ memories is narrowed to the best 3
-# Default of recall.list_weights (and recall.bm25_floor, 0.5), chosen on LoCoMo conversations 0-4
-# (bench/retrieval.py) and the example store's paraphrase queries: see docs/benchmarks.md.
+# Default of recall.list_weights (and recall.bm25_floor), chosen by bench/retrieval.py (docs/benchmarks.md).
 LIST_WEIGHTS = {"bm25": 1.0, "dense": 0.5, "ctx": 1.0}
-# With the contextual model on, relevance is a weighted mean of three scores (`score_fusion`), chosen on LoCoMo
-# conversations 0-4 and the developer set (bench/retrieval.py, bench/devset.py; docs/benchmarks.md).
+# With the contextual model on, relevance is a weighted mean of three scores (`score_fusion`; bench/devset.py).
 FUSION = {"bm25": 0.7, "ctx": 1.0, "dense": 0.5}
 WORD_SUPPORT = 0.35  # a full-text score counts fully from this match up, less below it (any shared word won before)
 # Cosine of all-MiniLM-L6-v2 sentence vectors mapped to a match in 0..1 (`match_score`): unrelated texts sit
@@ -62,9 +33,8 @@ CTX_LOW, CTX_HIGH = 0.15, 0.65
 STATIC_LOW, STATIC_HIGH = 0.3, 0.8
 STATIC_SHARE = 0.5  # the static model's weight in `match_score`, beside the contextual one's 1
 CODE_DAMPING = 0.7  # a code outline's relevance is scaled by this unless the question is about code
-# With score fusion, every memory captured in the same session as the best hit (`source.session`) gains this share
-# of the best hit's relevance: what was said around an answer is where its other half is (LoCoMo 0-4: 65.8 -> 71.1,
-# held-out 5-9: 61.0 -> 65.2; docs/benchmarks.md). Memories without a session (remember, MCP) are unaffected.
+# With score fusion, the memories of the best hit's capture session gain this share of its relevance: what was
+# said around an answer is where its other half is.
 SESSION_LIFT = 0.25
 STRONG_LINK = 0.4
 
@@ -121,16 +91,18 @@ class Prior:
     `salience.weight` × (salience − 0.5) over the same sum (`cortex.salience`: zero for a memory never shown)."""
 
     def __init__(self, store: Store, index: Any, now: float, branch: str | None,
-                 central: dict[str, float] | None = None) -> None:
-        """`central`: the centralities when the caller has them (`Index.saved_centralities`); else the index's."""
+                 central: dict[str, float] | None = None, local: bool = True) -> None:
+        """`central`: the centralities when the caller has them (`Index.saved_centralities`); else the index's.
+        `local=False`: no reads or salience (this clone's own signals), for what is written to a tracked file."""
         self.weights = {name: float(value) for name, value in store.config().get("recall.weights").items()}
         self.total = sum(self.weights.values()) or 1.0
-        self.access = store.access_counts()
+        self.access = store.access_counts() if local else {}
         self.max_log = math.log(max(self.access.values(), default=0) + 1) or 1.0
         self.central = central if central is not None else index.centralities()
         self.now, self.branch = now, branch
         # Learned from use (state/salience.json): weight × (salience − 0.5), so no history changes nothing.
-        self.salience, self.salience_weight = salience.scores(store), float(store.config().get("salience.weight"))
+        self.salience = salience.scores(store) if local else {}
+        self.salience_weight = float(store.config().get("salience.weight"))
 
     def __call__(self, memory: Memory) -> float:
         return sum(self._terms(memory))
@@ -174,27 +146,20 @@ class _Contextual:
         self.sidecars: dict[str, Any] = {}
         self.filling: set[str] = set()
         self.queries: dict[str, Any] = {}
-        self.use_worker = False  # `use_contextual(..., worker=True)`
-        self.worker: Any = None  # the query worker of a resident process (`prefetch`), started on first use
-        self.sent: str | None = None  # the query handed to it and not collected yet
         self.ahead: Any = None  # the thread of `load_ahead`, until someone waits for it
 
     def load_ahead(self, text: str) -> None:
         """A command: load the encoder and embed `text` in a thread while this one syncs the store and ranks by
-        full text (~60 ms of `cortex recall` at 10,000 memories; most of the load is numpy work and file reads
-        that let the other thread run). `get` and `query` wait for it."""
+        full text. `get` and `query` wait for it."""
         if self.mode != "inline" or self.problem is not None or self.ahead is not None or text in self.queries:
             return
         import threading
 
         def work() -> None:
-            from cortex.contextual import one_blas_thread
-
             try:
                 encoder = self._load()
                 if encoder is not None:
-                    with one_blas_thread():
-                        self._keep(text, encoder.sentence_vectors([for_transformer(text)], max_tokens=QUERY_TOKENS)[0])
+                    self._keep(text, encoder.sentence_vectors([for_transformer(text)], max_tokens=QUERY_TOKENS)[0])
             except Exception:  # the thread that needs it loads or embeds it again, and says what is wrong
                 pass
 
@@ -232,59 +197,27 @@ class _Contextual:
             self.sidecars[key] = Contextual(store.cache_dir)
         return self.sidecars[key]
 
-    def prefetch(self, text: str) -> None:
-        """In a resident process, start embedding `text` in the query worker (`contextual.QueryWorker`, on the
-        other core) while recall ranks by full text and the static model; `query` collects it."""
-        if not self.use_worker or self.problem is not None or text in self.queries or text == self.sent:
-            return
-        if self.worker is None:
-            from cortex.contextual import QueryWorker
-
-            try:
-                self.worker = QueryWorker(QUERY_TOKENS)
-            except OSError:  # no process to spare: this process embeds its queries itself
-                return
-        self.collect()  # an earlier query's vector that nobody asked for (its store's contextual was off)
-        if self.worker.submit(for_transformer(text)):
-            self.sent = text
-
-    def collect(self) -> None:
-        if self.sent is not None and self.worker is not None:
-            text, self.sent = self.sent, None
-            vector = self.worker.collect(helper=self.encoder)  # this process helps while it waits
-            if vector is not None:
-                self._keep(text, vector)
-
     def _keep(self, text: str, vector: Any) -> None:
         if len(self.queries) > 64:
             self.queries.clear()
         self.queries[text] = vector
 
     def query(self, text: str) -> Any:
-        """The query's sentence vector (the last few are kept: the prompt hook and MCP often repeat one): from
-        the query worker when `prefetch` handed it over, else embedded here."""
-        from cortex.contextual import one_blas_thread
-
+        """The query's sentence vector (the last few are kept: the prompt hook and MCP often repeat one)."""
         self._wait_ahead()
-        if text not in self.queries:
-            self.collect()
         vector = self.queries.get(text)
         if vector is None:
-            with one_blas_thread():
-                vector = self.get().sentence_vectors([for_transformer(text)], max_tokens=QUERY_TOKENS)[0]
+            vector = self.get().sentence_vectors([for_transformer(text)], max_tokens=QUERY_TOKENS)[0]
             self._keep(text, vector)
         return vector
 
 
 CONTEXTUAL = _Contextual()
-# A query's opening is embedded by the transformer up to this many tokens (~50 words): its cost grows with the
-# length (8 ms for 8 tokens, 21 ms for 64, 83 ms for 254 on one core), and a prompt with a pasted log would
-# make every served prompt wait for it. Full text and the static model still read the whole query.
+# The transformer embeds a query's opening up to this many tokens: its cost grows with the length, and a pasted
+# log should not make the prompt wait. Full text and the static model still read the whole query.
 QUERY_TOKENS = 64
-# Words the transformer is not shown in a query: articles, auxiliaries and pronouns. Each token is ~0.2 ms of a
-# served prompt; these are about a sixth of a question's and the ranking does not move for them (developer set:
-# recall@3 0.894 either way; LoCoMo 0-4 recall@10 71.1 -> 70.8, within noise). Question words, negations,
-# prepositions and punctuation stay: leaving out the punctuation too cost LoCoMo 1.4 points.
+# Words the transformer is not shown in a query (articles, auxiliaries, pronouns): the ranking does not move for
+# them. Question words, negations, prepositions and punctuation carry meaning and stay.
 _UNSHOWN = frozenset("a an the do does did is are was were be been being am have has had can could should would "
                      "will shall may might must i me my we us our you your he she him her his it its they them their "
                      "this that these those there here".split())
@@ -297,29 +230,13 @@ def for_transformer(text: str) -> str:
     words = _QUERY_WORD.findall(text)
     kept = [w for n, w in enumerate(words) if w.lower() not in _UNSHOWN or not (w.islower() or n == 0 or w == "I")]
     return " ".join(kept) if any(w[0].isalnum() or w[0] == "_" for w in kept) else text
-INLINE_FILL = 32  # `cortex recall` embeds up to this many missing memories itself (~15 ms each); a detached upkeep the rest
+INLINE_FILL = 32  # `cortex recall` embeds up to this many missing memories itself; a detached upkeep the rest
 
 
-_HELPER: Any = None  # the thread of `_beside`, made on first use
-
-
-def _beside(work: Callable[[], Any]) -> Any:
-    """Start `work` on a helper thread kept for the process; `.result()` waits for it (and raises what it
-    raised). For numpy work that lets go of the GIL while the calling thread does Python work."""
-    global _HELPER
-    if _HELPER is None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        _HELPER = ThreadPoolExecutor(1, thread_name_prefix="cortex-recall")
-    return _HELPER.submit(work)
-
-
-def use_contextual(mode: str | None = "inline", worker: bool = False) -> None:
+def use_contextual(mode: str | None = "inline") -> None:
     """Turn contextual re-ranking on for this process: "inline" (fill a few missing vectors before answering)
-    or "background" (a resident process: fill them in a thread, answer at once with what there is). With
-    `worker`, a background process embeds its queries in a child process on the other core (`cortex serve`,
-    where the prompt hook waits for the answer: `contextual.QueryWorker`)."""
-    CONTEXTUAL.mode, CONTEXTUAL.use_worker = mode, worker and mode == "background"
+    or "background" (a resident process: fill them in a thread, answer at once with what there is)."""
+    CONTEXTUAL.mode = mode
 
 
 def missing_contextual(store: Store, index: Any) -> list[tuple[str, str]]:
@@ -425,9 +342,7 @@ def contextual_scores(store: Store, index: Any, query: str, key: Any, allowed: f
     rels, sub, complete, where = view
     if not rels or not complete:
         return None  # some memories have no vector yet: rank them all the same way (rank fusion) until they do
-    vector = CONTEXTUAL.query(query)
-    # The query worker is done with this query: the other core helps with the product (a resident process).
-    return Scores(rels, where, vectors.cosines(sub, vector, beside=_beside if CONTEXTUAL.mode == "background" else None))
+    return Scores(rels, where, vectors.cosines(sub, CONTEXTUAL.query(query)))
 
 
 def contextual_view(store: Store, index: Any, encoder: Any, key: Any, allowed: frozenset[str]) -> Any:
@@ -461,8 +376,7 @@ def _matching_share(index: Any, query: str, total: int) -> float:
     from cortex.index import fulltext
 
     try:
-        analyzer = searcher.schema["text"].analyzer  # the searcher's, in memory: the index's reads its table of contents
-        found = max((searcher.doc_frequency("text", t.text) for t in analyzer(" ".join(fulltext.query_words(query)))),
+        found = max((searcher.doc_frequency("text", term) for term in fulltext.terms(" ".join(fulltext.query_words(query)))),
                     default=0)
     except Exception:  # a writer replaced the index: no narrowing this time
         return 0.0
@@ -515,10 +429,10 @@ def score_fusion(ranked: dict[str, list[tuple[str, float]]], raw: dict[str, dict
     top = max(bm25.values(), default=0.0) or 1.0
     total = sum(FUSION.values())
     w_bm25, w_ctx, w_dense = FUSION["bm25"], FUSION["ctx"], FUSION["dense"]
-    ctx_span, static_span = CTX_HIGH - CTX_LOW, STATIC_HIGH - STATIC_LOW
     out = {} if into is None else into
     rels = list(raw) if only is None else only
-    for rel, cosine, static_cosine in zip(rels, _values(cosines, rels), _values(statics, rels)):
+    for rel in rels:
+        cosine, static_cosine = cosines.get(rel), statics.get(rel)
         scores = raw[rel]
         if cosine is not None:
             scores["ctx"] = cosine
@@ -528,29 +442,12 @@ def score_fusion(ranked: dict[str, list[tuple[str, float]]], raw: dict[str, dict
             scores["dense"] = static_cosine
         else:
             static_cosine = scores.get("dense")
-        # `_scaled` and `match_score`, inline (~140 candidates a query)
-        ctx = 0.0 if cosine is None else min(1.0, max(0.0, (cosine - CTX_LOW) / ctx_span))
-        static = 0.0 if static_cosine is None else min(1.0, max(0.0, (static_cosine - STATIC_LOW) / static_span))
-        match = (ctx + STATIC_SHARE * static) / (1 + STATIC_SHARE) if cosine is not None and static_cosine is not None \
-            else ctx if cosine is not None else static
+        ctx = 0.0 if cosine is None else _scaled(cosine, CTX_LOW, CTX_HIGH)
+        static = 0.0 if static_cosine is None else _scaled(static_cosine, STATIC_LOW, STATIC_HIGH)
         # A shared word counts in proportion to the meaning behind it: full match at `WORD_SUPPORT`.
-        support = min(1.0, match / WORD_SUPPORT)
+        support = min(1.0, (match_score(scores) or 0.0) / WORD_SUPPORT)
         out[rel] = (w_bm25 * support * bm25.get(rel, 0.0) / top + w_ctx * ctx + w_dense * static) / total
     return out
-
-
-def _values(scores: Mapping[str, float], rels: list[str]) -> list[float | None]:
-    """`[scores.get(rel) for rel in rels]`, taken from a `Scores` array in one numpy pick (~140 a query)."""
-    if not isinstance(scores, Scores):
-        return [scores.get(rel) for rel in rels]
-    import numpy as np
-
-    where = scores.where
-    at = [where.get(rel, -1) for rel in rels]
-    if not at:
-        return []
-    picked = scores.values[np.array(at)].tolist()
-    return [value if n >= 0 else None for value, n in zip(picked, at)]
 
 
 def sessions(index: Any) -> tuple[dict[str, str], dict[str, list[str]]]:
@@ -599,17 +496,13 @@ class Scores(Mapping[str, float]):
     """One model's cosine for each allowed memory, as the array the matrix product gave over the per-sync list of
     paths: a mapping without a dict of 10,000 floats built for each query."""
 
-    __slots__ = ("rels", "where", "values")
+    __slots__ = ("rels", "where", "array")
 
-    def __init__(self, rels: list[str], where: dict[str, int], values: Any) -> None:
-        self.rels, self.where, self.values = rels, where, values
+    def __init__(self, rels: list[str], where: dict[str, int], array: Any) -> None:
+        self.rels, self.where, self.array = rels, where, array
 
     def __getitem__(self, rel: str) -> float:
-        return float(self.values[self.where[rel]])
-
-    def get(self, rel: str, default: Any = None) -> Any:  # type: ignore[override]
-        at = self.where.get(rel)
-        return default if at is None else float(self.values[at])
+        return float(self.array[self.where[rel]])
 
     def __contains__(self, rel: object) -> bool:
         return rel in self.where
@@ -623,13 +516,13 @@ class Scores(Mapping[str, float]):
 
 def top_scores(scores: Mapping[str, float], n: int) -> list[tuple[str, float]]:
     """The `n` best (key, score) pairs, ties by key: `heapq.nsmallest(n, items, key=(-score, key))`, with a numpy
-    partition first (a cosine for each of 10,000 memories: ~4 ms a query through heapq)."""
+    partition first for a long list (a cosine for every memory)."""
     if len(scores) <= 4 * n:
         return heapq.nsmallest(n, scores.items(), key=lambda kv: (-kv[1], kv[0]))
     import numpy as np
 
     if isinstance(scores, Scores):
-        keys, values = scores.rels, scores.values
+        keys, values = scores.rels, scores.array
     else:
         keys = list(scores)
         values = np.fromiter(scores.values(), dtype=np.float64, count=len(keys))
@@ -663,9 +556,7 @@ def static_scores(index: Any, query: str, key: Any, allowed: frozenset[str]) -> 
 def match_score(raw: dict[str, float]) -> float | None:
     """How well a memory answers the query, in 0..1 and comparable across queries: each model's cosine mapped
     linearly from its noise level to its answer level and clipped, the contextual one weighted 1 and the static
-    one `STATIC_SHARE` (either alone when the other is missing). None when only full text ranked it. On the
-    developer set, the answer scores ≥ 0.45 for 83 % of the questions, and no question without an answer in
-    the store reaches 0.40 (bench/devset.py)."""
+    one `STATIC_SHARE` (either alone when the other is missing). None when only full text ranked it."""
     if "ctx" in raw and "dense" in raw:
         return (_scaled(raw["ctx"], CTX_LOW, CTX_HIGH) + STATIC_SHARE * _scaled(raw["dense"], STATIC_LOW, STATIC_HIGH)) \
             / (1 + STATIC_SHARE)
@@ -712,7 +603,7 @@ def keep_views(store: Store, index: Any) -> None:
     """Make what a recall of active memories reads once per sync from the manifest alone (its filter, the rows
     of the static vectors it multiplies, the links it follows, the centralities of the prior), so that an index
     that keeps its views (`Index._kept`) saves them for the next process: the detached briefing build runs this
-    after a write, and the next command or server reads them (~0.5 s at 100,000 memories)."""
+    after a write, and the next command or server reads them."""
     key, keep = recall_filter(("active",), [], None)
     index.dense_view(key, index.allowed(key, keep))
     index.hops(STRONG_LINK)
@@ -752,11 +643,6 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
     allowed = index.allowed(allowed_key, keep)
     ranked: dict[str, list[tuple[str, float]]] = {}
     contextual = not keyword_only and "ctx" in methods and bool(allowed) and config.get("recall.contextual") is not False
-    # A resident process without the contextual list ranks by the static model in a thread while full text is
-    # searched: its product with every vector (~3 ms at 100,000 memories) waits on memory, not on the GIL.
-    dense_ahead = _beside(lambda: index.dense_search(query, allowed_key, allowed, POOL)) \
-        if CONTEXTUAL.mode == "background" and not contextual and not keyword_only and "dense" in methods \
-        and allowed else None
     ix = index.fulltext_index() if "bm25" in methods else None
     if ix is not None:
         try:
@@ -768,27 +654,19 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
             found = []
         ranked["bm25"] = [(rel, score) for rel, score in found if rel in allowed][:POOL]
     cosines = statics = None
-    # While the query worker embeds the query (`CONTEXTUAL.prefetch`), everything that does not need its vector
-    # is done first: the static list, how broad the query is, the prior of each candidate so far.
-    early = contextual and CONTEXTUAL.sent == query
-    if early and "dense" in methods:
-        statics = static_scores(index, query, allowed_key, allowed)
-        if statics is not None:
-            ranked["dense"] = top_scores(statics, POOL)
     share = _matching_share(index, query, len(records))
     prior = Prior(store, index, now, store.current_branch())
-    priors = {rel: prior(index.memory(rel)) for listed in ranked.values() for rel, _ in listed} if early else {}
+    priors: dict[str, float] = {}
     if contextual:
         cosines = contextual_scores(store, index, query, allowed_key, allowed)
         if cosines is not None:
             ranked["ctx"] = top_scores(cosines, POOL)
-    if not early and not keyword_only and "dense" in methods and allowed:
+    if not keyword_only and "dense" in methods and allowed:
         if cosines is not None:  # score fusion wants every candidate's static cosine, not only the top list's
             statics = static_scores(index, query, allowed_key, allowed)
             found_dense = None if statics is None else top_scores(statics, POOL)
         else:
-            found_dense = dense_ahead.result() if dense_ahead is not None else \
-                index.dense_search(query, allowed_key, allowed, POOL)
+            found_dense = index.dense_search(query, allowed_key, allowed, POOL)
         if found_dense is not None:
             ranked["dense"] = found_dense
     if share >= BROAD_SHARE and limit > NARROWED:
@@ -858,21 +736,15 @@ def _best_hits(store: Store, index: Any, query: str, fused: dict[str, float], ra
 
 
 def warm_views(store: Store, index: Any) -> None:
-    """Make what a recall reads once per sync (the filters, the records, full text's document lengths, the
+    """Make what a recall reads once per sync (the filters, the records, the full-text searcher, the
     static and contextual views, the prior's centralities, the link map, the sessions) for an index that no
     query uses yet: a resident server's next index (`Index.successor`), warmed while the current one answers.
-    Touches neither the query worker nor the process's query vectors, which the answering thread owns."""
-    from cortex.index import fulltext
-
-    # Full text only: the static list of a resident process is ranked on the helper thread the prompts use
-    # (`_beside`), which this must not hold up. Its views are made below, here.
+    Touches none of the process's query vectors, which the answering thread owns."""
+    # Full text only: the views of the other lists are made below.
     recall_store(store, "warm up", limit=1, index=index, sync=False, methods=("bm25",), read=False)
     keep_views(store, index)  # the views made from the manifest alone: filter, static rows, links, centralities
     key, keep = recall_filter(("active",), [], None)
     allowed = index.allowed(key, keep)
-    searcher = index.searcher()
-    if searcher is not None:
-        fulltext.warm(searcher)
     static_scores(index, "warm up", key, allowed)  # what the static list multiplies beside the contextual one
     encoder = CONTEXTUAL.encoder
     if encoder is not None and CONTEXTUAL.mode is not None and store.config().get("recall.contextual") is not False:
@@ -927,12 +799,10 @@ def _with_links(store: Store, index: Any, hits: list[Hit], statuses: tuple[str, 
 
 
 def embed_ahead(stores: list[Store], query: str) -> None:
-    """Start embedding `query` with the contextual model if a store ranks by it: in the query worker of a
-    resident process (`cortex serve`: on the other core while the lists are ranked), or on a thread of a
-    command (loaded and embedded while the store syncs). The prompt hook calls it before anything else."""
+    """Start embedding `query` with the contextual model if a store ranks by it: on a thread of a command
+    (loaded and embedded while the store syncs). The prompt hook calls it before anything else."""
     if CONTEXTUAL.mode is None or not any(store.config().get("recall.contextual") is not False for store in stores):
         return
-    CONTEXTUAL.prefetch(query)
     CONTEXTUAL.load_ahead(query)
 
 

@@ -1,15 +1,7 @@
 """A memory as text, in three forms: short (the briefing), medium (recall), full (`cortex show`).
 
-Each form is a pure function of the memory (and what the caller adds: marks, a snippet, the store it came
-from), so the same memory renders to the same bytes whatever its file's key order or comments:
-
-- **short**, one line: `[type] Title — summary `id`` and marks such as `(low confidence 0.42)`. The
-  summary is shown only when it says more than the title, cut near `SHORT_SUMMARY` characters.
-- **medium**, a few lines: id, type, title, status and store on the first; then the summary, the
-  snippet with the query's words marked `**like this**`, and the facts (confidence, priority, branch,
-  tags, files).
-- **full**: every field in the file's canonical key order, one per line, each link on its own line
-  (relation, target, strength, when it was made), the keys cortex does not know, then the body.
+Each form is a pure function of the memory, so the same memory renders to the same bytes whatever its
+file's key order or comments.
 """
 
 from __future__ import annotations

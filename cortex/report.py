@@ -1,22 +1,8 @@
-"""`cortex report`: one self-contained HTML page about a store.
+"""`cortex report`: one self-contained HTML page about a store (graph, decisions, branch changes, salience).
 
-The page holds everything it shows (no server, no network, no CDN):
-
-- the memory graph: every memory a dot (colour by type, size by ranking prior), every link a line, drawn on a
-  canvas by the page's own script; linked memories are laid out together (here, at report time), memories
-  with no link grouped by type; the mouse wheel zooms, a drag pans, a click shows the memory in a panel;
-- the decisions timeline (what `decisions.md` calls a decision), with supersession chains;
-- what changed on this branch: memories added, changed, archived, superseded or removed since it left the
-  default branch (`cortex diff <merge-base>..HEAD`), and memory files not yet committed;
-- salience and decay: learned salience (`cortex.salience`: shown, used, the hot set, muted memories), the
-  ranking prior recall uses (`recall.Prior`), reads, pins, and confidence after decay
-  (`lifecycle.decayed_confidence`), with the memories fading towards `gc.archive_below`;
-- the problems and warnings `cortex status` reports.
-
-Memory text is untrusted: every string passes the one secret rule (`cortex.guard.redacted`); the data goes
-into a `<script type="application/json">` block with `<`, `>` and `&` escaped (so no text can close it), the
-page's script writes it with `textContent` only, and a Content-Security-Policy lets nothing run but the page's
-own script (by its hash) and fetch nothing.
+Memory text is untrusted: it passes `cortex.guard.redacted`, goes into a JSON block with `<`, `>` and `&`
+escaped, is written with `textContent` only, and a Content-Security-Policy runs nothing but the page's own
+script. docs/report.md.
 """
 
 from __future__ import annotations
@@ -153,7 +139,7 @@ def _graph(store: Store, index: Index, memories: list[Memory]) -> tuple[list[lis
     from cortex.recall import Prior
 
     row_of = {m.id: i for i, m in enumerate(memories)}
-    edges = []
+    edges: list[list[Any]] = []
     for i, m in enumerate(memories):
         for link in m.links:
             if link.to in row_of and row_of[link.to] != i:
@@ -205,14 +191,10 @@ def _body(path: Path) -> str:
 
 def layout(memories: list[Memory], edges: list[tuple[int, int]]) -> tuple[list[tuple[float, float]], list[int],
                                                                            list[dict[str, Any]]]:
-    """Positions, the cluster of each memory, and the clusters (label, centre, radius, size).
-
-    A cluster is a set of memories joined by links (a connected component), named after its best-linked
-    memory; memories with no link form one cluster per type. Each cluster is a disc: its memories on a
-    sunflower spiral in breadth-first order from its best-linked memory, then pulled towards their
-    neighbours (each keeps half its spiral place, so the disc never collapses). The discs are packed in rows,
-    largest first. Deterministic.
-    """
+    """Positions, the cluster of each memory, and the clusters (label, centre, radius, size), deterministically. A
+    cluster is a connected component of links (one per type for unlinked memories), named after its best-linked
+    memory, laid out as a disc (a sunflower spiral pulled halfway towards neighbours); discs are packed in rows,
+    largest first."""
     count = len(memories)
     neighbours: list[list[int]] = [[] for _ in range(count)]
     for a, b in edges:

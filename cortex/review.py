@@ -1,16 +1,8 @@
 """Pull-request review of memory: what a branch changes in the store, for a reviewer.
 
-`build(repo, base, head, store_prefix)` reads the memory files at the merge base of `base` and `head` and at
-`head` from git objects (no checkout, so it runs in CI on a checkout of the pull request) and sorts the
-changes the way a reviewer reads them: decisions added, changed, superseded, archived and removed (each
-with its rationale and rejected alternatives), new gotchas and conventions, the plan, and warnings — a
-decision whose claims contradict an active one, an active memory naming a file the branch deletes, a
-possible secret in a changed store file, a memory file that no longer parses — and every change to the
-store's `config.yaml` (key, old → new) and to pins, which change what every session is told and may ask for
-code to run. `render(report)` writes it as GitHub-flavoured markdown short enough for a pull-request comment;
-`post` posts it as one comment, updating the one it posted before (found by `MARKER` and by its author: the
-token's own identity, so a comment someone else starts with the marker is never edited). Memory text in the
-review passes the one secret rule (`cortex.guard.redacted`).
+Read from git objects (no checkout, so it runs in CI), sorted as a reviewer reads, rendered short enough for
+one comment; `post` edits only the comment its own token posted. Memory text passes the secret rule.
+docs/review.md.
 """
 
 from __future__ import annotations

@@ -1,38 +1,8 @@
 """Salience: how useful each memory has proved, learned from what the assistant did after it was shown.
 
-1. **Injections are recorded** where they happen: the SessionStart briefing,
-   the prompt hook and a sub-agent's briefing each append one JSON line to
-   `state/injections/<session>.jsonl` (`cortex.hotpath.note_injected`: the
-   standard library only, one `write`).
-2. **Use is judged at the next Stop** (`judge`, called by capture with the
-   events of the turn it just read) and at a sub-agent's SubagentStop (its own
-   transcript). A shown memory counts as *used* when the assistant's text or
-   its tool calls that follow carry it: its id, one of its `files:`, a
-   distinctive term of it (a backticked span, a path, a command, a flag, an
-   identifier such as `CORTEX_HOME` or `rate_limit`) that the person's prompt
-   did not already contain, or most of its key words. A prompt-time memory is
-   judged on the turn that follows; a briefing's on the first
-   `BRIEFING_TURNS` (3) turns of the session. One not used in its window
-   counts as *ignored*.
-3. **Ratings** (`cortex feedback ID up|down`, `/cortex-feedback`, the MCP tool
-   `cortex_feedback`) count as `RATING_WEIGHT` (3) uses or ignores each.
-4. **The score** is the mean of a Beta(1, 1) prior updated with those counts:
-   `(1 + used + 3·up) / (2 + used + ignored + 3·(up + down))`, 0.5 for a
-   memory never shown. It enters the ranking prior (`cortex.recall.Prior`)
-   as `salience.weight · (score − 0.5)` (so a store without history ranks as
-   before) and, through the prior, the briefing.
-5. **Tiers**: the *hot* set — pinned memories plus the most useful ones
-   (used at least `HOT_MIN_USES` times, score ≥ `HOT_MIN_SCORE`), best first,
-   within `salience.hot_tokens` — is always in the briefing; every other
-   memory is *cold*, reached by recall. A memory shown at prompt time
-   `salience.mute_after` times and never used (or rated down more than up)
-   is *muted*: the prompt hook stops injecting it until it is used or rated
-   up (recall still finds it). Promotions and demotions are listed by
-   `cortex status`.
-
-Everything lives in `state/salience.json` (never in a tracked file), written
-atomically under `state/salience.lock`. `explain` says why a memory ranks
-where it does (`cortex show ID`).
+Injections are recorded where they happen, use is judged at the next Stop (or SubagentStop), ratings count
+`RATING_WEIGHT` each; the score (a Beta(1, 1) mean) enters the ranking prior and picks the hot and muted
+sets. Everything lives in `state/salience.json`, never in a tracked file. docs/salience.md.
 """
 
 from __future__ import annotations
@@ -133,17 +103,17 @@ def _clean(data: Any) -> dict[str, Any]:
     """The state with every damaged part dropped (not trusted, not fatal): it is rebuilt by use."""
     if not isinstance(data, dict):
         return {}
-    memories = data.get("memories") if isinstance(data.get("memories"), dict) else {}
+    memories = found if isinstance(found := data.get("memories"), dict) else {}
     sessions = {}
-    for name, session in (data.get("sessions") or {}).items() if isinstance(data.get("sessions"), dict) else ():
+    for name, session in found.items() if isinstance(found := data.get("sessions"), dict) else ():
         if isinstance(session, dict) and isinstance(session.get("offset", 0), int):
-            opened = session.get("open") if isinstance(session.get("open"), list) else []
+            opened = listed if isinstance(listed := session.get("open"), list) else []
             session["open"] = [o for o in opened if isinstance(o, dict) and isinstance(o.get("ids"), list)
                                and isinstance(o.get("turns", 1), int)]
             sessions[str(name)] = session
-    tiers = data.get("tiers") if isinstance(data.get("tiers"), dict) else {}
-    hot = tiers.get("hot") if isinstance(tiers.get("hot"), list) else []
-    changes = tiers.get("changes") if isinstance(tiers.get("changes"), list) else []
+    tiers = found if isinstance(found := data.get("tiers"), dict) else {}
+    hot = found if isinstance(found := tiers.get("hot"), list) else []
+    changes = found if isinstance(found := tiers.get("changes"), list) else []
     return {"memories": {str(k): v for k, v in memories.items() if isinstance(v, dict)}, "sessions": sessions,
             "tiers": {"hot": [str(i) for i in hot if isinstance(i, str)],
                       "changes": [c for c in changes if isinstance(c, dict) and {"id", "to", "why"} <= set(c)]}}

@@ -34,28 +34,14 @@ def detached(args: list[str], state_dir: str, log_name: str = "worker.log", cwd:
 
 
 def start_server(store_root: str) -> None:
-    """Start `cortex serve` for a store in its own session, unless one runs already (the SessionStart hooks).
-
-    On the SessionStart fast path, whose budget is twice a bare Python start: `os.posix_spawn` with the
-    server's log as its output, not `subprocess` (importing it and `cortex.serve` cost ~11 ms, more than the
-    rest of a cached SessionStart). Only the standard streams are handed on (Python opens every other file
-    non-inheritable); the child is reaped by init once this short-lived process ends."""
+    """Start `cortex serve` for a store in its own session, unless one runs already (the SessionStart hooks)."""
     from cortex.layout import private_dir, server_up
 
     if server_up(store_root) or private_dir(create=True) is None:
         return  # one runs; or there is no private folder for its socket (the prompt hook recalls in its own process)
-    state = os.path.join(store_root, "state")
     args = ["serve", "--dir", store_root, "--idle", os.environ.get("CORTEX_SERVE_IDLE", "900")]  # tests shorten it
-    env = _one_blas_thread()
     try:
-        os.makedirs(state, exist_ok=True)
-        if not hasattr(os, "posix_spawn"):
-            detached(args, state, "serve.log", env=env)
-            return
-        os.posix_spawn(sys.executable, [sys.executable, "-m", "cortex", *args], env, file_actions=[
-            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-            (os.POSIX_SPAWN_OPEN, 1, os.path.join(state, "serve.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644),
-            (os.POSIX_SPAWN_DUP2, 1, 2)], setsid=True)
+        detached(args, os.path.join(store_root, "state"), "serve.log", env=_one_blas_thread())
     except OSError:
         pass  # a read-only store: the prompt hook recalls in its own process
 
@@ -77,8 +63,8 @@ def resident(collect: bool = True) -> None:
 def briefing_ahead(store_root: str) -> bool:
     """After cortex changed the project store at `store_root` (a write, a git hook's sync) with no `cortex serve`
     to do it: build the next SessionStart's briefing in a detached process (`cortex.briefing.build_next`), so
-    that session start reads a file instead of building it (~0.24 s at 10,000 memories, ~2 s at 100,000). Only
-    for a store that has briefed a session before (`state/briefing.json`). True when one was started."""
+    that session start reads a file instead of building it (seconds at 100,000 memories). Only for a store
+    that has briefed a session before (`state/briefing.json`). True when one was started."""
     from cortex.layout import server_up
 
     if server_up(store_root) or not os.path.exists(os.path.join(store_root, "state", "briefing.json")):
@@ -88,11 +74,8 @@ def briefing_ahead(store_root: str) -> bool:
     try:
         with open(os.path.join(store_root, "state", "worker.log"), "a", encoding="utf-8") as log:
             # Niced: it must not take the core the command that started it (or the next one) is still using.
-            # Out with `os._exit` once built: freeing a store's worth of objects took the interpreter ~0.1 s at
-            # 100,000 memories, beside the SessionStart that reads what it built.
             subprocess.Popen([sys.executable, "-c", "import os, sys; os.nice(10); from cortex.briefing import build_next; "
-                              "build_next(sys.argv[1], commits=True); sys.stdout.flush(); sys.stderr.flush(); "
-                              "os._exit(0)", store_root],
+                              "build_next(sys.argv[1], commits=True)", store_root],
                              stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True,
                              env=_one_blas_thread())
     except OSError:

@@ -1,16 +1,6 @@
 """The store: memory files on disk, for a project (`.cortex/`) or globally (`$CORTEX_HOME`).
 
-Layout of a store folder:
-
-    config.yaml               settings (cortex.config)
-    .gitignore                ignores cache/ and state/
-    memories/<type>/<slug>-<id>.md
-    cache/                    derived, rebuildable (index, vectors, manifest); for a read-only
-                              store, a per-user temp folder instead (`Store.cache_dir`)
-    state/                    local and private (access counts, log, locks)
-
-Readers never write tracked files; writers hold `state/write.lock` and
-replace files atomically.
+Readers never write tracked files; writers hold `state/write.lock` and replace files atomically. docs/store.md.
 """
 
 from __future__ import annotations
@@ -34,8 +24,10 @@ from cortex.memory import Link, Memory
 
 STALE_TEMP_SECONDS = 600
 _swept: dict[str, float] = {}  # store root -> when this process last removed its stale temp files
+CODE_IGNORED = ("# code outlines (`cortex index-code`): derived from the code at any commit, never committed\n"
+                "memories/code/\nmemories/code_description/\n")
 GITIGNORE = ("# derived and private state: rebuilt by cortex, never committed\ncache/\nstate/\n"
-             "# a write in progress (`.<name>.<random>.tmp`): never for git\n.*.tmp\n")
+             "# a write in progress (`.<name>.<random>.tmp`): never for git\n.*.tmp\n" + CODE_IGNORED)
 # The pages merge with git's built-in union driver: no local config, so a host's merge button uses it too.
 GITATTRIBUTES = ("# cortex: generated pages merge without conflicts anywhere (git's built-in union driver; docs/git.md)\n"
                  "decisions.md merge=union\ndecisions-archive.md merge=union\nactive-plan.md merge=union\n")
@@ -70,7 +62,7 @@ _DEFERRED_ACCESS: dict[str, tuple[Store, list[str]]] | None = None
 
 def defer_access() -> None:
     """Hold `Store.record_access` writes in memory until `flush_access`: a resident server answers first and
-    counts after (rewriting access.json is ~3 ms at 10,000 memories, on every prompt)."""
+    counts after."""
     global _DEFERRED_ACCESS
     if _DEFERRED_ACCESS is None:
         _DEFERRED_ACCESS = {}
@@ -232,7 +224,7 @@ class Store:
 
     def _sweep_when_due(self) -> None:
         """`_remove_stale_temp_files` when no process did it for STALE_TEMP_SECONDS (`state/swept`'s time): the
-        walk over every memory folder is ~0.15 s at 100,000 memories, too much for each `remember` to pay."""
+        walk over every memory folder is too much for each `remember` to pay."""
         stamp = self.state_dir / "swept"
         try:
             if time.time() - stamp.stat().st_mtime < STALE_TEMP_SECONDS:
@@ -277,7 +269,7 @@ class Store:
         if not self.memories_dir.is_dir():
             return [], []
         files, odd = walk_memory_files(str(self.memories_dir), keep)
-        files.sort()  # by (folder, name), as strings: sorting 10,000 Paths costs ~0.2 s
+        files.sort()  # by (folder, name), as strings: sorting Paths is slow
         return [Path(folder, name) for folder, name, _, _ in files], [Problem(self.memories_dir / rel, reason)
                                                                       for rel, reason in sorted(odd)]
 
@@ -392,26 +384,6 @@ class Store:
             raise AmbiguousId(key, list(matches))
         return next(iter(matches.values()))
 
-    def search_text(self, query: str, statuses: Iterable[str] = ("active",)) -> builtins.list[tuple[float, Memory]]:
-        """A plain word-overlap search, best first: enough to pick a memory by a few words."""
-        from cortex.text import words as _words
-
-        words = _words(query)
-        if not words:
-            return []
-        wanted = set(statuses)
-        scored = []
-        for item in self.scan().memories:
-            if wanted and item.status not in wanted:
-                continue
-            title_words = _words(item.title)
-            other_words = _words(item.body) | _words(" ".join(item.tags))
-            score = sum(2.0 if w in title_words else 1.0 if w in other_words else 0.0 for w in words)
-            if score > 0:
-                scored.append((score / (2 * len(words)), item))
-        scored.sort(key=lambda pair: (-pair[0], pair[1].id))
-        return scored
-
     # ------------------------------------------------------------ writing
 
     def _path_for(self, item: Memory) -> Path:
@@ -419,7 +391,7 @@ class Store:
 
     def _ids_named(self) -> set[str]:
         """The ids in the memory files' names (`<slug>-<id>.md`), from folder listings alone: no path objects, no
-        stat, no parse (a create at 10,000 memories walked and checked every file: ~0.15 s a memory)."""
+        stat, no parse (a create must not walk and check every file)."""
         named = _NAMED.get(str(self.memories_dir))
         if named is not None and named[0] == _folder_marks(named[0]):
             return named[1]  # no folder changed since the last look (a Stop writing ten memories, a server's remembers)
@@ -452,7 +424,7 @@ class Store:
         with self.lock():
             if not item.id:
                 # 48 random bits: the chance that one clashes with any of 100,000 memories is ~1 in 3 billion, so
-                # the folders are not listed for it (~0.18 s at 100,000 memories), only checked against a listing
+                # the folders are not listed for it, only checked against a listing
                 # this process has already made; `cortex status` reports a duplicate id if it ever happens.
                 listed = _NAMED.get(str(self.memories_dir))
                 existing = listed[1] if listed is not None else set()
@@ -626,7 +598,7 @@ class Store:
                     entry = data.setdefault(memory_id, {"count": 0})
                     entry["count"] = int(entry.get("count", 0)) + 1
                     entry["last"] = stamp
-                # Counts are private, best-effort state: no fsync (it cost a warm MCP search ~4 ms on this VM).
+                # Counts are private, best-effort state: no fsync.
                 atomic_write(path, json.dumps(data, sort_keys=True), durable=False)
         except OSError:
             pass  # a read-only store still reads
@@ -651,7 +623,8 @@ class Store:
         return self.status_of([(item.path, item.id, item.type, item.status, item.pinned, item.links)
                                for item in scan.memories], [str(p) for p in scan.problems])
 
-    def status_of(self, rows: list[tuple[Any, str, str, str, bool, list[Any]]], problems: list[str]) -> dict[str, Any]:
+    def status_of(self, rows: builtins.list[tuple[Any, str, str, str, bool, builtins.list[Any]]],
+                  problems: builtins.list[str]) -> dict[str, Any]:
         """`status` from (path, id, type, status, pinned, links) of each memory (the path absolute, or relative to
         memories/ and links as (rel, to, strength) tuples: what the cache's manifest holds) and the problems
         already found."""

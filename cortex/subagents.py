@@ -1,30 +1,8 @@
 """Sub-agents: the task each one was given, and a briefing scoped to that task and the files it names.
 
-What Claude Code (checked against the pinned 2.1.330) sends around a sub-agent:
-
-- **PreToolUse** in the parent, `tool_name` `Agent` (`Task` before 2.1.x),
-  with `tool_input` {`description`, `prompt`, `subagent_type`} and
-  `tool_use_id`: the only event that carries the task. cortex's hook (matcher
-  `Task|Agent`) appends it to `state/subagents/<session>.jsonl` (the hot
-  path, `cortex.hotpath.pre_tool_use`) and prints nothing.
-- **SubagentStart**: `session_id`, the parent's `transcript_path`, `cwd`,
-  `agent_id`, `agent_type` (the matcher value; `""` for the general-purpose
-  agent in real payloads) and nothing about the task. Its
-  `hookSpecificOutput.additionalContext` reaches the sub-agent, not the
-  parent. cortex claims the oldest unclaimed task of that type and answers
-  with `briefing_for(task)`.
-- **SubagentStop**: `agent_id`, `agent_type`, `agent_transcript_path` (the
-  sub-agent's own JSONL), `last_assistant_message`. cortex judges there
-  whether the sub-agent used what it was shown (`cortex.salience`).
-- Hooks that fire inside a sub-agent carry `agent_id` and `agent_type`.
-
-The scoped briefing: pinned memories; memories whose `files:` the task names
-(or sit under a folder it names); memories relevant to the task's words
-(recall with the prompt hook's relevance rule); code descriptions of the
-named files; within `briefing.budget_tokens`. No branch header, no recent
-commits: the sub-agent has one job. What a sub-agent reports is captured by
-the parent's Stop from the Task/Agent result, with the sub-agent (its id and
-type) as the memory's `source`.
+Only the parent's PreToolUse (`Task`/`Agent`) carries the task, so the hot path queues it and SubagentStart
+claims the oldest unclaimed task of its type; SubagentStop judges use (`cortex.salience`). The scoped briefing
+has no branch header: the sub-agent has one job. docs/claude-code.md.
 """
 
 from __future__ import annotations

@@ -1,33 +1,8 @@
 """The transcripts of other assistants read as Claude Code's records, so capture runs the same layers on them.
 
-Capture (`cortex.capture.events`) understands Claude Code's JSONL records:
-`{"type": "user"|"assistant", "uuid", "message": {"content": [text | tool_use |
-tool_result blocks]}}`. `normalise` turns a slice of records from any of these
-into that shape, record by record (the format is told by each record's keys,
-so a slice read from the middle of a file needs no header):
-
-- **OpenAI Codex CLI** rollout (`~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl`):
-  `{timestamp, type, payload}`. `response_item` messages (user, assistant),
-  `function_call` / `custom_tool_call` and their outputs, and `compacted` (the
-  summary) are read; `developer` messages (hook context, permissions), the
-  environment and AGENTS.md messages Codex adds as user messages, and the
-  `event_msg` copies of the same items are left out.
-- **Google Gemini CLI** chat (`~/.gemini/tmp/<project>/chats/session-*.jsonl`):
-  a header, then `{id, type: "user"|"gemini", content, toolCalls}` records and
-  `{"$set": …}` patches. The same `id` can appear twice (the later record
-  replaces the earlier), so records are upserted by id within the slice.
-  `<hook_context>` blocks (what hooks, cortex's briefing included, added to the
-  prompt; cortex's own block is cut from its mark to its end mark first) and the
-  `<session_context>` message are left out; `$set` patches
-  are not read (on a resume they repeat the whole history).
-- **Cursor** agent transcript (`~/.cursor/projects/<slug>/agent-transcripts/`):
-  `{"role", "message": {"content": [...]}}` lines with Claude-like blocks; the
-  prompt is inside `<user_query>`; tool calls carry no id and no result.
-
-Tool names are mapped onto Claude Code's where the meaning is the same (a shell
-command is `Bash` with `command`, a file written is `Write`/`Edit` with
-`file_path`), so the structural layer sees files changed, commits and failed
-commands in every format. Claude Code's own records pass through unchanged.
+`normalise` tells each record's format by its keys (a slice from the middle of a file needs no header) and
+maps Codex, Gemini and Cursor records, and their tool names, onto Claude Code's; what the assistants add
+themselves (hook context, environment messages) is left out. docs/assistants.md.
 """
 
 from __future__ import annotations
@@ -310,7 +285,7 @@ def _gemini(record: dict[str, Any], state: dict[str, Any]) -> list[dict[str, Any
         if not isinstance(call, dict):
             continue
         tool_id = str(call.get("id") or f"{uuid}#{n}")
-        name, args = str(call.get("name") or ""), call.get("args") if isinstance(call.get("args"), dict) else {}
+        name, args = str(call.get("name") or ""), given if isinstance(given := call.get("args"), dict) else {}
         mapped = GEMINI_TOOLS.get(name, name)
         if mapped == "Bash":
             blocks += _shell(str(args.get("command") or ""), tool_id)
@@ -367,7 +342,7 @@ def _cursor(record: dict[str, Any], state: dict[str, Any]) -> list[dict[str, Any
         if block.get("type") == "text" and str(block.get("text") or "").strip():
             blocks.append({"type": "text", "text": str(block["text"])})
         elif block.get("type") == "tool_use":
-            given = dict(block.get("input")) if isinstance(block.get("input"), dict) else {}
+            given = dict(given) if isinstance(given := block.get("input"), dict) else {}
             name = str(block.get("name") or "")
             tool_id = str(block.get("id") or f"{uuid}#{n}")
             mapped = CURSOR_TOOLS.get(name, name)

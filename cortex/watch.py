@@ -112,13 +112,10 @@ FENCE_WAIT = 1.0  # seconds to wait for the observer to report the fence before 
 
 
 def fence(store: Store, changes: Changes) -> int | None:
-    """Write the fence file under `memories/` and wait until the store's observer reports it: the kernel hands
-    an observer its events in order, so every change made before the fence (another process's writes
-    included) has then reached `changes`. Returns the time just before the fence was written, up to which
-    `changes` is complete; None when the fence did not come back in `FENCE_WAIT` (the caller walks).
-
-    The file is rewritten in place, so its folder's listing (and `memories/`'s, which the briefing's key and
-    `Index._folders_since` stat) changes only when the folder is first made."""
+    """Write the fence file under `memories/` and wait until the store's observer reports it: events arrive in order,
+    so every change made before it has reached `changes`. Returns the time just before the fence was written; None
+    when it did not come back in `FENCE_WAIT` (the caller walks). Rewritten in place, so folder listings change only
+    when it is first made."""
     folder = os.path.join(str(store.memories_dir), FENCE_DIR)
     path = os.path.join(folder, "mark")
     try:
@@ -170,14 +167,10 @@ def memory_files(store: Store, paths: list[str] | None) -> list[Any] | None:
 
 
 def account(store: Store, index: Any, changes: Changes, wrote: bool, fenced_ns: int | None = None) -> bool:
-    """Make ready the sync that follows what a store's observer saw (`cortex serve` and `cortex watch`); False
-    when there is nothing to sync (only files that are not memories changed: an editor's swap file).
-
-    A change made by hand is read from the files the observer named (`Index.watched`: no walk). When cortex
-    wrote (`wrote`: perhaps another process, whose file events may still be on their way), the files named are
-    enough only behind a fence (`fence`, which returned `fenced_ns`: every event before it has arrived, and
-    the account stands for the files as they were then); without one every file is walked, as it is when a
-    folder or a link came or went, when too much changed at once, and when events were lost."""
+    """Make ready the sync that follows what a store's observer saw; False when only files that are not memories
+    changed. A change by hand is read from the files the observer named (no walk); after a cortex write they are
+    enough only behind a fence (`fenced_ns`). Otherwise, and when folders or links changed, too much changed or events
+    were lost, every file is walked."""
     paths, seen_ns = changes.take()
     files = memory_files(store, paths)
     if files == [] and not wrote:

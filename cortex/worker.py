@@ -1,20 +1,7 @@
 """Layer 4 of capture: an LLM reads the new part of the session, off the hook's clock.
 
-The Stop hook only *queues* a job (`state/queue/<time>-<session>.json`: the
-transcript slice, up to 65,000 characters, plus git context) and starts a
-detached `cortex worker`, then returns. The worker runs the person's command
-(`CORTEX_LLM_COMMAND`, else `capture.llm_command` in `$CORTEX_HOME/config.yaml`,
-default `claude -p`; never a repository's) with the prompt on stdin, hooks
-disabled for the child (`--settings '{"disableAllHooks": true}'` for claude)
-and `CORTEX_NESTED=1` in its environment so cortex's own hooks do nothing
-inside it. It parses the JSON answer into memories, which go through the same
-guard and dedup as every other layer. When the command is missing or fails,
-the job stays queued (its attempts counted) and is retried at the next session
-start: offline never loses work.
-
-`capture.llm`: `off` (default), `on`, or `auto`, as far as the project asks and
-this machine allows (see `cortex.llm`); while it is off the queue waits. The slice
-is queued by `cortex.capture`; this module runs the queue.
+The Stop hook queues a job and starts a detached `cortex worker`; a missing or failing command leaves the
+job queued for the next session: offline never loses work. The command comes from `cortex.llm`. docs/capture.md.
 """
 
 from __future__ import annotations

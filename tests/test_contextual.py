@@ -79,122 +79,6 @@ def test_a_missing_model_is_a_clear_error(tmp_path: Path) -> None:
         contextual.Encoder(tmp_path)
 
 
-def _ready(worker: contextual.QueryWorker, text: str) -> bool:
-    """Submit `text` once the worker has loaded its model (within 30 s)."""
-    import time
-
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if worker.submit(text):
-            return True
-        assert worker.failed is None, worker.failed
-        time.sleep(0.02)
-    return False
-
-
-def test_the_query_worker_gives_the_vectors_this_process_would(encoder: contextual.Encoder) -> None:
-    """A resident process hands its queries to a child (`QueryWorker`) that embeds them on the other core:
-    the vector must be the one it would have computed itself, for a short question and a pasted log alike."""
-    from cortex.recall import QUERY_TOKENS
-
-    worker = contextual.QueryWorker(QUERY_TOKENS)
-    try:
-        question = "which database did we decide on?"
-        pasted = question + " " + "Traceback (most recent call last): File app/auth.py line 42 " * 4000
-        for text in (question, pasted, ""):
-            assert _ready(worker, text)
-            assert not worker.submit("another")  # one query at a time
-            got = worker.collect(timeout=60)  # a loaded machine may take more than the 2 s a prompt waits
-            with contextual.one_blas_thread():
-                want = encoder.sentence_vectors([text], max_tokens=QUERY_TOKENS)[0]
-            assert got is not None and got.shape == want.shape
-            assert np.allclose(got, want, atol=1e-5)  # the worker may run other BLAS kernels (`faster_core`)
-    finally:
-        worker.close()
-    assert worker.process.poll() is not None  # the child is gone
-    assert not worker.submit(question)
-
-
-def test_the_query_worker_asks_for_faster_kernels_only_where_nobody_chose_them(encoder, monkeypatch) -> None:
-    """`OPENBLAS_CORETYPE` set by the person is theirs (this machine's image sets it); otherwise an AMD CPU
-    with AVX-512 gets OpenBLAS's AVX-512 kernels in the query worker, and the same vectors."""
-    from cortex.recall import QUERY_TOKENS
-
-    monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")
-    assert contextual.faster_core() is None
-    monkeypatch.delenv("OPENBLAS_CORETYPE")
-    with open("/proc/cpuinfo", encoding="ascii", errors="replace") as handle:
-        info = handle.read()
-    amd_avx512 = "AuthenticAMD" in info and all(f" {flag}" in info for flag in ("avx512f", "avx512bw", "avx512vl"))
-    assert contextual.faster_core() == ("SkylakeX" if amd_avx512 else None)
-    worker = contextual.QueryWorker(QUERY_TOKENS)
-    try:
-        question = "which database did we decide on?"
-        assert _ready(worker, question)
-        got = worker.collect()
-        with contextual.one_blas_thread():
-            want = encoder.sentence_vectors([question], max_tokens=QUERY_TOKENS)[0]
-        assert got is not None and np.allclose(got, want, atol=1e-5)
-    finally:
-        worker.close()
-
-
-def test_the_query_worker_is_kept_off_the_cpu_that_hands_it_a_query() -> None:
-    """Waking the worker through its pipe made Linux run it on the parent's CPU (a "sync" wake-up), so the
-    embedding and the parent's ranking took turns on one core. With two CPUs or more to use, each query is
-    handed over with the worker kept off the CPU the parent runs on at that moment; the parent stays free."""
-    import os
-
-    from cortex.recall import QUERY_TOKENS
-
-    cpus = os.sched_getaffinity(0)
-    worker = contextual.QueryWorker(QUERY_TOKENS)
-    try:
-        for n in range(3):
-            assert _ready(worker, f"which database did we decide on? ({n})")
-            handed_from = worker._placement.last  # the CPU this process ran on when it wrote the query
-            allowed = os.sched_getaffinity(worker.process.pid)
-            assert worker.collect() is not None
-            if len(cpus) >= 2:
-                assert handed_from in cpus and allowed == cpus - {handed_from}
-            else:  # one CPU to use: nothing to keep apart, and the worker's mask is left alone
-                assert allowed == cpus
-        assert os.sched_getaffinity(0) == cpus  # the parent is never pinned
-    finally:
-        worker.close()
-
-
-def test_a_dead_query_worker_leaves_recall_to_this_process(tmp_path: Path) -> None:
-    """When the worker dies (killed, out of memory), a resident process's recall embeds the query itself and
-    answers as before; it does not wait on the dead child."""
-    import time
-
-    from cortex.recall import CONTEXTUAL, recall, use_contextual
-    from cortex.store import Store
-
-    store = Store.init(tmp_path)
-    remember(store, "One file, no server; the queue is small.", type="decision",
-             title="Chose SQLite over Postgres for the job queue")
-    remember(store, "Run the MJML build first.", type="gotcha", title="Emails render with MJML templates")
-    saved = (CONTEXTUAL.mode, CONTEXTUAL.use_worker, CONTEXTUAL.worker, CONTEXTUAL.sent)
-    try:
-        use_contextual("background", worker=True)
-        CONTEXTUAL.worker, CONTEXTUAL.sent = None, None
-        first = recall([store], "which database did we pick?", limit=1)  # starts the worker, embeds here
-        assert first.hits[0].memory.title.startswith("Chose SQLite")
-        worker = CONTEXTUAL.worker
-        assert worker is not None and _ready(worker, "warm") and worker.collect() is not None
-        worker.process.kill()
-        worker.process.wait()
-        again = recall([store], "what database do we store jobs in?", limit=1)
-        assert again.hits[0].memory.title.startswith("Chose SQLite")
-        assert worker.failed is not None
-    finally:
-        if CONTEXTUAL.worker is not None:
-            CONTEXTUAL.worker.close()
-        CONTEXTUAL.mode, CONTEXTUAL.use_worker, CONTEXTUAL.worker, CONTEXTUAL.sent = saved
-
-
 @pytest.mark.parametrize("text", [
     "which database did we decide on?", "naïve café façade Ångström", "日本語のテキスト 中文 한국어",
     "zero\u200bwidth\x00nul", "Traceback (most recent call last): File app/auth.py, line 42, in refresh",
@@ -237,35 +121,40 @@ def test_the_unpacked_weights_are_kept_in_the_user_cache_and_rewritten_when_dama
     assert np.array_equal(contextual.Encoder().sentence_vectors(texts), expected)
 
 
-def test_the_parent_computes_half_of_the_query_while_it_waits_and_a_silent_one_costs_nothing(encoder) -> None:
-    """`QueryWorker.collect(helper=...)`: the process waiting for the vector computes half of each block the
-    worker hands over (`contextual.Join`); the vector is the one either process computes alone. A parent that
-    says it helps and then does nothing (the system did not run it) leaves the worker to finish alone."""
-    import time
+def test_a_resident_process_embeds_its_queries_itself(tmp_path: Path) -> None:
+    """`cortex serve` and the MCP server embed each query in their own process: recall answers by it, and the
+    vector kept for a repeated query is the one the encoder gives for the query as the transformer sees it."""
+    import threading
 
-    from cortex.recall import QUERY_TOKENS
+    from cortex.recall import CONTEXTUAL, QUERY_TOKENS, for_transformer, recall, use_contextual
+    from cortex.store import Store
 
-    worker = contextual.QueryWorker(QUERY_TOKENS)
-    if worker.join is None:  # not Linux on x86-64: nothing is handed over, and the vectors are as before
-        worker.close()
-        assert contextual.Join.create() is None
-        return
+    store = Store.init(tmp_path)
+    remember(store, "One file, no server; the queue is small.", type="decision",
+             title="Chose SQLite over Postgres for the job queue")
+    remember(store, "Run the MJML build first.", type="gotcha", title="Emails render with MJML templates")
+    saved = CONTEXTUAL.mode
     try:
-        helped = []
-        for text in ("which database did we decide on?", "why are prices stored as whole numbers in the orders table",
-                     "what broke the docker build on the release branch"):
-            assert _ready(worker, text)
-            got = worker.collect(helper=encoder)
-            with contextual.one_blas_thread():
-                want = encoder.sentence_vectors([text], max_tokens=QUERY_TOKENS)[0]
-            assert got is not None and np.allclose(got, want, atol=1e-5)
-            helped.append(int(worker.join.head[contextual.DONE]) // 64 == worker.seq)
-        assert any(helped)  # the parent did compute blocks (a busy machine may run it too late for some)
-        silent = "how do users stay logged in between visits"
-        assert _ready(worker, silent)
-        worker.join.head[contextual.HELP] = worker.seq  # says it helps, never does
-        got = worker.collect()
-        assert got is not None and np.allclose(got, encoder.sentence_vectors([silent], max_tokens=QUERY_TOKENS)[0],
-                                               atol=1e-5)
+        use_contextual("background")
+        query = "which database did we pick?"
+        for _ in range(2):  # the first fills the memories' vectors in a thread (a resident process answers at once)
+            assert recall([store], query, limit=1).hits[0].memory.title.startswith("Chose SQLite")
+            for thread in threading.enumerate():
+                if thread.name == "cortex-contextual":
+                    thread.join()
+        want = CONTEXTUAL.get().sentence_vectors([for_transformer(query)], max_tokens=QUERY_TOKENS)[0]
+        assert np.allclose(CONTEXTUAL.queries[query], want, atol=1e-6)
     finally:
-        worker.close()
+        CONTEXTUAL.queries.clear()
+        CONTEXTUAL.mode = saved
+
+
+def test_children_get_one_blas_thread_unless_the_person_chose(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One BLAS thread is asked for through the environment a child starts with (numpy reads it when it
+    loads), never by calling into numpy's BLAS; a value the person set is kept."""
+    from cortex.spawn import _one_blas_thread
+
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    assert _one_blas_thread()["OPENBLAS_NUM_THREADS"] == "1"
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
+    assert _one_blas_thread()["OPENBLAS_NUM_THREADS"] == "2"

@@ -277,3 +277,40 @@ def test_the_same_archive_on_both_machines_at_different_moments_is_no_conflict(t
     for machine in (a, b):
         assert cortex_json("show", memory_id, "--global", cwd=tmp_path, env=machine)["status"] == "archived"
         assert _status(machine, tmp_path)["sync"]["conflicts"] == []
+
+
+def test_a_git_clone_of_the_remote_syncs_the_same_branch_as_the_machine_that_made_it(tmp_path):
+    """Issue 39, item 8: a bare remote made by `git init --bare` names `master` as HEAD while cortex pushes
+    `main`; a `git clone` of it on a second machine checks out nothing. Its first `cortex sync` must still sync
+    `main` (the other machine's memories arrive, its own reach the other machine), never a branch of its own."""
+    a, b, remote = _machine(tmp_path, "a"), _machine(tmp_path, "b"), _bare(tmp_path)
+    first = _remember(a, "Prefer ripgrep over grep for code search", tmp_path)
+    _sync(a, tmp_path, "--remote", str(remote))
+    git(tmp_path, "clone", "-q", str(remote), b["CORTEX_HOME"])  # HEAD names master: nothing is checked out
+    pulled = _sync(b, tmp_path)
+    assert first in _ids(b, tmp_path), pulled
+    second = _remember(b, "Run the formatter before every commit", tmp_path)
+    _sync(b, tmp_path)
+    _sync(a, tmp_path)
+    assert {first, second} <= _ids(a, tmp_path)
+    branches = git(remote, "for-each-ref", "--format=%(refname)", "refs/heads").stdout.split()
+    assert branches == ["refs/heads/main"], branches
+
+
+def test_a_remote_whose_only_branch_is_not_main_is_an_error_naming_both(tmp_path):
+    """Issue 39, item 8: a remote holding `master` and no `main` is named with both branches, exit non-zero,
+    and nothing is pushed beside it."""
+    a, remote = _machine(tmp_path, "a"), _bare(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    git(tmp_path, "init", "-q", "-b", "master", str(elsewhere))
+    (elsewhere / "notes.md").write_text("not cortex\n", encoding="utf-8")
+    git(elsewhere, "add", "notes.md")
+    git(elsewhere, "-c", "user.name=x", "-c", "user.email=x@example.com", "commit", "-q", "-m", "notes")
+    git(elsewhere, "push", "-q", str(remote), "master")
+    _remember(a, "Prefer ripgrep over grep for code search", tmp_path)
+    result = cortex("sync", "--global", "--remote", str(remote), cwd=tmp_path, env=a, check=False)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    line = result.stderr.strip()
+    assert len(line.splitlines()) == 1 and "master" in line and "main" in line, line
+    branches = git(remote, "for-each-ref", "--format=%(refname)", "refs/heads").stdout.split()
+    assert branches == ["refs/heads/master"], branches

@@ -66,8 +66,9 @@ def test_archived_after_14_days_under_the_threshold_then_removed_30_days_later(p
     assert cortex_json("show", faded.id, cwd=project, env=clock)["status"] == "active"  # a dry run changes nothing
     done = _gc(project, T0 + 21.1 * DAY)
     assert [(a["action"], a["id"]) for a in done] == [("archive", faded.id)]
-    shown = cortex_json("show", faded.id, cwd=project, env=clock)  # a read: the 30 days count from here
-    assert shown["status"] == "archived" and shown["extra"]["archived"] == iso(T0 + 21.1 * DAY)
+    shown = cortex_json("show", faded.id, cwd=project, env=clock)
+    # stamped with the day it became due (under 0.3 from day 7, plus 14), not the moment gc ran
+    assert shown["status"] == "archived" and shown["extra"]["archived"] == iso(T0 + 21 * DAY)
     assert cortex_json("show", kept.id, cwd=project, env=clock)["status"] == "active"  # decisions never decay
     commit_all(project, "memories")
     archived_at = T0 + 21.1 * DAY
@@ -142,3 +143,34 @@ def test_a_zero_threshold_is_harmless(project):
                       encoding="utf-8")
     _write(project, "progress", "Old progress", 0.6, "2026-01-01T00:00:00Z", branch="main")
     assert _gc(project, T0 + 400 * DAY) == []
+
+
+def test_two_clones_archive_the_same_memory_with_the_same_bytes_whatever_they_read(tmp_path):
+    """Issue 39, item 3: upkeep writes a function of tracked files and history. Two clones running gc on
+    different days, one of which read the memory many times (access counts are machine-local), archive it
+    identically, so their branches merge cleanly; a fresh clone with no reads keeps what its origin kept."""
+    from tests.helpers import git, make_repo
+
+    origin = make_repo(tmp_path / "origin")
+    cortex("init", cwd=origin)
+    faded = _write(origin, "context", "The staging cluster has three nodes", 0.6, "2026-01-01T00:00:00Z")
+    young = _write(origin, "context", "The staging cluster moved to eu-west", 0.9, "2026-03-01T00:00:00Z")
+    commit_all(origin, "memories")
+    clones = []
+    for name in ("a", "b"):
+        clone = tmp_path / name
+        git(tmp_path, "clone", "-q", str(origin), str(clone))
+        clones.append(clone)
+    # a reads the memory a dozen times (machine-local access counts); b never does
+    for _ in range(12):
+        cortex("show", faded.id, cwd=clones[0], env={"CORTEX_NOW": iso(T0 + 30 * DAY)})
+    # context: half-life 30 days, 0.6 -> under 0.3 on day 30, due on day 44
+    a_done = _gc(clones[0], T0 + 45 * DAY)
+    b_done = _gc(clones[1], T0 + 70 * DAY)
+    assert [(x["action"], x["id"]) for x in a_done] == [("archive", faded.id)]
+    assert [(x["action"], x["id"]) for x in b_done] == [("archive", faded.id)]
+    name = Path(str(faded.path)).relative_to(origin)
+    assert (clones[0] / name).read_bytes() == (clones[1] / name).read_bytes()
+    assert "archived: '2026-02-14T00:00:00Z'" in (clones[0] / name).read_text(encoding="utf-8") or \
+        "archived: 2026-02-14T00:00:00Z" in (clones[0] / name).read_text(encoding="utf-8")
+    assert cortex_json("show", young.id, cwd=clones[1], env={"CORTEX_NOW": iso(T0 + 70 * DAY)})["status"] == "active"

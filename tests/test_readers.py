@@ -55,14 +55,13 @@ def _memory_text(memory_id: str, title: str, body: str) -> str:
 
 
 def test_an_alias_bomb_is_refused_before_anything_expands():
-    code = ("import sys, time\nfrom cortex import memory\nfrom cortex.errors import MalformedMemory\n"
-            f"start = time.monotonic()\ntry:\n    memory.parse({ALIAS_BOMB!r})\nexcept MalformedMemory as exc:\n"
-            "    print(exc.reason)\nprint(round(time.monotonic() - start, 3))\n")
+    """In a process of 2 GB of address space: expanding the aliases would take 4.7 GB."""
+    code = ("from cortex import memory\nfrom cortex.errors import MalformedMemory\n"
+            f"try:\n    memory.parse({ALIAS_BOMB!r})\nexcept MalformedMemory as exc:\n    print(exc.reason)\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                             preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30)))
-    reason, seconds = result.stdout.splitlines()
-    assert reason == "YAML anchors and aliases are not allowed in a memory file"
-    assert float(seconds) < 1
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["YAML anchors and aliases are not allowed in a memory file"]
 
 
 @pytest.mark.parametrize("yaml_line, reason", [
@@ -76,10 +75,8 @@ def test_an_alias_bomb_is_refused_before_anything_expands():
 ])
 def test_odd_front_matter_is_malformed_never_another_exception(yaml_line, reason):
     text = f"---\nid: aaaaaaaaaaaa\ntype: context\ntitle: t\n{yaml_line}\n---\nbody\n"
-    start = time.monotonic()
     with pytest.raises(MalformedMemory, match=reason.replace("(", r"\(")):
         fmt.parse(text)
-    assert time.monotonic() - start < 1
 
 
 def test_a_store_with_an_alias_bomb_keeps_working(tmp_path, example_store):
@@ -102,9 +99,8 @@ def test_a_store_with_an_alias_bomb_keeps_working(tmp_path, example_store):
 def test_session_start_with_an_alias_bomb_in_the_project(project):
     _write(project / ".cortex" / "memories" / "context" / "laughs-aaaaaaaaaaaa.md", ALIAS_BOMB)
     remember(project, "Deploys go through the staging cluster first", type="pattern", pinned=True)
-    started = time.monotonic()
     result = _limited("hook", "session-start", cwd=project, input=json.dumps({"cwd": str(project)}), timeout=30)
-    assert result.returncode == 0 and time.monotonic() - started < 30
+    assert result.returncode == 0
     assert "staging cluster" in result.stdout
 
 

@@ -135,32 +135,9 @@ def test_a_smaller_limit_gives_the_first_hits_of_a_larger_one(example, tmp_path)
         CONTEXTUAL.queries.clear()  # the process's query vectors: a later test's worker must see its query first
 
 
-def test_a_resident_process_ranks_the_static_list_beside_full_text_to_the_same_hits(example, tmp_path):
-    """Without the contextual list, a resident process (`use_contextual("background")`) computes the static
-    model's list on a helper thread while full text is searched: the same hits and scores as one thread."""
-    from cortex.index import Index
-    from cortex.recall import CONTEXTUAL, recall_store, use_contextual
-
-    store = Store.locate(directory=example)
-    index = Index(store)
-    methods = ("bm25", "dense")  # no contextual list: what a store with `recall.contextual: false` ranks
-    alone = {query: [(h.memory.id, h.score, sorted(h.raw)) for h in recall_store(
-        store, query, limit=8, index=index, now=1.8e9, links=False, methods=methods).hits] for query, _ in PARAPHRASES}
-    use_contextual("background")
-    try:
-        for query, _ in PARAPHRASES:
-            beside = recall_store(store, query, limit=8, index=index, now=1.8e9, links=False, methods=methods).hits
-            assert [(h.memory.id, h.score, sorted(h.raw)) for h in beside] == alone[query], query
-            assert any("dense" in h.raw for h in beside), query  # the static list was there, not lost
-    finally:
-        use_contextual(None)
-        CONTEXTUAL.queries.clear()
-
-
-def test_a_resident_process_splits_the_contextual_product_and_ranks_the_same(example, tmp_path, monkeypatch):
-    """A resident process multiplies its own copy of the contextual vectors, in two halves at once (one on the
-    helper thread, `vectors.cosines(..., beside=...)`): the same hits, scores and matches as a command."""
-    import cortex.index.vectors as vectors
+def test_a_resident_process_multiplies_its_own_copy_of_the_contextual_vectors_and_ranks_the_same(example, tmp_path):
+    """A resident process multiplies its own copy of the contextual vectors: the same hits, scores and matches
+    as a command."""
     from cortex.index import Index
     from cortex.recall import CONTEXTUAL, recall_store, use_contextual
 
@@ -171,21 +148,11 @@ def test_a_resident_process_splits_the_contextual_product_and_ranks_the_same(exa
         alone = {query: [(h.memory.id, h.score, h.match) for h in recall_store(
             store, query, limit=8, index=index, now=1.8e9, links=False).hits] for query, _ in PARAPHRASES}
         CONTEXTUAL.queries.clear()
-        monkeypatch.setattr(vectors, "SPLIT_ROWS", 2)  # the example store is small: split it anyway
-        halves = []
-        real = vectors.cosines
-
-        def watched(view, vector, beside=None):
-            halves.append(beside is not None)
-            return real(view, vector, beside)
-
-        monkeypatch.setattr(vectors, "cosines", watched)
         use_contextual("background")
         index = Index(store)  # views made afresh, as a server's are
         for query, _ in PARAPHRASES:
             resident = recall_store(store, query, limit=8, index=index, now=1.8e9, links=False).hits
             assert [(h.memory.id, h.score, h.match) for h in resident] == alone[query], query
-        assert any(halves)  # the contextual product was split
         matrix, _ = CONTEXTUAL.sidecar(store).load(CONTEXTUAL.encoder.identity)
         assert CONTEXTUAL.sidecar(store)._owned[0] is matrix  # and made from this process's copy
     finally:

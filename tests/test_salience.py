@@ -19,6 +19,8 @@ from tests.helpers import EXAMPLE_STORE, cortex, cortex_command, cortex_json, ho
 
 CACHE = "The cache tests need CORTEX_HOME pointed at a temp folder, or they read the real home folder"
 SQLITE = "We keep the rate cache in SQLite, not Postgres: no database server to run in development"
+# A prompt that both bear on, by the prompt hook's one relevance rule (`events.prompt_context`).
+BOTH = "why do the cache tests fail, and where is the rate cache kept?"
 
 
 def _record(kind: str, uuid: str, content: Any, session: str = "s1", **extra: Any) -> dict[str, Any]:
@@ -66,12 +68,12 @@ def two(project: Path) -> tuple[Path, str, str]:
 
 def test_the_stop_hook_counts_a_shown_memory_used_when_the_next_turn_acts_on_it(two, tmp_path):
     project, cache, sqlite = two
-    shown = _prompt(project, "why do the cache tests fail on my machine?")
+    shown = _prompt(project, BOTH)
     assert cache in shown and sqlite in shown  # both came up for "cache"
     lines = (project / ".cortex" / "state" / "injections" / "s1.jsonl").read_text().splitlines()
     assert json.loads(lines[-1])["ids"] == [i for i in (cache, sqlite) if i in shown] or set(json.loads(lines[-1])["ids"]) == {cache, sqlite}
     transcript = tmp_path / "s1.jsonl"
-    _turn(transcript, "why do the cache tests fail on my machine?", "They pass with a private home now.",
+    _turn(transcript, BOTH, "They pass with a private home now.",
           command="CORTEX_HOME=$(mktemp -d) pytest tests/test_cache.py")
     _stop(project, transcript)
     store = Store.locate(project)
@@ -158,11 +160,11 @@ def test_a_memory_shown_often_and_never_used_is_muted_at_prompt_time_but_recall_
     project, cache, sqlite = two
     transcript = tmp_path / "s1.jsonl"
     for n in range(3):
-        assert sqlite in _prompt(project, "why do the cache tests fail on my machine?")
-        _turn(transcript, "why do the cache tests fail on my machine?", "Fixed with a private home.",
+        assert sqlite in _prompt(project, BOTH)
+        _turn(transcript, BOTH, "Fixed with a private home.",
               command="CORTEX_HOME=$(mktemp -d) pytest", n=n)
         _stop(project, transcript)
-    shown = _prompt(project, "why do the cache tests fail on my machine?")
+    shown = _prompt(project, BOTH)
     assert cache in shown and sqlite not in shown
     assert sqlite in [h["id"] for h in cortex_json("recall", "rate cache", cwd=project)]
     report = cortex_json("status", cwd=project)["tiers"]
@@ -186,7 +188,7 @@ def test_feedback_rates_a_memory_and_moves_it_between_tiers(two):
     assert f"demoted {cache} to cold" in status
     assert "## Most used" not in cortex("briefing", cwd=project).stdout
     (project / ".cortex" / "state" / "briefing.json").unlink(missing_ok=True)  # what the briefing showed is left out
-    shown_now = _prompt(project, "why do the cache tests fail on my machine?")
+    shown_now = _prompt(project, BOTH)
     assert cache not in shown_now and sqlite in shown_now  # rated down more than up: muted at prompt time at prompt time
     shown = cortex("show", cache, cwd=project).stdout
     assert "rated +1/-2" in shown and "saved an hour" in shown and "tier: cold" in shown

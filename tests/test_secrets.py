@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import string
 import sys
 import time
@@ -123,6 +124,10 @@ _plant("wrapped token", "OPENAI_API_KEY=\n" + _wrapped(OPENAI), _wrapped(OPENAI)
 _value = "sk-" + "proj-" + _token(150)
 _plant("wrapped token in prose", "The eval key, as the console shows it:\n" + _wrapped(_value) + "\nKeep it local.",
        _wrapped(_value))
+# A provider's token broken by a short line, where the break falls (issue 40: a `ghp_` token over two lines).
+_value = "ghp_" + _token(36)
+_plant("token split on a short line", f"CI pushes with {_value[:18]}\n{_value[18:]} for now.",
+       f"{_value[:18]}\n{_value[18:]}")
 
 # What memories are full of: none of it may be refused or changed.
 ORDINARY: dict[str, str] = {
@@ -451,3 +456,18 @@ def test_cortex_scan_passes_ordinary_files_named_anything(scanned):
 ])
 def test_the_env_lines_of_the_issue(text):
     assert scan_text(text)
+
+
+@pytest.mark.parametrize("name", ["the password is X", "GitHub ghp_", "Anthropic key", "token split on a short line"])
+def test_a_refused_memory_never_spells_the_secret_in_its_message(project, name):
+    """Issue 40: the refusal named the file it would have written, and the file name (the title's slug) held
+    the secret. The slug names the secret's kind instead; nothing is written."""
+    plant = PLANTED[name]
+    result = cortex("remember", plant.text, cwd=project, check=False)
+    assert result.returncode != 0 and "looks like a secret" in result.stderr, result.stderr
+    def squashed(text: str) -> str:  # a slug lowercases and drops punctuation: compare what is left
+        return re.sub(r"[^a-z0-9]", "", text.lower())
+
+    said = result.stdout + result.stderr
+    assert not [needle for needle in plant.needles if squashed(needle) in squashed(said)], said
+    assert not list((project / ".cortex" / "memories").rglob("*.md"))

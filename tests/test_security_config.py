@@ -201,7 +201,7 @@ def test_a_global_sync_writes_only_memories_never_config_state_or_a_link(tmp_pat
         "config.yaml": ("100644", hostile),
         "state/queue/0-evil.json": ("100644", b'{"slice": "x", "session": "evil"}'),
         "state/notes.txt": ("100644", b"planted"),
-        "cache/config.marshal": ("100644", b"planted"),
+        "cache/config.json": ("100644", b"planted"),
         "memories/decision/passwd-0123456789ab.md": ("120000", b"/etc/passwd"),
         "hooks.sh": ("100755", b"#!/bin/sh\ntouch /tmp/x\n"),
     })
@@ -211,8 +211,8 @@ def test_a_global_sync_writes_only_memories_never_config_state_or_a_link(tmp_pat
     done = json.loads(result.stdout)
     assert (home / "config.yaml").read_bytes() == before
     assert not (home / "state" / "queue").exists() and not (home / "state" / "notes.txt").exists()
-    marshal = home / "cache" / "config.marshal"
-    assert not marshal.exists() or marshal.read_bytes() != b"planted"
+    planted = home / "cache" / "config.json"
+    assert not planted.exists() or planted.read_bytes() != b"planted"
     assert not (home / "hooks.sh").exists()
     link = home / "memories" / "decision" / "passwd-0123456789ab.md"
     assert not link.exists() and not link.is_symlink()

@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import pygit2
-import pytest
 
 from cortex import serve
 from tests.helpers import cortex, cortex_command, remember, wait_for
@@ -26,43 +25,6 @@ def _served(root: Path, query: str) -> str:
     """The ids and titles of what the running server's recall finds for `query` (its own view of the files)."""
     answer = serve.ask(str(root), {"op": "recall", "query": query, "limit": 10, "global": False}, timeout=10) or {}
     return "\n".join(f"{hit['memory']['id']} {hit['memory']['title']}" for hit in answer.get("hits", []))
-
-
-@pytest.fixture
-def in_process_server():
-    """A `serve._Warm` run in this process; afterwards the process's contextual model is as it was (the server
-    turns on re-ranking with a query worker for the whole process: later tests here must not inherit it), and
-    no thread it started is still embedding: a server forks at its start, and a fork beside a thread inside
-    OpenBLAS can hang for good (a `cortex serve` process forks before it starts any such thread)."""
-    import threading
-
-    from cortex.recall import CONTEXTUAL, use_contextual
-
-    def settle() -> None:
-        for thread in threading.enumerate():
-            if thread.name == "cortex-contextual":
-                thread.join(120)
-
-    settle()
-    made: list = []
-
-    def start(store):
-        warm = serve._Warm(store, 0.0)
-        made.append(warm)
-        warm.start()
-        return warm
-
-    yield start
-    for warm in made:
-        warm.stop()
-        warm.join(30)
-        warm.indexes.close()
-    if CONTEXTUAL.worker is not None:
-        CONTEXTUAL.worker.close()
-    CONTEXTUAL.worker, CONTEXTUAL.sent = None, None
-    CONTEXTUAL.queries.clear()
-    use_contextual(None)
-    settle()
 
 
 def test_served_answers_equal_the_in_process_ones_and_follow_edits(project):
@@ -88,9 +50,51 @@ def test_served_answers_equal_the_in_process_ones_and_follow_edits(project):
     assert memory_id in _prompt(project, "redis out of memory on staging")  # no server: the in-process path
 
 
+# Prompts on the example store: answerable ones, one answered only in other words, in-domain and off-topic ones.
+RELEVANCE_PROMPTS = ["do we keep money amounts as floats?", "how do API clients authenticate?",
+                     "can I edit a ledger entry after it is posted?", "which queue library runs background jobs?",
+                     "why is the checkout slow on mondays?", "write a haiku about autumn leaves",
+                     "what is the capital of australia?", "fix the typo in the readme"]
+
+
+def _injected(repo: Path, session: str, prompt: str) -> list[str]:
+    """The memory ids `cortex hook prompt` injects for `prompt`, in order (none: [])."""
+    import re
+
+    from tests.helpers import hook
+
+    answer = hook("prompt", repo, {"session_id": session, "cwd": str(repo), "hook_event_name": "UserPromptSubmit",
+                                   "prompt": prompt})
+    assert answer.returncode == 0, answer.stderr
+    if not answer.stdout.strip():
+        return []
+    return re.findall(r"`([0-9a-f]{12})`", json.loads(answer.stdout)["hookSpecificOutput"]["additionalContext"])
+
+
+def test_a_prompt_gets_the_same_relevance_decision_with_and_without_a_server(repo, example_store):
+    """One relevance rule whichever process answers (issue 38): each prompt injects the same memories through
+    the hook's own process and through a running `cortex serve`, or nothing both times; the answerable prompts
+    get their memory, the off-topic ones nothing."""
+    import shutil
+
+    shutil.copytree(example_store, repo / ".cortex")
+    alone = {prompt: _injected(repo, f"alone-{n}", prompt) for n, prompt in enumerate(RELEVANCE_PROMPTS)}
+    root = str(repo / ".cortex")
+    proc = subprocess.Popen([*cortex_command(), "serve", "--idle", "60"], cwd=repo, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_for(lambda: serve.ask(root, {"op": "ping"}) is not None, 60)
+        served = {prompt: _injected(repo, f"served-{n}", prompt) for n, prompt in enumerate(RELEVANCE_PROMPTS)}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert served == alone
+    assert "1b5bfa33f6fd" in alone["do we keep money amounts as floats?"]
+    assert alone["write a haiku about autumn leaves"] == alone["what is the capital of australia?"] == []
+
+
 def test_a_server_started_after_edits_made_without_one_serves_the_files_as_they_are(project):
-    """The server warms from the committed cache while a forked child syncs it; files edited, removed and added
-    while no server ran are what it serves once it says the walk is in (`current`)."""
+    """Files edited, removed and added while no server ran are what a server started then serves: it syncs
+    before it answers."""
     import os
 
     from cortex.store import Store
@@ -154,36 +158,6 @@ def test_a_fresh_clones_first_prompt_is_answered_from_the_index_its_server_build
         assert wait_for(lambda: not Path(serve.socket_path(root)).exists(), 60)
 
 
-def test_a_server_with_nothing_searchable_sends_recall_away_and_holds_prompts_until_its_build_is_in(example_store):
-    """While the index the walk builds is not in (`_Warm.unbuilt`, `current` not set), a served `cortex recall`
-    is sent back to recall in its own process and a prompt waits, at most its `wait` and what is left of the
-    server's `UNBUILT_WAIT`, then is answered; once the build is in, both are answered from the server."""
-    from cortex.store import Store
-
-    store = Store(example_store, "project")
-    warm = serve._Warm(store, 0.0)  # not started: its state set by hand
-    warm.ready.set()
-    warm.unbuilt = True
-    request = {"query": "do we keep money amounts as floats?", "limit": 3, "global": False}
-    assert serve._recall(store, warm, request) == {"warming": True}
-    warm.unbuilt_wait = 0.3  # what prompts may wait for the build, in all
-    wait = serve.ANSWER_ROOM + 0.2  # each waits 0.2 s at most: the rest is the hook's room for the answer
-    started = time.monotonic()
-    assert serve._current_for(store, warm, {"wait": wait}) is True
-    assert 0.15 < time.monotonic() - started < 5
-    started = time.monotonic()
-    assert serve._current_for(store, warm, {"wait": wait}) is True
-    assert 0.05 < time.monotonic() - started < 0.2 + 5  # the 0.1 s left
-    assert serve._current_for(store, warm, {"wait": wait}) is True  # nothing left: answered at once
-    warm.current.set()
-    try:
-        answer = serve._recall(store, warm, request)
-        assert [hit["id"] for hit in answer["hits"]][:1] == ["1b5bfa33f6fd"]
-        assert serve._current_for(store, warm, {"wait": 2.0}) is True
-    finally:
-        warm.indexes.close()
-
-
 def test_serve_exits_when_idle_and_session_start_starts_it(project):
     remember(project, "Pinned rule: never log card numbers", pinned=True)
     result = cortex("serve", "--idle", "1", cwd=project)
@@ -206,7 +180,7 @@ def test_the_server_vouches_for_the_files_and_builds_the_next_briefing_ahead(pro
     try:
         assert wait_for(lambda: serve.ask(root, {"op": "state"}) is not None, 30)  # up before it is warm
         assert wait_for(lambda: serve.ask(root, {"op": "ping"}) is not None, 60)
-        # It answers from the committed cache at once, and vouches for the files once its walk of them is in.
+        # It vouches for the files once it has synced them.
         assert wait_for(lambda: (serve.ask(root, {"op": "state"}) or {}).get("current"), 60)
         # Once it says its start-up work is done, the next session's briefing is built for the store as it is.
         assert wait_for(lambda: (serve.ask(root, {"op": "state"}) or {}).get("settled"), 60)
@@ -484,121 +458,6 @@ def test_files_that_are_not_memories_change_nothing_and_a_linked_folder_is_repor
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-
-
-@pytest.mark.parametrize("written", ["by hand", "by remember"])
-def test_a_server_answers_from_the_committed_cache_until_its_walk_is_in_then_from_the_files(
-        project, monkeypatch, in_process_server, written):
-    """`serve what is ready`: the server answers as soon as it has warmed from the committed cache, while the
-    child's walk of the files is still going; a memory written while no server ran (by hand: a pull with no
-    hook; or by a `cortex remember` of its own, which leaves its full-text entry to the next full sync) is
-    served once the walk is in, from the next index warmed beside the one answering. A prompt whose session
-    still has to be told what changed waits for the walk; another does not."""
-    import os
-
-    from cortex import layout
-    from cortex.index import cache
-    from cortex.layout import lock_held
-    from cortex.recall import recall
-    from cortex.store import Store
-
-    remember(project, "Retry flaky uploads three times with backoff", type="pattern")
-    store = Store.locate(project)
-    for path in store.memories_dir.rglob("*.md"):  # written a while ago: no sync re-reads them as racily clean
-        os.utime(path, (time.time() - 60, time.time() - 60))
-    cortex("recall", "flaky uploads", cwd=project)  # the cache committed as it is now
-    # and the upkeep it may have started (contextual vectors) done: its full sync would take in what is written next
-    assert wait_for(lambda: not lock_held(str(store.state_dir / "maintain-run.lock")), 60)
-    if written == "by hand":
-        folder = store.memories_dir / "decision"
-        folder.mkdir(exist_ok=True)
-        (folder / "exports-run-nightly-0123456789ab.md").write_text(
-            "---\nid: 0123456789ab\ntype: decision\ntitle: Zebrafish exports run nightly\n---\n"
-            "The zebrafish export runs nightly, never on a request.\n", encoding="utf-8")
-        new_id = "0123456789ab"
-    else:  # and no briefing built ahead after it, whose sync would finish that work before the server starts
-        from cortex import spawn
-
-        monkeypatch.setattr(spawn, "detached", lambda *args, **kwargs: None)
-        new_id = remember(project, "Zebrafish exports run nightly, never on a request", type="decision").id
-    gate = project.parent / "walk-may-end"
-    parent, synced = os.getpid(), cache.Index.sync
-
-    def held_back(self, *args, **kwargs):  # the forked child's walk, slower than the warm-up (as at 100,000)
-        if os.getpid() != parent:
-            deadline = time.time() + 60
-            while not gate.exists() and time.time() < deadline:
-                time.sleep(0.02)
-        return synced(self, *args, **kwargs)
-
-    monkeypatch.setattr(cache.Index, "sync", held_back)
-    warm = in_process_server(store)
-    try:
-        assert warm.ready.wait(60) and not warm.current.is_set()
-        first = warm.indexes.get(store)
-        with warm.busy:  # answered, from what was committed: the new memory is not in its full text
-            hits = recall([store], "zebrafish exports nightly", indexes=warm.indexes, links=False,
-                          keyword_only=True).hits
-        assert new_id not in [h.memory.id for h in hits]
-        layout_marker = Path(layout.catch_up_file(str(store.root), "told"))
-        layout_marker.parent.mkdir(parents=True, exist_ok=True)
-        layout_marker.write_text(json.dumps({"since_ns": 1}), encoding="utf-8")
-        assert serve._current_for(store, warm, {"session": "other", "wait": 2})  # nothing to be told: at once
-        assert not serve._current_for(store, warm, {"session": "told", "wait": 0.2})  # waits, then the hook recalls
-        gate.touch()
-        assert serve._current_for(store, warm, {"session": "told", "wait": 30})  # the walk is in
-        from cortex.events import briefing_catch_up
-
-        with warm.busy:  # what a catch-up reads once the walk is in, the next index warmed or not
-            told = briefing_catch_up(store, {"since_ns": 1}, warm.catch_up_indexes()) or ""
-        assert f"`{new_id}`" in told
-        assert warm.current.wait(60) and warm.indexes.get(store) is not first  # the next index, in its place
-        for keyword_only in (True, False):
-            with warm.busy:
-                hits = recall([store], "zebrafish exports nightly", indexes=warm.indexes, links=False,
-                              keyword_only=keyword_only).hits
-            assert [h.memory.id for h in hits][:1] == [new_id]
-    finally:
-        gate.touch()
-
-
-def test_a_server_answers_with_the_last_centralities_after_a_write_and_works_out_the_new_ones_beside(
-        project, in_process_server):
-    """After a write by another process (which keeps no views), a server's index takes the centralities kept for
-    the manifest before (one write moves them little; working them out cost ~0.7 s of a start at 100,000
-    memories) and works out the current ones, and the link map `recall` follows, once requests pause: then they
-    are the ones a sync here gives, and are kept for the next process."""
-    from cortex.index import Index
-    from cortex.layout import lock_held
-    from cortex.recall import STRONG_LINK
-    from cortex.store import Store
-
-    for text in ("Redis rate-limit keys need a TTL or staging runs out of memory",
-                 "Redis keys for sessions get a TTL of one day",
-                 "Every Redis key written by the API carries a TTL"):
-        remember(project, text, type="gotcha")
-    cortex("recall", "redis ttl", cwd=project)  # committed, its views kept (the centralities among them)
-    store = Store.locate(project)
-    assert wait_for(lambda: not lock_held(str(store.state_dir / "maintain-run.lock")), 60)  # its upkeep done
-    warm = in_process_server(store)
-    assert warm.current.wait(60)
-    before = warm.indexes.get(store)._version  # noqa: SLF001
-    hub = remember(project, "Redis TTLs: rate-limit keys, session keys and API keys all get one",
-                   type="gotcha").id  # a write the server did not make (no socket in this test)
-    older = Index(store)  # as a server's index: takes an earlier manifest's, keeps no views
-    older.older_centralities_ok, older.keeps_views = True, False
-    older.ensure(full=True)
-    taken = older.centralities()
-    assert older.centralities_older and hub not in taken  # the kept ones of the manifest before the write
-    assert taken != older._computed_centralities()  # noqa: SLF001 - and they are not the current ones
-    assert wait_for(lambda: warm.indexes.get(store)._version != before  # noqa: SLF001
-                    and not warm.indexes.get(store).centralities_older
-                    and warm.indexes.get(store).memoized(("hops", STRONG_LINK)), 30)
-    index = warm.indexes.get(store)
-    with warm.busy:
-        current = index.centralities()
-        assert current == index._computed_centralities() and hub in current  # noqa: SLF001
-        assert Index(store).saved_centralities() == current  # kept for the next process
 
 
 def test_a_build_ahead_after_a_write_commits_what_the_write_left_in_memory(project):

@@ -64,7 +64,7 @@ class Clone:
         return made
 
     def settle(self, limit: float = 60.0) -> None:
-        """Wait for the detached `cortex maintain` the Stop started (links, gc) to finish."""
+        """Wait for the detached `cortex maintain` the Stop started to finish."""
         from cortex.graph import queued_links
 
         store = Store.locate(self.path)
@@ -72,7 +72,7 @@ class Clone:
         deadline = time.time() + limit
         time.sleep(0.2)
         while time.time() < deadline:
-            if not queued_links(store) and (store.state_dir / "gc.stamp").exists() and not lock_held(str(lock)):
+            if not queued_links(store) and not lock_held(str(lock)):
                 return
             time.sleep(0.1)
         raise AssertionError(f"cortex maintain did not finish in {limit} s")

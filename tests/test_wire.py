@@ -1,4 +1,4 @@
-"""`cortex.wire`: the hot paths' JSON and socket client give what `json` and a plain socket would."""
+"""`cortex.wire`: the client of `cortex serve`'s one-line protocol."""
 
 from __future__ import annotations
 
@@ -7,33 +7,7 @@ import os
 import socket
 import threading
 
-import pytest
-
 from cortex import wire
-
-DOCUMENTS = [
-    {"session_id": "abc", "cwd": "/home/dev/project", "hook_event_name": "UserPromptSubmit",
-     "prompt": "why does the café's “login” fail?\nTraceback: KeyError('x')\t😀"},
-    {"numbers": [0, -1, 1.5, 1e300, -2.5e-8, 12345678901234567890], "flags": [True, False, None], "empty": {}},
-    [{"nested": [[{"deep": 'a back\\slash, a "quote", a \x01 control'}]]}],
-    {"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": "<!-- cortex:injected -->\n# b"}},
-]
-
-
-@pytest.mark.parametrize("document", DOCUMENTS)
-def test_dumps_and_loads_are_json_dumps_and_loads(document):
-    assert wire.dumps(document) == json.dumps(document)
-    assert wire.loads(json.dumps(document)) == document
-    assert wire.loads(json.dumps(document, indent=2, ensure_ascii=False).encode()) == document
-
-
-@pytest.mark.parametrize("text", ["", "   ", "{", '{"a": 1} trailing', "{'single': 'quotes'}", "[1, 2,]", "nul"])
-def test_anything_but_one_json_document_is_a_value_error(text):
-    with pytest.raises(ValueError):
-        json.loads(text)  # the standard's verdict, for comparison
-    with pytest.raises(ValueError):
-        wire.loads(text)
-
 
 def test_ask_sends_one_line_and_reads_the_answer(tmp_path):
     path = str(tmp_path / "serve.sock")

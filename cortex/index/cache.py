@@ -102,7 +102,7 @@ class Index:
         self._row_map: tuple[list[str], dict[str, int]] = ([], {})  # `_rows_of_keys`: kept across syncs
         self._problems: list[tuple[str, str]] = []  # (path relative to memories/, reason): with the records
         self._central: dict[str, float] | None = None
-        self._neighbours: dict[str, list[tuple[str, str, float | None]]] | None = None
+        self._neighbours: LinkMap | None = None
         self._allowed: dict[Any, Any] = {}
         self._query_encoder: Any = None
         self._rel_of_id: dict[str, str] | None = None
@@ -751,7 +751,7 @@ class Index:
             self._scan = Scan(items, [Problem(path, reason) for path, reason in problems])
         return self._scan
 
-    def records(self) -> dict[str, dict[str, Any]]:
+    def records(self) -> Records:
         """Manifest entries of every valid memory by path (relative to memories/): id, status, type,
         branch and links directly, the rest through `Manifest.meta`. Files sharing an id are all left out."""
         if self.manifest is None:
@@ -764,6 +764,13 @@ class Index:
             self._records.revive()
         return self._records
 
+    def meta(self, rel: str) -> dict[str, Any]:
+        """A record's full metadata (title, tags, dates, …) from the synced manifest."""
+        if self.manifest is None:
+            self.sync(full=False)
+        assert self.manifest is not None
+        return self.manifest.meta(rel)
+
     def _sorted_out(self) -> tuple[list[str], list[int], list[tuple[str, str]]]:
         """The records (`records`: their paths and rows, in path order) and (path, reason) of the problems
         (`problems`), from one pass in path order over three columns."""
@@ -773,7 +780,7 @@ class Index:
         problems: list[tuple[str, str]] = []
         files = self.manifest.files
         paths, errors, ids = files.paths, files.full_column("error"), files.full_column("id")
-        order = sorted((n for n, rel in enumerate(paths) if rel is not None), key=paths.__getitem__)
+        order = sorted((n for n, rel in enumerate(paths) if rel is not None), key=lambda n: paths[n] or "")
         if len(order) > 1:
             # No malformed file and no id twice (the usual store): the pass below, in C (~0.3 s of a server's
             # start at 100,000 memories when no process had kept the records for its manifest).
@@ -781,9 +788,9 @@ class Index:
             if pick(errors).count(None) == len(order) and len(set(pick(ids))) == len(order):
                 return list(pick(paths)), order, []
         root = self.store.memories_dir
-        shared = duplicate_ids((ids[n], paths[n]) for n in order if errors[n] is None)
+        shared = duplicate_ids((ids[n], paths[n] or "") for n in order if errors[n] is None)
         for n in order:
-            rel, error, ident = paths[n], errors[n], ids[n]
+            rel, error, ident = paths[n] or "", errors[n], ids[n]
             if error is not None:
                 problems.append((rel, error))
             elif ident in shared:  # every file holding it is skipped (`cortex.store.duplicate_ids`)
@@ -991,7 +998,7 @@ class Index:
                 pass
             self._searcher = None
 
-    def neighbours(self) -> Mapping[str, list[tuple[str, str, float | None]]]:
+    def neighbours(self) -> LinkMap:
         """id -> (rel, other id, strength) of every link that touches it: its own, and `relates_to` links other
         memories made to it (automatic links are written in the newer memory's file only; the relation reads
         both ways). A link written on both ends, as older stores have it, counts once. Computed once per sync."""
@@ -1252,7 +1259,8 @@ class LinkMap(Mapping[str, list[tuple[str, str, Any]]]):
     __slots__ = ("_raw", "_sorted")
 
     def __init__(self, raw: dict[str, dict[tuple[str, str], Any]]) -> None:
-        self._raw, self._sorted = raw, {}
+        self._raw: dict[str, dict[tuple[str, str], Any]] = raw
+        self._sorted: dict[str, list[tuple[str, str, Any]]] = {}
 
     def __getitem__(self, memory_id: str) -> list[tuple[str, str, Any]]:
         links = self._sorted.get(memory_id)
@@ -1433,7 +1441,7 @@ def _write_kept(path: Path, version: tuple[int, int, int], key: Any, value: Any)
 
 
 def _read_kept(path: Path, version: tuple[int, int, int] | None, key: Any, any_version: bool = False
-               ) -> tuple[Any] | None:
+               ) -> tuple[Any, ...] | None:
     """(the value,) saved by `Index._kept` in `path` for this manifest version (or, with `any_version`, whichever
     it was saved for) and key; None when the file is missing, for another version or key (told from its short
     head, without reading the rest), damaged (its CRC-32) or of an older format."""

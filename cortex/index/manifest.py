@@ -158,7 +158,7 @@ class Entries(MutableMapping[str, dict[str, Any]]):
         return len(self._paths) - self._holes
 
     def __iter__(self) -> Iterator[str]:
-        return iter([rel for rel in self._paths if rel is not None] if self._holes else list(self._paths))
+        return iter([rel for rel in self._paths if rel is not None])
 
     def __contains__(self, rel: object) -> bool:
         return rel in self._index()
