@@ -43,7 +43,9 @@ def _split(text: str, path: Path) -> tuple[str, str, str] | None:
 def render(store: Store, index: Any = None) -> str:
     from cortex import briefing
 
-    built = briefing.build(store, stable=True, index=index)
+    # No branch, HEAD or changed files: the section is committed, so it is the same whatever is checked out.
+    built = briefing.build(store, stable=True, index=index,
+                           facts={"branch": None, "rev": None, "head": None, "commits": [], "changed": []})
     return f"{BEGIN}\n{neutralised(built.text).rstrip()}\n{END}"
 
 
@@ -96,7 +98,7 @@ def update(store: Store, create: bool = False, index: Any = None) -> str | None:
 def refresh(store: Store, index: Any = None) -> str | None:
     """Keep the section current (only where `cortex init --agents` put one); returns what was done.
 
-    Skipped cheaply when neither the branch nor the store changed since the last refresh (`state/agents.key`).
+    Skipped cheaply when the store did not change since the last refresh (`state/agents.key`).
     """
     from cortex.layout import signature
 
@@ -112,6 +114,24 @@ def refresh(store: Store, index: Any = None) -> str | None:
     done = update(store, index=index)
     atomic_write(stamp, f"{store.current_branch()}|{signature(str(store.root))}", durable=False)
     return done
+
+
+UNION = "# cortex: two branches' sections of AGENTS.md merge without a conflict (docs/git.md)\nAGENTS.md merge=union\n"
+
+
+def union_attribute(root: Path) -> str | None:
+    """Name git's built-in union driver for AGENTS.md in the repository's `.gitattributes` (no local config, so a
+    host's merge button uses it too): the section changes with memory on every branch. Kept when the file
+    already says anything about AGENTS.md. Returns what was done."""
+    path = root / ".gitattributes"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        text = ""
+    if any(line.split()[:1] == [FILE] for line in text.splitlines()):
+        return None
+    atomic_write(path, text + ("\n" if text and not text.endswith("\n") else "") + UNION)
+    return f"wrote {path} (AGENTS.md merges with git's union driver; commit it)"
 
 
 def remove(root: Path) -> str | None:

@@ -104,17 +104,20 @@ def build(store: Store, budget_tokens: int | None = None, now: float | None = No
     commit or edit (HEAD, commits, changed files, stale marks): the form kept in a committed file (AGENTS.md), which
     should change only when memory does."""
     from cortex.index import Index
-    from cortex.memory import now_epoch
+    from cortex.memory import epoch, now_epoch
     from cortex.recall import Prior
 
-    now = now_epoch() if now is None else now
     index = (index or Index(store)).ensure()
     facts = dict(facts) if facts is not None else _git_facts(store, rev)
-    if stable:
+    if stable:  # a tracked file: a function of the memory files alone, not of the clock or this clone's use
         facts.update(head=None, commits=[], changed=[])
+        if now is None:
+            now = max((epoch(stamp) for _rel, *stamps in index.records().column("updated", "created")
+                       for stamp in stamps if stamp), default=None)
+    now = now_epoch() if now is None else now
     budget = int(budget_tokens or store.config().get("briefing.budget_tokens"))
     page = _Page(budget if stable else budget - FRAME_TOKENS, _header(facts, stable))  # a hook frames it
-    pool = _Pool(store, index, facts, Prior(store, index, now, facts["branch"]), stable, now, page)
+    pool = _Pool(store, index, facts, Prior(store, index, now, facts["branch"], local=not stable), stable, now, page)
     page.conflicts = pool.conflicts()
     pool.fill("Pinned", lambda row: row.pinned, capped=False)
     if not stable:  # the hot tier (cortex.salience): the most used memories, always shown; learned per clone
@@ -251,6 +254,8 @@ def _header(facts: dict[str, Any], stable: bool) -> str:
     if facts.get("rev"):  # `--at REV`: name the revision as given, and the branch only when there is one
         on = f" on branch `{branch}`" if branch and branch != facts["rev"] else ""
         header += [f"# cortex briefing — at revision `{facts['rev']}`{at}{on}"]
+    elif stable:  # a committed file (AGENTS.md): the same on every branch and machine
+        header += ["# cortex briefing"]
     else:
         header += [f"# cortex briefing — branch `{branch or 'none'}`{at}"]
     if facts["commits"]:

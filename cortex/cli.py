@@ -195,7 +195,7 @@ def _at(store: Any, rev: str | None) -> Any:
 @main.command()
 @click.option("--global", "use_global", is_flag=True, help="Create the global store instead ($CORTEX_HOME).")
 @click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), help="Create the store in this folder.")
-@click.option("--git-hooks", is_flag=True, help="Also install the pre-push, post-merge, post-checkout and post-rewrite hooks and the projection merge driver.")
+@click.option("--git-hooks", is_flag=True, help="Also install the pre-push, post-merge, post-checkout and post-rewrite hooks.")
 @click.option("--claude", "claude_code", is_flag=True, help="Also add cortex's hooks to .claude/settings.json and write .claude/rules/cortex-memory.md.")
 @click.option("--agents", is_flag=True, help="Also keep a marked section of AGENTS.md holding the briefing (updated by the Stop hook).")
 @click.option("--codex", is_flag=True, help="Also add cortex's hooks and MCP server to .codex/ and its memory rules to AGENTS.md (OpenAI Codex CLI).")
@@ -225,6 +225,11 @@ def init(use_global: bool, directory: Path | None, git_hooks: bool, claude_code:
         if globalsync.ensure_repository(store)[1]:
             globalsync.commit_changes(store, "cortex: global store")
             click.echo(f"made {store.root} a git repository (`cortex sync --global --remote URL` to sync it)")
+    if not use_global:  # an older store's custom merge driver: replaced by git's built-in union (docs/git.md)
+        from cortex.gitops import union_attributes
+
+        for line in union_attributes(store.root):
+            click.echo(line)
     if existed:
         click.echo(f"cortex store already set up at {store.root}")
     else:
@@ -248,6 +253,9 @@ def init(use_global: bool, directory: Path | None, git_hooks: bool, claude_code:
         except CortexError as exc:
             _fail(str(exc))
         click.echo(done or f"{agents_file.path_for(store)} is already up to date")
+        attribute = agents_file.union_attribute(agents_file.path_for(store).parent)
+        if attribute:
+            click.echo(attribute)
     if git_hooks:
         from cortex.errors import NotARepository
         from cortex.gitops import install_git_hooks
@@ -518,6 +526,10 @@ def edit(store: Any, memory_id: str) -> None:
         atomic_write(item.path, text)
         store.update(item.id, {})  # stamp `updated` through the round-trip writer
     draft.unlink()
+    from cortex import events
+    from cortex.index import Indexes
+
+    events.memories_changed(store, Indexes(), [item.path], upkeep="none")  # the pages it is on, at once
     click.echo(f"saved {item.path}")
 
 
@@ -1065,6 +1077,11 @@ def gc(store: Any, dry_run: bool, as_json: bool) -> None:
     from cortex import lifecycle
 
     actions = lifecycle.gc(store, dry_run=dry_run)
+    if not dry_run and any(a.kind != "keep" for a in actions):
+        from cortex import events
+        from cortex.index import Indexes
+
+        events.memories_changed(store, Indexes(), upkeep="none", everything=True)  # the pages, at once
     if as_json:
         _print_json([a.to_dict() for a in actions])
         return
@@ -1154,15 +1171,16 @@ def consolidate(store: Any, dry_run: bool, yes: bool, allow_conflicts: bool, thr
 
 
 @main.command(name="index-code")
-@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.argument("paths", nargs=-1, type=click.Path(exists=True, path_type=Path))
 @click.option("--force", is_flag=True, help="Index again even when a file has not changed.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @store_options
 def index_code_command(store: Any, paths: tuple[Path, ...], force: bool, as_json: bool) -> None:
-    """Describe source files as memories: a code_description (outline or LLM summary) and the code, linked source_of."""
+    """Describe source files (default: the repository) as a code_description and the code, linked source_of; kept
+    out of git (derived from the code)."""
     from cortex import codeindex
 
-    report = codeindex.index_code(store, list(paths), force=force)
+    report = codeindex.index_code(store, list(paths) or [store.worktree or store.root.parent], force=force)
     if as_json:
         _print_json(codeindex.as_dict(report))
         return

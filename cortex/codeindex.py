@@ -1,8 +1,9 @@
-"""Code indexing (`cortex index-code PATH… [--force]`): a prose description and the source of each file.
+"""Code indexing (`cortex index-code [PATH…] [--force]`): a prose description and the source of each file.
 
-Two memories a file, linked `source_of` from prose to code (recall finds code through its description).
-An unchanged file (same git blob in `source.sha`) is skipped; binaries, large files, secrets and non-source
-files are skipped and reported. docs/graph.md.
+Two memories a file, linked `source_of` from prose to code (recall finds code through its description). They are
+derived data, rebuilt from the code at any commit: `.cortex/.gitignore` keeps them out of git, and a changed file's
+pair replaces the old one. An unchanged file (same git blob in `source.sha`) is skipped; binaries, large files,
+secrets and non-source files are skipped and reported. docs/graph.md.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from cortex.errors import CortexError, MalformedMemory, SecretDetected
 from cortex.gitfacts import path_inside
 from cortex.gitops import tracked
 from cortex.memory import Link, Memory
-from cortex.store import Store
+from cortex.store import CODE_IGNORED, Store
 
 MAX_BYTES = 200_000
 LANGUAGES = {".py": "python", ".js": "javascript", ".jsx": "javascript", ".ts": "typescript", ".tsx": "typescript",
@@ -39,7 +40,8 @@ class IndexReport:
     indexed: list[tuple[str, str, str]] = field(default_factory=list)  # (path, description id, code id)
     unchanged: list[str] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, why)
-    superseded: list[str] = field(default_factory=list)
+    replaced: list[str] = field(default_factory=list)  # ids of the older pairs, whose files were removed
+    notes: list[str] = field(default_factory=list)
 
 
 def blob_sha(data: bytes) -> str:
@@ -159,6 +161,7 @@ def index_code(store: Store, paths: list[Path], force: bool = False) -> IndexRep
     """Index each file (see the module docstring)."""
     root = store.worktree or store.root.parent
     report = IndexReport()
+    report.notes += _ignore_outlines(store)
     existing: dict[str, list[Memory]] = {}
     for item in store.list(types=("code",)):
         if item.files:
@@ -227,18 +230,27 @@ def index_code(store: Store, paths: list[Path], force: bool = False) -> IndexRep
             code.path.unlink(missing_ok=True)
             report.skipped.append((rel, str(exc)))
             continue
-        for item in old:
-            if item.status == "active":
-                store.supersede(item.id, code.id)
-                report.superseded.append(item.id)
-            old_description = descriptions.get(item.id)
-            if old_description is not None and old_description.status == "active":
-                store.supersede(old_description.id, description.id)
-                report.superseded.append(old_description.id)
+        for item in old:  # derived data: the older pair is replaced, not kept beside the new one
+            for each in (item, descriptions.get(item.id)):
+                if each is not None and each.path is not None:
+                    each.path.unlink(missing_ok=True)
+                    report.replaced.append(each.id)
         report.indexed.append((rel, description.id, code.id))
         existing[rel] = [code]
         descriptions[code.id] = description
     return report
+
+
+def _ignore_outlines(store: Store) -> list[str]:
+    """`.cortex/.gitignore` names the outlines' folders (a store made before they were kept out of git)."""
+    from cortex.files import atomic_write
+
+    path = store.root / ".gitignore"
+    current = path.read_text(encoding="utf-8") if path.exists() else ""
+    if "memories/code/" in current:
+        return []
+    atomic_write(path, current + ("\n" if current and not current.endswith("\n") else "") + CODE_IGNORED)
+    return [f"wrote {path}: code outlines stay out of git (commit it; `git rm -r --cached` outlines committed before)"]
 
 
 def _summary_line(prose: str, rel: str) -> str:
@@ -264,7 +276,8 @@ def _summary_line(prose: str, rel: str) -> str:
 
 
 def describe(report: IndexReport) -> list[str]:
-    out = [f"indexed {rel} (description {d}, code {c})" for rel, d, c in report.indexed]
+    out = list(report.notes)
+    out += [f"indexed {rel} (description {d}, code {c})" for rel, d, c in report.indexed]
     out += [f"unchanged {rel}" for rel in report.unchanged]
     out += [f"skipped {rel}: {why}" for rel, why in report.skipped]
     return out
@@ -273,4 +286,4 @@ def describe(report: IndexReport) -> list[str]:
 def as_dict(report: IndexReport) -> dict[str, Any]:
     return {"indexed": [{"path": p, "description": d, "code": c} for p, d, c in report.indexed],
             "unchanged": report.unchanged, "skipped": [{"path": p, "reason": r} for p, r in report.skipped],
-            "superseded": report.superseded}
+            "replaced": report.replaced, "notes": report.notes}

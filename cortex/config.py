@@ -77,7 +77,7 @@ DEFAULTS: dict[str, Any] = {
     },
     "git": {
         "on_stop": "stage",
-        "pre_push": "commit",
+        "pre_push": "warn",
     },
     "embedding": {
         "model": "bundled",
@@ -150,8 +150,8 @@ gc:                         # lifecycle (`cortex gc`, also after capture)
   remove_after_days: 30     # archived and untouched this long: the file leaves the working tree (git keeps it)
 
 git:
-  on_stop: stage            # stage | commit | off: what the Stop hook does with new memories
-  pre_push: commit          # commit | check: stale projections on push
+  on_stop: stage            # stage | off: what the Stop hook does with the memories it wrote (never a commit)
+  pre_push: warn            # warn | block: a stale projection on push is named (block: and the push stops)
 
 embedding:
   model: bundled            # bundled, or a path to a local model2vec folder
@@ -221,8 +221,8 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
 }
 CHOICES: dict[str, tuple[str, ...]] = {
     "capture.llm": ("off", "auto", "on"),
-    "git.on_stop": ("stage", "commit", "off"),
-    "git.pre_push": ("commit", "check"),
+    "git.on_stop": ("stage", "off", "commit"),  # commit: an older setting, read as stage (cortex never commits)
+    "git.pre_push": ("warn", "block", "commit", "check"),  # commit, check: older names of warn, block
 }
 CAPTURE_LAYERS = ("structural", "keyword", "self_report")  # the local layers of cortex.capture
 NO_BOUND = (0, None)  # every other number: counts, weights, days and token budgets are never negative

@@ -47,13 +47,13 @@ def memories_changed(store: Store, indexes: Indexes, written: Iterable[Path] = (
                      pages: bool = True, everything: bool = False) -> Changes:
     """Bring everything derived from the memory files in step after `written` changed (see the module docstring).
 
-    `link`: ids to link now (`remember`); capture queues its ids for the upkeep instead. `types`: the types
-    of what changed, when known (a context memory changes no projection page). `stage`: record the changes
-    in git under `git.on_stop` (hooks; a person's command leaves git alone). `upkeep`: start `cortex
+    `link`: ids to link now (`remember`, the Stop hook's captures). `types`: the types
+    of what changed, when known (a context memory changes no projection page). `stage`: record in git, under
+    `git.on_stop`, the files this call wrote (`written`, the pages and AGENTS.md it rewrote), nothing else
+    (hooks; a person's command leaves git alone). `upkeep`: start `cortex
     maintain` (`cortex.maintain.run`) when due (`detached`), or not (`none`: the caller runs it, or nothing). `everything`: what changed is not
-    known file by file (gc, consolidation): refresh every page. `pages=False` leaves the projections to the next
-    Stop or pre-push (a person's `remember` or `forget`: the pre-push hook commits pages it finds stale, so
-    a page refreshed in the working tree but not committed would be pushed stale).
+    known file by file (gc, consolidation): refresh every page, stage nothing. `pages=False` leaves the
+    projections as they are.
     """
     from cortex import agents, projections
     from cortex.errors import CortexError
@@ -63,6 +63,10 @@ def memories_changed(store: Store, indexes: Indexes, written: Iterable[Path] = (
     changes = Changes()
     written = list(written)
     index = indexes.get(store)  # synced by the first step that reads it: a Stop that wrote nothing walks nothing
+    if pages and written and index.manifest is None:
+        # The pages are rendered from the cache: walk first, as a pull without cortex's hooks may have brought
+        # memories it has not seen (note_written alone takes the committed cache as it is).
+        index.sync(full=False, progress=False)
     index.note_written(written)
     link = [memory_id for memory_id in link if memory_id]
     if link:
@@ -70,14 +74,17 @@ def memories_changed(store: Store, indexes: Indexes, written: Iterable[Path] = (
     if pages and (everything or written and (types is None or projections.affected_by(types) or changes.linked)):
         changes.pages = projections.refresh(store, index)
     if store.label == "project":
-        try:
-            changes.agents = agents.refresh(store, index)
+        try:  # only after a change: a Stop that wrote nothing writes no tracked file (a union-merged section waits)
+            changes.agents = agents.refresh(store, index) if written or everything or changes.linked else None
         except CortexError as exc:  # a malformed AGENTS.md section is the person's to fix; the rest goes on
             store.log(f"AGENTS.md not refreshed: {exc}")
-        if stage and (written or changes.pages or everything) and store.worktree is not None:
+        if stage and written and store.worktree is not None:
             from cortex.gitops import record_cortex_changes
 
-            changes.staged = record_cortex_changes(store.root, str(store.config().get("git.on_stop")))
+            mine = [*written, *_linked_paths(store, index, link), *changes.pages]
+            if changes.agents:
+                mine.append(agents.path_for(store))
+            changes.staged = record_cortex_changes(store.root, str(store.config().get("git.on_stop")), paths=mine)
     elif store.label == "global" and stage and (written or everything) \
             and str(store.config().get("git.on_stop")) != "off":
         from cortex.globalsync import commit_changes  # the global store is a repository of its own, once synced
@@ -93,6 +100,12 @@ def memories_changed(store: Store, indexes: Indexes, written: Iterable[Path] = (
 
         changes.briefing = briefing_ahead(str(store.root))
     return changes
+
+
+def _linked_paths(store: Store, index: Any, ids: list[str]) -> list[Path]:
+    """The files of the memories `ids` (a link is written in the new memory's own file)."""
+    rel_of = index.rel_of_id() if ids else {}
+    return [store.memories_dir / rel_of[i] for i in ids if i in rel_of]
 
 
 def _link_now(store: Store, index: Any, ids: list[str]) -> int:
@@ -113,12 +126,22 @@ def _link_now(store: Store, index: Any, ids: list[str]) -> int:
 
 def capture_done(store: Store, report: Any, indexes: Indexes, *, stage: bool = False,
                  upkeep: str = "detached") -> Changes:
-    """After a capture (`cortex.capture.CaptureReport`): each store it wrote to, and the upkeep, brought in step."""
+    """After a capture (`cortex.capture.CaptureReport`): each store it wrote to, and the upkeep, brought in step.
+
+    With `stage` (the hooks), the new memories are linked here, before they are staged: the detached upkeep
+    then has no link to write into a file already staged (or committed a moment later)."""
+    link: list[str] = []
+    if stage and report.written:
+        from cortex.graph import queued_links, unqueue_links
+
+        link = [i for i in queued_links(store) if i in set(report.written)]
+        unqueue_links(store, link)
     for root, paths in sorted(report.paths.items()):
         if Path(root) != store.root:  # global-scope memories went to the global store
             memories_changed(Store(Path(root), "global"), indexes, paths, stage=stage, upkeep="none")
-    # Nothing written here still refreshes AGENTS.md (a branch switch) and starts the upkeep when due.
-    return memories_changed(store, indexes, report.paths.get(str(store.root), []), stage=stage, upkeep=upkeep)
+    # Nothing written here still starts the upkeep when due.
+    return memories_changed(store, indexes, report.paths.get(str(store.root), []), link=link, stage=stage,
+                            upkeep=upkeep)
 
 
 def remember(store: Store, text: str, indexes: Indexes | None = None, *, type: str = "context",
@@ -126,7 +149,7 @@ def remember(store: Store, text: str, indexes: Indexes | None = None, *, type: s
              files: Iterable[str] = (), pinned: bool = False, source: dict[str, Any] | None = None,
              summary: str | None = None) -> Memory:
     """Save a memory from a person's text (the CLI's `remember` and the MCP tool): written through the store
-    (the secret guard), linked to what it resembles, AGENTS.md refreshed (the pages follow at the next Stop).
+    (the secret guard), linked to what it resembles, the pages and AGENTS.md refreshed beside it.
     Without a `summary` the store writes one from the text (`cortex.memory.summary_from`)."""
     from cortex.errors import CortexError
     from cortex.memory import title_from_text
@@ -138,20 +161,20 @@ def remember(store: Store, text: str, indexes: Indexes | None = None, *, type: s
                                   tags=list(dict.fromkeys(tags)), files=list(dict.fromkeys(files)),
                                   source=source or {"kind": "manual"}, summary=" ".join((summary or "").split())))
     assert created.path is not None
-    changes = memories_changed(store, indexes or Indexes(), [created.path], link=[created.id], pages=False,
-                               upkeep="none")
+    changes = memories_changed(store, indexes or Indexes(), [created.path], link=[created.id], upkeep="none",
+                               types=[type])
     return store.read(created.path) if changes.linked else created  # its links, as written
 
 
 def forget(store: Store, memory_id: str, indexes: Indexes | None = None, replaced_by: str | None = None) -> Memory:
-    """Archive a memory, or mark it superseded by `replaced_by` (the pages follow at the next Stop)."""
+    """Archive a memory, or mark it superseded by `replaced_by`; the pages it is on refreshed."""
     if replaced_by:
         old, new = store.supersede(memory_id, replaced_by)
         paths = [old.path, new.path]
     else:
         old = store.archive(memory_id)
         paths = [old.path]
-    memories_changed(store, indexes or Indexes(), [p for p in paths if p is not None], pages=False, upkeep="none")
+    memories_changed(store, indexes or Indexes(), [p for p in paths if p is not None], upkeep="none")
     return old
 
 
@@ -163,7 +186,7 @@ def restore(store: Store, memory_id: str, indexes: Indexes | None = None) -> Mem
         return current
     restored = store.restore(current.id)
     assert restored.path is not None
-    memories_changed(store, indexes or Indexes(), [restored.path], pages=False, upkeep="none")
+    memories_changed(store, indexes or Indexes(), [restored.path], upkeep="none")
     return restored
 
 
@@ -192,11 +215,12 @@ def promote(store: Store, memory_id: str, indexes: Indexes | None = None, archiv
 
 
 def upkeep_due(store: Store) -> bool:
-    """Anything for `cortex maintain` to do: memories queued for links, or the day's gc not run yet."""
+    """Anything for `cortex maintain` to do: memories queued for links, or, in a store outside git (the global
+    one), the day's gc not run yet."""
     from cortex.graph import queued_links
     from cortex.lifecycle import gc_due
 
-    return bool(queued_links(store)) or gc_due(store)
+    return bool(queued_links(store)) or (store.worktree is None and gc_due(store))
 
 
 def _spawn_upkeep(store: Store) -> bool:

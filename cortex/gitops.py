@@ -6,7 +6,7 @@ The lean readers a hook uses are `cortex.gitfacts`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping, NamedTuple
+from typing import Any, Iterable, NamedTuple
 
 
 def find_worktree_root(start: Path) -> Path | None:
@@ -58,13 +58,7 @@ def head_commit(worktree_root: Path | None) -> str | None:
 HOOK_MARK = "# cortex-managed hook"
 HOOK_NAMES = ("pre-push", "post-merge", "post-checkout", "post-rewrite")
 CHAINED_SUFFIX = ".pre-cortex"
-MERGE_DRIVER = "cortex-projection"
-GITATTRIBUTES = (
-    "# cortex: projections merge without conflicts (ours is kept; the post-merge and post-rewrite hooks regenerate them)\n"
-    "decisions.md merge=cortex-projection\n"
-    "decisions-archive.md merge=cortex-projection\n"
-    "active-plan.md merge=cortex-projection\n"
-)
+MERGE_DRIVER = "cortex-projection"  # the custom driver of older versions: its config is removed, its attributes replaced
 
 
 def scrubbed_git_env() -> None:
@@ -145,7 +139,7 @@ def is_cortex_hook(path: Path) -> bool:
 
 
 def install_git_hooks(start: Path, python: str | None = None) -> list[str]:
-    """Install cortex's git hooks and merge driver; returns what was done, a line each."""
+    """Install cortex's git hooks (and the pages' union attributes); returns what was done, a line each."""
     import os
     import sys
 
@@ -166,21 +160,35 @@ def install_git_hooks(start: Path, python: str | None = None) -> list[str]:
         atomic_write(path, _hook_script(name, python))
         path.chmod(0o755)
         done.append(f"installed {path}")
-    repo.config[f"merge.{MERGE_DRIVER}.name"] = "cortex projections: keep ours, the post-merge hook regenerates"  # type: ignore[attr-defined]
-    repo.config[f"merge.{MERGE_DRIVER}.driver"] = "true"  # type: ignore[attr-defined]
-    done.append(f"configured the {MERGE_DRIVER} merge driver in {common_dir(repo) / 'config'}")
+    for key in (f"merge.{MERGE_DRIVER}.name", f"merge.{MERGE_DRIVER}.driver"):
+        try:
+            del repo.config[key]  # type: ignore[attr-defined]
+        except KeyError:
+            pass
     workdir = Path(repo.workdir) if repo.workdir else None  # type: ignore[attr-defined]
     if workdir is not None and (workdir / ".cortex").is_dir():
-        attributes = workdir / ".cortex" / ".gitattributes"
-        current = attributes.read_text(encoding="utf-8") if attributes.exists() else ""
-        if "merge=cortex-projection" not in current:
-            atomic_write(attributes, current + ("\n" if current and not current.endswith("\n") else "") + GITATTRIBUTES)
-            done.append(f"wrote {attributes} (commit it so clones merge projections the same way)")
+        done += union_attributes(workdir / ".cortex")
     return done
 
 
+def union_attributes(store_root: Path) -> list[str]:
+    """`.cortex/.gitattributes` naming git's built-in union driver for the pages (older stores named cortex's own
+    driver, which only a clone with the hooks had: a host's merge button conflicted). Returns what was done."""
+    from cortex.files import atomic_write
+    from cortex.store import GITATTRIBUTES
+
+    attributes = store_root / ".gitattributes"
+    current = attributes.read_text(encoding="utf-8") if attributes.exists() else ""
+    if "merge=union" in current:
+        return []
+    kept = "".join(line for line in current.splitlines(keepends=True)
+                   if f"merge={MERGE_DRIVER}" not in line and "cortex: projections merge" not in line)
+    atomic_write(attributes, kept + ("\n" if kept and not kept.endswith("\n") else "") + GITATTRIBUTES)
+    return [f"wrote {attributes} (commit it: every clone, and a host's merge button, then merges the pages)"]
+
+
 def uninstall_git_hooks(start: Path) -> list[str]:
-    """Remove only cortex's hooks (restoring a chained one) and its merge driver config."""
+    """Remove only cortex's hooks (restoring a chained one) and an older version's merge driver config."""
     import os
 
     repo = open_repository(start)
@@ -201,36 +209,6 @@ def uninstall_git_hooks(start: Path) -> list[str]:
         except KeyError:
             pass
     return done or ["no cortex git hooks were installed"]
-
-
-def commit_paths(repo: object, paths: Mapping[str, bytes | None], message: str) -> str:
-    """Commit exactly these worktree-relative paths (contents given; None: deleted) on top of HEAD; nothing else.
-    Built from HEAD's tree, not the index, so what the person staged stays staged and out of it; the index entries of
-    these paths are updated so working tree, index and HEAD agree."""
-    import pygit2
-
-    r: pygit2.Repository = repo  # type: ignore[assignment]
-    if r.head_is_unborn or r.head_is_detached:
-        raise ValueError("HEAD is not on a branch")
-    head = r.head.peel(pygit2.Commit)
-    scratch = pygit2.Index()
-    scratch.read_tree(head.tree)
-    for rel, data in sorted(paths.items()):
-        if data is None:
-            for index in (scratch, r.index):
-                try:
-                    index.remove(rel)
-                except (KeyError, OSError):
-                    pass  # not tracked: nothing to delete
-            continue
-        blob = r.create_blob(data)
-        scratch.add(pygit2.IndexEntry(rel, blob, pygit2.enums.FileMode.BLOB))
-        r.index.add(pygit2.IndexEntry(rel, blob, pygit2.enums.FileMode.BLOB))
-    tree = scratch.write_tree(r)
-    author, committer = _signature(r, "AUTHOR"), _signature(r, "COMMITTER")
-    oid = r.create_commit("HEAD", author, committer, message, tree, [head.id])
-    write_index(r)
-    return str(oid)
 
 
 def write_index(repo: Any, index: Any = None, seconds: float = 5.0) -> None:
@@ -614,7 +592,8 @@ def pushed_changes(repo: Any, push_lines: str, prefix: str, remote: str = "") ->
     return out
 
 
-def record_cortex_changes(store_root: Path, policy: str = "stage", message: str = "cortex: memory update") -> list[str]:
+def record_cortex_changes(store_root: Path, policy: str = "stage", message: str = "cortex: memory update",
+                          paths: Iterable[Path] | None = None) -> list[str]:
     """`_record` under the store's staging lock, retried while git's own `index.lock` is held (a concurrent Stop,
     the upkeep, or the person's git command) for a few seconds; after that the next Stop records what is left."""
     import time
@@ -627,18 +606,18 @@ def record_cortex_changes(store_root: Path, policy: str = "stage", message: str 
     while True:
         try:
             with file_lock(store_root / "state" / "stage.lock"):
-                return _record(store_root, policy, message)
+                return _record(store_root, policy, message, paths)
         except pygit2.GitError as exc:
             if "index is locked" not in str(exc) or time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
 
 
-def _record(store_root: Path, policy: str, message: str) -> list[str]:
+def _record(store_root: Path, policy: str, message: str, only: Iterable[Path] | None = None) -> list[str]:
     """What the Stop hook does with new and changed `.cortex/` files (`git.on_stop`): `stage` (into the index, for the
-    person's next commit), `commit` (a separate commit of only them) or `off`. Never a path outside `.cortex/`,
-    ignored files or other writers' temp files; a path that appears or vanishes meanwhile is taken as it is then.
-    Returns the paths recorded."""
+    person's next commit; `commit`, an older setting, is read as `stage`: cortex never commits) or `off`. Given `only` (the files the caller
+    wrote), those of them that changed and nothing else. Never a path outside `.cortex/`, ignored files or other
+    writers' temp files; a path that appears or vanishes meanwhile is taken as it is then. Returns the paths recorded."""
     import pygit2
 
     from cortex.files import is_temp_name
@@ -650,17 +629,13 @@ def _record(store_root: Path, policy: str, message: str) -> list[str]:
     prefix = store_root.resolve().relative_to(workdir).as_posix() + "/"
     changed = (pygit2.enums.FileStatus.WT_NEW | pygit2.enums.FileStatus.WT_MODIFIED | pygit2.enums.FileStatus.WT_DELETED
                | pygit2.enums.FileStatus.WT_RENAMED | pygit2.enums.FileStatus.WT_TYPECHANGE)
+    wanted = None if only is None else {_relative(p, workdir) for p in only}
     paths = sorted(path for path, flags in repo.status().items()
-                   if path.startswith(prefix) and not flags & pygit2.enums.FileStatus.IGNORED and flags & changed
+                   if (path.startswith(prefix) if wanted is None else path in wanted)
+                   and not flags & pygit2.enums.FileStatus.IGNORED and flags & changed
                    and not is_temp_name(path.rsplit("/", 1)[-1]))
     if not paths:
         return []
-    if policy == "commit":
-        contents = {p: _read_if_there(workdir / p) for p in paths}
-        contents = {p: data for p, data in contents.items() if data is not None or p in repo.index}
-        if contents and not repo.head_is_unborn and not repo.head_is_detached:
-            commit_paths(repo, contents, message)
-        return sorted(contents)
     index = repo.index
     recorded = []
     for path in paths:
@@ -680,11 +655,11 @@ def _record(store_root: Path, policy: str, message: str) -> list[str]:
     return recorded
 
 
-def _read_if_there(path: Path) -> bytes | None:
+def _relative(path: Path, workdir: Path) -> str:
     try:
-        return path.read_bytes() if path.is_file() else None
-    except FileNotFoundError:
-        return None
+        return Path(path).resolve().relative_to(workdir).as_posix()
+    except ValueError:
+        return ""  # outside this worktree: never staged
 
 
 def tracked(root: Path | str, names: list[str]) -> set[str]:

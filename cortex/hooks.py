@@ -1,7 +1,7 @@
 """Hook entry points: what `cortex hook <event>` runs.
 
-Git hooks never break the person's git command (errors go to the log), except that pre-push fails closed
-for the reasons it exists: a secret in a pushed memory, or stale projections. docs/git.md.
+Git hooks never break the person's git command (errors go to the log) and never write a commit. pre-push
+fails closed only for a secret in a pushed memory (and, with `git.pre_push: block`, stale pages). docs/git.md.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def _store_here() -> Store | None:
 
 def git_pre_push(args: list[str], stdin: str) -> int:
     from cortex import projections
-    from cortex.gitops import commit_paths, open_repository, pushed_changes
+    from cortex.gitops import open_repository, pushed_changes
 
     store = _store_here()
     try:
@@ -77,23 +77,12 @@ def git_pre_push(args: list[str], stdin: str) -> int:
             projections.write(store, pages, index)  # records the stamp: the next push skips rendering
             return 0
         names = ", ".join(page.name for page in stale)
-        mode = str(store.config().get("git.pre_push"))
-        if mode == "check":
-            print(f"cortex: projections out of date ({names}); run `cortex project`, commit, and push again",
-                  file=sys.stderr)
+        if str(store.config().get("git.pre_push")) in ("block", "check"):
+            print(f"cortex: push stopped: {names} out of date (git.pre_push: block); run `cortex project`, commit, "
+                  "and push again", file=sys.stderr)
             return 1
-        projections.write(store, stale, index)
-        repo = open_repository(store.root.parent)
-        workdir = Path(repo.workdir)  # type: ignore[attr-defined]
-        paths = {page.path.relative_to(workdir).as_posix(): page.text.encode("utf-8") for page in stale}
-        try:
-            sha = commit_paths(repo, paths, f"cortex: update projections ({names})\n\nRegenerated from .cortex/memories/ by the pre-push hook.")
-        except ValueError as exc:
-            print(f"cortex: projections out of date ({names}) and cannot commit them ({exc}); "
-                  "commit them yourself and push again", file=sys.stderr)
-            return 1
-        print(f"cortex: projections updated in {sha[:12]}; push again", file=sys.stderr)
-        return 1
+        print(f"cortex: {names} out of date; `cortex project` regenerates it, for your next commit", file=sys.stderr)
+        return 0
     except Exception as exc:  # never block a push on cortex's own failure
         if store is None:
             print(f"cortex: pre-push check skipped ({exc})", file=sys.stderr)
@@ -105,10 +94,9 @@ def git_pre_push(args: list[str], stdin: str) -> int:
 
 def git_refresh(event: str, args: list[str]) -> int:
     """post-checkout, post-merge, post-rewrite: bring the cache in step; after a merge or a rebase, the pages. A
-    checkout never writes a tracked file (pages are a function of the commit's memory files); a merge can join
-    memories while the merge driver kept one side's page, so stale tracked pages are regenerated and, under
-    `git.pre_push: commit`, committed on their own. A page never committed is never created here (it would block a
-    later merge). Always 0."""
+    checkout never writes a tracked file (pages are a function of the commit's memory files); a merge joins pages
+    with git's union driver, so a tracked page left stale is regenerated in the working tree, never committed. A
+    page never committed is never created here (it would block a later merge). Always 0."""
     if event == "post-checkout" and len(args) >= 3 and args[2] != "1":
         return 0  # a file checkout, not a branch switch
     rebased = event == "post-rewrite" and bool(args) and args[0] == "rebase"  # not `commit --amend`
@@ -132,7 +120,7 @@ def git_refresh(event: str, args: list[str]) -> int:
 
 def _refresh_tracked_pages(store: Store, index: Any, after: str) -> None:
     from cortex import projections
-    from cortex.gitops import commit_paths, open_repository
+    from cortex.gitops import open_repository
 
     repo = open_repository(store.root.parent)
     if repo.head_is_unborn or repo.head_is_detached:
@@ -152,13 +140,8 @@ def _refresh_tracked_pages(store: Store, index: Any, after: str) -> None:
         return
     projections.write(store, [page for _rel, page in stale], index)
     names = ", ".join(page.name for _rel, page in stale)
-    if str(store.config().get("git.pre_push")) == "check":
-        print(f"cortex: regenerated {names} after the {after}; commit it", file=sys.stderr)
-        return
-    sha = commit_paths(repo, {rel: page.text.encode("utf-8") for rel, page in stale},
-                       f"cortex: update projections after {after} ({names})\n\n"
-                       f"Regenerated from .cortex/memories/ by the post-{'merge' if after == 'merge' else 'rewrite'} hook.")
-    print(f"cortex: {names} regenerated after the {after} and committed in {sha[:12]}", file=sys.stderr)
+    print(f"cortex: {names} regenerated after the {after} (the merged page was not its regeneration); "
+          "commit it with your next change", file=sys.stderr)
 
 
 # ---------------------------------------------------------------- Claude Code hooks

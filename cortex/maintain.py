@@ -1,7 +1,7 @@
 """Upkeep after capture, off the Stop hook's clock: links, lifecycle, automatic consolidation.
 
 The Stop hook starts `cortex maintain` detached when ids are queued for links or the day's gc is due;
-`cortex capture` and the LLM worker run it inline.
+`cortex capture` and the LLM worker run it inline. Nothing is staged here: the Stop staged what it wrote first.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from cortex.store import Store
 
 
 def run(store: Store, indexes: Indexes | None = None, stage: bool = True) -> dict[str, int]:
-    """What `cortex maintain` does: link the queued memories, gc once a day, consolidate flagged pairs when due,
+    """What `cortex maintain` does: link the queued memories, gc once a day (a store outside git: the global one),
+    consolidate flagged pairs when due,
     then bring the projections, AGENTS.md and (with `stage`) git in step. One run per store at a time."""
     from cortex import consolidate, lifecycle
     from cortex.events import memories_changed
@@ -33,8 +34,8 @@ def run(store: Store, indexes: Indexes | None = None, stage: bool = True) -> dic
             unqueue_links(store, batch)
             ids += batch
             indexes.stale(store)  # the links rewrote files: the next batch syncs again
-        try:
-            actions = lifecycle.daily(store) or []
+        try:  # in a git worktree gc is the person's command: no upkeep writes a tracked file behind their back
+            actions = (lifecycle.daily(store) or []) if store.worktree is None else []
             counts["archived"] = sum(a.kind == "archive" for a in actions)
             counts["removed"] = sum(a.kind == "remove" for a in actions)
         except Exception as exc:

@@ -29,10 +29,43 @@ class Projection:
     text: str
 
     def is_current(self) -> bool:
+        """The page on disk says what this one says: the same bytes, or what git's union merge makes of them."""
         try:
-            return self.path.read_text(encoding="utf-8") == self.text
+            text = self.path.read_text(encoding="utf-8")
         except OSError:
             return False
+        return text == self.text or same_entries(text, self.text)
+
+
+def _entries(text: str) -> list[tuple[str, ...]]:
+    """A page as the set of its entries: each heading with the headings above it and its lines, blank lines
+    dropped and lines in code-point order. The union merge of two branches' pages (docs/git.md) keeps each
+    side's new lines whole but may put them in either side's order and drop a blank line between them."""
+    path: list[str] = []
+    blocks: list[tuple[str, ...]] = []
+    lines: list[str] = []
+
+    def close() -> None:
+        blocks.append((*path, "", *sorted(lines)))
+        lines.clear()
+
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        level = len(line) - len(line.lstrip("#"))
+        if level and line[level:level + 1] == " ":
+            close()
+            del path[level - 1:]
+            path.extend([""] * (level - 1 - len(path)) + [line])
+        else:
+            lines.append(line)
+    close()
+    return sorted(set(blocks))
+
+
+def same_entries(text: str, other: str) -> bool:
+    """Whether two pages hold the same entries under the same headings, whatever their order (`_entries`)."""
+    return _entries(text) == _entries(other)
 
 
 def _templates_dir() -> Path:

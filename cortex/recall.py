@@ -91,16 +91,18 @@ class Prior:
     `salience.weight` × (salience − 0.5) over the same sum (`cortex.salience`: zero for a memory never shown)."""
 
     def __init__(self, store: Store, index: Any, now: float, branch: str | None,
-                 central: dict[str, float] | None = None) -> None:
-        """`central`: the centralities when the caller has them (`Index.saved_centralities`); else the index's."""
+                 central: dict[str, float] | None = None, local: bool = True) -> None:
+        """`central`: the centralities when the caller has them (`Index.saved_centralities`); else the index's.
+        `local=False`: no reads or salience (this clone's own signals), for what is written to a tracked file."""
         self.weights = {name: float(value) for name, value in store.config().get("recall.weights").items()}
         self.total = sum(self.weights.values()) or 1.0
-        self.access = store.access_counts()
+        self.access = store.access_counts() if local else {}
         self.max_log = math.log(max(self.access.values(), default=0) + 1) or 1.0
         self.central = central if central is not None else index.centralities()
         self.now, self.branch = now, branch
         # Learned from use (state/salience.json): weight × (salience − 0.5), so no history changes nothing.
-        self.salience, self.salience_weight = salience.scores(store), float(store.config().get("salience.weight"))
+        self.salience = salience.scores(store) if local else {}
+        self.salience_weight = float(store.config().get("salience.weight"))
 
     def __call__(self, memory: Memory) -> float:
         return sum(self._terms(memory))

@@ -24,7 +24,13 @@ from cortex.memory import Link, Memory
 
 STALE_TEMP_SECONDS = 600
 _swept: dict[str, float] = {}  # store root -> when this process last removed its stale temp files
-GITIGNORE = "# derived and private state: rebuilt by cortex, never committed\ncache/\nstate/\n"
+CODE_IGNORED = ("# code outlines (`cortex index-code`): derived from the code at any commit, never committed\n"
+                "memories/code/\nmemories/code_description/\n")
+GITIGNORE = ("# derived and private state: rebuilt by cortex, never committed\ncache/\nstate/\n"
+             "# a write in progress (`.<name>.<random>.tmp`): never for git\n.*.tmp\n" + CODE_IGNORED)
+# The pages merge with git's built-in union driver: no local config, so a host's merge button uses it too.
+GITATTRIBUTES = ("# cortex: generated pages merge without conflicts anywhere (git's built-in union driver; docs/git.md)\n"
+                 "decisions.md merge=union\ndecisions-archive.md merge=union\nactive-plan.md merge=union\n")
 MIN_PREFIX = 4
 MAX_MEMORY_BYTES = 262144  # the default of `store.max_memory_bytes` (cortex.config)
 SYMLINK = "is a symbolic link; memory files must be regular files"
@@ -152,6 +158,8 @@ class Store:
             atomic_write(root / "config.yaml", TEMPLATE)
         if not (root / ".gitignore").exists():
             atomic_write(root / ".gitignore", GITIGNORE)
+        if label == "project" and not (root / ".gitattributes").exists():
+            atomic_write(root / ".gitattributes", GITATTRIBUTES)
         return cls(root, label)
 
     # ------------------------------------------------------------ paths

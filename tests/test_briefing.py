@@ -136,15 +136,17 @@ def test_init_agents_keeps_a_marked_section_current_and_the_rest_untouched(proje
     assert f"`{decision}`" in text and text.rstrip().endswith(END)
     assert "Recent commits" not in text  # the committed form does not churn with every commit
     assert cortex("init", "--agents", cwd=project).stdout.strip().endswith("already up to date")
-    # a person adds text after the section; the Stop hook refreshes only the section
+    # a person adds text after the section; a write refreshes only the section, at once
     (project / "AGENTS.md").write_text(text + "\n## Release\nTag from main.\n", encoding="utf-8")
-    later = _remember(project, "Webhooks are verified with the provider's signing secret name, never logged", type="gotcha")
+    later = cortex("remember", "Webhooks are verified with the provider's signing secret name, never logged",
+                   "--type", "gotcha", cwd=project).stdout.strip()
+    refreshed = (project / "AGENTS.md").read_text(encoding="utf-8")
     transcript = tmp_path / "t.jsonl"
     transcript.write_text("", encoding="utf-8")
     payload = {"session_id": "s", "transcript_path": str(transcript), "cwd": str(project), "hook_event_name": "Stop",
                "stop_hook_active": False}
     assert cortex("hook", "stop", cwd=project, input=json.dumps(payload)).returncode == 0
-    refreshed = (project / "AGENTS.md").read_text(encoding="utf-8")
+    assert (project / "AGENTS.md").read_text(encoding="utf-8") == refreshed  # a Stop that wrote nothing: untouched
     assert f"`{later}`" in refreshed and f"`{decision}`" in refreshed
     assert refreshed.startswith("# Agents\n") and refreshed.endswith("## Release\nTag from main.\n")
     assert refreshed.count(BEGIN) == 1

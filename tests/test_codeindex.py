@@ -57,7 +57,7 @@ def test_index_code_writes_a_source_of_pair_that_recall_returns_together(project
     index = Index(store)
     index.sync(full=False)
     assert all(entry.get("vhash") is None for entry in index.records().values() if entry["type"] == "code")
-    # unchanged: nothing; changed: a new pair supersedes the old one
+    # unchanged: nothing; changed: a new pair replaces the old one
     git(project, "add", "-A")  # index-code reads tracked files only
     again = cortex_json("index-code", "src", cwd=project)
     assert again["indexed"] == [] and set(again["unchanged"]) == {"src/billing.py", "src/app.ts"}
@@ -65,9 +65,11 @@ def test_index_code_writes_a_source_of_pair_that_recall_returns_together(project
     git(project, "add", "-A")  # index-code reads tracked files only
     changed = cortex_json("index-code", "src/billing.py", cwd=project)
     assert [i["path"] for i in changed["indexed"]] == ["src/billing.py"]
-    assert set(changed["superseded"]) == {item["description"], item["code"]}
-    assert store.get(item["code"]).status == "superseded"
-    assert store.get(item["description"]).status == "superseded"
+    assert set(changed["replaced"]) == {item["description"], item["code"]}
+    assert code.path is not None and description.path is not None
+    assert not code.path.exists() and not description.path.exists()  # derived data: replaced, not kept beside
+    # kept out of git: `git add -A` stages none of them (issue 39: no committed copy of the source)
+    assert git(project, "ls-files", ".cortex/memories/code", ".cortex/memories/code_description").stdout == ""
     git(project, "add", "-A")  # index-code reads tracked files only
     forced = cortex_json("index-code", "src/app.ts", "--force", cwd=project)
     assert [i["path"] for i in forced["indexed"]] == ["src/app.ts"]

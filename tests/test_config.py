@@ -42,8 +42,8 @@ def test_the_template_is_the_defaults_and_valid(tmp_path):
     ("capture: {layers: keyword}", "capture.layers", DEFAULTS["capture"]["layers"], "capture.layers must be a list"),
     ("capture: {layers: [keyword, telepathy]}", "capture.layers", DEFAULTS["capture"]["layers"], "telepathy"),
     ("capture: {llm_command: ''}", "capture.llm_command", "claude -p", "must be a non-empty string"),
-    ("git: {on_stop: push}", "git.on_stop", "stage", "git.on_stop must be one of stage, commit, off, got 'push'"),
-    ("git: {pre_push: [commit]}", "git.pre_push", "commit", "got ['commit']"),
+    ("git: {on_stop: push}", "git.on_stop", "stage", "git.on_stop must be one of stage, off, commit, got 'push'"),
+    ("git: {pre_push: [commit]}", "git.pre_push", "warn", "got ['commit']"),
     ("embedding: {model: 5}", "embedding.model", "bundled", "embedding.model must be a non-empty string, got 5"),
     ("store: {max_memory_bytes: 10}", "store.max_memory_bytes", 262144, "must be an integer of at least 1024"),
 ])

@@ -45,7 +45,7 @@ def _links(store: Store, memory_id: str) -> set[tuple[str, str]]:
     return {(link.rel, link.to) for link in store.get(memory_id).links}
 
 
-def test_queued_memories_are_linked_the_queue_drained_and_the_change_staged(project):
+def test_queued_memories_are_linked_the_queue_drained_and_nothing_staged(project):
     store, ids = _unlinked_store(project)
     new = remember(store, INVOICE_TOTALS, type="decision", link=False).id
     (project / "app.py").write_text("print('the person is mid-edit')\n", encoding="utf-8")
@@ -56,10 +56,8 @@ def test_queued_memories_are_linked_the_queue_drained_and_the_change_staged(proj
     assert counts["linked"] == len(linked) >= 1 and {rel for rel, _ in linked} == {"relates_to"}
     invoices = {ids[text] for text, _ in TOPICS if "nvoice" in text or "cents" in text}
     assert {to for _, to in linked} <= invoices  # backups and Vite are not related
-    assert queued_links(store) == [] and not upkeep_due(store)  # drained, and the day's gc is done
-    staged = git(project, "diff", "--cached", "--name-only").stdout.split()
-    assert ".cortex/decisions.md" in staged and store.get(new).path.relative_to(project).as_posix() in staged
-    assert "app.py" not in staged and all(p.startswith(".cortex/") for p in staged)  # only cortex's files
+    assert queued_links(store) == [] and not upkeep_due(store)  # drained (in git, gc is never the upkeep's)
+    assert git(project, "diff", "--cached", "--name-only").stdout == ""  # the upkeep stages nothing (issue 39)
     before = {p: p.read_bytes() for p in store.memories_dir.rglob("*.md")}
     assert _maintain(project) == {"linked": 0, "archived": 0, "removed": 0, "merged": 0}  # nothing due: nothing done
     assert {p: p.read_bytes() for p in store.memories_dir.rglob("*.md")} == before
@@ -76,13 +74,17 @@ def test_one_maintain_at_a_time_and_a_stamp_from_the_future_is_stale(project):
         assert queued_links(store) == ["0123456789ab"]  # and left the queue to the running one
     cortex("maintain", cwd=project)  # now it runs: the queue is drained (an unknown id links nothing)
     assert queued_links(store) == []
-    assert not upkeep_due(store)  # gc ran today
-    (store.state_dir / "gc.stamp").write_text(str(time.time() + 90 * DAY), encoding="utf-8")  # a fixed clock ahead
-    assert upkeep_due(store)
+    assert not upkeep_due(store)  # in a git worktree gc is the person's command: never due for the upkeep
 
 
-def test_gc_runs_at_most_once_a_day(project):
+def test_outside_git_gc_runs_at_most_once_a_day_and_a_stamp_from_the_future_is_stale(tmp_path):
+    """A store outside git (the global store, a plain folder) has no tracked file to keep still: its upkeep runs
+    gc once a day. In a git worktree it never does (issue 39: no write behind the person's back)."""
+    project = tmp_path / "notes"
+    project.mkdir()
+    cortex("init", cwd=project)
     store = Store.locate(project)
+    assert upkeep_due(store)
 
     def faded(title: str) -> str:  # progress at confidence 0.6 (half-life 7 days): due for archiving from day 21
         return store.create(Memory(id="", type="progress", title=title, body=title + "\n", confidence=0.6,
@@ -96,6 +98,20 @@ def test_gc_runs_at_most_once_a_day(project):
     assert store.get(second).status == "active"
     assert _maintain(project, CORTEX_NOW=str(T0 + 22.2 * DAY))["archived"] == 1  # a day later it runs again
     assert store.get(second).status == "archived"
+    (store.state_dir / "gc.stamp").write_text(str(time.time()), encoding="utf-8")
+    assert not upkeep_due(store)  # gc ran today
+    (store.state_dir / "gc.stamp").write_text(str(time.time() + 90 * DAY), encoding="utf-8")  # a fixed clock ahead
+    assert upkeep_due(store)
+
+
+def test_in_a_git_worktree_the_upkeep_archives_nothing(project):
+    store = Store.locate(project)
+    faded = store.create(Memory(id="", type="progress", title="Parser rewrite half done", body="Half done.\n",
+                                confidence=0.6, branch="main", created="2026-01-01T00:00:00Z",
+                                updated="2026-01-01T00:00:00Z")).id
+    assert _maintain(project, CORTEX_NOW=str(T0 + 60 * DAY))["archived"] == 0
+    assert store.get(faded).status == "active"
+    assert f"archived {faded}" in cortex("gc", cwd=project, env={"CORTEX_NOW": str(T0 + 60 * DAY)}).stdout  # by hand
 
 
 def test_the_stop_hook_leaves_the_links_to_a_detached_upkeep(project, tmp_path):

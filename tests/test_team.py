@@ -64,7 +64,7 @@ class Clone:
         return made
 
     def settle(self, limit: float = 60.0) -> None:
-        """Wait for the detached `cortex maintain` the Stop started (links, gc) to finish."""
+        """Wait for the detached `cortex maintain` the Stop started to finish."""
         from cortex.graph import queued_links
 
         store = Store.locate(self.path)
@@ -72,7 +72,7 @@ class Clone:
         deadline = time.time() + limit
         time.sleep(0.2)
         while time.time() < deadline:
-            if not queued_links(store) and (store.state_dir / "gc.stamp").exists() and not lock_held(str(lock)):
+            if not queued_links(store) and not lock_held(str(lock)):
                 return
             time.sleep(0.1)
         raise AssertionError(f"cortex maintain did not finish in {limit} s")
@@ -134,7 +134,7 @@ def test_a_team_week_has_no_conflict_no_aborted_command_and_loses_no_memory(tmp_
     bob.git("pull", "-q", "--no-rebase")
     bob.clean()
     bob.git("merge", "-q", "--no-ff", "-m", "Merge feature/backoff", "feature/backoff")
-    bob.clean()  # both sides changed decisions.md: the driver kept ours and post-merge committed the new page
+    bob.clean()  # both sides changed decisions.md: git's union driver kept both, as a regeneration would
     assert "projections are up to date" in cortex("project", "--check", cwd=bob.path).stdout
     bob.git("push", "-q")
 
