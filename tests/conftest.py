@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,7 +32,8 @@ def user_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(autouse=True)
-def isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, user_cache: Path) -> Path:
+def isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch,
+                 user_cache: Path) -> Iterator[Path]:
     """No test touches a real home: CORTEX_HOME and HOME point at a temp folder."""
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("HOME", str(home))
@@ -45,7 +47,15 @@ def isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
     for role in ("AUTHOR", "COMMITTER"):
         monkeypatch.setenv(f"GIT_{role}_NAME", "Cortex Test")
         monkeypatch.setenv(f"GIT_{role}_EMAIL", "test@example.com")
-    return home
+    above = [folder / name for folder in tmp_path_factory.getbasetemp().parents for name in (".git", ".cortex")]
+    before = {path for path in above if path.exists()}
+    yield home
+    # A `.git` or `.cortex` above the temp folders turns every "outside a repository" test of the run into a
+    # project's: the test that made one fails here, by name, and the folder is removed.
+    stray = [path for path in above if path.exists() and path not in before]
+    for path in stray:
+        shutil.rmtree(path, ignore_errors=True)
+    assert not stray, f"{stray} appeared above the temp folders during this test (or one running beside it)"
 
 
 @pytest.fixture
