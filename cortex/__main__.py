@@ -42,6 +42,14 @@ def run() -> None:
         except Exception:
             pass  # a hook never breaks the session
         _leave(0)
+    if len(args) >= 2 and args[0] == "hook" and args[1] == "git-post-checkout":
+        from cortex import hotpath
+
+        try:
+            hotpath.post_checkout(args[2:])
+        except Exception:
+            pass  # never breaks the person's git command; the next command syncs the cache anyway
+        _leave(0)
     if len(args) >= 2 and args[0] == "hook" and args[1] in CLAUDE_EVENTS:
         raw = sys.stdin.read() if not sys.stdin.isatty() else ""
         if args[1] in ("session-start", "prompt"):

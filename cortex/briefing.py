@@ -20,6 +20,8 @@ TYPE_WEIGHTS = {"architecture": 25, "decision": 25, "pattern": 25, "gotcha": 20,
                 "code_description": 10, "code": 0, "plan": 30}
 BRANCH_SCOPED = ("progress", "plan")
 MAX_CHARS = 10_000
+GLOBAL_SHARE = 0.2  # of the budget, at most, for the global store's memories
+GLOBAL = "Global: yours, across projects"
 
 
 @dataclass
@@ -120,6 +122,8 @@ def build(store: Store, budget_tokens: int | None = None, now: float | None = No
     pool = _Pool(store, index, facts, Prior(store, index, now, facts["branch"], local=not stable), stable, now, page)
     page.conflicts = pool.conflicts()
     pool.fill("Pinned", lambda row: row.pinned, capped=False)
+    if not stable:  # this person's memories across projects: never in a committed file
+        _fill_global(store, page, now)
     if not stable:  # the hot tier (cortex.salience): the most used memories, always shown; learned per clone
         from cortex.salience import hot_ids
 
@@ -135,6 +139,31 @@ def build(store: Store, budget_tokens: int | None = None, now: float | None = No
     if plan is not None and plan[0].path is not None:
         page.add_plan(store.read(plan[0].path))
     return page.briefing()
+
+
+def _fill_global(store: Store, page: _Page, now: float) -> None:
+    """The global store's memories in their own section, pinned first, within `GLOBAL_SHARE` of the budget."""
+    from cortex.index import Index
+    from cortex.recall import Prior
+    from cortex.store import iter_stores
+
+    for other in iter_stores(store):
+        if other.label != "global":
+            continue
+        try:
+            index = Index(other).ensure()
+        except Exception as exc:  # a damaged global store costs its section, not the session's briefing
+            store.log(f"briefing: the global store was left out: {exc!r}")
+            return
+        budget = page.budget
+        page.budget = min(budget, page.used + int(budget * GLOBAL_SHARE))
+        try:
+            pool = _Pool(other, index, {"branch": None, "changed": []}, Prior(other, index, now, None), False, now,
+                         page)
+            pool.fill(GLOBAL, lambda row: row.pinned, capped=False)
+            pool.fill(GLOBAL, lambda row: True, capped=False)
+        finally:
+            page.budget = budget
 
 
 Candidate = tuple[Any, float, "bool | str", bool]  # memory, prior, stale mark, touches a changed file
@@ -331,7 +360,7 @@ class _Page:
 
     def briefing(self) -> Briefing:
         parts = [self.header]
-        for section in ("Pinned", "Most used", "This branch", "Key memories", "Code in play"):
+        for section in ("Pinned", "Most used", "This branch", "Key memories", "Code in play", GLOBAL):
             if section in self.sections:
                 parts.append(f"## {section}\n" + "\n".join(self.sections[section]))
         if self.plan:

@@ -103,6 +103,9 @@ def hooks_dir(repo: object) -> Path:
 
 
 def _hook_script(name: str, python: str) -> str:
+    import cortex
+
+    package = cortex.__file__  # where this interpreter imports cortex from: gone once it is uninstalled
     reads_stdin = name == "pre-push"
     lines = [
         "#!/bin/sh",
@@ -117,7 +120,7 @@ def _hook_script(name: str, python: str) -> str:
         f'if [ -x "$HOOK_DIR/{name}{CHAINED_SUFFIX}" ]; then',
         f'    {pipe}"$HOOK_DIR/{name}{CHAINED_SUFFIX}" "$@" || exit $?',
         "fi",
-        f'if [ -x "{python}" ] && "{python}" -c "import cortex" 2>/dev/null; then',
+        f'if [ -x "{python}" ] && [ -f "{package}" ]; then',  # a file test: no second Python start per hook
         f'    CORTEX="{python} -m cortex"',
         "elif command -v cortex >/dev/null 2>&1; then",
         '    CORTEX="cortex"',

@@ -93,12 +93,9 @@ def git_pre_push(args: list[str], stdin: str) -> int:
 
 
 def git_refresh(event: str, args: list[str]) -> int:
-    """post-checkout, post-merge, post-rewrite: bring the cache in step; after a merge or a rebase, the pages. A
-    checkout never writes a tracked file (pages are a function of the commit's memory files); a merge joins pages
-    with git's union driver, so a tracked page left stale is regenerated in the working tree, never committed. A
-    page never committed is never created here (it would block a later merge). Always 0."""
-    if event == "post-checkout" and len(args) >= 3 and args[2] != "1":
-        return 0  # a file checkout, not a branch switch
+    """post-merge, post-rewrite (post-checkout: `cortex.hotpath.post_checkout`): bring the cache in step, and the
+    pages: a merge joins pages with git's union driver, so a tracked page left stale is regenerated in the working
+    tree, never committed. A page never committed is never created here (it would block a later merge). Always 0."""
     rebased = event == "post-rewrite" and bool(args) and args[0] == "rebase"  # not `commit --amend`
     store = _store_here()
     if store is None:

@@ -85,7 +85,9 @@ def briefing_key(store_root: str, version: str, settled: bool = False) -> str:
         while 0 <= (wait := newest + SETTLE_NS - time.time_ns()) <= SETTLE_NS:
             time.sleep(wait / 1e9)
             made, newest = _signature(store_root)
-    return f"{version}|{branch}|{head}|{made}"
+    home = global_root()  # its memories have a section of the briefing
+    shared = _signature(home)[0] if os.path.isdir(home) and os.path.realpath(home) != os.path.realpath(store_root) else ""
+    return f"{version}|{branch}|{head}|{made}|{shared}"
 
 
 def saved_briefing(store_root: str, name: str = "briefing.json") -> dict | None:

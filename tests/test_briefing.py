@@ -161,3 +161,25 @@ def test_agents_section_without_end_marker_is_a_clear_error(project):
     out = cortex("init", "--agents", cwd=project, check=False)
     assert out.returncode == 1 and "AGENTS.md" in out.stderr and "cortex:end" in out.stderr
     assert (project / "AGENTS.md").read_text(encoding="utf-8") == f"# Agents\n{BEGIN}\nhalf a section\n"
+
+
+def test_global_memories_have_their_own_section_pinned_first_and_never_reach_agents_md(project, isolated_env):
+    """Issue 40: a person's global memories (their preferences across projects) reach the session's briefing,
+    labelled, pinned first, within a share of the budget; the committed AGENTS.md never holds them; a new global
+    memory is in the next session start's briefing (the cached one is keyed on the global store too)."""
+    from cortex.briefing import GLOBAL
+
+    cortex("init", "--global", cwd=project)
+    cortex("init", "--agents", cwd=project)
+    pinned = cortex("remember", "Always answer me in British English", "--global", "--pin", "--type", "pattern",
+                    cwd=project).stdout.strip()
+    _remember(project, "Payments retry with exponential backoff, never more than 5 times", type="decision")
+    first = _session_start(project)["hookSpecificOutput"]["additionalContext"]
+    assert f"## {GLOBAL}" in first and f"`{pinned}`" in first
+    assert first.index(f"## {GLOBAL}") < first.index(f"`{pinned}`")  # under its label
+    later = cortex("remember", "I review pull requests in the morning only", "--global", "--type", "context",
+                   cwd=project).stdout.strip()
+    again = _session_start(project)["hookSpecificOutput"]["additionalContext"]
+    assert f"`{later}`" in again and again.index(f"`{pinned}`") < again.index(f"`{later}`")
+    agents = (project / "AGENTS.md").read_text(encoding="utf-8")
+    assert pinned not in agents and later not in agents and GLOBAL not in agents

@@ -6,7 +6,7 @@
 
 Feature branches on all sides add, supersede, forget and archive memories; Stop-hook captures from real
 transcripts are followed at once by a commit; `cortex gc` runs on two branches; new branches are pushed right
-after `cortex init` and after `remember`; carol merges the pull requests in both orders; alice rebases and
+after `cortex init` and after `remember`; all three merge pull requests, in both orders; alice rebases and
 checks out back and forth. Asserted throughout: no conflict, no failed git command (push included), no commit
 authored by cortex, no staged file that differs from the work tree, no untracked file left by cortex, a clean
 tree after every step; at the end every page equals its regeneration, and a fresh clone whose memories are
@@ -193,8 +193,12 @@ def _week(tmp_path: Path, *, months_old: bool, outlines: bool, fresh_clone: bool
     bob.cortex("forget", pool.id, "--yes")
     bob.commit("PDF pool note is stale")
     bob.git("push", "-q", "-u", "origin", "feat/pool")
+    alice.checkout("main")  # alice (hooks) merges bob's branch, carol the other: every kind of clone merges
+    alice.git("fetch", "-q")
+    alice.merge("origin/feat/pool")
+    alice.git("push", "-q")
     carol.git("fetch", "-q")
-    carol.merge("origin/feat/pool")
+    carol.pull()
     carol.merge("origin/feat/retries")
     carol.git("push", "-q")
 
@@ -215,10 +219,14 @@ def _week(tmp_path: Path, *, months_old: bool, outlines: bool, fresh_clone: bool
     if bob.git("status", "--porcelain"):
         bob.commit("gc on bob's side")
     bob.git("push", "-q", "-u", "origin", "chore/gc-b")
+    bob.checkout("main")  # bob (cortex, no hooks) merges both
+    bob.git("fetch", "-q")
+    bob.pull()
+    bob.merge("origin/chore/gc-b")
+    bob.merge("origin/chore/gc-a")
+    bob.git("push", "-q")
     carol.git("fetch", "-q")
-    carol.merge("origin/chore/gc-a")
-    carol.merge("origin/chore/gc-b")
-    carol.git("push", "-q")
+    carol.pull()
 
     # alice rebases a branch begun on the old main, checks out back and forth, describes the code (items 4, 6).
     alice.checkout("-b", "feat/late", "feat/numbering")

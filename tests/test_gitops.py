@@ -9,7 +9,7 @@ from pathlib import Path
 import pygit2
 
 from cortex.store import Store
-from tests.helpers import add_bare_remote, commit_all, cortex, git, remember
+from tests.helpers import add_bare_remote, commit_all, cortex, cortex_json, git, remember
 
 
 def _decision(project: Path, text: str, *tags: str) -> str:
@@ -90,6 +90,27 @@ def test_hooks_degrade_when_cortex_is_gone(project, tmp_path):
     env = dict(os.environ, PATH="/usr/bin:/bin")
     result = subprocess.run([str(hook)], cwd=project, capture_output=True, text=True, env=env, timeout=30)
     assert result.returncode == 0 and "cortex: not installed any more" in result.stderr
+
+
+def test_a_branch_switch_costs_one_python_start_writes_nothing_and_the_next_command_follows(project):
+    """post-checkout (issue 39: <= 100 ms) only starts the next briefing's build: the hook script tests a file
+    instead of starting Python to see whether cortex is installed, the hook itself loads no store or index, and
+    the next command's sync is what brings the cache in step with the branch."""
+    cortex("init", "--git-hooks", cwd=project)
+    script = (project / ".git" / "hooks" / "post-checkout").read_text(encoding="utf-8")
+    assert "import cortex" not in script and script.count("-m cortex") == 1
+    commit_all(project, "cortex store")
+    git(project, "checkout", "-q", "-b", "feature")
+    mine = _decision(project, "Feature branch decision: cache invoices with Redis", "cache")
+    commit_all(project, "feature decision")
+    before = git(project, "status", "--porcelain").stdout
+    git(project, "checkout", "-q", "main")
+    assert git(project, "status", "--porcelain").stdout == before == ""  # nothing written
+    assert mine not in [hit["id"] for hit in cortex_json("recall", "redis invoices cache", cwd=project)]
+    git(project, "checkout", "-q", "feature")
+    assert [hit["id"] for hit in cortex_json("recall", "redis invoices cache", cwd=project)][:1] == [mine]
+    log = project / ".cortex" / "state" / "cortex.log"
+    assert "post-checkout" not in (log.read_text(encoding="utf-8") if log.exists() else "")
 
 
 def test_merging_branches_that_both_added_decisions_needs_no_hand_resolution(project):
