@@ -287,6 +287,15 @@ def _credential_like(value: str) -> bool:
     return (letters and digits) or (letters and bool(re.search(r"[!@#$%^&*+=?~]", value)))
 
 
+def _passphrase(value: str) -> bool:
+    """"correct-horse-battery-staple": three or more words joined by hyphens, none of them a little word."""
+    parts = value.lower().split("-")
+    return len(parts) >= 3 and all(len(part) >= 3 and part not in _LITTLE for part in parts)
+
+
+_LITTLE = frozenset("the and for with than then that this from into onto per via not are was".split())
+
+
 def _englishy(value: str) -> bool:
     low = value.lower()
     return low in _STOPWORDS or bool(_ENGLISH_SUFFIX.search(low)) or len(value) < 6
@@ -686,8 +695,8 @@ def _prose(text: str) -> Iterator[Span]:
             value = raw.rstrip(".,;:!?)]}>")
             clause_end = text[value_start + len(value):][:1] in ("", "\n", ".", ",", ";", "!", ")")
             if match.group("verb"):
-                secret = _credential_like(value) or (word.startswith("pass") and clause_end
-                                                     and bool(_WORDY.fullmatch(value)) and not _englishy(value))
+                secret = _credential_like(value) or (word.startswith("pass") and bool(_WORDY.fullmatch(value)) and (
+                    clause_end and not _englishy(value) or _passphrase(value)))
             else:  # a long random token right after the noun
                 secret = bool(re.fullmatch(r"[A-Za-z0-9_\-+/=]{16,}", value)) and _credential_like(value)
             secret = secret and not _CODE.search(value) and not _PATH.match(value)

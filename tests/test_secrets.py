@@ -119,6 +119,8 @@ _value = "gl" + "pat-" + _token(20)
 _plant("GitLab PAT", f"Mirror with {_value} (read_repository).", _value)
 _plant("the password is X", f"The staging database password is {PASSWORD}.", PASSWORD)
 _plant("the password is a word", "Log in as admin; the password is swordfish.", "swordfish")
+_plant("a passphrase mid-sentence", "The password is correct-horse-battery-staple for the staging db.",
+       "correct-horse-battery-staple")
 # A token split over lines (a long key wrapped at 76 characters, bare and in an assignment).
 _plant("wrapped token", "OPENAI_API_KEY=\n" + _wrapped(OPENAI), _wrapped(OPENAI))
 _value = "sk-" + "proj-" + _token(150)
@@ -147,6 +149,7 @@ ORDINARY: dict[str, str] = {
     "primary key": "The primary key is user_id; the cache key is the content hash.",
     "key path": "private_key: ~/.ssh/id_ed25519 (never committed).",
     "version": "The SDK token API changed in v2.3.1-beta.",
+    "hyphenated prose after password is": "The password is set-by-the-admin daily, and longer-than-eight characters.",
 }
 
 
@@ -268,8 +271,9 @@ def test_agents_md_never_copies_it(project, name):
     plant, store = PLANTED[name], Store.locate(project)
     holding = next(line for line in plant.text.splitlines() if scan_text(line) or any(n in line for n in plant.needles))
     pinned = _hand_written(store, "context", holding.strip()[:150], "Seen in the deploy log.\n", pinned=True)
+    # AGENTS.md names no branch (issue 39): it shows the plans that belong to none
     plan = _hand_written(store, "plan", "Rotate the staging credentials", f"- [ ] {plant.text}\n- [ ] redeploy\n",
-                         branch=store.current_branch())
+                         branch=None)
     agents.update(store, create=True)
     section = (project / "AGENTS.md").read_text(encoding="utf-8")
     assert pinned.id in section and plan.id in section  # both shown: only the secret was taken out
