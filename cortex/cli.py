@@ -1162,6 +1162,10 @@ def consolidate(store: Any, dry_run: bool, yes: bool, allow_conflicts: bool, thr
         result = merging.apply(store, chosen)
     except CortexError as exc:
         _fail(str(exc))
+    from cortex import events
+    from cortex.index import Indexes
+
+    events.memories_changed(store, Indexes(), upkeep="none", everything=True)  # the pages, at once (issue 39)
     if as_json:
         _print_json({"groups": [g.to_dict() for g in groups],
                      "merged": [{"id": new, "from": old} for new, old in result.merged]})

@@ -47,13 +47,14 @@ def signature(store_root: str) -> str:
     return _signature(store_root)[0]
 
 
-def _signature(store_root: str) -> tuple[str, int]:
-    """(`signature`, the newest time in it)."""
+def _signature(store_root: str, files_only: bool = False) -> tuple[str, int]:
+    """(`signature`, the newest time in it); `files_only`: the memory folders alone (another process's cache
+    commits move nothing)."""
     parts = []
     newest = 0
     memories = os.path.join(store_root, "memories")
-    for path in (os.path.join(store_root, "cache", "commit"), os.path.join(store_root, "state", "changed"),
-                 os.path.join(store_root, "config.yaml"), memories):
+    for path in ((memories,) if files_only else (os.path.join(store_root, "cache", "commit"),
+                 os.path.join(store_root, "state", "changed"), os.path.join(store_root, "config.yaml"), memories)):
         try:
             stat = os.stat(path)
             parts.append(f"{stat.st_mtime_ns}:{stat.st_size}")
@@ -85,9 +86,15 @@ def briefing_key(store_root: str, version: str, settled: bool = False) -> str:
         while 0 <= (wait := newest + SETTLE_NS - time.time_ns()) <= SETTLE_NS:
             time.sleep(wait / 1e9)
             made, newest = _signature(store_root)
-    home = global_root()  # its memories have a section of the briefing
-    shared = _signature(home)[0] if os.path.isdir(home) and os.path.realpath(home) != os.path.realpath(store_root) else ""
-    return f"{version}|{branch}|{head}|{made}|{shared}"
+    return f"{version}|{branch}|{head}|{made}|{_global_signature(store_root)}"
+
+
+def _global_signature(store_root: str) -> str:
+    """The global store's memory folders: its memories have a section of the briefing."""
+    home = global_root()
+    if not os.path.isdir(os.path.join(home, "memories")) or os.path.realpath(home) == os.path.realpath(store_root):
+        return ""
+    return _signature(home, files_only=True)[0]
 
 
 def saved_briefing(store_root: str, name: str = "briefing.json") -> dict | None:
@@ -112,7 +119,7 @@ def start_briefing(store_root: str, version: str, stale_ok: bool = True) -> tupl
     it again."""
     branch, head = branch_and_head(worktree_root(os.path.dirname(store_root)))
     version_branch = f"{version}|{branch}|"  # `briefing_key`'s form: then HEAD, then the store's signature
-    signature = _signature(store_root)[0]
+    signature = f"{_signature(store_root)[0]}|{_global_signature(store_root)}"
     key = f"{version_branch}{head}|{signature}"
     saved = {name: saved_briefing(store_root, name) for name in ("briefing.json", "briefing.next.json")}
     current, ahead = saved["briefing.json"], saved["briefing.next.json"]
@@ -140,7 +147,8 @@ def start_briefing(store_root: str, version: str, stale_ok: bool = True) -> tupl
         # Not after a cortex write (`state/changed`: the next briefing is being built ahead) nor an edited config,
         # nor once a memory it shows is gone (a deleted memory is never shown; its files are kept since stop 23).
         files = (briefing or {}).get("files")
-        if old_parts[1:3] != parts[1:3] or not isinstance(files, list) \
+        # Nor after the global store changed (its section is rebuilt, not caught up at the first prompt).
+        if old_parts[1:3] != parts[1:3] or old_parts[-1:] != parts[-1:] or not isinstance(files, list) \
                 or not all(os.path.isfile(os.path.join(store_root, "memories", str(rel))) for rel in files):
             continue
         try:

@@ -11,8 +11,8 @@ from cortex.store import Store
 
 
 def run(store: Store, indexes: Indexes | None = None, stage: bool = True) -> dict[str, int]:
-    """What `cortex maintain` does: link the queued memories, gc once a day (a store outside git: the global one),
-    consolidate flagged pairs when due,
+    """What `cortex maintain` does: link the queued memories; in a store outside git (the global one) gc once a day
+    and consolidate flagged pairs when due;
     then bring the projections, AGENTS.md and (with `stage`) git in step. One run per store at a time."""
     from cortex import consolidate, lifecycle
     from cortex.events import memories_changed
@@ -41,7 +41,8 @@ def run(store: Store, indexes: Indexes | None = None, stage: bool = True) -> dic
         except Exception as exc:
             store.log(f"maintain: gc failed: {exc!r}")
         try:
-            counts["merged"] = consolidate.after_capture(store, len(ids))
+            # In a git worktree merging is the person's command, like gc: no tracked file changes behind them.
+            counts["merged"] = consolidate.after_capture(store, len(ids)) if store.worktree is None else 0
         except Exception as exc:
             store.log(f"maintain: consolidation failed: {exc!r}")
         if any(counts.values()):

@@ -28,7 +28,10 @@ def test_init_creates_the_layout_and_is_idempotent(repo):
     out = cortex("init", cwd=repo).stdout
     root = repo / ".cortex"
     assert "created" in out and (root / "config.yaml").is_file() and (root / "memories").is_dir()
-    assert (root / ".gitignore").read_text(encoding="utf-8").splitlines()[1:] == ["cache/", "state/"]
+    from cortex.store import GITIGNORE
+
+    assert (root / ".gitignore").read_text(encoding="utf-8") == GITIGNORE
+    assert {"cache/", "state/", "memories/code/"} <= set(GITIGNORE.splitlines())
     config = (root / "config.yaml").read_bytes()
     (repo / "sub").mkdir()
     assert "already set up" in cortex("init", cwd=repo / "sub").stdout

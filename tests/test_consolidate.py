@@ -134,7 +134,9 @@ def test_a_run_killed_half_way_is_rolled_back_by_the_next(project, monkeypatch):
     assert _snapshot(store) == before  # ... and whole again
 
 
-def test_automatic_consolidation_after_captures_merges_flagged_pairs(project, tmp_path):
+def test_after_captures_a_git_worktree_merges_nothing_behind_the_person_and_consolidate_does(project, tmp_path):
+    """Issue 39: the upkeep after a Stop writes no tracked file in a git worktree, so flagged near-duplicates wait
+    for the person's `cortex consolidate` (the global store, outside git, still merges after captures)."""
     config = project / ".cortex" / "config.yaml"
     config.write_text(config.read_text(encoding="utf-8").replace("every_captures: 10", "every_captures: 2"),
                       encoding="utf-8")
@@ -150,16 +152,15 @@ def test_automatic_consolidation_after_captures_merges_flagged_pairs(project, tm
     payload = json.dumps({"session_id": "s", "transcript_path": str(transcript), "cwd": str(project),
                           "hook_event_name": "Stop", "stop_hook_active": False})
     assert cortex("hook", "stop", cwd=project, input=payload).returncode == 0
-    log = project / ".cortex" / "state" / "cortex.log"
-    deadline = time.time() + 60  # the upkeep runs detached after the hook returns
-    while time.time() < deadline and "maintain:" not in log.read_text(encoding="utf-8"):
-        time.sleep(0.1)
     store = Store.locate(project)
+    assert cortex("maintain", cwd=project).stdout.strip().endswith("merged 0")  # what the upkeep would do
+    assert store.get(first).status == "active"
+    out = cortex_json("consolidate", "--yes", cwd=project)
+    assert out["merged"], out
     memories = store.list(statuses=())
     assert store.get(first).status == "archived"
     merged = [m for m in memories if m.source.get("kind") == "consolidation"]
     assert len(merged) == 1 and merged[0].status == "active"
-    assert "consolidate: merged 2 memories into 1" in (project / ".cortex" / "state" / "cortex.log").read_text(encoding="utf-8")
     assert "decisions.md" in {p.name for p in (project / ".cortex").iterdir()}
     assert merged[0].id in (project / ".cortex" / "decisions.md").read_text(encoding="utf-8")
 
