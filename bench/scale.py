@@ -280,9 +280,12 @@ def make_project(root: Path, size: int, python: str, env: dict[str, str], do_rei
     subprocess.run([python, "-m", "cortex", "project"], cwd=root, env=env, check=True, capture_output=True)
     subprocess.run(["git", "add", "-A", ".cortex"], cwd=root, env=env, check=True, capture_output=True)
     subprocess.run(["git", "commit", "-q", "-m", "pages"], cwd=root, env=env, check=True, capture_output=True)
-    if contextual and contextual_from is not None:
-        for name in ("contextual.f32", "contextual.json"):
-            shutil.copy(contextual_from / name, root / ".cortex" / "cache" / name)
+    if contextual and contextual_from is not None:  # the vectors are keyed by text hash: the same memories' fit
+        import sqlite3
+
+        with sqlite3.connect(root / ".cortex" / "cache" / "cache.db") as db:
+            db.execute("ATTACH ? AS earlier", (str(contextual_from / "cache.db"),))
+            db.execute("INSERT OR IGNORE INTO vectors SELECT * FROM earlier.vectors WHERE model LIKE 'contextual:%'")
     if contextual:  # every memory's contextual vector, as the detached upkeep leaves them: no bulk fill while timing
         started = time.perf_counter()
         subprocess.run([python, "-c", "import sys; from pathlib import Path; from cortex import maintain; "
@@ -497,7 +500,7 @@ def main() -> None:
     parser.add_argument("--source", type=Path, default=REPO,
                         help="the tree to install (e.g. `git archive` of an older commit, for a before/after table)")
     parser.add_argument("--contextual-from", type=Path, default=None, metavar="CACHE",
-                        help="with one size: copy contextual.f32/.json from this cache folder of an earlier run's store of that size "
+                        help="with one size: copy the contextual vectors from this cache folder (its cache.db) of an earlier run's store of that size "
                              "(the generator is seeded: same memories, same vectors) instead of filling them (~12 min "
                              "of one core at 10,000)")
     parser.add_argument("--no-contextual", action="store_true",
