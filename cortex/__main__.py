@@ -18,6 +18,23 @@ CLAUDE_EVENTS = {"stop": "claude_stop", "pre-compact": "claude_stop", "session-s
 BULK = frozenset({"reindex", "consolidate", "maintain", "gc", "verify", "index-code", "report", "sync"})
 
 
+def post_checkout(args: list[str]) -> None:
+    """git's post-checkout after a branch switch: the next session start's briefing built in a detached process.
+    Nothing else (and nothing heavier than `os` loaded): every command syncs the cache by stat first, and a
+    running server watches the files."""
+    import os
+
+    from cortex import layout
+
+    if len(args) >= 3 and args[2] != "1":
+        return  # a file checkout, not a branch switch
+    store_root = layout.find_store(os.getcwd())
+    if store_root is not None:
+        from cortex.spawn import briefing_ahead
+
+        briefing_ahead(store_root)
+
+
 def run() -> None:
     import gc
     import os
@@ -43,10 +60,8 @@ def run() -> None:
             pass  # a hook never breaks the session
         _leave(0)
     if len(args) >= 2 and args[0] == "hook" and args[1] == "git-post-checkout":
-        from cortex import hotpath
-
         try:
-            hotpath.post_checkout(args[2:])
+            post_checkout(args[2:])
         except Exception:
             pass  # never breaks the person's git command; the next command syncs the cache anyway
         _leave(0)

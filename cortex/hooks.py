@@ -93,7 +93,7 @@ def git_pre_push(args: list[str], stdin: str) -> int:
 
 
 def git_refresh(event: str, args: list[str]) -> int:
-    """post-merge, post-rewrite (post-checkout: `cortex.hotpath.post_checkout`): bring the cache in step, and the
+    """post-merge, post-rewrite (post-checkout: `cortex.__main__.post_checkout`): bring the cache in step, and the
     pages: a merge joins pages with git's union driver, so a tracked page left stale is regenerated in the working
     tree, never committed. A page never committed is never created here (it would block a later merge). Always 0."""
     rebased = event == "post-rewrite" and bool(args) and args[0] == "rebase"  # not `commit --amend`

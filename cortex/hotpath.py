@@ -225,15 +225,3 @@ def pre_tool_use(raw: str) -> bool:
             "prompt": str(given.get("prompt") or "")[:4000]}
     append_line(layout.subagent_tasks_file(store_root, session), task)
     return True
-
-
-def post_checkout(args: list[str]) -> None:
-    """git's post-checkout after a branch switch: the next session start's briefing built in a detached process.
-    Nothing else: every command syncs the cache by stat first, and a running server watches the files."""
-    if len(args) >= 3 and args[2] != "1":
-        return  # a file checkout, not a branch switch
-    store_root = layout.find_store(os.getcwd())
-    if store_root is not None:
-        from cortex.spawn import briefing_ahead
-
-        briefing_ahead(store_root)
