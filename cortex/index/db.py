@@ -157,7 +157,8 @@ def load(conn: sqlite3.Connection) -> Manifest | None:
         state = dict(conn.execute("SELECT key, value FROM state").fetchall())
         if "generation" not in state:
             return None
-        rows = conn.execute(f"SELECT path, {', '.join(FIELDS)} FROM files ORDER BY path").fetchall()
+        # In table order: ordered by path, SQLite walks the path index and looks up every row.
+        rows = conn.execute(f"SELECT path, {', '.join(FIELDS)} FROM files ORDER BY rowid").fetchall()
         model = state.get("model")
         keys = [key for (key,) in conn.execute("SELECT hash FROM vectors WHERE model = ? ORDER BY rowid", (model,))]
         parts = {name: (size, mtime, digest) for name, size, mtime, digest in conn.execute("SELECT * FROM parts")}

@@ -63,8 +63,29 @@ def _loaded(name: str, value: Any) -> Any:
     if value is None:
         return None
     if name in JSON_FIELDS:
-        return json.loads(value)
+        return [] if value == "[]" else json.loads(value)
     return bool(value) if name in BOOL_FIELDS else value
+
+
+def _decoded(name: str, raw: list[Any]) -> list[Any]:
+    """A column decoded: each distinct list of strings parsed once (tags and files repeat across memories); every
+    row gets its own list, so an entry changed in place changes no other."""
+    if name not in JSON_FIELDS:
+        return [None if value is None else bool(value) for value in raw]
+    parsed: dict[str, Any] = {}
+    out: list[Any] = []
+    for value in raw:
+        if value is None:
+            out.append(None)
+            continue
+        if name == "links" and value != "[]":  # lists of lists: parsed for each row
+            out.append(json.loads(value))
+            continue
+        found = parsed.get(value)
+        if found is None:
+            found = parsed[value] = json.loads(value)
+        out.append(list(found))
+    return out
 
 
 class Entries(MutableMapping[str, dict[str, Any]]):
@@ -145,7 +166,7 @@ class Entries(MutableMapping[str, dict[str, Any]]):
         found = self._columns.get(name)
         if found is None:
             raw = self._raw.get(name) or []
-            found = [_loaded(name, value) for value in raw] if name in JSON_FIELDS | BOOL_FIELDS else list(raw)
+            found = _decoded(name, raw) if name in JSON_FIELDS | BOOL_FIELDS else list(raw)
             self._columns[name] = found
         return found
 
