@@ -705,6 +705,11 @@ def status(store: Any, as_json: bool, strict: bool) -> None:
         if report["flagged_pairs"]:
             _echo(f"possible duplicates flagged: {report['flagged_pairs']} pairs, judged by the next automatic "
                   f"consolidation (`cortex consolidate --auto --dry-run`)")
+        if report["contested"]:
+            _echo(f"for a person ({len(report['contested'])}): alike but they differ, so consolidation did not merge "
+                  f"them; forget or delete one, or merge them with `cortex consolidate`")
+            for pair in report["contested"]:
+                _echo(f"  {pair['id']} vs {pair['other']}: {pair['reason']}")
         for warning in report["warnings"]:
             _echo(f"warning: {warning}")
         if report["problems"]:
@@ -1078,10 +1083,10 @@ def gc(store: Any, dry_run: bool, as_json: bool) -> None:
 
 @main.command()
 @click.option("--dry-run", is_flag=True, help="Print the proposed groups and their merged text; change nothing.")
-@click.option("--yes", "-y", is_flag=True, help="Merge every group without asking (not those whose memories differ in a claim).")
-@click.option("--allow-conflicts", is_flag=True, help="Also merge memories that differ in a claim (a number, version, name, negation).")
+@click.option("--yes", "-y", is_flag=True, help="Merge every group without asking (not those whose memories differ: they are kept for a person).")
+@click.option("--allow-conflicts", is_flag=True, help="Also merge memories that differ in a claim (a number, version, name, negation, choice); never those linked contradicts.")
 @click.option("--threshold", type=click.FloatRange(0, 1), help="Duplicate score a group needs (default: consolidate.manual_threshold, 0.55).")
-@click.option("--auto", "auto", is_flag=True, help="What runs after capture: only pairs flagged when written, at consolidate.auto_threshold (0.64).")
+@click.option("--auto", "auto", is_flag=True, help="Run what runs after capture, without asking: only pairs flagged when written, at consolidate.auto_threshold (0.64).")
 @click.option("--json", "as_json", is_flag=True, help="Print the groups (and what was merged) as JSON.")
 @store_options
 def consolidate(store: Any, dry_run: bool, yes: bool, allow_conflicts: bool, threshold: float | None, auto: bool,
@@ -1091,12 +1096,18 @@ def consolidate(store: Any, dry_run: bool, yes: bool, allow_conflicts: bool, thr
 
     if merging.recover(store):
         click.echo("rolled back an unfinished consolidation", err=True)
-    if auto and threshold is None:
-        threshold = float(store.config().get("consolidate.auto_threshold"))
+    if auto and allow_conflicts:
+        _fail("--auto never merges memories that differ; `cortex consolidate` asks about them")
     report: dict[str, Any] = {}
-    conflicts = "allow" if allow_conflicts else "skip" if auto else "show"
-    groups = merging.find_groups(store, threshold, only_flagged=auto, progress=sys.stderr.isatty(), report=report,
-                                 conflicts=conflicts)
+    result = None
+    if auto:  # the automatic run asks nobody: it merges only what no check stops, and keeps the rest for a person
+        try:
+            groups, result, report = merging.automatic(store, threshold, dry_run=dry_run)
+        except CortexError as exc:
+            _fail(str(exc))
+    else:
+        groups = merging.find_groups(store, threshold, progress=sys.stderr.isatty(), report=report,
+                                     conflicts="allow" if allow_conflicts else "show")
     if report.get("by") == "static similarity":
         click.echo(f"the contextual model could not be loaded (see .cortex/state/cortex.log): judged by the static "
                    f"similarity at {report['threshold']:.2f} or more", err=True)
@@ -1104,12 +1115,16 @@ def consolidate(store: Any, dry_run: bool, yes: bool, allow_conflicts: bool, thr
         key, again = ("max_judged", "cortex consolidate --auto") if auto else ("max_judged_by_hand", "cortex consolidate")
         click.echo(f"{len(report['waiting'])} memories wait for a decision (at most consolidate.{key} memories are "
                    f"encoded per run): run `{again}` again", err=True)
-    asking = not yes and not dry_run
+    asking = not yes and not dry_run and not auto
     if asking and groups and not sys.stdin.isatty():
         _fail("not a terminal: pass --yes to merge every group, or --dry-run to see them")
     chosen = []
+    # pairs that differ: kept for a person, never merged unasked (the automatic run found and kept its own)
+    contested: list[tuple[str, str, str]] = list(report["contested"]) if auto else []
+    settled = []
     for n, group in enumerate(groups, start=1):
-        merged = merging.preview(store, group, use_llm=asking)  # what would be written (the LLM's, when asking)
+        merged = group.merged if auto and not dry_run else merging.preview(store, group, use_llm=asking)
+        ids = [m.id for m in group.members]
         if not as_json:
             differ = f"; they differ, {group.conflict}" if group.conflict else ""
             click.echo(f"group {n} ({group.type}, {report.get('by', 'duplicate score')} {group.similarity:.2f}{differ}):")
@@ -1121,35 +1136,41 @@ def consolidate(store: Any, dry_run: bool, yes: bool, allow_conflicts: bool, thr
                     click.echo(f"    {_safe(line)}" if line.strip() else "")
         if merged is None:
             if not as_json:
-                click.echo("  the LLM says these memories differ: not merged")
+                click.echo(f"  not merged: {group.veto or 'the LLM says these memories differ'}")
             continue
-        if dry_run:
+        if dry_run or auto:
             continue
         if asking:
             question = f"merge group {n} anyway?" if group.conflict else f"merge group {n}?"
             if click.confirm(question, default=not group.conflict):
                 chosen.append(group)
+            if group.conflict:
+                settled.append((ids[0], ids[1]))  # a person decided: merged, or both kept
         elif group.conflict:
-            if not as_json:
-                click.echo(f"  not merged: they differ ({group.conflict}); answer yes without --yes, or pass "
-                           f"--allow-conflicts")
+            contested.append((ids[0], ids[1], group.conflict))
         else:
             chosen.append(group)
-    if not as_json and not groups:
-        click.echo("no near-duplicates found")
-    if dry_run or not chosen:
-        if as_json:
-            _print_json({"groups": [g.to_dict() for g in groups], "merged": []})
-        return
-    try:
-        result = merging.apply(store, chosen)
-    except CortexError as exc:
-        _fail(str(exc))
+    if not dry_run and not auto:
+        merging.contest(store, contested)
+        merging.settle(store, settled)
+    if not as_json:
+        for a, b, why in contested:
+            click.echo(f"not merged: {a} and {b} differ ({why}); kept for a person (`cortex status` lists it): "
+                       f"forget or delete one, or answer yes to `cortex consolidate` to merge them")
+        if not groups and not contested:
+            click.echo("no near-duplicates found")
+    if chosen:
+        try:
+            result = merging.apply(store, chosen)
+        except CortexError as exc:
+            _fail(str(exc))
+    merged_ids = result.merged if result is not None else []
     if as_json:
         _print_json({"groups": [g.to_dict() for g in groups],
-                     "merged": [{"id": new, "from": old} for new, old in result.merged]})
+                     "merged": [{"id": new, "from": old} for new, old in merged_ids],
+                     "contested": [{"id": a, "other": b, "reason": why} for a, b, why in contested]})
         return
-    for new, old in result.merged:
+    for new, old in merged_ids:
         click.echo(f"merged {', '.join(old)} into {new}")
 
 
