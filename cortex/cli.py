@@ -379,6 +379,9 @@ def show(store: Any, memory_id: str, as_json: bool, at: str | None, raw: bool) -
     store = _at(store, at)
     item = store.get(memory_id)
     _refuse_shared_id(store, item)
+    if item.links:  # a link to a memory that no longer exists is not shown (gc drops it; `--raw` shows the file)
+        there = store.ids_on_disk()
+        item.links = [link for link in item.links if link.to in there]
     store.record_access([item.id])
     ranking = _ranking(store, item) if not at else None
     from cortex.guard import redacted, redacted_data
@@ -525,17 +528,53 @@ def edit(store: Any, memory_id: str) -> None:
 
 
 @main.command()
-@click.argument("target")
+@click.argument("targets", nargs=-1, required=True, metavar="TARGET...")
 @click.option("--replaced-by", help="Id of the memory that replaces it (records a supersedes link).")
-@click.option("--yes", "-y", is_flag=True, help="Do not ask when TARGET is a query.")
-@click.option("--json", "as_json", is_flag=True, help="Print the changed record as JSON.")
+@click.option("--delete", is_flag=True, help="Remove the files instead of archiving (TARGETs are ids; git history keeps them).")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask (when TARGET is a query, or before --delete on a terminal).")
+@click.option("--json", "as_json", is_flag=True, help="Print the changed records as JSON.")
 @store_options
-def forget(store: Any, target: str, replaced_by: str | None, yes: bool, as_json: bool) -> None:
-    """Archive a memory (the file is kept). TARGET is an id or a query."""
+def forget(store: Any, targets: tuple[str, ...], replaced_by: str | None, delete: bool, yes: bool,
+           as_json: bool) -> None:
+    """Archive a memory (the file is kept), or with --delete remove memory files. TARGET is an id or a query;
+    several ids at once."""
     import re
 
+    from cortex import events
     from cortex.errors import MemoryNotFound
 
+    if delete and replaced_by:
+        _fail("--delete removes the memory; --replaced-by keeps it as superseded: pass one of them")
+    if delete or len(targets) > 1:
+        if len(targets) > 1 and replaced_by:
+            _fail("--replaced-by replaces one memory: name one TARGET")
+        bad = [t for t in targets if not re.fullmatch(r"[0-9a-fA-F]{4,12}", t)]
+        if bad:
+            _fail(f"{bad[0]!r} is not a memory id: name memories by id, or quote a query (cortex forget \"QUERY\")")
+        items = [store.get(t) for t in targets]  # an unknown id fails here, before anything changes
+        if delete:
+            if not yes and sys.stdin.isatty():
+                for item in items:
+                    click.echo(f"{item.id}  {item.type}  {_safe(item.title)}", err=True)
+                if not click.confirm(f"Delete {len(items)} memory file{'s' if len(items) > 1 else ''}?",
+                                     default=False, err=True):
+                    _fail("nothing changed")
+            removed = events.delete(store, [item.id for item in items])
+            if as_json:
+                _print_json([{"id": m.id, "title": m.title, "path": str(m.path), "status": "deleted",
+                              "store": store.label} for m in removed])
+            else:
+                for m in removed:
+                    click.echo(f"{m.id} deleted ({_safe(str(m.path))})")
+            return
+        changed = [events.forget(store, item.id) for item in items]
+        if as_json:
+            _print_json([m.to_dict() | {"store": store.label} for m in changed])
+        else:
+            for m in changed:
+                click.echo(f"{m.id} archived")
+        return
+    target = targets[0]
     item = None
     if re.fullmatch(r"[0-9a-fA-F]{4,12}", target):
         try:
@@ -544,8 +583,6 @@ def forget(store: Any, target: str, replaced_by: str | None, yes: bool, as_json:
             item = None
     if item is None:
         item = _forget_match(store, target, yes)
-    from cortex import events
-
     result = events.forget(store, item.id, replaced_by=replaced_by)
     verb = f"superseded by {store.get(replaced_by).id}" if replaced_by else "archived"
     if as_json:
@@ -923,15 +960,25 @@ def reset(store: Any, hard: bool, yes: bool) -> None:
 @click.option("--suggested", is_flag=True, help="List the suggested links (similar, just under graph.link_min), for review.")
 @click.option("--accept", nargs=2, metavar="ID OTHER", help="Write a suggested link (relates_to, in ID's file).")
 @click.option("--dismiss", nargs=2, metavar="ID OTHER", help="Drop a suggested link without writing it.")
+@click.option("--remove", nargs=2, metavar="ID OTHER", help="Remove every link between ID and OTHER, in either file.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
 @store_options
 def links(store: Any, memory_id: str | None, suggested: bool, accept: tuple[str, str] | None,
-          dismiss: tuple[str, str] | None, as_json: bool) -> None:
-    """The links of a memory (or of the store), with strength now (decayed) and when made; --suggested for review."""
+          dismiss: tuple[str, str] | None, remove: tuple[str, str] | None, as_json: bool) -> None:
+    """The links of a memory (or of the store), with strength now (decayed) and when made; --suggested for review;
+    --remove to take a link out."""
     from cortex import graph
     from cortex.index import Index
     from cortex.memory import now_epoch
 
+    if remove:
+        removed = graph.unlink(store, *remove)
+        if as_json:
+            _print_json([{"in": owner, "rel": link.rel, "to": link.to} for owner, link in removed])
+        else:
+            for owner, link in removed:
+                click.echo(f"removed {owner} {link.rel} {link.to}")
+        return
     if accept or dismiss:
         a, b = accept or dismiss  # type: ignore[misc]
         made = graph.resolve_suggestion(store, a, b, accept=bool(accept))
@@ -953,11 +1000,12 @@ def links(store: Any, memory_id: str | None, suggested: bool, accept: tuple[str,
     only = store.get(memory_id).id if memory_id else None
     ages = graph.LinkAges(store, index, now_epoch())
     rows = []
+    there = set(index.rel_of_id())
     for entry in sorted(index.records().values(), key=lambda e: e["id"]):
         meta = json.loads(entry["meta"])
         for link in meta.get("links", ()):
-            if only not in (None, entry["id"], link["to"]):
-                continue
+            if only not in (None, entry["id"], link["to"]) or link["to"] not in there:
+                continue  # (a link to a memory that no longer exists is skipped: gc drops it)
             now = ages.strength(entry["id"], link["rel"], link["to"], link.get("strength"))
             rows.append({"id": entry["id"], "rel": link["rel"], "to": link["to"], "strength": link.get("strength"),
                          "strength_now": None if now is None else round(now, 3), "created": link.get("created")})
@@ -1066,7 +1114,8 @@ def project(store: Any, check: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the actions as JSON.")
 @store_options
 def gc(store: Any, dry_run: bool, as_json: bool) -> None:
-    """Archive faded memories and merged branches' progress; remove long-archived files (git keeps them)."""
+    """Archive faded memories and merged branches' progress; remove long-archived files (git keeps them); drop links
+    to memories that no longer exist."""
     from cortex import lifecycle
 
     actions = lifecycle.gc(store, dry_run=dry_run)
@@ -1074,7 +1123,7 @@ def gc(store: Any, dry_run: bool, as_json: bool) -> None:
         _print_json([a.to_dict() for a in actions])
         return
     verb = {"archive": "would archive" if dry_run else "archived", "remove": "would remove" if dry_run else "removed",
-            "keep": "keeping"}
+            "keep": "keeping", "unlink": "would unlink" if dry_run else "unlinked"}
     for action in actions:
         click.echo(f"{verb[action.kind]} {action.id} {_safe(action.title)} ({_safe(action.reason)})")
     if not actions:
