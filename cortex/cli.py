@@ -1214,6 +1214,10 @@ def consolidate(store: Any, dry_run: bool, yes: bool, allow_conflicts: bool, thr
         except CortexError as exc:
             _fail(str(exc))
     merged_ids = result.merged if result is not None else []
+    if not as_json:
+        for group in chosen:  # the LLM, asked as the merge was made, stopped it
+            if group.veto:
+                click.echo(f"not merged: {', '.join(m.id for m in group.members)}: {group.veto}")
     if as_json:
         _print_json({"groups": [g.to_dict() for g in groups],
                      "merged": [{"id": new, "from": old} for new, old in merged_ids],
