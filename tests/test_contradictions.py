@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cortex.claims import conflict, different_choices
 from cortex.graph import queue_links
 from cortex.memory import Link
 from cortex.store import Store
@@ -46,6 +45,8 @@ def _for_a_person(project: Path) -> set[frozenset[str]]:
 
 
 def test_the_claim_checks_see_swapped_alternatives_and_different_choices():
+    from cortex.claims import conflict, different_choices
+
     assert conflict(TENACITY, CELERY) is not None
     assert conflict("We use SQLite, not Postgres, for the cache", "The cache uses Postgres, not SQLite") is not None
     assert conflict(CENTS, CENTS_AGAIN) is None
