@@ -1204,8 +1204,9 @@ def consolidate(store: Any, dry_run: bool, yes: bool, allow_conflicts: bool, thr
         merging.settle(store, settled)
     if not as_json:
         for a, b, why in contested:
-            click.echo(f"not merged: {a} and {b} differ ({why}); kept for a person (`cortex status` lists it): "
-                       f"forget or delete one, or answer yes to `cortex consolidate` to merge them")
+            click.echo(f"not merged: they differ ({why}): {a} and {b} are kept for a person (`cortex status` lists "
+                       f"them); forget or delete one, or merge them by answering yes to `cortex consolidate` or "
+                       f"with --allow-conflicts")
         if not groups and not contested:
             click.echo("no near-duplicates found")
     if chosen:
