@@ -436,9 +436,29 @@ def conflict(a: str | Claims, b: str | Claims) -> str | None:
         for before, stem in sorted(one.negated):
             if (before, stem) in other.asserted and not any(s == stem for _b, s in other.negated):
                 return f"negation: one says not '{stem}', the other says it"
+    swapped_choice = _swapped_alternatives(first, second)
+    if swapped_choice:
+        return f"choice: {swapped_choice[0]} vs {swapped_choice[1]}"
     swapped = _one_word_swapped(first, second)
     if swapped:
         return f"subject: {swapped[0]} vs {swapped[1]}"
+    return None
+
+
+def _swapped_alternatives(first: Claims, second: Claims) -> tuple[str, str] | None:
+    """The two choices, when each text rules out what the other picks ("use X, not Y" / "use Y, not X"): each
+    negates a word the other says plainly and never negates."""
+
+    def ruled_out(one: Claims, other: Claims) -> list[str]:
+        said = {stem for _before, stem in other.asserted} - {stem for _before, stem in other.negated}
+        own = {stem for _before, stem in one.asserted}
+        return sorted(stem for _before, stem in one.negated if stem in said and stem not in own)
+
+    against_second, against_first = ruled_out(first, second), ruled_out(second, first)
+    for x in against_first:
+        for y in against_second:
+            if x != y:
+                return x, y  # the first picks x and rules out y; the second the other way round
     return None
 
 
@@ -460,3 +480,48 @@ def _one_word_swapped(first: Claims, second: Claims) -> tuple[str, str] | None:
     if set(old) & second.word_stems or set(new) & first.word_stems:
         return None
     return " ".join(old), " ".join(new)
+
+
+# What a decision picks: the word after "use", "chose", "switched to", "stored in", ... ("use celery" -> celery).
+_CHOICE_VERBS = frozenset("use uses using used adopt adopts adopted choose chooses chose chosen pick picks picked "
+                          "prefer prefers preferred via through with".split())
+_CHOICE_THEN = {"to": frozenset("switch switched switches move moved moves migrate migrated migrates".split()),
+                "in": frozenset("stored kept live lives stays".split()),
+                "on": frozenset("run runs running built".split())}
+_CHOICE_SKIP = frozenset({"a", "an", "the", "our", "its", "their", "plain", "only"})
+
+
+def choices(text: str) -> frozenset[str]:
+    """The stems of what a decision's text picks: the first word after a choice verb ("use celery", "switched
+    to uv", "stored in Postgres", "goes with Redis"), never one it negates."""
+    tokens = [t.lower().replace("’", "'") for t, _start in _split_tokens(text)]
+    out: set[str] = set()
+    for n, token in enumerate(tokens[:-1]):
+        picks = token in _CHOICE_VERBS or (n > 0 and tokens[n - 1] in _CHOICE_THEN.get(token, ()))
+        if not picks or (n > 0 and (tokens[n - 1] in _NEGATIONS or tokens[n - 1].endswith("n't"))):
+            continue
+        k = n + 1
+        while k < len(tokens) and tokens[k] in _CHOICE_SKIP:
+            k += 1
+        if k < len(tokens):
+            word = tokens[k].strip("`")
+            if word not in STOP_WORDS | _NEGATIONS | _AUXILIARIES and re.match(r"^[\w.+-]+$", word) \
+                    and not word.replace(".", "").isdigit():
+                out.add(_stem(word))
+    return frozenset(out)
+
+
+def different_choices(a: str, b: str) -> str | None:
+    """Why two decisions on one subject are two decisions, or None: each picks something the other never names
+    (or names only to rule it out). "Use Postgres for the job queue" / "the job queue uses Redis"."""
+    first, second = claims(a), claims(b)
+    mine, theirs = choices(a), choices(b)
+
+    def unnamed(stem: str, other: Claims) -> bool:
+        return stem not in other.word_stems or any(s == stem for _before, s in other.negated)
+
+    only_first = sorted(stem for stem in mine - theirs if unnamed(stem, second))
+    only_second = sorted(stem for stem in theirs - mine if unnamed(stem, first))
+    if only_first and only_second:
+        return f"choice: {only_first[0]} vs {only_second[0]}"
+    return None

@@ -387,6 +387,9 @@ def show(store: Any, memory_id: str, as_json: bool, at: str | None, raw: bool) -
     store = _at(store, at)
     item = store.get(memory_id)
     _refuse_shared_id(store, item)
+    if item.links:  # a link to a memory that no longer exists is not shown (gc drops it; `--raw` shows the file)
+        there = store.ids_on_disk()
+        item.links = [link for link in item.links if link.to in there]
     store.record_access([item.id])
     ranking = _ranking(store, item) if not at else None
     from cortex.guard import redacted, redacted_data
@@ -537,17 +540,53 @@ def edit(store: Any, memory_id: str) -> None:
 
 
 @main.command()
-@click.argument("target")
+@click.argument("targets", nargs=-1, required=True, metavar="TARGET...")
 @click.option("--replaced-by", help="Id of the memory that replaces it (records a supersedes link).")
-@click.option("--yes", "-y", is_flag=True, help="Do not ask when TARGET is a query.")
-@click.option("--json", "as_json", is_flag=True, help="Print the changed record as JSON.")
+@click.option("--delete", is_flag=True, help="Remove the files instead of archiving (TARGETs are ids; git history keeps them).")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask (when TARGET is a query, or before --delete on a terminal).")
+@click.option("--json", "as_json", is_flag=True, help="Print the changed records as JSON.")
 @store_options
-def forget(store: Any, target: str, replaced_by: str | None, yes: bool, as_json: bool) -> None:
-    """Archive a memory (the file is kept). TARGET is an id or a query."""
+def forget(store: Any, targets: tuple[str, ...], replaced_by: str | None, delete: bool, yes: bool,
+           as_json: bool) -> None:
+    """Archive a memory (the file is kept), or with --delete remove memory files. TARGET is an id or a query;
+    several ids at once."""
     import re
 
+    from cortex import events
     from cortex.errors import MemoryNotFound
 
+    if delete and replaced_by:
+        _fail("--delete removes the memory; --replaced-by keeps it as superseded: pass one of them")
+    if delete or len(targets) > 1:
+        if len(targets) > 1 and replaced_by:
+            _fail("--replaced-by replaces one memory: name one TARGET")
+        bad = [t for t in targets if not re.fullmatch(r"[0-9a-fA-F]{4,12}", t)]
+        if bad:
+            _fail(f"{bad[0]!r} is not a memory id: name memories by id, or quote a query (cortex forget \"QUERY\")")
+        items = [store.get(t) for t in targets]  # an unknown id fails here, before anything changes
+        if delete:
+            if not yes and sys.stdin.isatty():
+                for item in items:
+                    click.echo(f"{item.id}  {item.type}  {_safe(item.title)}", err=True)
+                if not click.confirm(f"Delete {len(items)} memory file{'s' if len(items) > 1 else ''}?",
+                                     default=False, err=True):
+                    _fail("nothing changed")
+            removed = events.delete(store, [item.id for item in items])
+            if as_json:
+                _print_json([{"id": m.id, "title": m.title, "path": str(m.path), "status": "deleted",
+                              "store": store.label} for m in removed])
+            else:
+                for m in removed:
+                    click.echo(f"{m.id} deleted ({_safe(str(m.path))})")
+            return
+        changed = [events.forget(store, item.id) for item in items]
+        if as_json:
+            _print_json([m.to_dict() | {"store": store.label} for m in changed])
+        else:
+            for m in changed:
+                click.echo(f"{m.id} archived")
+        return
+    target = targets[0]
     item = None
     if re.fullmatch(r"[0-9a-fA-F]{4,12}", target):
         try:
@@ -556,8 +595,6 @@ def forget(store: Any, target: str, replaced_by: str | None, yes: bool, as_json:
             item = None
     if item is None:
         item = _forget_match(store, target, yes)
-    from cortex import events
-
     result = events.forget(store, item.id, replaced_by=replaced_by)
     verb = f"superseded by {store.get(replaced_by).id}" if replaced_by else "archived"
     if as_json:
@@ -717,6 +754,11 @@ def status(store: Any, as_json: bool, strict: bool) -> None:
         if report["flagged_pairs"]:
             _echo(f"possible duplicates flagged: {report['flagged_pairs']} pairs, judged by the next automatic "
                   f"consolidation (`cortex consolidate --auto --dry-run`)")
+        if report["contested"]:
+            _echo(f"for a person ({len(report['contested'])}): alike but they differ, so consolidation did not merge "
+                  f"them; forget or delete one, or merge them with `cortex consolidate`")
+            for pair in report["contested"]:
+                _echo(f"  {pair['id']} vs {pair['other']}: {pair['reason']}")
         for warning in report["warnings"]:
             _echo(f"warning: {warning}")
         if report["problems"]:
@@ -930,15 +972,25 @@ def reset(store: Any, hard: bool, yes: bool) -> None:
 @click.option("--suggested", is_flag=True, help="List the suggested links (similar, just under graph.link_min), for review.")
 @click.option("--accept", nargs=2, metavar="ID OTHER", help="Write a suggested link (relates_to, in ID's file).")
 @click.option("--dismiss", nargs=2, metavar="ID OTHER", help="Drop a suggested link without writing it.")
+@click.option("--remove", nargs=2, metavar="ID OTHER", help="Remove every link between ID and OTHER, in either file.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
 @store_options
 def links(store: Any, memory_id: str | None, suggested: bool, accept: tuple[str, str] | None,
-          dismiss: tuple[str, str] | None, as_json: bool) -> None:
-    """The links of a memory (or of the store), with strength now (decayed) and when made; --suggested for review."""
+          dismiss: tuple[str, str] | None, remove: tuple[str, str] | None, as_json: bool) -> None:
+    """The links of a memory (or of the store), with strength now (decayed) and when made; --suggested for review;
+    --remove to take a link out."""
     from cortex import graph
     from cortex.index import Index
     from cortex.memory import now_epoch
 
+    if remove:
+        removed = graph.unlink(store, *remove)
+        if as_json:
+            _print_json([{"in": owner, "rel": link.rel, "to": link.to} for owner, link in removed])
+        else:
+            for owner, link in removed:
+                click.echo(f"removed {owner} {link.rel} {link.to}")
+        return
     if accept or dismiss:
         a, b = accept or dismiss  # type: ignore[misc]
         made = graph.resolve_suggestion(store, a, b, accept=bool(accept))
@@ -960,11 +1012,12 @@ def links(store: Any, memory_id: str | None, suggested: bool, accept: tuple[str,
     only = store.get(memory_id).id if memory_id else None
     ages = graph.LinkAges(store, index, now_epoch())
     rows = []
+    there = set(index.rel_of_id())
     for entry in sorted(index.records().values(), key=lambda e: e["id"]):
         meta = json.loads(entry["meta"])
         for link in meta.get("links", ()):
-            if only not in (None, entry["id"], link["to"]):
-                continue
+            if only not in (None, entry["id"], link["to"]) or link["to"] not in there:
+                continue  # (a link to a memory that no longer exists is skipped: gc drops it)
             now = ages.strength(entry["id"], link["rel"], link["to"], link.get("strength"))
             rows.append({"id": entry["id"], "rel": link["rel"], "to": link["to"], "strength": link.get("strength"),
                          "strength_now": None if now is None else round(now, 3), "created": link.get("created")})
@@ -1073,7 +1126,8 @@ def project(store: Any, check: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the actions as JSON.")
 @store_options
 def gc(store: Any, dry_run: bool, as_json: bool) -> None:
-    """Archive faded memories and merged branches' progress; remove long-archived files (git keeps them)."""
+    """Archive faded memories and merged branches' progress; remove long-archived files (git keeps them); drop links
+    to memories that no longer exist."""
     from cortex import lifecycle
 
     actions = lifecycle.gc(store, dry_run=dry_run)
@@ -1086,7 +1140,7 @@ def gc(store: Any, dry_run: bool, as_json: bool) -> None:
         _print_json([a.to_dict() for a in actions])
         return
     verb = {"archive": "would archive" if dry_run else "archived", "remove": "would remove" if dry_run else "removed",
-            "keep": "keeping"}
+            "keep": "keeping", "unlink": "would unlink" if dry_run else "unlinked"}
     for action in actions:
         click.echo(f"{verb[action.kind]} {action.id} {_safe(action.title)} ({_safe(action.reason)})")
     if not actions:
@@ -1095,10 +1149,10 @@ def gc(store: Any, dry_run: bool, as_json: bool) -> None:
 
 @main.command()
 @click.option("--dry-run", is_flag=True, help="Print the proposed groups and their merged text; change nothing.")
-@click.option("--yes", "-y", is_flag=True, help="Merge every group without asking (not those whose memories differ in a claim).")
-@click.option("--allow-conflicts", is_flag=True, help="Also merge memories that differ in a claim (a number, version, name, negation).")
+@click.option("--yes", "-y", is_flag=True, help="Merge every group without asking (not those whose memories differ: they are kept for a person).")
+@click.option("--allow-conflicts", is_flag=True, help="Also merge memories that differ in a claim (a number, version, name, negation, choice); never those linked contradicts.")
 @click.option("--threshold", type=click.FloatRange(0, 1), help="Duplicate score a group needs (default: consolidate.manual_threshold, 0.55).")
-@click.option("--auto", "auto", is_flag=True, help="What runs after capture: only pairs flagged when written, at consolidate.auto_threshold (0.64).")
+@click.option("--auto", "auto", is_flag=True, help="Run what runs after capture, without asking: only pairs flagged when written, at consolidate.auto_threshold (0.64).")
 @click.option("--json", "as_json", is_flag=True, help="Print the groups (and what was merged) as JSON.")
 @store_options
 def consolidate(store: Any, dry_run: bool, yes: bool, allow_conflicts: bool, threshold: float | None, auto: bool,
@@ -1108,12 +1162,18 @@ def consolidate(store: Any, dry_run: bool, yes: bool, allow_conflicts: bool, thr
 
     if merging.recover(store):
         click.echo("rolled back an unfinished consolidation", err=True)
-    if auto and threshold is None:
-        threshold = float(store.config().get("consolidate.auto_threshold"))
+    if auto and allow_conflicts:
+        _fail("--auto never merges memories that differ; `cortex consolidate` asks about them")
     report: dict[str, Any] = {}
-    conflicts = "allow" if allow_conflicts else "skip" if auto else "show"
-    groups = merging.find_groups(store, threshold, only_flagged=auto, progress=sys.stderr.isatty(), report=report,
-                                 conflicts=conflicts)
+    result = None
+    if auto:  # the automatic run asks nobody: it merges only what no check stops, and keeps the rest for a person
+        try:
+            groups, result, report = merging.automatic(store, threshold, dry_run=dry_run)
+        except CortexError as exc:
+            _fail(str(exc))
+    else:
+        groups = merging.find_groups(store, threshold, progress=sys.stderr.isatty(), report=report,
+                                     conflicts="allow" if allow_conflicts else "show")
     if report.get("by") == "static similarity":
         click.echo(f"the contextual model could not be loaded (see .cortex/state/cortex.log): judged by the static "
                    f"similarity at {report['threshold']:.2f} or more", err=True)
@@ -1121,12 +1181,16 @@ def consolidate(store: Any, dry_run: bool, yes: bool, allow_conflicts: bool, thr
         key, again = ("max_judged", "cortex consolidate --auto") if auto else ("max_judged_by_hand", "cortex consolidate")
         click.echo(f"{len(report['waiting'])} memories wait for a decision (at most consolidate.{key} memories are "
                    f"encoded per run): run `{again}` again", err=True)
-    asking = not yes and not dry_run
+    asking = not yes and not dry_run and not auto
     if asking and groups and not sys.stdin.isatty():
         _fail("not a terminal: pass --yes to merge every group, or --dry-run to see them")
     chosen = []
+    # pairs that differ: kept for a person, never merged unasked (the automatic run found and kept its own)
+    contested: list[tuple[str, str, str]] = list(report["contested"]) if auto else []
+    settled = []
     for n, group in enumerate(groups, start=1):
-        merged = merging.preview(store, group, use_llm=asking)  # what would be written (the LLM's, when asking)
+        merged = group.merged if auto and not dry_run else merging.preview(store, group, use_llm=asking)
+        ids = [m.id for m in group.members]
         if not as_json:
             differ = f"; they differ, {group.conflict}" if group.conflict else ""
             click.echo(f"group {n} ({group.type}, {report.get('by', 'duplicate score')} {group.similarity:.2f}{differ}):")
@@ -1138,39 +1202,50 @@ def consolidate(store: Any, dry_run: bool, yes: bool, allow_conflicts: bool, thr
                     click.echo(f"    {_safe(line)}" if line.strip() else "")
         if merged is None:
             if not as_json:
-                click.echo("  the LLM says these memories differ: not merged")
+                click.echo(f"  not merged: {group.veto or 'the LLM says these memories differ'}")
             continue
-        if dry_run:
+        if dry_run or auto:
             continue
         if asking:
             question = f"merge group {n} anyway?" if group.conflict else f"merge group {n}?"
             if click.confirm(question, default=not group.conflict):
                 chosen.append(group)
+            if group.conflict:
+                settled.append((ids[0], ids[1]))  # a person decided: merged, or both kept
         elif group.conflict:
-            if not as_json:
-                click.echo(f"  not merged: they differ ({group.conflict}); answer yes without --yes, or pass "
-                           f"--allow-conflicts")
+            contested.append((ids[0], ids[1], group.conflict))
         else:
             chosen.append(group)
-    if not as_json and not groups:
-        click.echo("no near-duplicates found")
-    if dry_run or not chosen:
-        if as_json:
-            _print_json({"groups": [g.to_dict() for g in groups], "merged": []})
-        return
-    try:
-        result = merging.apply(store, chosen)
-    except CortexError as exc:
-        _fail(str(exc))
-    from cortex import events
-    from cortex.index import Indexes
+    if not dry_run and not auto:
+        merging.contest(store, contested)
+        merging.settle(store, settled)
+    if not as_json:
+        for a, b, why in contested:
+            click.echo(f"not merged: they differ ({why}): {a} and {b} are kept for a person (`cortex status` lists "
+                       f"them); forget or delete one, or merge them by answering yes to `cortex consolidate` or "
+                       f"with --allow-conflicts")
+        if not groups and not contested:
+            click.echo("no near-duplicates found")
+    if chosen:
+        try:
+            result = merging.apply(store, chosen)
+        except CortexError as exc:
+            _fail(str(exc))
+        from cortex import events
+        from cortex.index import Indexes
 
-    events.memories_changed(store, Indexes(), upkeep="none", everything=True)  # the pages, at once (issue 39)
+        events.memories_changed(store, Indexes(), upkeep="none", everything=True)  # the pages, at once (issue 39)
+    merged_ids = result.merged if result is not None else []
+    if not as_json:
+        for group in chosen:  # the LLM, asked as the merge was made, stopped it
+            if group.veto:
+                click.echo(f"not merged: {', '.join(m.id for m in group.members)}: {group.veto}")
     if as_json:
         _print_json({"groups": [g.to_dict() for g in groups],
-                     "merged": [{"id": new, "from": old} for new, old in result.merged]})
+                     "merged": [{"id": new, "from": old} for new, old in merged_ids],
+                     "contested": [{"id": a, "other": b, "reason": why} for a, b, why in contested]})
         return
-    for new, old in result.merged:
+    for new, old in merged_ids:
         click.echo(f"merged {', '.join(old)} into {new}")
 
 

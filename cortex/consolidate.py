@@ -23,7 +23,7 @@ from cortex import memory as fmt
 from cortex.errors import CortexError
 from cortex.files import atomic_write, file_lock
 from cortex.graph import NO_LINK_TYPES, Similarity, candidate_floor, clear_flagged_pairs, clear_flags, flagged
-from cortex.claims import Claims, claims, conflict, present
+from cortex.claims import Claims, claims, conflict, different_choices, present
 from cortex.memory import Link, Memory
 from cortex.store import Store
 from cortex.text import words
@@ -42,6 +42,7 @@ class Group:
     conflict: str | None = None  # why the members are not one memory (`conflict`): merged only if a person says so
     merged: Memory | None = None  # the memory that would replace the group (`preview`)
     settled: bool = False  # `merged` is what `apply` writes (the LLM was asked, when it may run)
+    veto: str | None = None  # why the LLM's answer stopped the merge (`preview`)
 
     @classmethod
     def read(cls, kind: str, paths: list[Path], similarity: float) -> Group:
@@ -414,24 +415,42 @@ def _within_budget(judge: Judge, edges: set[tuple[str, str]], budget: int, simil
 
 
 class _ClaimCheck:
-    """`conflict` between two memories (by path), each memory's claims read once; `off` answers None always."""
+    """Why two memories (by path) are not one, or None: a `contradicts` link between them, two decisions picking
+    different things (`different_choices`), or a claim they differ in (`conflict`); each memory's text read once.
+    `off` (a person's --allow-conflicts) leaves only the links: a link says so in the file itself."""
 
-    def __init__(self, store: Store, referee: Judge | None, off: bool) -> None:
-        self.store, self.referee, self.off = store, referee, off
+    def __init__(self, store: Store, referee: Judge | None, off: bool, records: Mapping[str, dict[str, Any]]) -> None:
+        self.store, self.referee, self.off, self.records = store, referee, off, records
         self._claims: dict[str, Claims] = {}
         self._reasons: dict[tuple[str, str], str | None] = {}
+        self._linked: set[frozenset[str]] | None = None
+
+    def text_of(self, rel: str) -> str:
+        return self.referee.text(rel) if self.referee is not None else _memory_text(self.store, rel)
 
     def claims_of(self, rel: str) -> Claims:
         if rel not in self._claims:
-            text = self.referee.text(rel) if self.referee is not None else _memory_text(self.store, rel)
-            self._claims[rel] = claims(text)
+            self._claims[rel] = claims(self.text_of(rel))
         return self._claims[rel]
 
+    def linked(self, a: str, b: str) -> bool:
+        """A `contradicts` link between them, written in either file."""
+        if self._linked is None:
+            self._linked = set()
+            for rel in self.records:
+                for kind, to, *_rest in self.records[rel].get("links") or ():
+                    if kind == "contradicts":
+                        self._linked.add(frozenset((self.records[rel]["id"], to)))
+        return frozenset((self.records[a]["id"], self.records[b]["id"])) in self._linked
+
     def __call__(self, a: str, b: str) -> str | None:
-        if self.off:
-            return None
         if (a, b) not in self._reasons:
-            self._reasons[(a, b)] = conflict(self.claims_of(a), self.claims_of(b))
+            reason = "a contradicts link" if self.linked(a, b) else None
+            if reason is None and not self.off:
+                reason = conflict(self.claims_of(a), self.claims_of(b))
+                if reason is None and self.records[a]["type"] == self.records[b]["type"] == "decision":
+                    reason = different_choices(self.text_of(a), self.text_of(b))
+            self._reasons[(a, b)] = reason
         return self._reasons[(a, b)]
 
 
@@ -452,8 +471,9 @@ def find_groups(store: Store, threshold: float | None = None, only_flagged: bool
     """Groups of near-duplicates, most similar first (`only_flagged`: from the pairs flagged at write time). The
     static similarity names candidates, the duplicate score (`Judge`) decides (the static similarity without the
     contextual model or with `judge=False`). `report` gets `by` (what decided), `threshold` and `waiting`: memories
-    put off because their pairs could not all be judged within `consolidate.max_judged` (or `max_judged_by_hand`). Two
-    memories that differ in a claim are never grouped; `conflicts="show"` returns such pairs as groups of two with
+    put off because their pairs could not all be judged within `consolidate.max_judged` (or `max_judged_by_hand`), and
+    `contested`: (id, id, reason) of the pairs alike enough to merge that were not, because they differ. Two
+    memories that differ (`_ClaimCheck`) are never grouped; `conflicts="show"` returns such pairs as groups of two with
     `conflict` set, `conflicts="allow"` does not check claims."""
     if conflicts not in ("skip", "show", "allow"):
         raise ValueError(f"conflicts must be skip, show or allow, not {conflicts!r}")
@@ -465,7 +485,7 @@ def find_groups(store: Store, threshold: float | None = None, only_flagged: bool
     by_type = _eligible(records, automatic=only_flagged)
     rel_of = {entry["id"]: rel for rel, entry in records.items()}
     out = report if report is not None else {}
-    out.update(by="duplicate score", threshold=threshold, waiting=set())
+    out.update(by="duplicate score", threshold=threshold, waiting=set(), contested=[])
     if only_flagged and not flagged(store):
         return []
     referee = judge if isinstance(judge, Judge) else _judge(store, records) if judge and by_type else None
@@ -485,7 +505,7 @@ def find_groups(store: Store, threshold: float | None = None, only_flagged: bool
     marked = {rel for pair in flagged_pairs for rel in pair}  # the automatic run starts only from these
     found: list[tuple[list[str], float]] = []
     shown: list[tuple[list[str], float, str]] = []
-    differ = _ClaimCheck(store, referee, off=conflicts == "allow")
+    differ = _ClaimCheck(store, referee, conflicts == "allow", records)
     for kind, rels in sorted(by_type.items()):
         rels = sorted(rels)
         eligible = set(rels)
@@ -522,6 +542,7 @@ def find_groups(store: Store, threshold: float | None = None, only_flagged: bool
         found.extend(groups_here)
         placed = {rel for rels, _low in groups_here for rel in rels}
         for score, a, b, reason in clashes:
+            out["contested"].append((records[a]["id"], records[b]["id"], reason))
             if conflicts == "skip":
                 store.log(f"consolidate: {records[a]['id']} and {records[b]['id']} differ ({reason}): not merged")
             if conflicts == "show" and a not in placed and b not in placed:
@@ -634,20 +655,29 @@ def _keep_claims(title: str, body: str, others: list[Memory]) -> str:
 def preview(store: Store, group: Group, use_llm: bool = True) -> Memory | None:
     """The memory that would replace the group, kept on it (`group.merged`) for a person to read before it is
     written. With `use_llm` the LLM writes the text when `capture.llm` lets it, and `apply` then writes exactly
-    this; None when the LLM answers that the memories differ. Without, the text cortex makes itself (what
-    `apply` writes unless the LLM is on)."""
+    this; None when the LLM, asked, does not answer 'Title: …' then the text: DIFFERENT, an answer that cannot be
+    read, or none (a veto not understood is a no; `group.veto` says which). Without, the text cortex makes itself
+    (what `apply` writes unless the LLM is on)."""
     if group.settled:
         return group.merged
-    llm_text = _llm_merge(store, group) if use_llm else None
-    if llm_text is not None and _says_different(llm_text):
-        store.log(f"consolidate: the LLM says {', '.join(m.id for m in group.members)} differ: not merged")
+    asked = use_llm and _llm_on(store)
+    llm_text = _llm_merge(store, group) if asked else None
+    ids = ", ".join(m.id for m in group.members)
+    if asked and (llm_text is None or _says_different(llm_text)
+                  or not llm_text.lstrip().lower().startswith("title:")):
+        group.veto = "the LLM says these memories differ" if llm_text is not None and _says_different(llm_text) \
+            else "the LLM's answer could not be read (a veto not understood is a no)"
+        store.log(f"consolidate: {ids} not merged: {group.veto}")
         group.merged, group.settled = None, True
         return None
-    if llm_text is not None and not llm_text.lstrip().lower().startswith("title:"):
-        store.log("consolidate: the LLM's answer is not 'Title: …' then the text: merged without it")
-        llm_text = None
     group.merged, group.settled = merged_memory(group, llm_text), use_llm
     return group.merged
+
+
+def _llm_on(store: Store) -> bool:
+    from cortex.llm import enabled
+
+    return enabled(store)
 
 
 def _llm_merge(store: Store, group: Group) -> str | None:
@@ -857,6 +887,27 @@ def _write_all_or_nothing(store: Store, writes: list[tuple[Path, str]], new_path
     store.mark_changed()
 
 
+def automatic(store: Store, threshold: float | None = None, dry_run: bool = False
+              ) -> tuple[list[Group], Result, dict[str, Any]]:
+    """The automatic run (after capture, and `cortex consolidate --auto` by hand): the flagged pairs judged at
+    `consolidate.auto_threshold`, every group merged without asking (the LLM's veto, when it may run, and the claim
+    check stop a merge), the pairs that differ kept for a person (`contested`). Returns the groups, what was merged
+    and the report of `find_groups`."""
+    report: dict[str, Any] = {}
+    if threshold is None:
+        threshold = float(store.config().get("consolidate.auto_threshold"))
+    judged = flagged(store)
+    groups = find_groups(store, threshold, only_flagged=True, report=report)
+    if dry_run:
+        return groups, Result(), report
+    result = apply(store, groups)
+    contest(store, report["contested"])
+    waiting = report["waiting"]
+    # judged pairs are not asked again unless flagged again; those left over budget wait for the next run
+    clear_flagged_pairs(store, [(a, b) for a, b, _score in judged if a not in waiting and b not in waiting])
+    return groups, result, report
+
+
 def after_capture(store: Store, written: int) -> int:
     """The automatic run (`cortex maintain`, after capture): merge flagged pairs when due; returns the groups merged."""
     if written <= 0:
@@ -876,13 +927,44 @@ def after_capture(store: Store, written: int) -> int:
         active = sum(1 for entry in index.records().values() if entry["status"] == "active")
         due = since >= int(config.get("consolidate.every_captures")) or active > int(config.get("consolidate.max_active"))
         atomic_write(state, json.dumps({"since": 0 if due else since}), durable=False)
-    judged = flagged(store)
-    if not due or not judged:
+    if not due or not flagged(store):
         return 0
-    report: dict[str, Any] = {}
-    groups = find_groups(store, float(config.get("consolidate.auto_threshold")), only_flagged=True, report=report)
-    waiting = report["waiting"]
-    merged = len(apply(store, groups).merged)
-    # judged pairs are not asked again unless flagged again; those left over budget wait for the next run
-    clear_flagged_pairs(store, [(a, b) for a, b, _score in judged if a not in waiting and b not in waiting])
-    return merged
+    return len(automatic(store)[1].merged)
+
+
+# ---------------------------------------------------------------- pairs kept for a person (state/contested.json)
+
+
+def contest(store: Store, pairs: list[tuple[str, str, str]]) -> None:
+    """Keep pairs a consolidation did not merge because they differ, for a person (`cortex status` lists them)."""
+    if not pairs:
+        return
+    with file_lock(store.state_dir / "contested.lock"):
+        known = {tuple(sorted((a, b))): why for a, b, why in _contested_raw(store)}
+        known.update({tuple(sorted((a, b))): why for a, b, why in pairs})
+        atomic_write(store.state_dir / "contested.json",
+                     json.dumps([[a, b, why] for (a, b), why in sorted(known.items())]), durable=False)
+
+
+def settle(store: Store, pairs: list[tuple[str, str]]) -> None:
+    """A person decided these pairs (merged them, or kept both): no longer listed."""
+    done = {tuple(sorted(pair)) for pair in pairs}
+    if not done:
+        return
+    with file_lock(store.state_dir / "contested.lock"):
+        kept = [[a, b, why] for a, b, why in _contested_raw(store) if tuple(sorted((a, b))) not in done]
+        atomic_write(store.state_dir / "contested.json", json.dumps(kept), durable=False)
+
+
+def _contested_raw(store: Store) -> list[tuple[str, str, str]]:
+    try:
+        data = json.loads((store.state_dir / "contested.json").read_text(encoding="utf-8"))
+        return [(str(a), str(b), str(why)) for a, b, why in data]
+    except (OSError, ValueError, TypeError):
+        return []
+
+
+def contested(store: Store, active: set[str]) -> list[tuple[str, str, str]]:
+    """The pairs kept for a person whose two memories are both still `active` (ids): forgetting, deleting or
+    merging one settles a pair."""
+    return [(a, b, why) for a, b, why in _contested_raw(store) if a in active and b in active]

@@ -2,7 +2,7 @@
 
 **Memories changed** (`memories_changed`): after capture (`capture_done`: the
 Stop hook, `cortex capture`, the LLM worker), `remember` (the CLI and the MCP
-tool), `forget`, `restore`, and the detached upkeep (`cortex.maintain`): links for new memories (now, or queued for the upkeep), the
+tool), `forget`, `delete`, `restore`, and the detached upkeep (`cortex.maintain`): links for new memories (now, or queued for the upkeep), the
 projections, AGENTS.md's section, staging under `git.on_stop`, and starting
 the upkeep when it is due. One sync and one `Index` per store, shared through
 an `Indexes` holder.
@@ -176,6 +176,18 @@ def forget(store: Store, memory_id: str, indexes: Indexes | None = None, replace
         paths = [old.path]
     memories_changed(store, indexes or Indexes(), [p for p in paths if p is not None], upkeep="none")
     return old
+
+
+def delete(store: Store, ids: Iterable[str], indexes: Indexes | None = None) -> list[Memory]:
+    """Remove memory files (`forget --delete`, the MCP tool): all of them or, an id unknown, none. Links to them
+    stay in other files until gc drops them (readers skip them); the pages follow at the next Stop."""
+    from cortex.graph import clear_flags
+
+    removed = store.delete(ids)
+    clear_flags(store, [m.id for m in removed])
+    memories_changed(store, indexes or Indexes(), [m.path for m in removed if m.path is not None], pages=False,
+                     upkeep="none")
+    return removed
 
 
 def restore(store: Store, memory_id: str, indexes: Indexes | None = None) -> Memory:

@@ -352,6 +352,35 @@ def resolve_suggestion(store: Store, a: str, b: str, accept: bool) -> Link | Non
     return made
 
 
+def unlink(store: Store, a: str, b: str) -> list[tuple[str, Link]]:
+    """Remove every link between two memories, written in either file (`cortex links --remove`); returns (the id
+    of the file it was in, the link). `b` may name a memory that no longer exists (a link left dangling).
+    Raises `CortexError` when there is no such link."""
+    from cortex.errors import CortexError, MemoryNotFound
+
+    first = store.get(a)
+    try:
+        second_id: str | None = store.get(b).id
+    except MemoryNotFound:
+        second_id = None
+    if second_id is None:  # gone: the id as a link of `a` spells it
+        key = b.strip().lower()
+        targets = sorted({link.to for link in first.links if link.to.startswith(key)}) if len(key) >= 4 else []
+        if len(targets) != 1:
+            raise CortexError(f"no memory with id {b!r}, and {first.id} has no link to one")
+        second_id = targets[0]
+    removed = [(first.id, link) for link in store.drop_links(first.id, lambda link: link.to == second_id,
+                                                              first.path)]
+    if second_id != first.id:
+        try:
+            removed += [(second_id, link) for link in store.drop_links(second_id, lambda link: link.to == first.id)]
+        except MemoryNotFound:
+            pass
+    if not removed:
+        raise CortexError(f"no link between {first.id} and {second_id} (`cortex links {first.id}` lists its links)")
+    return removed
+
+
 # ---------------------------------------------------------------- decay and expansion (read time)
 
 

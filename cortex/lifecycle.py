@@ -1,4 +1,5 @@
-"""Lifecycle (`cortex gc`): archive what has faded, remove what stayed archived, close merged branches' progress.
+"""Lifecycle (`cortex gc`): archive what has faded, remove what stayed archived, close merged branches' progress,
+drop links to memories that no longer exist.
 
 Decay is computed at read time, so the day a memory faded is worked out, not tracked; only a file whose
 exact bytes are in HEAD is removed (git history keeps it). `$CORTEX_NOW` sets the clock for tests and
@@ -24,12 +25,13 @@ DAY = 86400.0
 
 @dataclass
 class Action:
-    kind: str  # archive | remove | keep
+    kind: str  # archive | remove | keep | unlink
     id: str
     title: str
     path: Path
     reason: str
     stamp: float = 0.0  # an archive's `archived:` time, a function of the memory and history (never the clock)
+    gone: tuple[str, ...] = ()  # unlink: the ids its links name that no memory file has
 
     def to_dict(self) -> dict[str, Any]:
         return {"action": self.kind, "id": self.id, "title": self.title, "path": str(self.path), "reason": self.reason}
@@ -143,8 +145,14 @@ def plan(store: Store, at: float | None = None) -> list[Action]:
     central = index.centralities()
     repo, default_tip, default = _merged_branches(store)
     actions = []
-    for item in sorted(index.scan().memories, key=lambda m: m.id):
+    memories = sorted(index.scan().memories, key=lambda m: m.id)
+    there = {item.id for item in memories} | store.ids_on_disk()  # names too: a malformed file's id is there
+    for item in memories:
         assert item.path is not None
+        gone = tuple(sorted({link.to for link in item.links if link.to not in there}))
+        if gone:
+            actions.append(Action("unlink", item.id, item.title, item.path,
+                                  f"its links to {', '.join(gone)}: no such memory any more", gone=gone))
         if item.status == "active":
             if item.pinned:
                 continue
@@ -191,7 +199,12 @@ def gc(store: Store, at: float | None = None, dry_run: bool = False) -> list[Act
                 continue  # gone or broken since the plan: leave it
             if current.id != action.id:
                 continue
-            if action.kind == "archive" and current.status == "active":
+            if action.kind == "unlink":
+                there = store.ids_on_disk()
+                gone = set(action.gone) - there
+                if gone and store.drop_links(action.id, lambda link: link.to in gone, action.path):
+                    done.append(action)
+            elif action.kind == "archive" and current.status == "active":
                 store.update(action.id, {"status": "archived", "archived": iso(action.stamp)}, touch=False,
                              path=action.path)
                 done.append(action)
@@ -201,7 +214,8 @@ def gc(store: Store, at: float | None = None, dry_run: bool = False) -> list[Act
                 store.mark_changed()
                 done.append(action)
     if done:
-        store.log(f"gc: archived {sum(a.kind == 'archive' for a in done)}, removed {sum(a.kind == 'remove' for a in done)}")
+        store.log(f"gc: archived {sum(a.kind == 'archive' for a in done)}, removed {sum(a.kind == 'remove' for a in done)}"
+                  f", dropped dangling links from {sum(a.kind == 'unlink' for a in done)}")
     return [a for a in actions if a.kind == "keep" or a in done]
 
 

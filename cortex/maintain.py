@@ -34,8 +34,10 @@ def run(store: Store, indexes: Indexes | None = None, stage: bool = True) -> dic
             unqueue_links(store, batch)
             ids += batch
             indexes.stale(store)  # the links rewrote files: the next batch syncs again
+        unlinked = False
         try:  # in a git worktree gc is the person's command: no upkeep writes a tracked file behind their back
             actions = (lifecycle.daily(store) or []) if store.worktree is None else []
+            unlinked = any(a.kind == "unlink" for a in actions)  # links to deleted memories dropped from files
             counts["archived"] = sum(a.kind == "archive" for a in actions)
             counts["removed"] = sum(a.kind == "remove" for a in actions)
         except Exception as exc:
@@ -45,7 +47,7 @@ def run(store: Store, indexes: Indexes | None = None, stage: bool = True) -> dic
             counts["merged"] = consolidate.after_capture(store, len(ids)) if store.worktree is None else 0
         except Exception as exc:
             store.log(f"maintain: consolidation failed: {exc!r}")
-        if any(counts.values()):
+        if any(counts.values()) or unlinked:
             indexes.stale(store)  # links, gc and merges rewrote files: sync again, then every page may change
             memories_changed(store, indexes, stage=stage, upkeep="none", everything=True)
             store.log(f"maintain: {counts}")

@@ -43,7 +43,7 @@ architecture notes and the branch's plan, kept as markdown files in .cortex/ and
 Before deciding something that may already be decided, call cortex_search (or cortex_search_decisions); \
 cortex_get_memory reads one memory in full, with the code it describes. Save what a teammate should know \
 next week with cortex_remember (say why; name rejected alternatives; never secrets). \
-cortex_forget archives a memory that is wrong or replaced (replaced_by links the new one); \
+cortex_forget archives a memory that is wrong or replaced (replaced_by links the new one; delete removes junk); \
 cortex_feedback rates a memory that helped (up) or was noise (down), which changes how it ranks."""
 
 
@@ -305,13 +305,15 @@ def _memory_view(backend: Backend, memory_id: str) -> dict[str, Any]:
     code, links = [], []
     for link in item.links:
         rel = rel_of_id.get(link.to)
-        if link.rel == "source_of" and rel is not None:
+        if rel is None:
+            continue  # to a memory that no longer exists: skipped, gc drops it
+        if link.rel == "source_of":
             try:
                 code.append(_public(store.read(store.memories_dir / rel), store))
                 continue
             except CortexError:
                 pass
-        title = index.meta(rel)["title"] if rel is not None else None
+        title = index.meta(rel)["title"]
         links.append({"rel": link.rel, "to": link.to, "title": title, "strength": link.strength})
     described_by = []
     for rel, entry in index.records().items():
@@ -729,10 +731,20 @@ def _add_write_tools(tool: Register, backend: Backend) -> None:
                                  description="Id (or unique prefix) of the memory to retire.")],
         replaced_by: Annotated[str | None, Field(min_length=4, max_length=12, pattern=r"^[0-9a-fA-F]+$", description=(
             "Id of the memory that replaces it: it becomes superseded and the new one links to it."))] = None,
+        delete: Annotated[bool, Field(description=(
+            "Remove the file instead of archiving it (junk: noise, a wrong capture); git history keeps it."))] = False,
     ) -> CallToolResult:
-        """Retire a memory that is wrong or outdated: archived (the file stays, git history keeps it), or with
-        replaced_by marked superseded by another memory. Searches no longer return it."""
+        """Retire a memory that is wrong or outdated: archived (the file stays, git history keeps it), with
+        replaced_by marked superseded by another memory, or with delete its file removed. Searches no longer
+        return it."""
         store, item = _find(backend, id)
+        if delete:
+            if replaced_by:
+                raise ToolError("delete removes the memory; replaced_by keeps it as superseded: pass one of them")
+            events.delete(store, [item.id], backend.indexes)
+            backend.wrote(store)
+            return _result({"id": item.id, "title": item.title, "status": "deleted", "path": str(item.path),
+                            "store": store.label})
         old = events.forget(store, item.id, backend.indexes, replaced_by=replaced_by)
         backend.wrote(store)
         return _result({"id": old.id, "title": old.title, "status": old.status,

@@ -10,7 +10,8 @@ from cortex.store import Store
 
 def report(store: Store, index: Index) -> dict[str, Any]:
     """The store's counts and problems, search state, cache size and the damaged parts of it this process
-    rebuilt, near-duplicates flagged at write time, and an unfinished consolidation."""
+    rebuilt, near-duplicates flagged at write time, pairs consolidation kept for a person (they differ), and an
+    unfinished consolidation."""
     from cortex.graph import flagged
 
     if index.damaged_parts():  # its sync read only the manifest: rebuild the damaged parts now, and say so
@@ -36,6 +37,10 @@ def report(store: Store, index: Index) -> dict[str, Any]:
 
     out["warnings"] += llm.warnings(store)  # a repository's command ignored, its LLM request not allowed here
     out["flagged_pairs"] = len(flagged(store))
+    from cortex.consolidate import contested
+
+    active = {memory_id for _rel, memory_id, status in index.records().column("id", "status") if status == "active"}
+    out["contested"] = [{"id": a, "other": b, "reason": why} for a, b, why in contested(store, active)]
     from cortex import salience
 
     out["tiers"] = salience.tiers_report(store)

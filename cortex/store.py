@@ -389,6 +389,11 @@ class Store:
     def _path_for(self, item: Memory) -> Path:
         return self.memories_dir / item.type / fmt.file_name(item)
 
+    def ids_on_disk(self) -> set[str]:
+        """The ids of the memory files there are, by their names: what a link may point to (a link to an id not
+        among them, its memory deleted, is skipped by readers and dropped by gc)."""
+        return set(self._ids_named())
+
     def _ids_named(self) -> set[str]:
         """The ids in the memory files' names (`<slug>-<id>.md`), from folder listings alone: no path objects, no
         stat, no parse (a create must not walk and check every file)."""
@@ -477,7 +482,7 @@ class Store:
             assert current.path is not None
             text = current.path.read_text(encoding="utf-8")
             changes = dict(changes)
-            if "links" in changes:
+            if changes.get("links") is not None:  # None removes the key
                 changes["links"] = [link.as_dict() if isinstance(link, Link) else link for link in changes["links"]]
             if touch:
                 changes.setdefault("updated", fmt.now_iso())
@@ -522,6 +527,36 @@ class Store:
             if not added:
                 return current
             return self.update(current.id, {"links": current.links + added}, touch=False, path=current.path)
+
+    def drop_links(self, memory_id: str, drop: Callable[[Link], bool], path: Path | None = None
+                   ) -> builtins.list[Link]:
+        """Remove the links of one memory that `drop` picks, read and written under the lock; returns them (the
+        file is not touched when none is picked)."""
+        with self.lock():
+            current = self.read(path) if path is not None and path.is_file() else None
+            if current is None or current.id != memory_id:
+                current = self.get(memory_id)
+            dropped = [link for link in current.links if drop(link)]
+            if dropped:
+                kept = [link for link in current.links if not drop(link)]
+                self.update(current.id, {"links": kept or None}, touch=False, path=current.path)
+            return dropped
+
+    def delete(self, ids: Iterable[str]) -> builtins.list[Memory]:
+        """Remove memory files (`forget --delete`): every id is found first, so an unknown one removes nothing.
+        Links other memories hold to them are left: every reader ignores them and gc drops them."""
+        with self.lock():
+            found: dict[str, Memory] = {}
+            for ident in ids:
+                item = self._get(ident)
+                found[item.id] = item
+            for item in found.values():
+                assert item.path is not None
+                item.path.unlink(missing_ok=True)
+            if found:
+                _NAMED.pop(str(self.memories_dir), None)  # a listing of names kept in memory no longer holds
+                self.mark_changed()
+        return builtins.list(found.values())
 
     def archive(self, id_or_prefix: str) -> Memory:
         """Status archived; the file stays (git history and `--all` still find it)."""
@@ -634,23 +669,18 @@ class Store:
             by_type[kind] = by_type.get(kind, 0) + 1
             by_status[status] = by_status.get(status, 0) + 1
         problems = list(problems)
-        ids = {row[1] for row in rows}
         warnings: list[str] = []
         for path, memory_id, _, _, _, links in rows:
             if not links:
                 continue
+            # a link to a memory that no longer exists (deleted, `git rm`) is no problem: readers skip it, gc drops it
             pairs = [(link.rel, link.to) if isinstance(link, fmt.Link) else (link[0], link[1]) for link in links]
-            if all(to in ids for _, to in pairs) and len(set(pairs)) == len(pairs) \
-                    and all(to != memory_id for _, to in pairs):
+            if len(set(pairs)) == len(pairs) and all(to != memory_id for _, to in pairs):
                 continue  # nothing to say (the path is made only when something is)
             if isinstance(path, str):  # relative to memories/, as the cache's manifest names it
                 path = self.memories_dir / path
-            for rel, to in pairs:
-                if to not in ids:
-                    problems.append(f"{path}: link {rel} to unknown id {to}")
-            if len(set(pairs)) < len(pairs) or any(to == memory_id for _, to in pairs):  # made `Link`s only then
-                warnings += [f"{path}: {problem} (ignored; remove the line)" for problem in fmt.link_problems(
-                    memory_id, [fmt.Link(rel, to) for rel, to in pairs])[1]]
+            warnings += [f"{path}: {problem} (ignored; remove the line)" for problem in fmt.link_problems(
+                memory_id, [fmt.Link(rel, to) for rel, to in pairs])[1]]
         replaces: dict[str, builtins.list[str]] = {}
         for _, memory_id, _, _, _, links in rows:
             targets = [link.to if isinstance(link, fmt.Link) else link[1] for link in links or ()
