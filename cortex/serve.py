@@ -155,15 +155,16 @@ class _Warm(threading.Thread):
     def follow(self) -> bool:
         """Sync each store whose observer saw a change or that cortex wrote to since its last sync, as `cortex
         watch` does (the caller holds `busy`); True when one was synced."""
-        from cortex.watch import account, fence, written_stamp
+        from cortex.watch import account, fence, rewatch, written_stamp
 
         synced = False
-        for each, changed, changes, _observer in self.watched:
+        for n, (each, changed, changes, observer) in enumerate(self.watched):
             root = str(each.root)
             stamp = written_stamp(each)
             if not changed.is_set() and stamp == self.written[root]:
                 continue
             changed.clear()
+            self.watched[n] = (each, changed, changes, rewatch(each.memories_dir, observer, changed, changes))
             wrote = stamp != self.written[root]
             # After a cortex write (perhaps another process), the files the observer named once a fence came back.
             fenced = fence(each, changes) if wrote else None

@@ -76,10 +76,15 @@ class Changes:
         self.wake: threading.Event | None = None  # set when events were lost (`lost`), so a sync follows
         self.fence: str | None = None  # the fence file's path as the observer names it (`fence`)
         self.fenced = threading.Event()  # set when the observer reported the fence file
+        self.folder: str | None = None  # the folder the observer watches, as it names it (`change_observer`)
+        self.unwatched = False  # that folder itself was deleted, and the observer's watch with it (`rewatch`)
 
     def add(self, event: Any) -> None:
         with self.lock:
             if getattr(event, "is_directory", True):
+                if getattr(event, "event_type", "") == "deleted" and self.folder is not None \
+                        and os.fsdecode(getattr(event, "src_path", "")) == self.folder:
+                    self.unwatched = True  # git removes a folder a checkout emptied: the observer stopped with it
                 if getattr(event, "event_type", "") not in ("modified", "closed"):  # a folder's own listing changed
                     self.everything = True  # (its files' events say which): not that, but a folder came or went
                 return
@@ -182,6 +187,20 @@ def account(store: Store, index: Any, changes: Changes, wrote: bool, fenced_ns: 
     return True
 
 
+def rewatch(folder: Any, observer: Any, changed: threading.Event, changes: Changes) -> Any:
+    """`observer`, or a new one on `folder` (made again if need be) when the folder it watched was deleted (a
+    checkout that empties `memories/`): the old one sees nothing from then on. The caller syncs after it, by a
+    walk: what came into the folder before the new observer started is in no event."""
+    if not changes.unwatched:
+        return observer
+    observer.stop()
+    folder.mkdir(parents=True, exist_ok=True)
+    with changes.lock:
+        changes.unwatched = False
+        changes.everything = True
+    return change_observer(folder, changed, changes)
+
+
 def change_observer(folder: Any, changed: threading.Event, changes: Changes | None = None) -> Any:
     """A started watchdog observer on `folder` that sets `changed` when a file there changes (not when read),
     and notes in `changes` which."""
@@ -202,7 +221,9 @@ def change_observer(folder: Any, changed: threading.Event, changes: Changes | No
 
     observer = Observer()
     observer.daemon = True  # never keeps the process alive after Ctrl-C
-    observer.schedule(Handler(), str(folder), recursive=True)
+    watch = observer.schedule(Handler(), str(folder), recursive=True)
+    if changes is not None:
+        changes.folder = os.fsdecode(watch.path)
     observer.start()
     return observer
 
@@ -238,6 +259,7 @@ def watch(store: Store, debounce: float = 0.3, echo: Callable[[str], None] = pri
                 changed.clear()
                 time.sleep(debounce)
             try:
+                observer = rewatch(store.memories_dir, observer, changed, changes)
                 stamp = written_stamp(store)
                 fenced = fence(store, changes) if stamp != written else None  # as `cortex serve` does
                 if not account(store, index, changes, stamp != written, fenced):

@@ -18,7 +18,7 @@ from cortex.index import Index
 from cortex.index import db
 from cortex.index.manifest import Manifest
 from cortex.store import Store
-from tests.helpers import checkout_new_branch, commit_all, cortex, cortex_command, cortex_json, remember
+from tests.helpers import checkout_new_branch, commit_all, cortex, cortex_command, cortex_json, git, remember, wait_for
 
 
 def _ids(cwd: Path, query: str, *args: str, **kwargs) -> list[str]:
@@ -190,6 +190,30 @@ def test_watch_keeps_the_cache_in_step_and_refuses_a_second_watcher(project):
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0 and "stopped" in err
+
+
+def test_watch_follows_a_branch_switch_that_empties_the_memories_folder_and_back(project):
+    """`git checkout main` from a branch whose memories main lacks removes `memories/`, and the watcher's watch
+    with it; `cortex watch` watches the folder made again, so back on `feature` it commits the memory again."""
+    commit_all(project, "cortex store")
+    git(project, "checkout", "-q", "-b", "feature")
+    memory_id = _remember(project, "Feature branch decision: cache invoices with Redis", type="decision")
+    commit_all(project, "feature decision")
+    rel = _path(project, memory_id).relative_to(project / ".cortex" / "memories").as_posix()
+    store = Store.locate(project)
+    proc = subprocess.Popen([*cortex_command(), "watch", "--debounce", "0.1"], cwd=project,
+                            stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        import select
+
+        assert select.select([proc.stderr], [], [], 60)[0] and "watching" in proc.stderr.readline()
+        git(project, "checkout", "-q", "main")
+        assert wait_for(lambda: rel not in _committed(store).files, 30)
+        git(project, "checkout", "-q", "feature")
+        assert wait_for(lambda: rel in _committed(store).files, 30)
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
 
 
 def test_watch_stops_cleanly_on_sigterm(project):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pygit2
 
 from cortex import serve
-from tests.helpers import cortex, cortex_command, remember, wait_for
+from tests.helpers import commit_all, cortex, cortex_command, git, remember, wait_for
 
 
 def _prompt(project: Path, text: str) -> str:
@@ -431,6 +431,33 @@ def test_files_that_are_not_memories_change_nothing_and_a_linked_folder_is_repor
         elsewhere.mkdir()
         os.symlink(elsewhere, root / "memories" / "linked")
         assert wait_for(lambda: "linked" in cortex("status", cwd=project, check=False).stdout, 30)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_a_branch_switch_that_empties_the_memories_folder_and_back_reaches_the_server(project):
+    """A memory on `feature` only, a server running: `git checkout main` empties `memories/` and git removes the
+    folder, the server's watch going with it; the server watches the folder made again, so after `git checkout
+    feature` its recall, and `cortex recall`, find the memory again (its observer alone tells it: no cortex
+    write)."""
+    cortex("init", "--git-hooks", cwd=project)
+    commit_all(project, "cortex store")
+    git(project, "checkout", "-q", "-b", "feature")
+    mine = remember(project, "Feature branch decision: cache invoices with Redis", type="decision").id
+    commit_all(project, "feature decision")
+    root = project / ".cortex"
+    proc = subprocess.Popen([*cortex_command(), "serve", "--idle", "60"], cwd=project, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_for(lambda: (serve.ask(str(root), {"op": "ping"}) or {}).get("ready"), 60)
+        assert mine in _served(root, "redis invoices cache")
+        folder = (root / "memories").stat().st_ino
+        git(project, "checkout", "-q", "main")
+        assert not (root / "memories").exists() or (root / "memories").stat().st_ino != folder  # git removed it
+        assert wait_for(lambda: mine not in _served(root, "redis invoices cache"), 30)
+        git(project, "checkout", "-q", "feature")
+        assert wait_for(lambda: mine in _served(root, "redis invoices cache"), 30)
+        assert mine in cortex("recall", "redis invoices cache", cwd=project).stdout
     finally:
         proc.terminate()
         proc.wait(timeout=30)
