@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cortex.index import db
+import cortex.index.db as db
 from cortex.index.manifest import Manifest, read_entry
 
 

@@ -10,7 +10,7 @@ import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from cortex.index import db
+import cortex.index.db as db
 from cortex.index.manifest import Manifest, embed_text, memory_from_meta
 
 SMALL_BATCH = 16  # up to this many new texts are embedded by the pure-Python encoder

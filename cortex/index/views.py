@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from cortex.index import db
+import cortex.index.db as db
 from cortex.index.manifest import Entries, Manifest, memory_from_meta
 from cortex.memory import Memory
 from cortex.store import Problem, Scan, duplicate_ids, duplicate_reason
