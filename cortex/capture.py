@@ -497,9 +497,10 @@ FILLER = re.compile(r"(?i)^(perfect|great|excellent|awesome|good|ok|okay|sure|do
 MIN_REPORT = 160  # characters of substance a request's final report needs to be worth keeping
 
 
-def summary_title(text: str, limit: int = 120) -> str:
+def summary_title(text: str, limit: int = 120, taken: list[set[str]] | None = None) -> str:
     """A title for a report: its first prose sentence that says something (no filler, no heading, no table row,
-    no code), whole; a clause of it only when the sentence is longer than `limit`."""
+    no code) and is not mostly the words of a title `taken` already, whole; a clause of it only when the sentence
+    is longer than `limit`."""
     in_code = False
     fallback = ""
     for raw in _clean(text).splitlines():
@@ -516,7 +517,7 @@ def summary_title(text: str, limit: int = 120) -> str:
             continue
         for sentence in re.split(r"(?<![A-Z]\.)(?<=[.!?])\s+", line):
             sentence = sentence.strip().rstrip(":")
-            if len(sentence) < 25 or FILLER.match(sentence) or sentence.endswith("?"):
+            if len(sentence) < 25 or FILLER.match(sentence) or sentence.endswith("?") or _taken(sentence, taken):
                 continue
             if len(sentence) <= limit:
                 return sentence.rstrip(".")
@@ -760,13 +761,19 @@ def fact_title(title: str) -> str:
     for _ in range(3):
         cleaned = re.sub(r"^[^\w\"'`(\[]+", "", cleaned)
         cleaned = LEAD_IN.sub("", cleaned, count=1)
-    if len(cleaned) < 12:
+    if cleaned == title or len(cleaned) < 12:
         return title
     return cleaned[0].upper() + cleaned[1:]
 
 
 def _title_words(title: str) -> set[str]:
-    return {w for w in words(title) if len(w) > 2}
+    return {w for w in words(fact_title(title)) if len(w) > 2}
+
+
+def _taken(title: str, taken: list[set[str]] | None) -> bool:
+    """True when `title` has mostly the words of one of the titles `taken` (the same fact, said again)."""
+    mine = _title_words(title)
+    return bool(mine) and any(len(mine & other) / len(mine | other) >= 0.6 for other in taken or ())
 
 
 def precise(candidates: list[Candidate], items: list[Event], root: Path | None) -> list[Candidate]:
@@ -776,14 +783,19 @@ def precise(candidates: list[Candidate], items: list[Event], root: Path | None) 
     folders = sorted({e.cwd for e in items if e.cwd} | ({str(root)} if root is not None else set()))
     kept: list[Candidate] = []
     seen: list[set[str]] = []
-    for candidate in candidates:
+    # Of two saying one thing, the one that names its kind (a tag, a gotcha, a decision) is kept, not the report.
+    for candidate in sorted(candidates, key=lambda c: (c.layer != "self-report", (c.key or "").startswith("report:"))):
         candidate.body = machine_free(candidate.body, folders)
         candidate.title = fact_title(machine_free(candidate.title, folders))
-        mine = _title_words(candidate.title)
-        if candidate.layer != "self-report" and not (candidate.key or "").startswith("plan:") and any(
-                mine and len(mine & other) / len(mine | other) >= 0.6 for other in seen):
-            continue
-        seen.append(mine)
+        if candidate.layer != "self-report" and _taken(candidate.title, seen):
+            if not (candidate.key or "").startswith("report:"):
+                continue
+            # A request's report says more than the sentence kept already: titled by what else it says.
+            report = candidate.body.split("\n\n", 1)[-1] if candidate.body.startswith("Asked:") else candidate.body
+            candidate.title = fact_title(summary_title(report, taken=seen))
+            if _taken(candidate.title, seen):
+                continue
+        seen.append(_title_words(candidate.title))
         kept.append(candidate)
     return kept
 
