@@ -490,10 +490,11 @@ def _error_line(output: str) -> str:
 FILLER = re.compile(r"(?i)^(perfect|great|excellent|awesome|good|ok|okay|sure|done|all done|now|next|let me|let's|"
                     r"i'll|i will|i'm going to|here's|here is|here are|looking at|thanks?|you're (?:absolutely )?right|yes|got it|"
                     r"based on|i notice|i now have|i can see|i see|from the|it's actually|the .{3,30} should now be open|"
-                    r"i've|i have|i already|you raise|you want|makes sense|absolutely|the (?:issue|problem) is clear)\b"
-                    # one run's outcome: "All 42 tests pass", "The build is now green", "… has been successfully …"
-                    r"|^(?:all\b.{0,60}\b(?:pass(?:es|ing|ed)?|green|clean|fixed|complete[d]?|done)\b"
-                    r"|.{0,80}\b(?:successfully|is (?:now )?complete|are now passing|now (?:pass(?:es)?|builds?)\b))")
+                    r"i've|i have|i already|you raise|you want|makes sense|absolutely|the (?:issue|problem) is clear)\b")
+# One run's outcome ("All 42 tests pass", "The build now passes", "… has been successfully …"): not what a report is about.
+RUN_OUTCOME = re.compile(r"(?i)^(?:all\b.{0,60}\b(?:pass(?:es|ing|ed)?|green|clean|fixed|complete[d]?|done)\b"
+                         r"|.{0,80}\b(?:successfully|is (?:now )?complete|are now passing|now (?:pass(?:es)?|builds?)\b)"
+                         r"|\d+ (?:tests?|checks?|files?)\b.{0,40}\b(?:pass(?:es|ed)?|fail(?:s|ed)?)\b)")
 MIN_REPORT = 160  # characters of substance a request's final report needs to be worth keeping
 
 
@@ -517,7 +518,8 @@ def summary_title(text: str, limit: int = 120, taken: list[set[str]] | None = No
             continue
         for sentence in re.split(r"(?<![A-Z]\.)(?<=[.!?])\s+", line):
             sentence = sentence.strip().rstrip(":")
-            if len(sentence) < 25 or FILLER.match(sentence) or sentence.endswith("?") or _taken(sentence, taken):
+            if (len(sentence) < 25 or FILLER.match(sentence) or RUN_OUTCOME.match(sentence) or sentence.endswith("?")
+                    or _taken(sentence, taken)):
                 continue
             if len(sentence) <= limit:
                 return sentence.rstrip(".")
@@ -558,6 +560,12 @@ def _report_of(answer: list[Event]) -> tuple[Event | None, bool]:
     return None, False
 
 
+def _run_outcome(text: str) -> bool:
+    """True for a short message that opens with one run's outcome ("All 42 tests pass and ruff is clean. …")."""
+    substance = _substance(text)
+    return len(substance) < 400 and bool(RUN_OUTCOME.match(substance))
+
+
 def request_reports(items: list[Event], session: str, root: Path | None) -> Iterator[Candidate]:
     """One memory per request whose final report says something lasting: what was asked, what was found or done,
     the files changed and the commits made (a `progress` memory when files changed, `context` otherwise)."""
@@ -572,6 +580,8 @@ def request_reports(items: list[Event], session: str, root: Path | None) -> Iter
                 continue
             # Files changed and the reply says little (or only tags): the work itself is the progress.
             report, tagged = replace(last, text=TAG.sub("", _clean(last.text)).strip()), True
+        if not (edited or commits or tagged) and _run_outcome(report.text):
+            continue  # "All 42 tests pass and ruff is clean": true of one run, not lasting
         text = _capped(_clean(report.text).strip(), 6000)
         # Redacted before its lines are folded: a key wrapped over lines, folded onto one, no longer reads as one.
         asked = " ".join(redact(_clean(prompt.text))[0].split()) if prompt is not None else ""
@@ -776,6 +786,9 @@ def _taken(title: str, taken: list[set[str]] | None) -> bool:
     return bool(mine) and any(len(mine & other) / len(mine | other) >= 0.6 for other in taken or ())
 
 
+REPEAT_REPORT = 400  # characters a report must have to be kept when its title's fact is kept already
+
+
 def precise(candidates: list[Candidate], items: list[Event], root: Path | None) -> list[Candidate]:
     """The candidates worth a memory: machine paths out of every one (an explicit [MEMORY: …] tag keeps the rest of
     its words), narrating openings out of titles, and one memory for a fact said several times (a later candidate
@@ -790,8 +803,11 @@ def precise(candidates: list[Candidate], items: list[Event], root: Path | None) 
         if candidate.layer != "self-report" and _taken(candidate.title, seen):
             if not (candidate.key or "").startswith("report:"):
                 continue
-            # A request's report says more than the sentence kept already: titled by what else it says.
+            # A long report says more than the sentence kept already: titled by what else it says; a short one
+            # is that sentence said again.
             report = candidate.body.split("\n\n", 1)[-1] if candidate.body.startswith("Asked:") else candidate.body
+            if len(report.split("\nFiles changed:\n")[0].split("\nCommits:\n")[0]) < REPEAT_REPORT:
+                continue
             candidate.title = fact_title(summary_title(report, taken=seen))
             if _taken(candidate.title, seen):
                 continue
