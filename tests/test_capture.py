@@ -191,8 +191,8 @@ def test_keyword_layer_gotchas_corrections_and_a_progress_note(project, tmp_path
     rows = {r["type"]: r for r in _list(project)}
     assert rows["gotcha"]["title"].startswith("Excel writes a UTF-8 BOM")  # the fact, not "The problem was that …"
     assert rows["pattern"]["title"].startswith("Correction: no, keep the CSV reader") and rows["pattern"]["tags"] == ["correction"]
-    # the correction's request, answered: titled by what the gotcha does not already say
-    assert rows["context"]["title"].startswith("The loader now strips the BOM")
+    # the correction's request, answered in one short message: the gotcha holds it, no second memory says it again
+    assert "context" not in rows and "The loader now strips the BOM" in _show(project, rows["gotcha"]["id"])["body"]
 
 
 SECRETS = [
