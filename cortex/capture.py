@@ -446,11 +446,12 @@ def _wrong_folder(command: str, fixed: str, error: str) -> bool:
         return True
     def plain(text: str) -> list[str]:
         return [w for w in text.split() if not re.search(r"[\\/]", w)]
-    mine, theirs = plain(command), plain(fixed)
-    if mine == theirs:
+    if plain(command) == plain(fixed):
         return True  # the same words, only paths differ
-    shared = len(set(mine) & set(theirs))
-    return shared < len(set(mine)) / 2
+    identity = _command_identity(command)
+    part = next((p for p in re.split(r"&&|;|\|\|", fixed) if _command_identity(p) == identity), fixed)
+    mine = set(command.split())
+    return len(mine & set(part.split())) < len(mine) / 2
 
 
 def _command_identity(command: str) -> str:
@@ -560,10 +561,10 @@ def _report_of(answer: list[Event]) -> tuple[Event | None, bool]:
     return None, False
 
 
-def _run_outcome(text: str) -> bool:
-    """True for a short message that opens with one run's outcome ("All 42 tests pass and ruff is clean. …")."""
-    substance = _substance(text)
-    return len(substance) < 400 and bool(RUN_OUTCOME.match(substance))
+def _run_outcome(text: str, limit: int = 400) -> bool:
+    """True for a message that opens with one run's outcome ("All 42 tests pass and ruff is clean. …")."""
+    substance = _substance(re.sub(r"(?m)^#+ .*$|^[^\w\n]+", "", _clean(text)))
+    return len(substance) < limit and bool(RUN_OUTCOME.match(substance))
 
 
 def request_reports(items: list[Event], session: str, root: Path | None) -> Iterator[Candidate]:
