@@ -719,13 +719,16 @@ def keyword(items: list[Event]) -> Iterator[Candidate]:
         text = _clean(event.text)
         if TAG.search(text):
             continue  # the message tagged what it wants remembered: mining its sentences too would say it twice
-        found = 0
+        found, bodies = 0, set()
         for sentence in _sentences(text):
             kind = "gotcha" if GOTCHA.search(sentence) else "decision" if (DECISION.search(sentence)
                                                                             or DECIDED.search(sentence)) else None
             if kind is None:
                 continue
             body = _paragraph(text, sentence)
+            if body in bodies:  # two cues in one paragraph: one memory holds it
+                break
+            bodies.add(body)
             title = summary_title(sentence, 120)
             yield Candidate(kind, title, body + "\n", "keyword", 0.55, 5, branch=event.branch, **_origin(event))
             found += 1
