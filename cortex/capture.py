@@ -392,6 +392,7 @@ def structural(items: list[Event], session: str, root: Path | None) -> Iterator[
                             files=edited[:20], branch=latest.branch, key=f"plan:{session}", update_only=first is None)
     yield from request_reports(items, session, root)
     yield from compaction_summaries(items)
+    yield from subagent_findings(items)
     yield from command_gotchas(items)
 
 
@@ -625,6 +626,29 @@ def compaction_summaries(items: list[Event]) -> Iterator[Candidate]:
             title = f"{name}: {summary_title(section, 100)}"
             yield Candidate(kind, title, body, "structural", 0.6, 5, tags=["compaction"], branch=event.branch,
                             **_origin(event))
+
+
+MAX_FINDING = 600  # characters of substance a sub-agent's report may have to be kept: more is a digest
+
+
+def subagent_findings(items: list[Event]) -> Iterator[Candidate]:
+    """A sub-agent's (Task/Agent tool) report when it is one short finding, in its own words without its chatter
+    ("Perfect! Now I have …") or a "Sub-agent … reported:" frame, the sub-agent as its source. A digest (long,
+    or built of headings and lists) is what the main thread works from, not a memory (issue 40)."""
+    for event in items:
+        if event.kind != "tool" or event.tool not in SUBAGENT_TOOLS or event.failed:
+            continue
+        result = re.sub(r"(?m)^agentId: .*$", "", _clean(event.result)).strip()
+        substance = _substance(result)
+        structured = len(re.findall(r"(?m)^\s*(?:#|[-*•]\s|\d+[.)]\s|\|)", result))
+        if not MIN_REPORT <= len(substance) <= MAX_FINDING or structured >= 3:
+            continue
+        agent = str(event.tool_input.get("subagent_type") or "sub-agent")
+        agent_id = re.search(r"(?m)^agentId: *([\w-]+)", event.result)
+        origin = {"agent": agent_id.group(1) if agent_id else None, "agent_type": agent, "tool_use": event.tool_id}
+        yield Candidate("context", summary_title(substance), substance + "\n", "structural", 0.55, 4,
+                        tags=["subagent", agent], branch=event.branch, origin={k: v for k, v in origin.items() if v},
+                        **_origin(event))
 
 
 GOTCHA = re.compile(r"(?i)\b(the (?:root )?(?:problem|issue|cause|bug|culprit) (?:was|is|here is)\b|root cause|"

@@ -391,7 +391,7 @@ def test_user_rules_and_it_needs_to_be_corrections_are_patterns(project, tmp_pat
     assert "5000 for both providers" in rule["title"]
 
 
-def test_compaction_summaries_are_read_and_subagent_reports_are_not_stored(project, tmp_path):
+def test_compaction_summaries_and_a_subagents_short_finding_are_read(project, tmp_path):
     summary = ("This session is being continued from a previous conversation that ran out of context.\nSummary:\n"
                "1. Primary Request and Intent:\n   Move the billing worker to the queue service.\n"
                "4. Errors and fixes:\n   - The worker crashed with ECONNRESET because the queue client was created "
@@ -409,8 +409,10 @@ def test_compaction_summaries_are_read_and_subagent_reports_are_not_stored(proje
     gotcha = next(r for r in rows if r["type"] == "gotcha")
     assert "ECONNRESET" in _show(project, gotcha["id"])["body"] and gotcha["tags"] == ["compaction"]
     assert not any("All user messages" in r["title"] or "Primary Request" in r["title"] for r in rows)
-    # a sub-agent's report is what the main thread works from, not a memory of its own (issue 40)
-    assert not any("billing.v2" in _show(project, r["id"])["body"] for r in rows)
+    # a sub-agent's short finding is kept in its own words, without a "Sub-agent … reported:" frame (issue 40)
+    agent = next(r for r in rows if "subagent" in r["tags"])
+    body = _show(project, agent["id"])["body"]
+    assert "billing.v2" in body and "Sub-agent" not in body
 
 
 def test_a_queued_prompt_is_read_once(project, tmp_path):
