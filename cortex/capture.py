@@ -609,9 +609,8 @@ SKIPPED_SECTIONS = ("user messages", "files and code", "optional", "primary requ
 def compaction_summaries(items: list[Event]) -> Iterator[Candidate]:
     """A compaction summary is the session's own account of itself: one memory per section that carries knowledge
     (errors and fixes, problem solving, key concepts, pending work), typed by the section's name."""
-    for event in items:
-        if event.kind != "summary":
-            continue
+    summaries = [e for e in items if e.kind == "summary"]
+    for event in summaries:
         text = _clean(event.text)
         text = text.split("\nSummary:", 1)[-1]  # the analysis before it is the model thinking aloud
         heads = list(SECTION.finditer(text))
@@ -622,6 +621,8 @@ def compaction_summaries(items: list[Event]) -> Iterator[Candidate]:
             if any(s in lowered for s in SKIPPED_SECTIONS) or len(section) < 80:
                 continue
             kind = next((t for word, t in SECTION_TYPES if word in lowered), "context")
+            if kind in ("progress", "plan") and event is not summaries[-1]:
+                continue  # the work pending at an earlier compaction: a later one says what is still open
             body = f"From a compaction summary ({name}):\n\n{_capped(section, 6000)}\n"
             title = f"{name}: {summary_title(section, 100)}"
             yield Candidate(kind, title, body, "structural", 0.6, 5, tags=["compaction"], branch=event.branch,

@@ -129,3 +129,24 @@ def test_an_explicit_memory_tag_is_written_with_its_machine_path_redacted(projec
     [decision] = [row for row in rows if row["type"] == "decision"]
     assert decision["title"].startswith("Keep the API token in the system keyring")
     assert "alice" not in _texts(project) and ".shoprc" in decision["body"]
+
+
+def _summary(pending: str) -> str:
+    return ("This session is being continued from a previous conversation that ran out of context.\nSummary:\n"
+            "1. Primary Request and Intent:\n   Move the billing worker to the queue service, as the user asked.\n"
+            f"7. Pending Tasks:\n   - {pending}\n")
+
+
+def test_only_the_last_compactions_pending_work_is_kept(project, tmp_path):
+    rows = _stop(project, tmp_path, [
+        _record("user", "c1", _summary("Port the invoice job to the queue client, then run its integration tests against the staging broker"),
+                isCompactSummary=True),
+        _say("a1", "Ported."),
+        _record("user", "c2", _summary("Remove the legacy cron entry for billing once the queue worker is deployed and has run for a day"),
+                isCompactSummary=True),
+    ])
+    text = _texts(project)
+    assert "legacy cron entry" in text  # still open at the end
+    assert "invoice job" not in text  # pending then, done since
+    assert "Move the billing worker" not in text  # the request restated
+    assert rows
