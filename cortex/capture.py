@@ -392,7 +392,7 @@ def structural(items: list[Event], session: str, root: Path | None) -> Iterator[
                             files=edited[:20], branch=latest.branch, key=f"plan:{session}", update_only=first is None)
     yield from request_reports(items, session, root)
     yield from compaction_summaries(items)
-    yield from subagent_reports(items)
+    yield from subagent_findings(items)
     yield from command_gotchas(items)
 
 
@@ -431,11 +431,28 @@ def command_gotchas(items: list[Event]) -> Iterator[Candidate]:
             break
         if fix is None:
             continue
-        reported.add(identity)
         fixed = str(fix.tool_input.get("command", "")).strip()
+        if _wrong_folder(command, fixed, error):
+            continue
+        reported.add(identity)
         body = (f"`{command[:300]}` fails with:\n\n    {error[:300]}\n\nWhat works instead: `{fixed[:300]}`\n")
         title = title_from_text(f"{identity} fails with \"{error}\"", 110).rstrip("…\"") + ("\"" if len(error) < 70 else "…\"")
         yield Candidate("gotcha", title, body, "structural", 0.55, 5, branch=failed.branch, **_origin(failed))
+
+
+def _wrong_folder(command: str, fixed: str, error: str) -> bool:
+    """True when the fix is not a lesson: the command only ran from the wrong folder (`cd` failed, or only its
+    paths changed), or the "fix" is another command of the same program (`node a.js` then `node --version`)."""
+    if re.search(r"\bcd\b", error) or re.match(r"(?i)^(?:\S*sh: )?(?:line \d+: )?cd:", error):
+        return True
+    def plain(text: str) -> list[str]:
+        return [w for w in text.split() if not re.search(r"[\\/]", w)]
+    if plain(command) == plain(fixed):
+        return True  # the same words, only paths differ
+    identity = _command_identity(command)
+    part = next((p for p in re.split(r"&&|;|\|\|", fixed) if _command_identity(p) == identity), fixed)
+    mine = set(command.split())
+    return len(mine & set(part.split())) < len(mine) / 2
 
 
 def _command_identity(command: str) -> str:
@@ -474,13 +491,19 @@ def _error_line(output: str) -> str:
 
 FILLER = re.compile(r"(?i)^(perfect|great|excellent|awesome|good|ok|okay|sure|done|all done|now|next|let me|let's|"
                     r"i'll|i will|i'm going to|here's|here is|here are|looking at|thanks?|you're (?:absolutely )?right|yes|got it|"
-                    r"based on|i notice|i now have|i can see|i see|from the|it's actually|the .{3,30} should now be open)\b")
+                    r"based on|i notice|i now have|i can see|i see|from the|it's actually|the .{3,30} should now be open|"
+                    r"i've|i have|i already|you raise|you want|makes sense|absolutely|the (?:issue|problem) is clear)\b")
+# One run's outcome ("All 42 tests pass", "The build now passes", "… has been successfully …"): not what a report is about.
+RUN_OUTCOME = re.compile(r"(?i)^(?:all\b.{0,60}\b(?:pass(?:es|ing|ed)?|green|clean|fixed|complete[d]?|done)\b"
+                         r"|.{0,80}\b(?:successfully|is (?:now )?complete|are now passing|now (?:pass(?:es)?|builds?)\b)"
+                         r"|\d+ (?:tests?|checks?|files?)\b.{0,40}\b(?:pass(?:es|ed)?|fail(?:s|ed)?)\b)")
 MIN_REPORT = 160  # characters of substance a request's final report needs to be worth keeping
 
 
-def summary_title(text: str, limit: int = 120) -> str:
+def summary_title(text: str, limit: int = 120, taken: list[set[str]] | None = None) -> str:
     """A title for a report: its first prose sentence that says something (no filler, no heading, no table row,
-    no code), whole; a clause of it only when the sentence is longer than `limit`."""
+    no code) and is not mostly the words of a title `taken` already, whole; a clause of it only when the sentence
+    is longer than `limit`."""
     in_code = False
     fallback = ""
     for raw in _clean(text).splitlines():
@@ -497,7 +520,8 @@ def summary_title(text: str, limit: int = 120) -> str:
             continue
         for sentence in re.split(r"(?<![A-Z]\.)(?<=[.!?])\s+", line):
             sentence = sentence.strip().rstrip(":")
-            if len(sentence) < 25 or FILLER.match(sentence) or sentence.endswith("?"):
+            if (len(sentence) < 25 or FILLER.match(sentence) or RUN_OUTCOME.match(sentence) or sentence.endswith("?")
+                    or _taken(sentence, taken)):
                 continue
             if len(sentence) <= limit:
                 return sentence.rstrip(".")
@@ -528,12 +552,20 @@ def _report_of(answer: list[Event]) -> tuple[Event | None, bool]:
                 for e in answer)
     for event in reversed(answer):
         if event.kind == "text" and not event.sidechain:
+            if _announces_next_step(event.text) and not TAG.search(_clean(event.text)):
+                continue
             if TAG.search(_clean(event.text)):
                 rest = TAG.sub("", _clean(event.text)).strip()
                 return (replace(event, text=rest), True) if acted and len(_substance(rest)) >= 40 else (None, True)
             if len(_substance(event.text)) >= (40 if acted else MIN_REPORT):
                 return event, False
     return None, False
+
+
+def _run_outcome(text: str, limit: int = 400) -> bool:
+    """True for a message that opens with one run's outcome ("All 42 tests pass and ruff is clean. …")."""
+    substance = _substance(re.sub(r"(?m)^#+ .*$|^[^\w\n]+", "", _clean(text)))
+    return len(substance) < limit and bool(RUN_OUTCOME.match(substance))
 
 
 def request_reports(items: list[Event], session: str, root: Path | None) -> Iterator[Candidate]:
@@ -546,10 +578,12 @@ def request_reports(items: list[Event], session: str, root: Path | None) -> Iter
         edited, commits = _edited(answer, root), _commits(answer)
         if report is None:
             last = next((e for e in reversed(answer) if e.kind == "text" and not e.sidechain), None)
-            if not (edited or commits) or prompt is None or last is None:
+            if not (edited or commits) or prompt is None or last is None or not TAG.search(_clean(last.text)):
                 continue
             # Files changed and the reply says little (or only tags): the work itself is the progress.
             report, tagged = replace(last, text=TAG.sub("", _clean(last.text)).strip()), True
+        if not (edited or commits or tagged) and _run_outcome(report.text):
+            continue  # "All 42 tests pass and ruff is clean": true of one run, not lasting
         text = _capped(_clean(report.text).strip(), 6000)
         # Redacted before its lines are folded: a key wrapped over lines, folded onto one, no longer reads as one.
         asked = " ".join(redact(_clean(prompt.text))[0].split()) if prompt is not None else ""
@@ -568,15 +602,15 @@ def request_reports(items: list[Event], session: str, root: Path | None) -> Iter
 SECTION = re.compile(r"(?m)^\s*(\d+)\.\s+([A-Z][A-Za-z /&-]{3,60}):\s*$")
 SECTION_TYPES = (("error", "gotcha"), ("fix", "gotcha"), ("problem", "context"), ("concept", "architecture"),
                  ("pending", "progress"), ("current work", "progress"), ("next step", "plan"), ("intent", "context"))
-SKIPPED_SECTIONS = ("user messages", "files and code", "optional")
+# The request restated, the work of that moment and a list of topic names are not lasting knowledge.
+SKIPPED_SECTIONS = ("user messages", "files and code", "optional", "primary request", "current work", "concepts")
 
 
 def compaction_summaries(items: list[Event]) -> Iterator[Candidate]:
     """A compaction summary is the session's own account of itself: one memory per section that carries knowledge
     (errors and fixes, problem solving, key concepts, pending work), typed by the section's name."""
-    for event in items:
-        if event.kind != "summary":
-            continue
+    summaries = [e for e in items if e.kind == "summary"]
+    for event in summaries:
         text = _clean(event.text)
         text = text.split("\nSummary:", 1)[-1]  # the analysis before it is the model thinking aloud
         heads = list(SECTION.finditer(text))
@@ -587,28 +621,35 @@ def compaction_summaries(items: list[Event]) -> Iterator[Candidate]:
             if any(s in lowered for s in SKIPPED_SECTIONS) or len(section) < 80:
                 continue
             kind = next((t for word, t in SECTION_TYPES if word in lowered), "context")
+            if kind in ("progress", "plan") and event is not summaries[-1]:
+                continue  # the work pending at an earlier compaction: a later one says what is still open
             body = f"From a compaction summary ({name}):\n\n{_capped(section, 6000)}\n"
             title = f"{name}: {summary_title(section, 100)}"
             yield Candidate(kind, title, body, "structural", 0.6, 5, tags=["compaction"], branch=event.branch,
                             **_origin(event))
 
 
-def subagent_reports(items: list[Event]) -> Iterator[Candidate]:
-    """What a sub-agent (Task/Agent tool) found, in its own final report, with the sub-agent as the source."""
+MAX_FINDING = 600  # characters of substance a sub-agent's report may have to be kept: more is a digest
+
+
+def subagent_findings(items: list[Event]) -> Iterator[Candidate]:
+    """A sub-agent's (Task/Agent tool) report when it is one short finding, in its own words without its chatter
+    ("Perfect! Now I have …") or a "Sub-agent … reported:" frame, the sub-agent as its source. A digest (long,
+    or built of headings and lists) is what the main thread works from, not a memory (issue 40)."""
     for event in items:
         if event.kind != "tool" or event.tool not in SUBAGENT_TOOLS or event.failed:
             continue
         result = re.sub(r"(?m)^agentId: .*$", "", _clean(event.result)).strip()
-        if len(_substance(result)) < MIN_REPORT:
+        substance = _substance(result)
+        structured = len(re.findall(r"(?m)^\s*(?:#|[-*•]\s|\d+[.)]\s|\|)", result))
+        if not MIN_REPORT <= len(substance) <= MAX_FINDING or structured >= 3:
             continue
         agent = str(event.tool_input.get("subagent_type") or "sub-agent")
         agent_id = re.search(r"(?m)^agentId: *([\w-]+)", event.result)
         origin = {"agent": agent_id.group(1) if agent_id else None, "agent_type": agent, "tool_use": event.tool_id}
-        task = " ".join(str(event.tool_input.get("description") or "").split())
-        body = f"Sub-agent `{agent}` ({task}) reported:\n\n{_capped(result, 6000)}\n" if task else \
-            f"Sub-agent `{agent}` reported:\n\n{_capped(result, 6000)}\n"
-        yield Candidate("context", summary_title(result), body, "structural", 0.55, 4, tags=["subagent", agent],
-                        branch=event.branch, origin={k: v for k, v in origin.items() if v}, **_origin(event))
+        yield Candidate("context", summary_title(substance), substance + "\n", "structural", 0.55, 4,
+                        tags=["subagent", agent], branch=event.branch, origin={k: v for k, v in origin.items() if v},
+                        **_origin(event))
 
 
 GOTCHA = re.compile(r"(?i)\b(the (?:root )?(?:problem|issue|cause|bug|culprit) (?:was|is|here is)\b|root cause|"
@@ -616,14 +657,16 @@ GOTCHA = re.compile(r"(?i)\b(the (?:root )?(?:problem|issue|cause|bug|culprit) (
                     r"found the (?:problem|issue|bug|cause|culprit)|the reason (?:is|was)|this (?:happens|happened|fails|failed) because|"
                     r"note that .{3,80}\b(?:fails?|breaks?|doesn't|does not|won't|cannot|can't)|"
                     r"(?:doesn't|does not|won't|cannot|can't) (?:work|support|accept|handle|find|resolve)\b.{0,80}\bbecause)")
-DECIDED = re.compile(r"(?i)\b(?:i'll use|i'll go with|we(?:'ll| will)? (?:use|go with)|we chose|i chose|(?:i|we) decided|"
+DECIDED = re.compile(r"(?i)\b(?:we chose|i chose|(?:i|we) decided|"
                      r"switched (?:to|from)|instead of|rather than|decision:|chose .{3,60} over|opted (?:for|to))\b")
 CORRECTION = re.compile(r"(?i)^(no[,. !]|nope\b|don't\b|do not\b|stop\b|actually[, ]|instead[, ]|that's (?:wrong|not)|"
                         r"revert\b|wrong\b|not like that)")
 RULE = re.compile(r"(?i)(^(?:no[,.!]|nope\b|don't\b|do not\b|never\b|always\b|stop\b|actually[, ]|instead[, ])|"
                   r"\b(?:always|never|must(?: not)?|mustn't|should(?:n't| not)?|don't|do not|make sure|"
                   r"(?:it|this|that) (?:needs|has) to be|needs to be|has to be|instead of|rather than|"
-                  r"i (?:want|prefer|need)|we (?:use|want|need|prefer))\b)")
+                  r"i prefer|we (?:use|prefer))\b)")
+QUESTION = re.compile(r"(?i)^(?:should|shall|can|could|would|will|do|does|did|is|are|was|were|what|why|how|where|which|who)"
+                      r" (?:we|i|you|it|this|that|there|the)\b")
 HEDGES = re.compile(r"(?i)^(let me|i'll (?!use|go with|switch|keep|stick)|i will|now,? (?:i|let)|first,? i|maybe|perhaps|if |i notice)")
 
 
@@ -681,7 +724,7 @@ def user_rules(items: list[Event]) -> Iterator[Candidate]:
             cuts = [0, *(n for found in re.finditer(r"(?<=[.!?])\s+|\n+", own) for n in found.span()), len(text)]
             sentences = [(text[a:b].strip(), own[a:b]) for a, b in zip(cuts[::2], cuts[1::2]) if text[a:b].strip()]
             rule = next((x for x, mine in sentences if RULE.search(mine.strip()) and 12 <= len(x) <= 300
-                         and not x.endswith("?")), None)
+                         and not x.endswith("?") and not QUESTION.match(x)), None)
             if rule is not None and (acted or not CORRECTION.match(own) or RULE.search(own[20:])):
                 correction = bool(CORRECTION.match(own)) and acted
                 kind, tags = ("pattern", ["correction" if correction else "rule"])
@@ -701,18 +744,105 @@ def keyword(items: list[Event]) -> Iterator[Candidate]:
         text = _clean(event.text)
         if TAG.search(text):
             continue  # the message tagged what it wants remembered: mining its sentences too would say it twice
-        found = 0
+        found, bodies = 0, set()
         for sentence in _sentences(text):
             kind = "gotcha" if GOTCHA.search(sentence) else "decision" if (DECISION.search(sentence)
                                                                             or DECIDED.search(sentence)) else None
             if kind is None:
                 continue
             body = _paragraph(text, sentence)
+            if body in bodies:  # two cues in one paragraph: one memory holds it
+                break
+            bodies.add(body)
             title = summary_title(sentence, 120)
             yield Candidate(kind, title, body + "\n", "keyword", 0.55, 5, branch=event.branch, **_origin(event))
             found += 1
             if found == 2:
                 break
+
+
+# ---------------------------------------------------------------- precision: what is not kept, by its form
+
+
+# A message that ends announcing the tool call it is about to make ("Let me fix this:") is work in progress.
+NEXT_STEP = re.compile(r"(?i)(?:^|[.!]\s+)(?:let me|let's|i'll|i will|i need to|i'm going to|now,? (?:i|let)|next,? i)\b[^.!?\n]*:\s*$")
+
+
+def _announces_next_step(text: str) -> bool:
+    return bool(NEXT_STEP.search(" ".join(_clean(text).split())))
+
+
+# Home folders (the user's name) and temporary folders; paths under the session's own folder become relative.
+HOME_PATH = re.compile(r"(?i)((?:\b[A-Z]:|/[a-z])?[\\/](?:Users|home)[\\/]+)(?!<user>)[^\\/\s'\"`<>|]+(?=[\\/])")
+TEMP_PATH = re.compile(r"(?i)(?:\b[A-Z]:[\\/][^\s'\"`]*?[\\/]Temp|(?:/private)?/(?:tmp|var/folders))[\\/][^\s'\"`)\],;]*")
+
+
+def machine_free(text: str, folders: list[str]) -> str:
+    """`text` without machine-local paths: the session's folders cut off (what follows is the project's own
+    path), then the user name of a home folder replaced by `<user>` and a temporary path by `<tmp>`."""
+    for folder in sorted({f.rstrip("/\\") for f in folders if f and len(f) > 3}, key=len, reverse=True):
+        text = re.sub(re.escape(folder) + r"[\\/]", "", text)
+        text = re.sub(re.escape(folder) + r"(?![\w.-])", ".", text)
+    return TEMP_PATH.sub("<tmp>", HOME_PATH.sub(r"\1<user>", text))
+
+
+# Openings that narrate rather than state ("The issue is that …", "I can see …"): cut from a title.
+LEAD_IN = re.compile(r"(?i)^(?:(?:the|one|another|a) (?:real |actual |main |root |key )?(?:issue|problem|cause|bug|culprit|"
+                     r"reason|fix|insight)(?: here)? (?:is|was)(?: clear)?(?: that)?|root cause|key (?:insight|finding)|"
+                     r"i (?:can )?see(?: now)?(?: that)?|i (?:found|noticed|notice|discovered)(?: that)?|"
+                     r"it (?:seems|looks like|turns out)(?: that)?|turns out(?: that)?|perfect|great|excellent|good|"
+                     r"now|so|ok(?:ay)?|yes)\b\s*[:,—–!.-]*\s*")
+
+
+def fact_title(title: str) -> str:
+    """The title without a narrating opening or leading symbols (emoji, check marks), first letter capitalised."""
+    cleaned = title
+    for _ in range(3):
+        cleaned = re.sub(r"^[^\w\"'`(\[]+", "", cleaned)
+        cleaned = LEAD_IN.sub("", cleaned, count=1)
+    if cleaned == title or len(cleaned) < 12:
+        return title
+    return cleaned[0].upper() + cleaned[1:]
+
+
+def _title_words(title: str) -> set[str]:
+    return {w for w in words(fact_title(title)) if len(w) > 2}
+
+
+def _taken(title: str, taken: list[set[str]] | None) -> bool:
+    """True when `title` has mostly the words of one of the titles `taken` (the same fact, said again)."""
+    mine = _title_words(title)
+    return bool(mine) and any(len(mine & other) / len(mine | other) >= 0.6 for other in taken or ())
+
+
+REPEAT_REPORT = 400  # characters a report must have to be kept when its title's fact is kept already
+
+
+def precise(candidates: list[Candidate], items: list[Event], root: Path | None) -> list[Candidate]:
+    """The candidates worth a memory: machine paths out of every one (an explicit [MEMORY: …] tag keeps the rest of
+    its words), narrating openings out of titles, and one memory for a fact said several times (a later candidate
+    whose title has mostly the words of an earlier one is dropped)."""
+    folders = sorted({e.cwd for e in items if e.cwd} | ({str(root)} if root is not None else set()))
+    kept: list[Candidate] = []
+    seen: list[set[str]] = []
+    # Of two saying one thing, the one that names its kind (a tag, a gotcha, a decision) is kept, not the report.
+    for candidate in sorted(candidates, key=lambda c: (c.layer != "self-report", (c.key or "").startswith("report:"))):
+        candidate.body = machine_free(candidate.body, folders)
+        candidate.title = fact_title(machine_free(candidate.title, folders))
+        if candidate.layer != "self-report" and _taken(candidate.title, seen):
+            if not (candidate.key or "").startswith("report:"):
+                continue
+            # A long report says more than the sentence kept already: titled by what else it says; a short one
+            # is that sentence said again.
+            report = candidate.body.split("\n\n", 1)[-1] if candidate.body.startswith("Asked:") else candidate.body
+            if len(report.split("\nFiles changed:\n")[0].split("\nCommits:\n")[0]) < REPEAT_REPORT:
+                continue
+            candidate.title = fact_title(summary_title(report, taken=seen))
+            if _taken(candidate.title, seen):
+                continue
+        seen.append(_title_words(candidate.title))
+        kept.append(candidate)
+    return kept
 
 
 # ---------------------------------------------------------------- guard, dedup, write
@@ -1081,7 +1211,7 @@ def candidates_from(store: Store, items: list[Event], session: str, root: Path |
         out += structural(items, session, root)
     if "keyword" in wanted:
         out += keyword(items)
-    return out
+    return precise(out, items, root)
 
 
 # ---------------------------------------------------------------- the LLM layer's queue

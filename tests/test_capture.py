@@ -189,9 +189,10 @@ def test_keyword_layer_gotchas_corrections_and_a_progress_note(project, tmp_path
     ])
     _stop(project, transcript)
     rows = {r["type"]: r for r in _list(project)}
-    assert rows["gotcha"]["title"].startswith("The problem was that Excel writes a UTF-8 BOM")
+    assert rows["gotcha"]["title"].startswith("Excel writes a UTF-8 BOM")  # the fact, not "The problem was that …"
     assert rows["pattern"]["title"].startswith("Correction: no, keep the CSV reader") and rows["pattern"]["tags"] == ["correction"]
-    assert rows["context"]["title"].startswith("The problem was")  # the correction's request, answered
+    # the correction's request, answered in one short message: the gotcha holds it, no second memory says it again
+    assert "context" not in rows and "The loader now strips the BOM" in _show(project, rows["gotcha"]["id"])["body"]
 
 
 SECRETS = [
@@ -390,7 +391,7 @@ def test_user_rules_and_it_needs_to_be_corrections_are_patterns(project, tmp_pat
     assert "5000 for both providers" in rule["title"]
 
 
-def test_compaction_summaries_and_subagent_reports_are_read(project, tmp_path):
+def test_compaction_summaries_and_a_subagents_short_finding_are_read(project, tmp_path):
     summary = ("This session is being continued from a previous conversation that ran out of context.\nSummary:\n"
                "1. Primary Request and Intent:\n   Move the billing worker to the queue service.\n"
                "4. Errors and fixes:\n   - The worker crashed with ECONNRESET because the queue client was created "
@@ -407,9 +408,11 @@ def test_compaction_summaries_and_subagent_reports_are_read(project, tmp_path):
     rows = _list(project)
     gotcha = next(r for r in rows if r["type"] == "gotcha")
     assert "ECONNRESET" in _show(project, gotcha["id"])["body"] and gotcha["tags"] == ["compaction"]
-    assert not any("All user messages" in r["title"] for r in rows)
+    assert not any("All user messages" in r["title"] or "Primary Request" in r["title"] for r in rows)
+    # a sub-agent's short finding is kept in its own words, without a "Sub-agent … reported:" frame (issue 40)
     agent = next(r for r in rows if "subagent" in r["tags"])
-    assert "Sub-agent `Explore`" in _show(project, agent["id"])["body"]
+    body = _show(project, agent["id"])["body"]
+    assert "billing.v2" in body and "Sub-agent" not in body
 
 
 def test_a_queued_prompt_is_read_once(project, tmp_path):
