@@ -90,11 +90,12 @@ def briefing_key(store_root: str, version: str, settled: bool = False) -> str:
 
 
 def _global_signature(store_root: str) -> str:
-    """The global store's memory folders: its memories have a section of the briefing."""
+    """The global store's memory folders: its memories have a section of the briefing. One part of a key (no `|`
+    inside), so `start_briefing` compares it whole."""
     home = global_root()
     if not os.path.isdir(os.path.join(home, "memories")) or os.path.realpath(home) == os.path.realpath(store_root):
         return ""
-    return _signature(home, files_only=True)[0]
+    return _signature(home, files_only=True)[0].replace("|", ";")
 
 
 def saved_briefing(store_root: str, name: str = "briefing.json") -> dict | None:
