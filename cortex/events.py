@@ -214,13 +214,14 @@ def prompt_context(store: Store, prompt: str, indexes: Indexes, catch_up: dict[s
     store), what changed since that briefing comes first (`briefing_catch_up`).
 
     One rule, whichever process answers (`cortex serve` or the hook's own), the one `cortex recall` and MCP
-    use (`cortex.recall.mark_relevant`): a memory is relevant when its calibrated match (`Hit.match`) is at
-    least `prompt.min_match` and within `MATCH_SPREAD` of the best hit's, a memory the briefing showed counting
-    as a hit. At most `prompt.max_memories`, within `prompt.budget_tokens`; only those injected count as read.
+    use (`cortex.recall.mark_relevant`), with the higher line of what is injected unasked: a calibrated match
+    (`Hit.match`) of at least `prompt.min_match` within `MATCH_SPREAD` of the best hit's, a memory the
+    briefing showed counting as a hit. At most `prompt.max_memories`, within `prompt.budget_tokens`; only
+    those injected count as read.
     """
     import json
 
-    from cortex.recall import CONTEXTUAL, count_reads, read_hits, recall, use_contextual
+    from cortex.recall import CONTEXTUAL, MATCH_SPREAD, count_reads, mark_relevant, read_hits, recall, use_contextual
     from cortex.text import FRAME_TOKENS, INJECTED_MARK, estimate_tokens
 
     if CONTEXTUAL.mode is None:  # the match needs the contextual model: a one-shot hook loads it, as `recall` does
@@ -229,6 +230,7 @@ def prompt_context(store: Store, prompt: str, indexes: Indexes, catch_up: dict[s
     config = store.config()
     limit = int(config.get("prompt.max_memories"))
     budget = int(config.get("prompt.budget_tokens")) - FRAME_TOKENS  # the hook frames it
+    min_match = float(config.get("prompt.min_match"))
     try:
         shown = set(json.loads((store.state_dir / "briefing.json").read_text(encoding="utf-8")).get("ids", []))
     except (OSError, ValueError):
@@ -240,14 +242,16 @@ def prompt_context(store: Store, prompt: str, indexes: Indexes, catch_up: dict[s
     try:
         # Direct hits only (a linked memory is never injected), without those already shown; room for a few
         # that miss the threshold. Only the few shown are read in full (`read_hits`).
-        hits = recall(stores, prompt, limit=2 * limit, indexes=indexes, links=False, read=False,
-                      exclude=frozenset(shown), count=False).hits
+        found = recall(stores, prompt, limit=2 * limit, indexes=indexes, links=False, read=False,
+                       exclude=frozenset(shown), count=False)
+        hits = found.hits
+        # Recall's one rule, with the line of what is injected unasked; what the briefing showed is a hit.
+        mark_relevant(hits, min_match, MATCH_SPREAD, found.excluded_match)
     except QueryRefused:  # "ok", "?": nothing to look for (what changed since the briefing is still said)
         hits = []
     header = INJECTED_MARK + "\nMemories that may bear on this request (cortex):\n"
     used = estimate_tokens(header)
     lines: list[str] = []
-    # Judged (`Hit.relevant`) by recall's one rule, what the briefing showed counting as a hit.
     chosen = [hit for hit in hits if hit.relevant and hit.memory.id not in shown][:limit]
     if chosen:
         read_hits(stores, chosen, prompt, indexes)

@@ -23,7 +23,10 @@ POOL = 50
 # A query whose most specific word is in half of 20+ memories is narrowed to the best 3 (unless a limit was asked).
 BROAD_SHARE, BROAD_MIN, NARROWED = 0.5, 20, 3
 NARROWED_NOTE = f"showing the best {NARROWED}"  # in the note a narrowed answer carries
-MATCH_SPREAD = 0.25  # a relevant hit's calibrated match is within this much of the best one's (0..1)
+# The relevance line on the calibrated match (`match_score`): under it a memory does not bear on the question
+# (unrelated questions match 0-0.1; answers from 0.25 up on the example store; LoCoMo's evidence loses nothing).
+RELEVANT_MATCH = 0.2
+MATCH_SPREAD = 0.25  # the prompt hook injects only hits within this much of the best match (0..1)
 # Default of recall.list_weights (and recall.bm25_floor), chosen by bench/retrieval.py (docs/benchmarks.md).
 LIST_WEIGHTS = {"bm25": 1.0, "dense": 0.5, "ctx": 1.0}
 # With the contextual model on, relevance is a weighted mean of three scores (`score_fusion`; bench/devset.py).
@@ -868,25 +871,28 @@ def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[
             final.append(parent)
             final.extend(h for h in linked if id(h) in chosen and h.store == parent.store
                          and h.via is not None and (h.root or h.via.rsplit(" of ", 1)[-1]) == parent.memory.id)
-    if stores:
-        mark_relevant(final, float(stores[0].config().get("prompt.min_match")), excluded_match)
+    mark_relevant(final)
     if count:
         count_reads(stores, final)
     return RecallResult(final, notes, excluded_match)
 
 
-def mark_relevant(hits: list[Hit], min_match: float, shown_match: float | None = None) -> None:
+def mark_relevant(hits: list[Hit], min_match: float = RELEVANT_MATCH, spread: float | None = None,
+                  shown_match: float | None = None) -> None:
     """The one relevance rule, for `cortex recall`, MCP and the prompt hook, served or not: a direct hit is
-    relevant when its calibrated match (`Hit.match`) is at least `min_match` (`prompt.min_match`) and within
-    `MATCH_SPREAD` of the best direct hit's, or of `shown_match` (what the prompt hook's briefing already
-    showed counts as a hit): a clear answer is not padded with near-misses. A linked hit is relevant when the
-    hit it was reached from is. With no calibrated match at all (full text only) nothing is judged (None)."""
+    relevant when its calibrated match (`Hit.match`) is at least `min_match` and, with `spread`, within it of
+    the best direct hit's or of `shown_match`. `cortex recall` and MCP, asked, draw the line at
+    `RELEVANT_MATCH`; the prompt hook, unasked, higher (`prompt.min_match` within `MATCH_SPREAD` of the best,
+    a memory the briefing showed counting as a hit: a clear answer is not padded with near-misses). A linked
+    hit is relevant when the hit it was reached from is. With no calibrated match at all (full text only)
+    nothing is judged (None)."""
     matches = [h.match for h in hits if h.via is None and h.match is not None]
     if not matches:
         for hit in hits:
             hit.relevant = None
         return
-    floor = max(min_match, max(matches + ([shown_match] if shown_match is not None else [])) - MATCH_SPREAD)
+    best = max(matches + ([shown_match] if shown_match is not None else []))
+    floor = min_match if spread is None else max(min_match, best - spread)
     judged: dict[tuple[str, str], bool] = {}
     for hit in hits:
         if hit.via is None:
