@@ -26,6 +26,7 @@ NARROWED_NOTE = f"showing the best {NARROWED}"  # in the note a narrowed answer 
 # The relevance line on the calibrated match (`match_score`): under it a memory does not bear on the question
 # (unrelated questions match 0-0.1; answers from 0.25 up on the example store; LoCoMo's evidence loses nothing).
 RELEVANT_MATCH = 0.2
+RELEVANT_POOL = 10  # hits a recall judges at least, so that a small limit still finds a relevant one ranked past it
 MATCH_SPREAD = 0.25  # the prompt hook injects only hits within this much of the best match (0..1)
 # Default of recall.list_weights (and recall.bm25_floor), chosen by bench/retrieval.py (docs/benchmarks.md).
 LIST_WEIGHTS = {"bm25": 1.0, "dense": 0.5, "ctx": 1.0}
@@ -843,7 +844,7 @@ def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[
     notes: list[str] = []
     excluded_match: float | None = None
     for store in stores:
-        result = recall_store(store, query, limit=limit, types=types, branch=branch, include_all=include_all,
+        result = recall_store(store, query, limit=max(limit, RELEVANT_POOL), types=types, branch=branch, include_all=include_all,
                               keyword_only=keyword_only, now=now, index=indexes.synced(store, full=True), sync=False,
                               links=links, read=read, exclude=exclude, narrow=narrow)
         hits.extend(result.hits)
@@ -852,13 +853,16 @@ def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[
         for note in result.notes:
             if note not in notes:
                 notes.append(note)
-    # `limit` bounds everything returned, linked hits included: the best `limit` by score, where a linked
+    # `limit` bounds everything returned, linked hits included: the best `limit` by score (relevant ones
+    # first, of at least `RELEVANT_POOL` judged), where a linked
     # hit scores just under its parent (× the link's strength), so it may take a weaker direct hit's place
     # and never comes without its parent. Each linked hit is listed right after its parent.
     order = {store.label: i for i, store in enumerate(stores)}
 
-    def rank(h: Hit) -> tuple[float, int, bool, str]:
-        return -round(h.score, 9), order.get(h.store, 9), h.via is not None, h.memory.id
+    mark_relevant(hits)  # relevant hits first, so a small limit is not filled from below the line
+
+    def rank(h: Hit) -> tuple[bool, float, int, bool, str]:
+        return h.relevant is False, -round(h.score, 9), order.get(h.store, 9), h.via is not None, h.memory.id
 
     direct = sorted((h for h in hits if h.via is None), key=rank)[:limit]
     parents = {(h.store, h.memory.id) for h in direct}
@@ -871,7 +875,6 @@ def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[
             final.append(parent)
             final.extend(h for h in linked if id(h) in chosen and h.store == parent.store
                          and h.via is not None and (h.root or h.via.rsplit(" of ", 1)[-1]) == parent.memory.id)
-    mark_relevant(final)
     if count:
         count_reads(stores, final)
     return RecallResult(final, notes, excluded_match)
