@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cortex.store import Store
-from tests.helpers import cortex, cortex_command, cortex_json, make_repo, remember
+from tests.helpers import cortex, cortex_command, cortex_json, make_repo, remember, wait_for
 
 UNRELATED = [
     ("decision", "Invoices are numbered per tenant with a gapless sequence kept in the invoices table."),
@@ -52,6 +53,27 @@ def test_an_unrelated_query_says_nothing_relevant_and_counts_no_read(tmp_path):
     rows = cortex_json("recall", "how are money amounts stored?", cwd=project)
     assert rows and rows[0]["id"] == ids[2] and all(row["relevant"] for row in rows)
     assert set(_reads(project)) == {row["id"] for row in rows} and len(rows) < len(ids)
+
+
+def test_a_served_recall_draws_the_same_line_and_counts_only_what_it_returns(tmp_path):
+    from cortex import serve
+
+    project, ids = _unrelated(tmp_path)
+    alone = cortex_json("recall", "how are money amounts stored?", "--all", cwd=project)
+    (project / ".cortex" / "state" / "access.json").unlink()
+    root = project / ".cortex"
+    proc = subprocess.Popen([*cortex_command(), "serve", "--idle", "60"], cwd=project, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_for(lambda: (serve.ask(str(root), {"op": "ping"}) or {}).get("ready"), 60)
+        out = cortex("recall", "kubernetes helm chart values", cwd=project)
+        assert out.returncode == 0 and out.stdout.strip() == "nothing relevant"
+        served = cortex_json("recall", "how are money amounts stored?", "--all", cwd=project)
+        assert [(row["id"], row["relevant"]) for row in served] == [(row["id"], row["relevant"]) for row in alone]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    # the server counted the relevant hits it returned, and nothing for the unrelated question
+    assert set(_reads(project)) == {row["id"] for row in alone if row["relevant"]} and ids[2] in _reads(project)
 
 
 def _tallyho(root: Path) -> tuple[Path, list[str]]:
