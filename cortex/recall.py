@@ -844,19 +844,20 @@ def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[
     notes: list[str] = []
     excluded_match: float | None = None
     for store in stores:
-        result = recall_store(store, query, limit=max(limit, RELEVANT_POOL), types=types, branch=branch, include_all=include_all,
-                              keyword_only=keyword_only, now=now, index=indexes.synced(store, full=True), sync=False,
-                              links=links, read=read, exclude=exclude, narrow=narrow)
+        result = recall_store(store, query, limit=max(limit, RELEVANT_POOL), types=types, branch=branch,
+                              include_all=include_all, keyword_only=keyword_only, now=now,
+                              index=indexes.synced(store, full=True), sync=False, links=links, read=read,
+                              exclude=exclude, narrow=narrow)
         hits.extend(result.hits)
         if result.excluded_match is not None:
             excluded_match = max(result.excluded_match, excluded_match or 0.0)
         for note in result.notes:
             if note not in notes:
                 notes.append(note)
-    # `limit` bounds everything returned, linked hits included: the best `limit` by score (relevant ones
-    # first, of at least `RELEVANT_POOL` judged), where a linked
-    # hit scores just under its parent (× the link's strength), so it may take a weaker direct hit's place
-    # and never comes without its parent. Each linked hit is listed right after its parent.
+    # `limit` bounds everything returned, linked hits included: the best `limit` by score, relevant ones first
+    # (of at least `RELEVANT_POOL` judged), where a linked hit scores just under its parent (× the link's
+    # strength), so it may take a weaker direct hit's place and never comes without its parent. Each linked
+    # hit is listed right after its parent.
     order = {store.label: i for i, store in enumerate(stores)}
 
     mark_relevant(hits)  # relevant hits first, so a small limit is not filled from below the line
