@@ -117,7 +117,8 @@ def evaluate(store: Store, index: Index, id_to_dia: dict[str, str], questions, m
     """category -> (recall@10, reciprocal rank) of each question."""
     out: dict[int, list[tuple[float, float]]] = {}
     for question, evidence, category in questions:
-        hits = recall_store(store, question, limit=10, index=index, sync=False, methods=methods, now=0).hits
+        hits = recall_store(store, question, limit=10, index=index, sync=False, methods=methods, now=0,
+                            narrow=False).hits
         ranked = [id_to_dia[h.memory.id] for h in hits if h.via is None][:10]
         found = len(evidence & set(ranked)) / len(evidence)
         first = next((i for i, dia in enumerate(ranked, start=1) if dia in evidence), None)
@@ -128,10 +129,7 @@ def evaluate(store: Store, index: Index, id_to_dia: dict[str, str], questions, m
 def run(data: list, convs: range, variants: dict[str, tuple[str, ...]], sessions: bool = True
         ) -> dict[str, dict[str, float]]:
     per: dict[str, dict[int, list[tuple[float, float]]]] = {name: {} for name in variants}
-    recall_module.use_contextual("inline")
-    # The ranking is measured, not the narrowing of broad queries (a question naming a speaker matches half
-    # of the turns, and `recall_store` would cut its 10 hits to 3).
-    recall_module.BROAD_SHARE = float("inf")
+    recall_module.use_contextual("inline")  # the ranking is measured, not the narrowing of broad queries
     with tempfile.TemporaryDirectory() as tmp:
         for ci in convs:
             turns, questions = load_conversation(data[ci])

@@ -889,7 +889,7 @@ def _served_recall(stores: list[Any], query: str, **options: Any) -> Any:
         meta = dict(row["memory"])
         path = Path(meta.pop("path"))
         hits.append(Hit(memory_from_meta(meta, path), float(row["score"]), row["store"], snippet=row["snippet"],
-                        via=row["via"], match=row["match"], root=row["root"],
+                        via=row["via"], match=row["match"], root=row["root"], relevant=row.get("relevant"),
                         spans=[(int(a), int(b)) for a, b in row["highlights"]]))
     return RecallResult(hits, list(answer.get("notes") or []))
 
@@ -899,7 +899,7 @@ def _served_recall(stores: list[Any], query: str, **options: Any) -> Any:
 @click.option("--limit", "-n", type=click.IntRange(1, 1000), help="How many results (default: recall.limit, 10).")
 @click.option("--type", "types", type=TYPE_CHOICE, multiple=True, help="Only this type (repeatable).")
 @click.option("--branch", help="Only memories made on this branch.")
-@click.option("--all", "include_all", is_flag=True, help="Include archived and superseded memories, marked as such (reading changes nothing; `cortex restore ID` brings one back).")
+@click.option("--all", "include_all", is_flag=True, help="Also hits below the relevance line and archived or superseded memories, each marked (reading changes nothing; `cortex restore ID` brings one back).")
 @click.option("--keyword", is_flag=True, help="Full-text only: skip the embedding model.")
 @click.option("--no-global", is_flag=True, help="Search the project store only.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
@@ -909,28 +909,38 @@ def _served_recall(stores: list[Any], query: str, **options: Any) -> Any:
 @store_options
 def recall(store: Any, query: str, limit: int | None, types: tuple[str, ...], branch: str | None, include_all: bool,
            keyword: bool, no_global: bool, as_json: bool, at: str | None, budget: int) -> None:
-    """Find memories by meaning and by words (hybrid full-text + semantic)."""
+    """Find memories by meaning and by words (hybrid full-text + semantic): the relevant ones, or "nothing
+    relevant"."""
+    from cortex.recall import NARROWED_NOTE, count_reads, use_contextual
     from cortex.recall import recall as run_recall
-    from cortex.recall import use_contextual
     from cortex.store import iter_stores
 
     if at:
         store, no_global = _at(store, at), True
 
     stores = list(iter_stores(store, include_global=not no_global and store.label == "project"))
-    limit = limit or int(store.config().get("recall.limit"))
-    result = None if at else _served_recall(stores, query, limit=limit, types=types, branch=branch,
+    asked, limit = limit, limit or int(store.config().get("recall.limit"))
+    result: Any = None if at else _served_recall(stores, query, limit=limit, types=types, branch=branch,
                                             include_all=include_all, keyword=keyword)
-    if result is None:  # no server (or still warming): search here
+    if result is not None and asked and any(NARROWED_NOTE in note for note in result.notes):
+        result = None  # the server narrowed a broad query; the person asked for `--limit`: search here
+    here = result is None
+    if here:  # no server (or still warming): search here
         if not keyword:
             use_contextual("inline")
         result = run_recall(stores, query, limit=limit, types=types, branch=branch, include_all=include_all,
-                            keyword_only=keyword)
-    hits, left_out = _within_budget(result.hits, budget)
+                            keyword_only=keyword, narrow=asked is None, count=False)
+    # Below the relevance line (`cortex.recall.mark_relevant`): left out, or with --all shown and marked.
+    below = 0 if include_all else sum(hit.relevant is False for hit in result.hits)
+    hits, left_out = _within_budget([hit for hit in result.hits if include_all or hit.relevant is not False], budget)
+    if here:  # what is shown and relevant is read (a server counted its relevant hits itself)
+        count_reads(stores, hits)
     for note in result.notes:
         click.echo(f"cortex: {_safe(note)}", err=True)
     if left_out:
         click.echo(f"cortex: {left_out} more results left out (token budget {budget}; raise it with --budget)", err=True)
+    if below:
+        click.echo(f"cortex: {below} weaker hits below the relevance line left out (--all shows them)", err=True)
     result.hits = hits
     if as_json:
         from cortex.guard import redacted_data
@@ -938,14 +948,15 @@ def recall(store: Any, query: str, limit: int | None, types: tuple[str, ...], br
         _print_json(redacted_data([hit.to_dict() for hit in result.hits]))  # the one secret rule, as `medium`
         return
     if not result.hits:
-        click.echo("no matching memories")
+        click.echo("nothing relevant")
         return
     from cortex.render import medium
 
-    for hit in result.hits:  # the medium form: heading, summary, snippet with the query's words marked, facts
+    for hit in result.hits:  # the medium form: heading, what the title does not say, marked words, facts
         project = f": {hit.memory.project}" if hit.memory.project else ""
         label = "" if hit.store == "project" else f" [{hit.store}{project}]"
         via = f"  (via {hit.via})" if hit.via else ""
+        via += "  (below the relevance line)" if hit.relevant is False else ""
         click.echo(_safe_body(f"{hit.score:5.3f}  " + medium(hit.memory, hit.snippet, hit.spans, label + via,
                                                               indent="       ")))
 

@@ -27,7 +27,6 @@ from cortex.memory import Memory
 from cortex.store import Store, iter_stores
 
 UPKEEP = ("detached", "none")
-MATCH_SPREAD = 0.25  # the prompt hook injects hits within this much of the best match (0..1)
 
 
 @dataclass
@@ -250,15 +249,15 @@ def prompt_context(store: Store, prompt: str, indexes: Indexes, catch_up: dict[s
     the briefing, or None. With `catch_up` (`take_catch_up`: this session was shown a briefing older than the
     store), what changed since that briefing comes first (`briefing_catch_up`).
 
-    One rule, whichever process answers (`cortex serve` or the hook's own): a memory is relevant when its
-    calibrated match (`Hit.match`: the contextual model's cosine with the static model's, each mapped from its
-    noise level to its answer level) is at least `prompt.min_match` and within `MATCH_SPREAD` of the best
-    hit's, a memory the briefing showed counting as a hit. At most `prompt.max_memories`, within
-    `prompt.budget_tokens`.
+    One rule, whichever process answers (`cortex serve` or the hook's own), the one `cortex recall` and MCP
+    use (`cortex.recall.mark_relevant`), with the higher line of what is injected unasked: a calibrated match
+    (`Hit.match`) of at least `prompt.min_match` within `MATCH_SPREAD` of the best hit's, a memory the
+    briefing showed counting as a hit. At most `prompt.max_memories`, within `prompt.budget_tokens`; only
+    those injected count as read.
     """
     import json
 
-    from cortex.recall import CONTEXTUAL, read_hits, recall, use_contextual
+    from cortex.recall import CONTEXTUAL, MATCH_SPREAD, count_reads, mark_relevant, read_hits, recall, use_contextual
     from cortex.text import FRAME_TOKENS, INJECTED_MARK, estimate_tokens
 
     if CONTEXTUAL.mode is None:  # the match needs the contextual model: a one-shot hook loads it, as `recall` does
@@ -280,22 +279,19 @@ def prompt_context(store: Store, prompt: str, indexes: Indexes, catch_up: dict[s
         # Direct hits only (a linked memory is never injected), without those already shown; room for a few
         # that miss the threshold. Only the few shown are read in full (`read_hits`).
         found = recall(stores, prompt, limit=2 * limit, indexes=indexes, links=False, read=False,
-                       exclude=frozenset(shown))
-        hits, shown_match = found.hits, found.excluded_match
+                       exclude=frozenset(shown), count=False)
+        hits = found.hits
+        # Recall's one rule, with the line of what is injected unasked; what the briefing showed is a hit.
+        mark_relevant(hits, min_match, MATCH_SPREAD, found.excluded_match)
     except QueryRefused:  # "ok", "?": nothing to look for (what changed since the briefing is still said)
-        hits, shown_match = [], None
+        hits = []
     header = INJECTED_MARK + "\nMemories that may bear on this request (cortex):\n"
     used = estimate_tokens(header)
     lines: list[str] = []
-    # Not far behind the best hit: a clear answer is not padded with near-misses; what the briefing showed
-    # counts as the best hit too (what answers the prompt is already in the session).
-    best_match = max([h.match for h in hits if h.via is None and h.match is not None]
-                     + ([shown_match] if shown_match is not None else []), default=0.0)
-    floor = max(min_match, best_match - MATCH_SPREAD)
-    chosen = [hit for hit in hits if hit.via is None and hit.memory.id not in shown
-              and hit.match is not None and hit.match >= floor][:limit]
+    chosen = [hit for hit in hits if hit.relevant and hit.memory.id not in shown][:limit]
     if chosen:
         read_hits(stores, chosen, prompt, indexes)
+    injected = []
     for hit in chosen:
         label = f"- [{hit.memory.type}] {hit.memory.title} `{hit.memory.id}`"
         if hit.store != "project":
@@ -304,6 +300,8 @@ def prompt_context(store: Store, prompt: str, indexes: Indexes, catch_up: dict[s
         if fitted is None:
             break
         used = fitted
+        injected.append(hit)
+    count_reads(stores, injected)
     relevant = header + "\n".join(lines) + "\n" if lines else None
     if catch_up is not None:
         relevant = (briefing_catch_up(store, catch_up, indexes) or "") + (relevant or "") or None

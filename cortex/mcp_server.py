@@ -587,7 +587,7 @@ def build_server(backend: Backend) -> CortexMCPServer:
 
 
 def _add_search_tools(tool: Register, backend: Backend) -> None:
-    from cortex.recall import recall
+    from cortex.recall import count_reads, recall
 
     @tool("cortex_search", READ_ONLY, "Search project memory")
     def search(
@@ -604,12 +604,17 @@ def _add_search_tools(tool: Register, backend: Backend) -> None:
         """Search the project's memory (decisions, gotchas, patterns, architecture, plans, code notes) by meaning
         and by words (hybrid full-text + semantic), best first. Each result has the memory's id (for
         cortex_get_memory / cortex_forget), type, title, score, the store it came from, and its text or a snippet.
-        Results reached through a link (code behind a description) are marked `via`."""
+        Results reached through a link (code behind a description) are marked `via`. Only relevant memories
+        come back: none when nothing in memory bears on the query."""
         stores = backend.stores(scope)
         result = recall(stores, query, limit=limit, types=types or (), branch=branch,
-                        indexes=backend.synced(stores))
-        rows, used, omitted = _hit_rows(result.hits, budget_tokens)
-        return _result({"query": query, "results": rows, "tokens": used, "omitted": omitted, "notes": result.notes})
+                        indexes=backend.synced(stores), count=False)
+        # The one relevance rule `cortex recall` and the prompt hook use (`cortex.recall.mark_relevant`).
+        hits = [hit for hit in result.hits if hit.relevant is not False]
+        rows, used, omitted = _hit_rows(hits, budget_tokens)
+        count_reads(stores, hits[:len(rows)])  # what is shown and relevant is read
+        notes = result.notes + ([] if rows else ["nothing relevant"])
+        return _result({"query": query, "results": rows, "tokens": used, "omitted": omitted, "notes": notes})
 
     @tool("cortex_search_decisions", READ_ONLY, "Search decisions")
     def search_decisions(

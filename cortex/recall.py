@@ -20,7 +20,14 @@ from cortex.memory import Memory, now_epoch
 from cortex.store import Store
 
 POOL = 50
-BROAD_SHARE, BROAD_MIN, NARROWED = 0.5, 20, 3  # a query matching half of 20+ memories is narrowed to the best 3
+# A query whose most specific word is in half of 20+ memories is narrowed to the best 3 (unless a limit was asked).
+BROAD_SHARE, BROAD_MIN, NARROWED = 0.5, 20, 3
+NARROWED_NOTE = f"showing the best {NARROWED}"  # in the note a narrowed answer carries
+# The relevance line on the calibrated match (`match_score`): under it a memory does not bear on the question
+# (unrelated questions match 0-0.1; answers from 0.25 up on the example store; LoCoMo's evidence loses nothing).
+RELEVANT_MATCH = 0.2
+RELEVANT_POOL = 10  # hits a recall judges at least, so that a small limit still finds a relevant one ranked past it
+MATCH_SPREAD = 0.25  # the prompt hook injects only hits within this much of the best match (0..1)
 # Default of recall.list_weights (and recall.bm25_floor), chosen by bench/retrieval.py (docs/benchmarks.md).
 LIST_WEIGHTS = {"bm25": 1.0, "dense": 0.5, "ctx": 1.0}
 # With the contextual model on, relevance is a weighted mean of three scores (`score_fusion`; bench/devset.py).
@@ -50,6 +57,7 @@ class Hit:
     raw: dict[str, float] = field(default_factory=dict)  # each list's own score (BM25, cosine)
     match: float | None = None  # calibrated 0..1: how well the memory answers the query (None: keyword only)
     root: str | None = None  # a linked hit: the id of the direct hit it was reached from (one or two hops)
+    relevant: bool | None = None  # by the one relevance rule (`mark_relevant`); None: not judged (full text only)
     spans: list[tuple[int, int]] = field(default_factory=list)  # the query's words in `snippet`
 
     def to_dict(self) -> dict[str, Any]:
@@ -70,6 +78,7 @@ class Hit:
             "branch": m.branch,
             "tags": m.tags,
             "via": self.via,
+            "relevant": self.relevant,
         }
 
 
@@ -369,18 +378,19 @@ def contextual_view(store: Store, index: Any, encoder: Any, key: Any, allowed: f
 
 
 def _matching_share(index: Any, query: str, total: int) -> float:
-    """The share of the store's memories holding the query's commonest word (0 for a small store)."""
+    """The share of the store's memories holding the query's most specific word, the rarest (0 for a small
+    store): a query with one selective word is not broad, however common its others."""
     searcher = index.searcher() if total >= BROAD_MIN else None
     if searcher is None:
         return 0.0
     from cortex.index import fulltext
 
     try:
-        found = max((searcher.doc_frequency("text", term) for term in fulltext.terms(" ".join(fulltext.query_words(query)))),
+        found = min((searcher.doc_frequency("text", term) for term in fulltext.terms(" ".join(fulltext.query_words(query)))),
                     default=0)
     except Exception:  # a writer replaced the index: no narrowing this time
         return 0.0
-    return found / total
+    return min(1.0, found / total)  # the full-text index may still count deleted documents
 
 
 def _snippet(memory: Memory, words: list[str], width: int = 160) -> str:
@@ -615,12 +625,13 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
                  include_all: bool = False, keyword_only: bool = False, now: float | None = None,
                  index: Any = None, sync: bool = True,
                  methods: tuple[str, ...] = ("bm25", "dense", "ctx"), links: bool = True,
-                 read: bool = True, exclude: frozenset[str] = frozenset()) -> RecallResult:
+                 read: bool = True, exclude: frozenset[str] = frozenset(), narrow: bool = True) -> RecallResult:
     """Recall from one store (see the module docstring for the ranking).
 
     `methods` picks the ranked lists to fuse (benchmarks compare each alone). `links=False` leaves out the
     memories reached along links (the prompt hook shows direct hits only). The memories whose ids are in
-    `exclude` are not hits and do not count towards `limit` (`RecallResult.excluded_match`).
+    `exclude` are not hits and do not count towards `limit` (`RecallResult.excluded_match`). With `narrow`, a
+    broad query (its most specific word in `BROAD_SHARE` of the store) gets at most `NARROWED` hits.
     """
     from cortex.index import Index, fulltext
 
@@ -654,7 +665,7 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
             found = []
         ranked["bm25"] = [(rel, score) for rel, score in found if rel in allowed][:POOL]
     cosines = statics = None
-    share = _matching_share(index, query, len(records))
+    share = _matching_share(index, query, len(records)) if narrow and limit > NARROWED else 0.0
     prior = Prior(store, index, now, store.current_branch())
     priors: dict[str, float] = {}
     if contextual:
@@ -669,10 +680,11 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
             found_dense = index.dense_search(query, allowed_key, allowed, POOL)
         if found_dense is not None:
             ranked["dense"] = found_dense
-    if share >= BROAD_SHARE and limit > NARROWED:
+    if share >= BROAD_SHARE:
         limit = NARROWED
-        notes.append(f"the query {' '.join(query.split())[:60]!r} matches {share:.0%} of the {store.label} store's "
-                     f"memories; showing the best {NARROWED}: add a more specific word")
+        notes.append(f"the query {' '.join(query.split())[:60]!r} is broad: its most specific word matches "
+                     f"{share:.0%} of the {store.label} store's memories; {NARROWED_NOTE} (--limit shows more): "
+                     f"add a more specific word")
     semantic = "dense" in ranked or "ctx" in ranked
     if semantic and cosines is None and ranked.get("bm25"):
         # Fusing: a full-text hit far below the best one is a shared common word, not evidence.
@@ -809,14 +821,17 @@ def embed_ahead(stores: list[Store], query: str) -> None:
 def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[str] = (), branch: str | None = None,
            include_all: bool = False, keyword_only: bool = False, now: float | None = None,
            indexes: Any = None, links: bool = True, read: bool = True,
-           exclude: frozenset[str] = frozenset()) -> RecallResult:
+           exclude: frozenset[str] = frozenset(), narrow: bool = True, count: bool = True) -> RecallResult:
     """Recall across stores (project first): at most `limit` hits, linked ones (`via`) included, each right
     after the hit it was reached from. Archived and superseded hits come back with `include_all`, as they are:
     reading never changes a memory (`cortex restore` brings one back). `indexes` (a `cortex.index.Indexes`) holds the warm
     indexes of a resident process, or of one command: each store is synced at most once through it. With
     `links=False`, direct hits only. With `read=False` the hits hold what the cache has of each memory (no
     body, no snippet) until `read_hits` reads the ones the caller keeps. Memories whose ids are in `exclude`
-    are left out of the hits and of `limit` (the prompt hook: those the briefing showed)."""
+    are left out of the hits and of `limit` (the prompt hook: those the briefing showed). `narrow=False`: a
+    broad query keeps its `limit` (a person asked for that many). Each hit is marked by the one relevance rule
+    (`mark_relevant`); with `count`, the relevant ones are counted as read (a caller that shows fewer counts
+    what it shows: `Store.record_access`)."""
     from cortex.errors import QueryRefused
     from cortex.index import Indexes
     from cortex.text import query_problem
@@ -831,22 +846,26 @@ def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[
     notes: list[str] = []
     excluded_match: float | None = None
     for store in stores:
-        result = recall_store(store, query, limit=limit, types=types, branch=branch, include_all=include_all,
-                              keyword_only=keyword_only, now=now, index=indexes.synced(store, full=True), sync=False,
-                              links=links, read=read, exclude=exclude)
+        result = recall_store(store, query, limit=max(limit, RELEVANT_POOL), types=types, branch=branch,
+                              include_all=include_all, keyword_only=keyword_only, now=now,
+                              index=indexes.synced(store, full=True), sync=False, links=links, read=read,
+                              exclude=exclude, narrow=narrow)
         hits.extend(result.hits)
         if result.excluded_match is not None:
             excluded_match = max(result.excluded_match, excluded_match or 0.0)
         for note in result.notes:
             if note not in notes:
                 notes.append(note)
-    # `limit` bounds everything returned, linked hits included: the best `limit` by score, where a linked
-    # hit scores just under its parent (× the link's strength), so it may take a weaker direct hit's place
-    # and never comes without its parent. Each linked hit is listed right after its parent.
+    # `limit` bounds everything returned, linked hits included: the best `limit` by score, relevant ones first
+    # (of at least `RELEVANT_POOL` judged), where a linked hit scores just under its parent (× the link's
+    # strength), so it may take a weaker direct hit's place and never comes without its parent. Each linked
+    # hit is listed right after its parent.
     order = {store.label: i for i, store in enumerate(stores)}
 
-    def rank(h: Hit) -> tuple[float, int, bool, str]:
-        return -round(h.score, 9), order.get(h.store, 9), h.via is not None, h.memory.id
+    mark_relevant(hits)  # relevant hits first, so a small limit is not filled from below the line
+
+    def rank(h: Hit) -> tuple[bool, float, int, bool, str]:
+        return h.relevant is False, -round(h.score, 9), order.get(h.store, 9), h.via is not None, h.memory.id
 
     direct = sorted((h for h in hits if h.via is None), key=rank)[:limit]
     parents = {(h.store, h.memory.id) for h in direct}
@@ -859,6 +878,40 @@ def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[
             final.append(parent)
             final.extend(h for h in linked if id(h) in chosen and h.store == parent.store
                          and h.via is not None and (h.root or h.via.rsplit(" of ", 1)[-1]) == parent.memory.id)
-    for store in stores:
-        store.record_access(h.memory.id for h in final if h.store == store.label)
+    if count:
+        count_reads(stores, final)
     return RecallResult(final, notes, excluded_match)
+
+
+def mark_relevant(hits: list[Hit], min_match: float = RELEVANT_MATCH, spread: float | None = None,
+                  shown_match: float | None = None) -> None:
+    """The one relevance rule, for `cortex recall`, MCP and the prompt hook, served or not: a direct hit is
+    relevant when its calibrated match (`Hit.match`) is at least `min_match` and, with `spread`, within it of
+    the best direct hit's or of `shown_match`. `cortex recall` and MCP, asked, draw the line at
+    `RELEVANT_MATCH`; the prompt hook, unasked, higher (`prompt.min_match` within `MATCH_SPREAD` of the best,
+    a memory the briefing showed counting as a hit: a clear answer is not padded with near-misses). A linked
+    hit is relevant when the hit it was reached from is. With no calibrated match at all (full text only)
+    nothing is judged (None)."""
+    matches = [h.match for h in hits if h.via is None and h.match is not None]
+    if not matches:
+        for hit in hits:
+            hit.relevant = None
+        return
+    best = max(matches + ([shown_match] if shown_match is not None else []))
+    floor = min_match if spread is None else max(min_match, best - spread)
+    judged: dict[tuple[str, str], bool] = {}
+    for hit in hits:
+        if hit.via is None:
+            hit.relevant = hit.match is not None and hit.match >= floor
+            judged[(hit.store, hit.memory.id)] = hit.relevant
+    for hit in hits:
+        if hit.via is not None:
+            hit.relevant = judged.get((hit.store, hit.root or hit.via.rsplit(" of ", 1)[-1]), False)
+
+
+def count_reads(stores: list[Store], hits: Iterable[Hit]) -> None:
+    """Count as read the hits that are relevant or not judged (`mark_relevant`): reads feed ranking and decay,
+    and a hit below the relevance line was not what the question was about."""
+    read = [h for h in hits if h.relevant is not False]
+    for store in stores:
+        store.record_access(h.memory.id for h in read if h.store == store.label)

@@ -23,6 +23,39 @@ def _adds(summary: str, title: str) -> bool:
     return bool(a) and not (a.startswith(b) and len(a) - len(b) < 12) and not b.startswith(a)
 
 
+def _past(text: str, said: str) -> int | None:
+    """Where `text` goes on past `said` when it begins with it, case and spacing aside (a title cut with "…"
+    counts as its beginning); None when it does not begin with it."""
+    head = "".join(said.split()).rstrip(".…").casefold()
+    if not head:
+        return None
+    at, taken = 0, 0
+    while taken < len(head) and at < len(text):
+        if text[at].isspace():
+            at += 1
+        elif text[at].casefold() == head[taken]:
+            at, taken = at + 1, taken + 1
+        else:
+            return None
+    if taken < len(head) or (at < len(text) and text[at].isalnum()):
+        return None  # ends mid-word: "Use SQLite" does not begin "Use SQLiteDB"
+    while at < len(text) and (text[at].isspace() or text[at] in ".…,;:—-"):
+        at += 1
+    return at
+
+
+def _beyond(text: str, said: str) -> tuple[str, int]:
+    """`text` without the beginning `said` already said ("…" in front when that leaves it mid-sentence), and
+    how far its characters moved (to shift marks by)."""
+    at = _past(text, said)
+    if not at:
+        return text, 0
+    rest = text[at:]
+    if rest and said.rstrip().endswith("…") and not text[:at].rstrip().endswith("."):
+        return "…" + rest, at - 1
+    return rest, at
+
+
 def _cut(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
@@ -38,8 +71,8 @@ def short(memory: Memory, marks: Iterable[str] = (), confidence: float | None = 
     """One line: `[type] Title — summary `id`` then the marks (low confidence, stale, conflicts)."""
     summary = memory.one_line()
     line = f"[{memory.type}] {memory.title}"
-    if _adds(summary, memory.title):
-        line += f" — {_cut(summary, SHORT_SUMMARY)}"
+    if _adds(summary, memory.title):  # what the summary says past the title (a cut title goes on, not again)
+        line += f" — {_cut(_beyond(summary, memory.title)[0], SHORT_SUMMARY)}"
     line += f" `{memory.id}`"
     shown = [confidence_mark(memory.confidence if confidence is None else confidence), *marks]
     return line + "".join(f" {mark}" for mark in shown if mark)
@@ -58,15 +91,19 @@ def highlight(text: str, spans: Iterable[tuple[int, int]]) -> str:
 
 def medium(memory: Memory, snippet: str = "", spans: Iterable[tuple[int, int]] = (), where: str = "",
            indent: str = "") -> str:
-    """A few lines: the heading (id, type, title, status, `where` it came from), the summary, the snippet
-    with its matches marked, and the facts."""
+    """A few lines: the heading (id, type, title, status, `where` it came from), then only what the title does
+    not already say: the summary past the title, the snippet past both (its matches marked), and the facts."""
     status = "" if memory.status == "active" else f" ({memory.status})"
     lines = [f"{memory.id}  {memory.type:<12} {memory.title}{status}{where}"]
     summary = memory.one_line()
-    if _adds(summary, memory.title) and summary not in snippet:
-        lines.append(f"{indent}{summary}")
-    if snippet:
-        lines.append(f"{indent}{highlight(snippet, spans)}")
+    rest, moved = _beyond(snippet, memory.title)
+    said = _beyond(summary, memory.title)[0] if _adds(summary, memory.title) else ""
+    if said and summary not in snippet and _past(snippet, summary) is None:  # else the snippet says it
+        lines.append(f"{indent}{said}")
+        if " ".join(rest.split()).strip("…").casefold() in said.casefold():
+            rest = ""  # a short body: the summary said all of it
+    if rest:
+        lines.append(f"{indent}{highlight(rest, [(a - moved, b - moved) for a, b in spans if a >= moved])}")
     facts = [f"confidence {memory.confidence:.2f}", f"priority {memory.priority}"]
     if memory.pinned:
         facts.append("pinned")

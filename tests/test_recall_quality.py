@@ -72,8 +72,9 @@ def test_paraphrased_questions_rank_their_memory_first(shop, question, key):
 
 def test_match_is_calibrated_and_shown_in_json(shop):
     """The right memory scores a clear match; an unrelated question's best hit does not."""
-    right = _recall(shop, "which database did we decide on?", "--limit", "3")
-    noise = _recall(shop, "write me a haiku about autumn leaves", "--limit", "3")
+    # --all: the runner-up and the noise are below the relevance line, which `cortex recall` leaves out
+    right = _recall(shop, "which database did we decide on?", "--limit", "3", "--all")
+    noise = _recall(shop, "write me a haiku about autumn leaves", "--limit", "3", "--all")
     assert right[0]["match"] >= 0.5 and right[0]["match"] - right[1]["match"] >= 0.15
     assert not noise or noise[0]["match"] < 0.3  # the prompt hook's threshold (prompt.min_match) is 0.45
 
@@ -206,7 +207,8 @@ def test_a_memory_captured_with_the_best_hit_ranks_higher(tmp_path, same_session
             session = "s2"
         source = {"kind": "transcript", "session": session} if session else {"kind": "manual"}
         ids[key] = remember(store, text, link=False, source=source).id
-    hits = _ids(cortex_json("recall", "where does billing run?", "--no-global", "--limit", "8", cwd=root,
+    # --all: the ranking below the relevance line too (the unrelated memory compared with is under it)
+    hits = _ids(cortex_json("recall", "where does billing run?", "--no-global", "--limit", "8", "--all", cwd=root,
                             env={"CORTEX_HOME": str(tmp_path / "home")}))
     assert hits[0] == ids["hosting"]
     detail, backups = hits.index(ids["detail"]), hits.index(ids["backups"])

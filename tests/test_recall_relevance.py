@@ -1,0 +1,166 @@
+"""Recall that says "nothing relevant": one calibrated relevance rule for `cortex recall` and MCP, access
+counted only for what was shown and relevant, broad queries judged on their most specific word, `--limit`
+honoured, each hit rendered once (issue 40). Real `cortex` subprocesses in real repositories."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cortex.store import Store
+from tests.helpers import cortex, cortex_command, cortex_json, make_repo, remember, wait_for
+
+UNRELATED = [
+    ("decision", "Invoices are numbered per tenant with a gapless sequence kept in the invoices table."),
+    ("gotcha", "The PDF renderer needs the DejaVu fonts installed, or accented names print as boxes."),
+    ("pattern", "Money amounts are stored as integer cents, never as floats."),
+    ("decision", "We send reminder emails through Postmark because its bounce handling is reliable."),
+    ("architecture", "The billing worker runs nightly and closes the books for each tenant at midnight UTC."),
+    ("pattern", "Every public function of the tax module takes a Decimal and returns a Decimal."),
+    ("gotcha", "Customers in Quebec pay two sales taxes, GST and QST, shown on separate invoice lines."),
+    ("pattern", "Pull requests need one approving review and a green test run before merging."),
+]
+
+
+def _unrelated(root: Path) -> tuple[Path, list[str]]:
+    project = make_repo(root / "billing")
+    Store.init(project / ".cortex")
+    return project, [remember(project, text, type=kind, link=False).id for kind, text in UNRELATED]
+
+
+def _reads(project: Path) -> dict[str, int]:
+    return {key: value for key, value in Store.locate(project).access_counts().items() if value}
+
+
+def test_an_unrelated_query_says_nothing_relevant_and_counts_no_read(tmp_path):
+    project, ids = _unrelated(tmp_path)
+    out = cortex("recall", "kubernetes helm chart values", cwd=project)
+    assert out.returncode == 0 and out.stdout.strip() == "nothing relevant"
+    assert "below the relevance line" in out.stderr and "--all" in out.stderr
+    assert cortex_json("recall", "kubernetes helm chart values", cwd=project) == []
+    # --all shows them, each marked, and still counts none of them as read
+    shown = cortex("recall", "kubernetes helm chart values", "--all", cwd=project).stdout
+    assert shown.count("(below the relevance line)") == len(ids)
+    rows = cortex_json("recall", "kubernetes helm chart values", "--all", cwd=project)
+    assert len(rows) == len(ids) and not any(row["relevant"] for row in rows)
+    assert _reads(project) == {}
+    # a question one memory answers: that one is shown and read, the others not
+    rows = cortex_json("recall", "how are money amounts stored?", cwd=project)
+    assert rows and rows[0]["id"] == ids[2] and all(row["relevant"] for row in rows)
+    assert set(_reads(project)) == {row["id"] for row in rows} and len(rows) < len(ids)
+
+
+def test_a_served_recall_draws_the_same_line_and_counts_only_what_it_returns(tmp_path):
+    from cortex import serve
+
+    project, ids = _unrelated(tmp_path)
+    alone = cortex_json("recall", "how are money amounts stored?", "--all", cwd=project)
+    (project / ".cortex" / "state" / "access.json").unlink()
+    root = project / ".cortex"
+    proc = subprocess.Popen([*cortex_command(), "serve", "--idle", "60"], cwd=project, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_for(lambda: (serve.ask(str(root), {"op": "ping"}) or {}).get("ready"), 60)
+        out = cortex("recall", "kubernetes helm chart values", cwd=project)
+        assert out.returncode == 0 and out.stdout.strip() == "nothing relevant"
+        served = cortex_json("recall", "how are money amounts stored?", "--all", cwd=project)
+        assert [(row["id"], row["relevant"]) for row in served] == [(row["id"], row["relevant"]) for row in alone]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    # the server counted the relevant hits it returned, and nothing for the unrelated question
+    assert set(_reads(project)) == {row["id"] for row in alone if row["relevant"]} and ids[2] in _reads(project)
+
+
+def _tallyho(root: Path) -> tuple[Path, list[str]]:
+    """24 memories that all name the project; five of them about the message queue's consumer lag."""
+    project = make_repo(root / "tallyho")
+    Store.init(project / ".cortex")
+    lag = [remember(project, f"Tallyho's Kafka consumer lag {what}", link=False).id for what in (
+        "is watched by an alert that fires over ten thousand messages.",
+        "grows when the invoice consumer rebalances during a deploy.",
+        "is read from the Kafka admin API, not from the consumer's own metrics.",
+        "spikes on the first of the month when every tenant closes its books.",
+        "is reduced by adding partitions to the invoices topic, not consumers.")]
+    for n, topic in enumerate(("login sessions expire after a day", "the API is versioned in the URL",
+                               "backups run at three in the morning", "logs go to Loki", "CI runs on GitHub Actions",
+                               "the web app is written in Svelte", "payments go through Stripe",
+                               "search uses Postgres full-text", "feature flags live in LaunchDarkly",
+                               "images are resized by a lambda", "translations are kept in Crowdin",
+                               "the docs site is built with MkDocs", "emails are sent by Postmark",
+                               "timezones are stored as IANA names", "the mobile app uses React Native",
+                               "releases are tagged by date", "secrets live in Vault", "PDFs are made by WeasyPrint",
+                               "rate limits are kept in Redis")):
+        remember(project, f"In Tallyho, {topic} (note {n}).", link=False)
+    return project, lag
+
+
+def test_a_common_word_beside_a_selective_one_is_not_narrowed_and_the_limit_is_honoured(tmp_path):
+    project, lag = _tallyho(tmp_path)
+    out = cortex("recall", "tallyho kafka consumer lag", "--json", "--limit", "10", cwd=project)
+    rows = json.loads(out.stdout)
+    assert "broad" not in out.stderr and "showing the best" not in out.stderr
+    assert set(lag) <= {row["id"] for row in rows}  # all five, where the commonest word cut the answer to 3
+    everything = cortex_json("recall", "tallyho kafka consumer lag", "--limit", "10", "--all", cwd=project)
+    assert len(everything) == 10
+    # a word in no memory is the most specific there is: no narrowing, and never "matches 102%"
+    out = cortex("recall", "tallyho zeppelin", "--json", cwd=project)
+    assert "broad" not in out.stderr and "%" not in out.stderr
+
+
+def test_a_broad_query_is_narrowed_by_default_but_an_asked_limit_is_honoured(tmp_path):
+    project, _lag = _tallyho(tmp_path)
+    narrowed = cortex("recall", "tallyho", "--json", "--all", cwd=project)
+    assert len(json.loads(narrowed.stdout)) <= 3 and "most specific word matches 100%" in narrowed.stderr
+    asked = cortex("recall", "tallyho", "--json", "--all", "--limit", "10", cwd=project)
+    assert len(json.loads(asked.stdout)) == 10 and "showing the best" not in asked.stderr
+
+
+def test_each_hit_says_a_sentence_once(tmp_path):
+    project = make_repo(tmp_path / "hooks")
+    Store.init(project / ".cortex")
+    same = "Webhook retries use tenacity in-process, not celery."
+    remember(project, same, type="decision", link=False)
+    long = ("Outgoing webhooks are signed with an HMAC of the raw body, keyed per tenant, and the signature goes in "
+            "the X-Tallyho-Signature header so receivers can verify it.")
+    remember(project, long, type="pattern", link=False)
+    out = cortex("recall", "how do webhook retries work?", "--all", cwd=project).stdout
+    assert out.count("tenacity in-process") == 1, out
+    out = cortex("recall", "how are outgoing webhooks signed?", "--all", cwd=project).stdout
+    assert out.count("are signed with an HMAC") == 1 and "receivers can verify it" in out, out
+    briefing = cortex("briefing", "--fresh", cwd=project).stdout
+    assert briefing.count("tenacity in-process") == 1 and briefing.count("are signed with an HMAC") == 1, briefing
+
+
+@pytest.fixture
+def mcp_unrelated(tmp_path: Path) -> Any:
+    from anyio.from_thread import start_blocking_portal
+
+    from tests.test_mcp import Client, connect, server_env
+
+    project, ids = _unrelated(tmp_path)
+    env = server_env(tmp_path / "home")
+    if "PYTHONPATH" in os.environ:  # the server runs the code under test (the SDK passes a bare environment)
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    command = cortex_command()
+    with start_blocking_portal() as portal:
+        with connect(portal, command[0], [*command[1:], "mcp"], project, env) as session:
+            yield Client(portal, session, project, env), ids
+
+
+def test_mcp_search_uses_the_same_rule(mcp_unrelated):
+    client, ids = mcp_unrelated
+    project = client.project
+    answer = client.call("cortex_search", query="kubernetes helm chart values", scope="project")
+    assert answer["results"] == [] and "nothing relevant" in answer["notes"]
+    assert _reads(project) == {}
+    answer = client.call("cortex_search", query="how are money amounts stored?", scope="project")
+    found = [row["id"] for row in answer["results"]]
+    assert found and found[0] == ids[2] and len(found) < len(ids)
+    assert set(_reads(project)) == set(found)
+    assert found == [row["id"] for row in cortex_json("recall", "how are money amounts stored?", "--no-global",
+                                                      cwd=project, env=client.env)]
