@@ -57,7 +57,7 @@ class Hit:
     raw: dict[str, float] = field(default_factory=dict)  # each list's own score (BM25, cosine)
     match: float | None = None  # calibrated 0..1: how well the memory answers the query (None: keyword only)
     root: str | None = None  # a linked hit: the id of the direct hit it was reached from (one or two hops)
-    relevant: bool | None = None  # by the one relevance rule (`mark_relevant`); None: not judged (full text only)
+    relevant: bool | None = None  # by the one relevance rule (`mark_relevant`); None: not judged (no contextual match)
     spans: list[tuple[int, int]] = field(default_factory=list)  # the query's words in `snippet`
 
     def to_dict(self) -> dict[str, Any]:
@@ -329,16 +329,21 @@ def _fill_in_background(store: Store, index: Any) -> None:
 def contextual_scores(store: Store, index: Any, query: str, key: Any, allowed: frozenset[str]
                       ) -> Scores | None:
     """Cosine of the query with every allowed memory that has a contextual vector (None when the model is off
-    or there are no vectors). Missing vectors are filled first (a command, up to `INLINE_FILL`) or in a thread
-    (a resident process)."""
+    or there are no vectors). Up to `INLINE_FILL` missing vectors are filled first; more in a detached upkeep (a
+    command) or a thread (a resident process)."""
     import cortex.index.vectors as vectors
 
     encoder = CONTEXTUAL.get()
     if encoder is None or not allowed:
         return None
     if CONTEXTUAL.mode == "background":
-        if missing_contextual(store, index):
+        # A resident process fills a few missing vectors before answering, as a command does (a new memory, a
+        # fresh store: its first answer is judged, not ranked blind), and many in a thread.
+        missing = missing_contextual(store, index)
+        if len(missing) > INLINE_FILL or (missing and str(store.root) in CONTEXTUAL.filling):
             _fill_in_background(store, index)
+        elif missing:
+            fill_contextual(store, index, limit=INLINE_FILL)
     else:
         missing = missing_contextual(store, index)
         if len(missing) > INLINE_FILL:  # more than a command should wait for: `cortex maintain` embeds them all
@@ -737,7 +742,9 @@ def _best_hits(store: Store, index: Any, query: str, fused: dict[str, float], ra
         known = priors.get(rel)
         hit = Hit(m, value + prior_weight * (prior(m) if known is None else known), store.label, ranks=ranks[rel],
                   raw=raw.get(rel, {}))
-        hit.match = match_score(raw.get(rel, {}))
+        # Relevance is judged on the contextual model's match: a static cosine alone cannot tell an answer from a
+        # near-miss (a one-word query scores 0 on it), so a hit without its contextual vector yet is not judged.
+        hit.match = match_score(hit.raw) if "ctx" in hit.raw else None
         scored.append(hit)
         if len(best) < limit:
             heapq.heappush(best, hit.score)
@@ -862,7 +869,7 @@ def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[
     # hit is listed right after its parent.
     order = {store.label: i for i, store in enumerate(stores)}
 
-    mark_relevant(hits)  # relevant hits first, so a small limit is not filled from below the line
+    mark_relevant(hits, query=query)  # relevant hits first, so a small limit is not filled from below the line
 
     def rank(h: Hit) -> tuple[bool, float, int, bool, str]:
         return h.relevant is False, -round(h.score, 9), order.get(h.store, 9), h.via is not None, h.memory.id
@@ -884,14 +891,16 @@ def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[
 
 
 def mark_relevant(hits: list[Hit], min_match: float = RELEVANT_MATCH, spread: float | None = None,
-                  shown_match: float | None = None) -> None:
+                  shown_match: float | None = None, query: str = "") -> None:
     """The one relevance rule, for `cortex recall`, MCP and the prompt hook, served or not: a direct hit is
     relevant when its calibrated match (`Hit.match`) is at least `min_match` and, with `spread`, within it of
     the best direct hit's or of `shown_match`. `cortex recall` and MCP, asked, draw the line at
     `RELEVANT_MATCH`; the prompt hook, unasked, higher (`prompt.min_match` within `MATCH_SPREAD` of the best,
     a memory the briefing showed counting as a hit: a clear answer is not padded with near-misses). A linked
-    hit is relevant when the hit it was reached from is. With no calibrated match at all (full text only)
-    nothing is judged (None)."""
+    hit is relevant when the hit it was reached from is. Asked (no `spread`), a hit that holds every content word
+    of the `query` is relevant too: a few keywords say too little for a match, and a person who typed them
+    expects the memory that has them all. A hit without a calibrated match (full text only, or its
+    contextual vector not made yet: a resident process fills them in the background) is not judged (None)."""
     matches = [h.match for h in hits if h.via is None and h.match is not None]
     if not matches:
         for hit in hits:
@@ -899,14 +908,30 @@ def mark_relevant(hits: list[Hit], min_match: float = RELEVANT_MATCH, spread: fl
         return
     best = max(matches + ([shown_match] if shown_match is not None else []))
     floor = min_match if spread is None else max(min_match, best - spread)
-    judged: dict[tuple[str, str], bool] = {}
+    judged: dict[tuple[str, str], bool | None] = {}
+    asked = _stems(query) if spread is None else set()
     for hit in hits:
         if hit.via is None:
-            hit.relevant = hit.match is not None and hit.match >= floor
+            hit.relevant = None if hit.match is None else hit.match >= floor
+            if hit.relevant is False and asked and _has_words(hit.memory, asked):
+                hit.relevant = True
             judged[(hit.store, hit.memory.id)] = hit.relevant
     for hit in hits:
         if hit.via is not None:
             hit.relevant = judged.get((hit.store, hit.root or hit.via.rsplit(" of ", 1)[-1]), False)
+
+
+def _stems(text: str) -> set[str]:
+    """Content words, a plural's `s` off, for `_has_words`."""
+    from cortex.text import words
+
+    return {re.sub(r"(?<=[a-z]{2}[^s])s$", "", word) for word in words(text)}
+
+
+def _has_words(memory: Memory, stems: set[str]) -> bool:
+    """Whether the memory's title, tags and body hold a word of each stem."""
+    text = " ".join((memory.title, " ".join(memory.tags), memory.body))
+    return stems <= _stems(text)
 
 
 def count_reads(stores: list[Store], hits: Iterable[Hit]) -> None:

@@ -100,8 +100,10 @@ def test_search_finds_by_meaning_and_honours_filters_and_the_token_budget(mcp):
     assert "Rejected:" in sqlite["text"] and sqlite["store"] == "project" and sqlite["path"].endswith(".md")
     gotchas = mcp.call("cortex_search", query="database locked", types=["gotcha"])["results"]
     assert gotchas and {row["type"] for row in gotchas if row["via"] is None} == {"gotcha"}
-    on_main = mcp.call("cortex_search", query="rate limits", branch="main")["results"]
+    on_main = mcp.call("cortex_search", query="background jobs", branch="main")["results"]
     assert on_main and {row["branch"] for row in on_main if row["via"] is None} == {"main"}
+    # the rate-limit work is all on its branch: nothing on main bears on it
+    assert mcp.call("cortex_search", query="rate limits", branch="main")["results"] == []
     small = mcp.call("cortex_search", query="redis", budget_tokens=300, limit=10)
     assert small["tokens"] <= 300 and small["omitted"] > 0 and small["results"]
     assert all("text" in row or "snippet" in row for row in small["results"])

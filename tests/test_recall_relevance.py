@@ -164,3 +164,20 @@ def test_mcp_search_uses_the_same_rule(mcp_unrelated):
     assert set(_reads(project)) == set(found)
     assert found == [row["id"] for row in cortex_json("recall", "how are money amounts stored?", "--no-global",
                                                       cwd=project, env=client.env)]
+
+
+def test_a_memory_holding_every_keyword_asked_is_relevant(tmp_path):
+    """A few keywords say too little for the calibrated match ("background jobs" matches the architecture note on
+    the example's workers at ~0.1): a memory that holds every content word a person typed is relevant; one that
+    holds only some of them is not."""
+    import shutil
+
+    from cortex.recall import RELEVANT_MATCH
+    from tests.helpers import EXAMPLE_STORE
+
+    project = make_repo(tmp_path / "tallyho")
+    shutil.copytree(EXAMPLE_STORE, project / ".cortex", ignore=shutil.ignore_patterns("cache", "state"))
+    rows = cortex_json("recall", "background jobs", "--branch", "main", cwd=project)
+    workers = next(row for row in rows if row["id"] == "02b91ef339ec")  # title "Background work…", tag `jobs`
+    assert workers["relevant"] and workers["match"] < RELEVANT_MATCH
+    assert cortex_json("recall", "background kubernetes", "--branch", "main", cwd=project) == []
