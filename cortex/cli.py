@@ -939,7 +939,7 @@ def recall(store: Any, query: str, limit: int | None, types: tuple[str, ...], br
         click.echo(f"cortex: {_safe(note)}", err=True)
     if left_out:
         click.echo(f"cortex: {left_out} more results left out (token budget {budget}; raise it with --budget)", err=True)
-    if below:
+    if below and not hits:  # said only when it explains an empty answer: a shown answer needs no footnote
         click.echo(f"cortex: {below} weaker hits below the relevance line left out (--all shows them)", err=True)
     result.hits = hits
     if as_json:

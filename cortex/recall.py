@@ -267,9 +267,10 @@ def missing_contextual(store: Store, index: Any) -> list[tuple[str, str]]:
     return list(views[key])
 
 
-def fill_contextual(store: Store, index: Any, limit: int | None = None, batch: int = 128) -> int:
+def fill_contextual(store: Store, index: Any, limit: int | None = None, batch: int = 128, wait: bool = False) -> int:
     """Embed memories that have no contextual vector yet (at most `limit`), in batches appended as they are
-    done; returns how many. Skips when another process is filling (its lock is taken)."""
+    done; returns how many. Skips when another process or thread is filling (its lock is taken), or with `wait`
+    fills what that one left once it is done."""
     from cortex.files import try_lock
     from cortex.index.cache import read_body
     from cortex.index.manifest import embed_text, memory_from_meta
@@ -280,7 +281,7 @@ def fill_contextual(store: Store, index: Any, limit: int | None = None, batch: i
     sidecar = CONTEXTUAL.sidecar(store)
     done = 0
     store.cache_dir.mkdir(parents=True, exist_ok=True)
-    with try_lock(sidecar.lock_path) as locked:
+    with try_lock(sidecar.lock_path, wait=wait) as locked:
         if not locked:
             return 0
         todo = missing_contextual(store, index)[:limit]
@@ -340,16 +341,16 @@ def contextual_scores(store: Store, index: Any, query: str, key: Any, allowed: f
         # A resident process fills a few missing vectors before answering, as a command does (a new memory, a
         # fresh store: its first answer is judged, not ranked blind), and many in a thread.
         missing = missing_contextual(store, index)
-        if len(missing) > INLINE_FILL or (missing and str(store.root) in CONTEXTUAL.filling):
+        if len(missing) > INLINE_FILL:
             _fill_in_background(store, index)
-        elif missing:
-            fill_contextual(store, index, limit=INLINE_FILL)
+        elif missing:  # a filler at work has at most these few left: wait for it
+            fill_contextual(store, index, limit=INLINE_FILL, wait=True)
     else:
         missing = missing_contextual(store, index)
         if len(missing) > INLINE_FILL:  # more than a command should wait for: `cortex maintain` embeds them all
             _fill_detached(store)
         elif missing:
-            fill_contextual(store, index, limit=INLINE_FILL)
+            fill_contextual(store, index, limit=INLINE_FILL, wait=True)
     view = contextual_view(store, index, encoder, key, allowed)
     if view is None:
         return None

@@ -52,7 +52,8 @@ def isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
     before = {path for path in above if path.exists()}
     yield home
     # A `.git` or `.cortex` above the temp folders turns every "outside a repository" test of the run into a
-    # project's: it is removed, and the test that saw it appear is named in a warning (its cause is not found yet).
+    # project's: it is removed, and the test that saw it appear is named in a warning (Codex CLI's sandbox made one
+    # in /tmp until its config left /tmp out: tests/e2e/otherclis.py).
     stray = [path for path in above if path.exists() and path not in before]
     for path in stray:
         shutil.rmtree(path, ignore_errors=True)

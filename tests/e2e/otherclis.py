@@ -107,6 +107,9 @@ def codex_config(box: Sandbox, url: str) -> None:
         'model = "gpt-fake"\nmodel_provider = "fake"\n\n[model_providers.fake]\nname = "Fake"\n'
         f'base_url = "{url}/v1"\nwire_api = "responses"\nenv_key = "FAKE_OPENAI_KEY"\n'
         'request_max_retries = 0\nstream_max_retries = 0\n\n'
+        # Its sandbox makes /tmp writable and guards a `.git` in every writable root by creating one: an empty
+        # /tmp/.git turned every later "outside a repository" test into a project's.
+        '[sandbox_workspace_write]\nexclude_slash_tmp = true\nexclude_tmpdir_env_var = true\n\n'
         f'[projects."{box.project}"]\ntrust_level = "trusted"\n', encoding="utf-8")
 
 
