@@ -755,24 +755,6 @@ def _best_hits(store: Store, index: Any, query: str, fused: dict[str, float], ra
     return scored[:limit], excluded_match
 
 
-def warm_views(store: Store, index: Any) -> None:
-    """Make what a recall reads once per sync (the filters, the records, the full-text searcher, the
-    static and contextual views, the prior's centralities, the link map, the sessions) for an index that no
-    query uses yet: a resident server's next index (`Index.successor`), warmed while the current one answers.
-    Touches none of the process's query vectors, which the answering thread owns."""
-    # Full text only: the views of the other lists are made below.
-    recall_store(store, "warm up", limit=1, index=index, sync=False, methods=("bm25",), read=False)
-    keep_views(store, index)  # the views made from the manifest alone: filter, static rows, links, centralities
-    key, keep = recall_filter(("active",), [], None)
-    allowed = index.allowed(key, keep)
-    static_scores(index, "warm up", key, allowed)  # what the static list multiplies beside the contextual one
-    encoder = CONTEXTUAL.encoder
-    if encoder is not None and CONTEXTUAL.mode is not None and store.config().get("recall.contextual") is not False:
-        missing_contextual(store, index)
-        contextual_view(store, index, encoder, key, allowed)
-    sessions(index)
-
-
 def _read(store: Store, index: Any, hits: list[Hit], query: str) -> None:
     """Each hit's memory read in full (its body), with its snippet and the query's words marked in it."""
     from cortex.index import fulltext

@@ -80,13 +80,6 @@ def flush_access(stop: bool = False) -> None:
         _DEFERRED_ACCESS = None if stop or held is None else {}
 
 
-def drop_access() -> None:
-    """Forget the access counts held since the last flush: an answer that was thrown away (`Index.confirm`)."""
-    global _DEFERRED_ACCESS
-    if _DEFERRED_ACCESS is not None:
-        _DEFERRED_ACCESS = {}
-
-
 def global_home() -> Path:
     return Path(global_root())
 

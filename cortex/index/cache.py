@@ -49,7 +49,6 @@ class Index(SyncPart, ViewsPart, VectorsPart):
         self.rebuilding = False  # `rebuild`: one bulk job, after which this object is dropped
         self.repaired: list[str] = []  # every damaged part this object's syncs found and rebuilt
         self.vectors_checked = 0  # rows `check` recomputed from the memories' text
-        self.centralities_older = False
         self._ix: Any = None
         self._searcher: Any = None
         self._memories: dict[str, Memory] = {}  # rel -> `memory(rel)`, until the next sync changes something
@@ -66,14 +65,7 @@ class Index(SyncPart, ViewsPart, VectorsPart):
         self._vectors: Any = None
         self._allowed: dict[Any, Any] = {}
         self._memories = {}
-        self.centralities_older = False
         self.close_searcher()
-
-    def unbuilt(self) -> bool:
-        """Memories in the manifest but none in the full-text index yet (a fresh clone's first SessionStart builds
-        its briefing from the files' metadata alone; the sync that follows indexes and embeds them)."""
-        manifest = self.manifest
-        return manifest is not None and bool(len(manifest.files)) and not any(ft for _, ft in manifest.files.column("ft"))
 
     # ------------------------------------------------------------ the full text
 
@@ -196,10 +188,6 @@ class Indexes:
 
     def synced(self, store: Store, full: bool = False, vectors: bool = False) -> Index:
         return self.get(store).ensure(full=full, vectors=vectors)  # type: ignore[no-any-return]
-
-    def put(self, store: Store, index: Index) -> None:
-        """`index` in the place of the store's current one (whose searcher the caller closes)."""
-        self._by_root[str(store.root)] = index
 
     def stale(self, store: Store) -> None:
         index = self._by_root.get(str(store.root))

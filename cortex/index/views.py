@@ -33,7 +33,6 @@ class ViewsPart:
     _rel_of_id: dict[str, str] | None
     _memories: dict[str, Memory]
     _parsed: dict[str, tuple[str, Memory]]
-    centralities_older: bool
 
     if TYPE_CHECKING:  # provided by the other parts of `Index`
         def sync(self, full: bool = True, progress: bool = True, vectors: bool = False) -> Any:
@@ -116,10 +115,6 @@ class ViewsPart:
             verdict = {combo: keep(*combo) for combo in set(combos)}
             self._allowed[key] = frozenset(itertools.compress(records, map(verdict.__getitem__, combos)))
         return self._allowed[key]  # type: ignore[no-any-return]
-
-    def memoized(self, key: Any) -> bool:
-        """Whether `memo` holds `key` for the current sync."""
-        return key in self._allowed
 
     def memo(self, key: Any, make: Callable[[], Any]) -> Any:
         """A value kept until the next sync that changes something (with the filtered views): `make()` once."""
