@@ -1056,7 +1056,7 @@ def write_candidates(store: Store, candidates: list[Candidate], session: str, co
             guarded.project = guarded.project or project_name(store)
         try:
             made = _write_one(existing, guarded, session, commit, encode, cosine_duplicate, report,
-                              gated and guarded.layer != "self_report")
+                              gated and guarded.layer != "self-report")
         except SecretDetected as exc:  # the write guard refused what redaction let through: this one is lost, not the rest
             existing.store.log(f"capture: {exc}")
             continue
