@@ -202,8 +202,10 @@ def test_a_team_week_has_no_conflict_no_aborted_command_and_loses_no_memory(tmp_
     alice.git("pull", "-q", "--no-rebase")
     alice.clean()
     made = set(alice.made) | set(bob.made)
-    assert alice.proposed and bob.proposed  # what the real sessions held waits for a person, on main too
+    proposed = set(alice.proposed) | set(bob.proposed)
+    assert proposed  # what the real sessions held waits for a person, in each clone's inbox once on main
     for clone in (alice, bob):
+        assert proposed <= {row["id"] for row in cortex_json("inbox", cwd=clone.path)}
         assert made <= clone.on_main()
         assert "projections are up to date" in cortex("project", "--check", cwd=clone.path).stdout
         assert cortex("verify", cwd=clone.path).returncode == 0
