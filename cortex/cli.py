@@ -319,7 +319,7 @@ def remember(store: Any, text: str, memory_type: str, title: str | None, priorit
 
 @main.command(name="list")
 @click.option("--type", "types", type=TYPE_CHOICE, multiple=True, help="Only this type (repeatable).")
-@click.option("--status", "statuses", type=click.Choice(["active", "superseded", "archived"]), multiple=True,
+@click.option("--status", "statuses", type=click.Choice(["active", "superseded", "archived", "proposed"]), multiple=True,
               help="Only this status (default: active).")
 @click.option("--all", "show_all", is_flag=True, help="Every status, archived and superseded included.")
 @click.option("--tag", "tags", multiple=True, help="Only memories with this tag.")
@@ -567,10 +567,11 @@ def inbox(store: Any, action: str | None, ids: tuple[str, ...], as_json: bool) -
         if as_json:
             _print_json([{"id": m.id, "type": m.type, "title": m.title, "branch": m.branch, "created": m.created,
                           "path": str(m.path), "store": store.label} for m in found])
-        elif not found:
-            click.echo("no proposals")
-        for m in [] if as_json else found:
+            return
+        for m in found:
             _echo(f"{m.id}  {m.type:<12} {m.title}  ({m.branch or 'no branch'}, {m.created[:16].replace('T', ' ')})")
+        if not found:
+            click.echo("no proposals")
         return
     if not ids:
         _fail(f"inbox {action}: name one or more ids (`cortex inbox` lists them)")
