@@ -44,7 +44,7 @@ Before deciding something that may already be decided, call cortex_search (or co
 cortex_get_memory reads one memory in full, with the code it describes. Save what a teammate should know \
 next week with cortex_remember (say why; name rejected alternatives; never secrets). \
 cortex_forget archives a memory that is wrong or replaced (replaced_by links the new one; delete removes junk); \
-cortex_feedback rates a memory that helped (up) or was noise (down), which changes how it ranks."""
+cortex_feedback rates a memory that helped (up) or was noise (down), which changes how it ranks. What capture found on its own is proposed (marked in results) until the user accepts it: cortex_inbox lists, accepts or rejects proposals, only when the user asks."""
 
 
 class Backend:
