@@ -118,7 +118,8 @@ def build(store: Store, budget_tokens: int | None = None, now: float | None = No
                        for stamp in stamps if stamp), default=None)
     now = now_epoch() if now is None else now
     budget = int(budget_tokens or store.config().get("briefing.budget_tokens"))
-    page = _Page(budget if stable else budget - FRAME_TOKENS, _header(facts, stable))  # a hook frames it
+    waiting = 0 if stable else sum(status == "proposed" for status in index.records().field("status"))
+    page = _Page(budget if stable else budget - FRAME_TOKENS, _header(facts, stable, waiting))  # a hook frames it
     pool = _Pool(store, index, facts, Prior(store, index, now, facts["branch"], local=not stable), stable, now, page)
     page.conflicts = pool.conflicts()
     pool.fill("Pinned", lambda row: row.pinned, capped=False)
@@ -276,7 +277,7 @@ class _Pool:
         return {key: sorted(value) for key, value in out.items()}
 
 
-def _header(facts: dict[str, Any], stable: bool) -> str:
+def _header(facts: dict[str, Any], stable: bool, waiting: int = 0) -> str:
     branch, changed = facts["branch"], sorted(facts["changed"])
     header = [] if stable else [INJECTED_MARK]
     at = f" @ {facts['head'][:7]}" if facts["head"] else ""
@@ -293,6 +294,8 @@ def _header(facts: dict[str, Any], stable: bool) -> str:
         shown = changed[:12]
         header.append("Changed here: " + ", ".join(shown) + (f" (+{len(changed) - len(shown)} more)" if len(changed) > len(shown) else ""))
     header.append("Ask for more with `cortex show <id>` or `cortex recall \"…\"`.")
+    if waiting:  # capture's proposals are not shown until a person accepts them
+        header.append(f"{waiting} proposed memor{'y waits' if waiting == 1 else 'ies wait'} for review: `cortex inbox`.")
     return "\n".join(header)
 
 

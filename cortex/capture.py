@@ -912,7 +912,7 @@ class _Existing:
         self.store, self.index = store, index
         files = index.manifest.files
         self.rels = [rel for rel, entry in index.records().items() if entry["type"] in types
-                     and entry["status"] == "active"]
+                     and entry["status"] in ("active", "proposed")]  # a proposal seen again is not proposed twice
         self.keyed: dict[str, str] = {}  # source key -> path, from the metadata (decoded only where a key is)
         for rel in self.rels:
             if '"key"' in files[rel]["meta"]:
@@ -1045,6 +1045,7 @@ def write_candidates(store: Store, candidates: list[Candidate], session: str, co
 
     cosine_duplicate = float(store.config().get("capture.dedup_cosine"))
     max_chars = _max_message(store)
+    gated = store.config().get("capture.gate") != "off"
     for candidate in candidates:
         _as_text(candidate)
         guarded = _redact(candidate, report, max_chars)
@@ -1054,7 +1055,8 @@ def write_candidates(store: Store, candidates: list[Candidate], session: str, co
         if existing.store is not store:  # the global store: say which project it was learnt in
             guarded.project = guarded.project or project_name(store)
         try:
-            made = _write_one(existing, guarded, session, commit, encode, cosine_duplicate, report)
+            made = _write_one(existing, guarded, session, commit, encode, cosine_duplicate, report,
+                              gated and guarded.layer != "self-report")
         except SecretDetected as exc:  # the write guard refused what redaction let through: this one is lost, not the rest
             existing.store.log(f"capture: {exc}")
             continue
@@ -1072,8 +1074,9 @@ def write_candidates(store: Store, candidates: list[Candidate], session: str, co
 
 
 def _write_one(existing: _Existing, candidate: Candidate, session: str, commit: str | None, encode: Any,
-               cosine_duplicate: float, report: CaptureReport) -> Memory | None:
-    """Write one guarded candidate, or update its keyed memory in place, or refresh the duplicate it repeats."""
+               cosine_duplicate: float, report: CaptureReport, propose: bool = False) -> Memory | None:
+    """Write one guarded candidate (`propose`: as a proposal, for `cortex inbox`), or update its keyed memory in
+    place (its status kept), or refresh the duplicate it repeats."""
     store = existing.store
     current = existing.keyed_memory(candidate.key) if candidate.key else None
     if candidate.update_only and current is None:
@@ -1100,7 +1103,7 @@ def _write_one(existing: _Existing, candidate: Candidate, session: str, commit: 
     from cortex.graph import automatic_links
 
     return store.create(Memory(id="", type=candidate.type, title=candidate.title, body=candidate.body,
-                               confidence=candidate.confidence, priority=candidate.priority, tags=candidate.tags,
+                               status="proposed" if propose else "active", confidence=candidate.confidence, priority=candidate.priority, tags=candidate.tags,
                                files=candidate.files, branch=candidate.branch, source=source,
                                links=automatic_links(candidate.links), project=candidate.project))
 

@@ -35,6 +35,8 @@ ends. Help it:
 
   Types: architecture, decision, pattern, gotcha, context, progress, plan.
   Say why; name rejected alternatives. Never put secrets in a tag.
+  What cortex captures without a tag is only proposed: it waits in
+  `cortex inbox` for the user; accept or reject one only when they ask.
 - Before deciding something that may already be decided, look:
   `cortex recall "your question"` (add `--json` for details),
   `cortex show <id>` for one memory, `.cortex/decisions.md` for all decisions

@@ -319,7 +319,7 @@ def remember(store: Any, text: str, memory_type: str, title: str | None, priorit
 
 @main.command(name="list")
 @click.option("--type", "types", type=TYPE_CHOICE, multiple=True, help="Only this type (repeatable).")
-@click.option("--status", "statuses", type=click.Choice(["active", "superseded", "archived"]), multiple=True,
+@click.option("--status", "statuses", type=click.Choice(["active", "superseded", "archived", "proposed"]), multiple=True,
               help="Only this status (default: active).")
 @click.option("--all", "show_all", is_flag=True, help="Every status, archived and superseded included.")
 @click.option("--tag", "tags", multiple=True, help="Only memories with this tag.")
@@ -460,11 +460,16 @@ def feedback(store: Any, memory_id: str, rating: str, note: str | None, as_json:
     from cortex import salience
 
     result = salience.feedback(store, memory_id, rating, note)
+    if rating == "up" and store.get(result["id"]).status == "proposed":  # a person vouches for a proposal
+        from cortex import events
+
+        events.accept(store, [result["id"]])
+        result["accepted"] = True
     if as_json:
         _print_json(result)
         return
     click.echo(_safe(f"rated {result['id']} {rating}: salience {result['salience']:.2f}, tier {result['tier']} "
-                     f"({result['title']})"))
+                     f"({result['title']})" + ("; accepted (was proposed)" if result.get("accepted") else "")))
 
 
 # ---------------------------------------------------------------- edit
@@ -475,6 +480,12 @@ def feedback(store: Any, memory_id: str, rating: str, note: str | None, as_json:
 @store_options
 def edit(store: Any, memory_id: str) -> None:
     """Open a memory in $EDITOR; it is checked before it replaces the file."""
+    _edit(store, memory_id)
+
+
+def _edit(store: Any, memory_id: str) -> None:
+    """`cortex edit`: the memory opened in $VISUAL/$EDITOR, the draft checked (format, id, secrets) before it
+    replaces the file; exits non-zero, the file unchanged, when the editor fails or the draft is refused."""
     from cortex import memory as fmt
     from cortex.errors import MalformedMemory, SecretDetected
     from cortex.files import atomic_write
@@ -534,6 +545,52 @@ def edit(store: Any, memory_id: str) -> None:
 
     events.memories_changed(store, Indexes(), [item.path], upkeep="none")  # the pages it is on, at once
     click.echo(f"saved {item.path}")
+
+
+# ---------------------------------------------------------------- inbox
+
+
+@main.command()
+@click.argument("action", required=False, type=click.Choice(["accept", "reject", "edit"]))
+@click.argument("ids", nargs=-1, metavar="[ID]...")
+@click.option("--json", "as_json", is_flag=True, help="Print the proposals (or those changed) as JSON.")
+@store_options
+def inbox(store: Any, action: str | None, ids: tuple[str, ...], as_json: bool) -> None:
+    """The memories capture proposed, newest first; `accept ID...` makes them active, `reject ID...` deletes
+    their files, `edit ID` opens one in $EDITOR and accepts it."""
+    from cortex import events
+
+    if action is None:
+        if ids:
+            _fail(f"{ids[0]!r}: name an action first (cortex inbox accept|reject|edit ID...)")
+        found = events.proposals(store)
+        if as_json:
+            _print_json([{"id": m.id, "type": m.type, "title": m.title, "branch": m.branch, "created": m.created,
+                          "path": str(m.path), "store": store.label} for m in found])
+            return
+        for m in found:
+            _echo(f"{m.id}  {m.type:<12} {m.title}  ({m.branch or 'no branch'}, {m.created[:16].replace('T', ' ')})")
+        if not found:
+            click.echo("no proposals")
+        return
+    if not ids:
+        _fail(f"inbox {action}: name one or more ids (`cortex inbox` lists them)")
+    if action == "edit":
+        if len(ids) > 1:
+            _fail("inbox edit: name one id")
+        events.proposals_named(store, ids)  # a bad id fails before the editor opens
+        _edit(store, ids[0])
+        if store.get(ids[0]).status != "proposed":  # the person changed its status in the editor: as written
+            return
+        action = "accept"
+    changed = events.accept(store, ids) if action == "accept" else events.reject(store, ids)
+    verb = "accepted" if action == "accept" else "rejected (file deleted)"
+    if as_json:
+        _print_json([{"id": m.id, "title": m.title, "path": str(m.path),
+                      "status": m.status if action == "accept" else "deleted", "store": store.label} for m in changed])
+    else:
+        for m in changed:
+            _echo(f"{m.id} {verb}")
 
 
 # ---------------------------------------------------------------- forget
@@ -751,6 +808,8 @@ def status(store: Any, as_json: bool, strict: bool) -> None:
                 _echo(f"  {'promoted' if change['to'] == 'hot' else 'demoted'} {change['id']} to {change['to']}: "
                       f"{change['why']}")
         _activity_lines(report["activity"])
+        if report["proposed"]:
+            _echo(f"inbox:    {report['proposed']} proposed by capture, waiting for review (`cortex inbox`)")
         if report["flagged_pairs"]:
             _echo(f"possible duplicates flagged: {report['flagged_pairs']} pairs, judged by the next automatic "
                   f"consolidation (`cortex consolidate --auto --dry-run`)")
@@ -873,7 +932,7 @@ def _served_recall(stores: list[Any], query: str, **options: Any) -> Any:
 
     # The server searches its own stores: the project's, and the global one when this command would.
     answer: dict[str, Any] | None = ask(root, {"op": "recall", "query": query, "types": list(options.pop("types")),
-                        "global": len(stores) > 1, **options}, timeout=10.0)
+                        "global": len(stores) > 1, "proposed": True, **options}, timeout=10.0)
     if not answer or "hits" not in answer:
         if answer and "refused" in answer:
             raise QueryRefused(str(answer["refused"]))
@@ -929,7 +988,7 @@ def recall(store: Any, query: str, limit: int | None, types: tuple[str, ...], br
         if not keyword:
             use_contextual("inline")
         result = run_recall(stores, query, limit=limit, types=types, branch=branch, include_all=include_all,
-                            keyword_only=keyword, narrow=asked is None, count=False)
+                            keyword_only=keyword, narrow=asked is None, count=False, proposed=True)
     # Below the relevance line (`cortex.recall.mark_relevant`): left out, or with --all shown and marked.
     below = 0 if include_all else sum(hit.relevant is False for hit in result.hits)
     hits, left_out = _within_budget([hit for hit in result.hits if include_all or hit.relevant is not False], budget)

@@ -53,6 +53,7 @@ DEFAULTS: dict[str, Any] = {
         "llm_command": "claude -p",
         "dedup_cosine": 0.9,
         "max_message_chars": 20_000,
+        "gate": "on",
     },
     "graph": {
         "link_min": 0.1,
@@ -127,6 +128,7 @@ capture:
   llm_command: claude -p    # read only from $CORTEX_HOME/config.yaml or CORTEX_LLM_COMMAND: a project's is ignored
   dedup_cosine: 0.9         # a candidate this close (cosine) to a memory of its type is a duplicate
   max_message_chars: 20000  # capture reads at most this much of one message, and no captured body is longer
+  gate: on                  # on: what capture finds without a [MEMORY: ...] tag is proposed, for `cortex inbox`; off: written active
 
 graph:                      # links made when a memory is written
   link_min: 0.1             # similarity (cosine, or word overlap without vectors) from which memories are related
@@ -221,6 +223,7 @@ RANGES: dict[str, tuple[float | None, float | None]] = {
 }
 CHOICES: dict[str, tuple[str, ...]] = {
     "capture.llm": ("off", "auto", "on"),
+    "capture.gate": ("on", "off"),
     "git.on_stop": ("stage", "off", "commit"),  # commit: an older setting, read as stage (cortex never commits)
     "git.pre_push": ("warn", "block", "commit", "check"),  # commit, check: older names of warn, block
 }

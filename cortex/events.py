@@ -2,7 +2,7 @@
 
 **Memories changed** (`memories_changed`): after capture (`capture_done`: the
 Stop hook, `cortex capture`, the LLM worker), `remember` (the CLI and the MCP
-tool), `forget`, `delete`, `restore`, and the detached upkeep (`cortex.maintain`): links for new memories (now, or queued for the upkeep), the
+tool), `forget`, `delete`, `restore`, `accept` and `reject` (the inbox), and the detached upkeep (`cortex.maintain`): links for new memories (now, or queued for the upkeep), the
 projections, AGENTS.md's section, staging under `git.on_stop`, and starting
 the upkeep when it is due. One sync and one `Index` per store, shared through
 an `Indexes` holder.
@@ -187,6 +187,43 @@ def delete(store: Store, ids: Iterable[str], indexes: Indexes | None = None) -> 
     memories_changed(store, indexes or Indexes(), [m.path for m in removed if m.path is not None], pages=False,
                      upkeep="none")
     return removed
+
+
+# ---------------------------------------------------------------- the inbox: proposals of capture (docs/capture.md)
+
+
+def proposals(store: Store, indexes: Indexes | None = None) -> list[Memory]:
+    """The proposed memories (capture's, waiting for a person), newest first."""
+    index = (indexes or Indexes()).synced(store)
+    records = index.records()
+    found = [index.memory(rel) for rel, entry in records.items() if entry["status"] == "proposed"]
+    return sorted(found, key=lambda m: (m.created, m.id), reverse=True)
+
+
+def proposals_named(store: Store, ids: Iterable[str]) -> list[Memory]:
+    """The proposals `ids` name, every one checked before anything changes."""
+    from cortex.errors import CortexError
+
+    items = [store.get(ident) for ident in ids]  # an unknown id fails here
+    for item in items:
+        if item.status != "proposed":
+            raise CortexError(f"{item.id} is not a proposal (it is {item.status}); `cortex inbox` lists them")
+    return list({item.id: item for item in items}.values())
+
+
+def accept(store: Store, ids: Iterable[str], indexes: Indexes | None = None) -> list[Memory]:
+    """Proposals made active (`cortex inbox accept`, a person's `feedback up`, the MCP tool): all or, one id
+    unknown or not a proposal, none; linked and the pages refreshed at once, like `remember`."""
+    items = proposals_named(store, ids)
+    accepted = [store.update(item.id, {"status": "active"}) for item in items]
+    memories_changed(store, indexes or Indexes(), [m.path for m in accepted if m.path is not None],
+                     link=[m.id for m in accepted], upkeep="none")
+    return [store.get(m.id) for m in accepted]
+
+
+def reject(store: Store, ids: Iterable[str], indexes: Indexes | None = None) -> list[Memory]:
+    """Proposals deleted (`cortex inbox reject`): `delete`, after checking each id names a proposal."""
+    return delete(store, [item.id for item in proposals_named(store, ids)], indexes)
 
 
 def restore(store: Store, memory_id: str, indexes: Indexes | None = None) -> Memory:

@@ -44,7 +44,7 @@ Before deciding something that may already be decided, call cortex_search (or co
 cortex_get_memory reads one memory in full, with the code it describes. Save what a teammate should know \
 next week with cortex_remember (say why; name rejected alternatives; never secrets). \
 cortex_forget archives a memory that is wrong or replaced (replaced_by links the new one; delete removes junk); \
-cortex_feedback rates a memory that helped (up) or was noise (down), which changes how it ranks."""
+cortex_feedback rates a memory that helped (up) or was noise (down), which changes how it ranks. What capture found on its own is proposed (marked in results) until the user accepts it: cortex_inbox lists, accepts or rejects proposals, only when the user asks."""
 
 
 class Backend:
@@ -604,11 +604,12 @@ def _add_search_tools(tool: Register, backend: Backend) -> None:
         """Search the project's memory (decisions, gotchas, patterns, architecture, plans, code notes) by meaning
         and by words (hybrid full-text + semantic), best first. Each result has the memory's id (for
         cortex_get_memory / cortex_forget), type, title, score, the store it came from, and its text or a snippet.
-        Results reached through a link (code behind a description) are marked `via`. Only relevant memories
-        come back: none when nothing in memory bears on the query."""
+        Results reached through a link (code behind a description) are marked `via`; capture's proposals, not
+        yet accepted by a person, are marked `"proposed": true`. Only relevant memories come back: none when
+        nothing in memory bears on the query."""
         stores = backend.stores(scope)
         result = recall(stores, query, limit=limit, types=types or (), branch=branch,
-                        indexes=backend.synced(stores), count=False)
+                        indexes=backend.synced(stores), count=False, proposed=True)
         # The one relevance rule `cortex recall` and the prompt hook use (`cortex.recall.mark_relevant`).
         hits = [hit for hit in result.hits if hit.relevant is not False]
         rows, used, omitted = _hit_rows(hits, budget_tokens)
@@ -755,6 +756,29 @@ def _add_write_tools(tool: Register, backend: Backend) -> None:
         return _result({"id": old.id, "title": old.title, "status": old.status,
                         "replaced_by": store.get(replaced_by).id if replaced_by else None, "store": store.label})
 
+
+    @tool("cortex_inbox", DESTRUCTIVE, "Review proposed memories")
+    def inbox(
+        action: Annotated[Literal["list", "accept", "reject"], Field(description=(
+            "'list' the proposals, 'accept' them (they become active memories) or 'reject' them (files deleted)."))
+        ] = "list",
+        ids: Annotated[list[Annotated[str, Field(min_length=4, max_length=12, pattern=r"^[0-9a-fA-F]+$")]] | None,
+                       Field(description="With accept or reject: the proposals' ids (or unique prefixes).")] = None,
+    ) -> CallToolResult:
+        """The inbox of memories capture proposed (found without an explicit [MEMORY: ...] tag): not in briefings
+        or prompt context until accepted. 'list' gives them newest first (id, type, title, branch, created);
+        'accept' makes them active, 'reject' deletes their files, all the ids or, one unknown or not a proposal,
+        none. Accept or reject only what the user asked for."""
+        store = backend.store()
+        backend.follow(store)
+        if action == "list":
+            return _result({"proposals": [{"id": m.id, "type": m.type, "title": m.title, "branch": m.branch,
+                                           "created": m.created} for m in events.proposals(store, backend.indexes)]})
+        if not ids:
+            raise ToolError(f"ids: name the proposals to {action}; nothing changed")
+        done = (events.accept if action == "accept" else events.reject)(store, ids, backend.indexes)
+        backend.wrote(store)
+        return _result({action + "ed": [{"id": m.id, "title": m.title} for m in done], "store": store.label})
 
     @tool("cortex_feedback", ADDITIVE, "Rate a memory")
     def feedback(

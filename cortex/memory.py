@@ -31,7 +31,7 @@ TYPES = (
     "code",
 )
 CAPTURE_TYPES = TYPES[:7]  # what capture and the LLM may write: code memories come from `cortex index-code` only
-STATUSES = ("active", "superseded", "archived")
+STATUSES = ("active", "superseded", "archived", "proposed")  # proposed: captured, waiting in `cortex inbox`
 SCOPES = ("project", "global")
 RELATIONS = (
     "relates_to",

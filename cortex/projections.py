@@ -180,8 +180,8 @@ def _load(store: Store, index: Any = None, kinds: frozenset[str] = PAGE_TYPES) -
 
     index = (index or Index(store)).ensure()
     records = index.records()
-    rels = [rel for rel, entry in records.items() if entry["type"] in kinds and (
-        entry["type"] in ("decision", "architecture") or entry["status"] == "active")]
+    rels = [rel for rel, entry in records.items() if entry["type"] in kinds and entry["status"] != "proposed" and (
+        entry["type"] in ("decision", "architecture") or entry["status"] == "active")]  # a proposal: not yet
     out = []
     for rel, meta in zip(rels, index.manifest.metas(rels)):  # one decode for all of them
         if meta["type"] == "architecture" and not RECORD_TAGS & set(meta.get("tags", ())):

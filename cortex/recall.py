@@ -67,6 +67,7 @@ class Hit:
             "title": m.title,
             "type": m.type,
             "status": m.status,
+            "proposed": m.status == "proposed",
             "score": round(self.score, 6),
             "match": None if self.match is None else round(self.match, 3),
             "path": str(m.path),
@@ -615,13 +616,24 @@ def recall_filter(statuses: tuple[str, ...], types: list[str], branch: str | Non
         status in statuses and (kind in types if types else kind != "code") and (branch is None or on == branch))
 
 
+def searched_statuses(index: Any, include_all: bool, proposed: bool) -> tuple[str, ...]:
+    """The statuses a recall searches: active ones (with `include_all` archived and superseded too) and, with
+    `proposed` (`cortex recall`, MCP search: asked, not the prompt hook), capture's proposals when there are any
+    (so a store without any searches the views kept for the active ones)."""
+    statuses: tuple[str, ...] = ("active", "archived", "superseded") if include_all else ("active",)
+    if proposed and index.memo(("any proposed",), lambda: "proposed" in set(index.records().field("status"))):
+        statuses += ("proposed",)
+    return statuses
+
+
 def keep_views(store: Store, index: Any) -> None:
     """Make what a recall of active memories reads once per sync from the manifest alone (its filter, the rows
     of the static vectors it multiplies, the links it follows, the centralities of the prior), so that an index
     that keeps its views (`Index._kept`) saves them for the next process: the detached briefing build runs this
     after a write, and the next command or server reads them."""
-    key, keep = recall_filter(("active",), [], None)
-    index.dense_view(key, index.allowed(key, keep))
+    for statuses in {("active",), searched_statuses(index, False, True)}:  # the prompt hook's and `cortex recall`'s
+        key, keep = recall_filter(statuses, [], None)
+        index.dense_view(key, index.allowed(key, keep))
     index.hops(STRONG_LINK)
     index.rel_of_id()
     index.centralities()
@@ -631,8 +643,10 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
                  include_all: bool = False, keyword_only: bool = False, now: float | None = None,
                  index: Any = None, sync: bool = True,
                  methods: tuple[str, ...] = ("bm25", "dense", "ctx"), links: bool = True,
-                 read: bool = True, exclude: frozenset[str] = frozenset(), narrow: bool = True) -> RecallResult:
-    """Recall from one store (see the module docstring for the ranking).
+                 read: bool = True, exclude: frozenset[str] = frozenset(), narrow: bool = True,
+                 proposed: bool = False) -> RecallResult:
+    """Recall from one store (see the module docstring for the ranking). `proposed`: capture's proposals are
+    found too (`searched_statuses`).
 
     `methods` picks the ranked lists to fuse (benchmarks compare each alone). `links=False` leaves out the
     memories reached along links (the prompt hook shows direct hits only). The memories whose ids are in
@@ -653,7 +667,7 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
         index.sync(full=True)
     elif index.manifest is None:
         index.ensure(full=True)
-    statuses = ("active", "archived", "superseded") if include_all else ("active",)
+    statuses = searched_statuses(index, include_all, proposed)
     types = list(types)
     records = index.records()  # rel -> manifest entry of every valid memory
     allowed_key, keep = recall_filter(statuses, types, branch)
@@ -811,7 +825,8 @@ def embed_ahead(stores: list[Store], query: str) -> None:
 def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[str] = (), branch: str | None = None,
            include_all: bool = False, keyword_only: bool = False, now: float | None = None,
            indexes: Any = None, links: bool = True, read: bool = True,
-           exclude: frozenset[str] = frozenset(), narrow: bool = True, count: bool = True) -> RecallResult:
+           exclude: frozenset[str] = frozenset(), narrow: bool = True, count: bool = True,
+           proposed: bool = False) -> RecallResult:
     """Recall across stores (project first): at most `limit` hits, linked ones (`via`) included, each right
     after the hit it was reached from. Archived and superseded hits come back with `include_all`, as they are:
     reading never changes a memory (`cortex restore` brings one back). `indexes` (a `cortex.index.Indexes`) holds the warm
@@ -821,7 +836,8 @@ def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[
     are left out of the hits and of `limit` (the prompt hook: those the briefing showed). `narrow=False`: a
     broad query keeps its `limit` (a person asked for that many). Each hit is marked by the one relevance rule
     (`mark_relevant`); with `count`, the relevant ones are counted as read (a caller that shows fewer counts
-    what it shows: `Store.record_access`)."""
+    what it shows: `Store.record_access`). With `proposed`, capture's proposals are hits too (marked by their
+    status): a person or an assistant asking; the prompt hook never injects one."""
     from cortex.errors import QueryRefused
     from cortex.index import Indexes
     from cortex.text import query_problem
@@ -839,7 +855,7 @@ def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[
         result = recall_store(store, query, limit=max(limit, RELEVANT_POOL), types=types, branch=branch,
                               include_all=include_all, keyword_only=keyword_only, now=now,
                               index=indexes.synced(store, full=True), sync=False, links=links, read=read,
-                              exclude=exclude, narrow=narrow)
+                              exclude=exclude, narrow=narrow, proposed=proposed)
         hits.extend(result.hits)
         if result.excluded_match is not None:
             excluded_match = max(result.excluded_match, excluded_match or 0.0)

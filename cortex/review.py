@@ -108,6 +108,7 @@ def build(repo: Any, base_rev: str, head_rev: str, store_prefix: str) -> dict[st
         "decisions": {"added": [], "changed": [], "superseded": [], "archived": [], "removed": []},
         "gotchas": [], "conventions": [], "architecture": [],
         "plan": {"added": [], "changed": [], "closed": []}, "progress": [],
+        "proposed": [],  # capture's proposals on the branch: for the reviewer to accept or reject
         "other": {}, "warnings": [], "config": _config_changes(repo, fork, head, store_prefix), "pins": [],
     }
     for mid in changed_ids:
@@ -165,10 +166,13 @@ def _sort_change(report: dict[str, Any], before: _Version | None, after: _Versio
     if memory is None:
         return  # unparsable on both sides: the warnings say so
     row = _row(memory, version.path, known, replaced_by)  # type: ignore[union-attr]
+    if after is not None and after.memory is not None and after.memory.status == "proposed":
+        report["proposed"].append(row)
+        return
     if kind == "changed" and before is not None and before.memory is not None and after is not None \
             and after.memory is not None:
         row["fields"] = [key for key in FIELDS if getattr(before.memory, key) != getattr(after.memory, key)]
-        if before.memory.status != "active" and after.memory.status == "active":
+        if before.memory.status not in ("active", "proposed") and after.memory.status == "active":
             row["restored"] = True
     if is_decision(memory):
         report["decisions"][kind].append(row)
@@ -408,7 +412,7 @@ def has_findings(report: dict[str, Any]) -> bool:
 
 def _lists(report: dict[str, Any]) -> list[Any]:
     return [*report["decisions"].values(), report["gotchas"], report["conventions"], report["architecture"],
-            *report["plan"].values(), report["progress"]]
+            *report["plan"].values(), report["progress"], report["proposed"]]
 
 
 # ---------------------------------------------------------------- markdown
@@ -505,6 +509,8 @@ def _summary(report: dict[str, Any]) -> str:
             parts.append(f"{len(report[key])} new {word}{'s' if len(report[key]) > 1 else ''}")
     if any(report["plan"].values()):
         parts.append("plan changed")
+    if report["proposed"]:
+        parts.append(f"{len(report['proposed'])} proposed by capture")
     if report["config"]:
         parts.append(f"config.yaml: {len(report['config'])} setting{'s' if len(report['config']) > 1 else ''} changed")
     if report["pins"]:
@@ -541,6 +547,11 @@ def render(report: dict[str, Any], limit: int = LIMIT) -> str:
             lines = [f"- {_item(r)}" + (f" — {_md(r['rationale'], 160)}" if r["rationale"] else "") for r in rows[:limit]]
             out += [f"#### {heading}", *_more(lines, len(rows), limit), ""]
     out += _plan_lines(report, limit)
+    if report["proposed"]:  # not in any briefing until accepted: `cortex inbox accept|reject ID...`
+        lines = [f"- {_item(r)} — {r['type']}" for r in report["proposed"][:limit]]
+        out += ["#### Proposed by capture (not yet accepted)", *_more(lines, len(report["proposed"]), limit),
+                "<sub>Accept or reject on the branch: `cortex inbox accept ID…` / `cortex inbox reject ID…`</sub>",
+                ""]
     other = report["other"]
     if other:
         counts = ", ".join(f"{n} {memory_type} {kind}" for kind in sorted(other)

@@ -214,7 +214,7 @@ class _Warm(threading.Thread):
 FIELDS: dict[str, dict[str, Any]] = {
     "state": {}, "ping": {}, "prompt": {"prompt": str, "session": str, "wait": (int, float)},
     "recall": {"query": str, "limit": int, "types": list, "branch": (str, type(None)), "include_all": bool,
-               "keyword": bool, "global": bool},
+               "keyword": bool, "global": bool, "proposed": bool},
 }
 
 
@@ -302,7 +302,7 @@ def _answer(store: Store, warm: _Warm, request: dict[str, Any]) -> dict[str, obj
         found = recall(stores, request.get("query", ""), limit=request.get("limit", 10),
                        types=tuple(request.get("types", ())), branch=request.get("branch"),
                        include_all=request.get("include_all", False), keyword_only=request.get("keyword", False),
-                       indexes=warm.indexes)
+                       indexes=warm.indexes, proposed=bool(request.get("proposed", False)))
         return {"notes": found.notes, "hits": [hit.to_dict() | {"memory": hit.memory.to_dict(), "root": hit.root}
                                                for hit in found.hits]}
     except QueryRefused as exc:

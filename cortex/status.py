@@ -36,6 +36,7 @@ def report(store: Store, index: Index) -> dict[str, Any]:
     from cortex import llm
 
     out["warnings"] += llm.warnings(store)  # a repository's command ignored, its LLM request not allowed here
+    out["proposed"] = out["by_status"].get("proposed", 0)  # capture's proposals, waiting in `cortex inbox`
     out["flagged_pairs"] = len(flagged(store))
     from cortex.consolidate import contested
 

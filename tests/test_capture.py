@@ -30,8 +30,8 @@ def _memories(project: Path) -> list[Path]:
 
 
 def _list(project: Path, *types: str) -> list[dict]:
-    """The active memories the hook wrote, as `cortex list --json` rows (read in process)."""
-    return [item.to_dict() for item in Store.locate(project).list(types=types)]
+    """The memories the hook wrote (active or proposed), as `cortex list --json` rows (read in process)."""
+    return [item.to_dict() for item in Store.locate(project).list(types=types, statuses=("active", "proposed"))]
 
 
 def _show(project: Path, memory_id: str) -> dict:
@@ -476,7 +476,7 @@ def test_a_candidate_the_write_guard_refuses_costs_only_itself(project):
                   Candidate("gotcha", "WAL mode breaks on NFS", "SQLite WAL mode breaks on NFS mounts.\n", "self-report")]
     report = CaptureReport()
     written = write_candidates(store, candidates, session="s1", report=report)
-    titles = {m.title for m in store.list(types=("decision", "gotcha"))}
+    titles = {m.title for m in store.list(types=("decision", "gotcha"), statuses=("active", "proposed"))}
     assert titles == {"WAL mode breaks on NFS"} and len(written) == 1
     assert "looks like a secret" in (store.state_dir / "cortex.log").read_text(encoding="utf-8")
     assert token not in "".join(p.read_text(encoding="utf-8") for p in store.memories_dir.rglob("*.md"))

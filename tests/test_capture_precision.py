@@ -43,7 +43,7 @@ def _stop(project: Path, tmp_path: Path, records: list[str]) -> list[dict]:
     result = cortex("hook", "stop", cwd=project, input=json.dumps(payload))
     assert result.returncode == 0 and result.stdout == ""
     store = Store.locate(project)
-    return [store.get(item.id).to_dict() for item in store.list()]
+    return [store.get(item.id).to_dict() for item in store.list(statuses=("active", "proposed"))]
 
 
 def _texts(project: Path) -> str:

@@ -120,7 +120,7 @@ def test_automation_cannot_supersede_it_gets_contradicts(project, tmp_path):
     deadline = time.time() + 60  # the LLM layer runs in a detached worker
     new = None
     while time.time() < deadline and new is None:
-        new = next((m for m in store.list() if m.title.startswith("Cache product pages")), None)
+        new = next((m for m in store.list(statuses=("proposed",)) if m.title.startswith("Cache product pages")), None)
         time.sleep(0.1)
     assert new is not None
     rels = [(link.rel, link.to) for link in store.get(new.id).links]

@@ -24,7 +24,7 @@ from tests.helpers import EXAMPLE_STORE, cortex, cortex_command, make_repo, reme
 
 READ_ONLY = {"cortex_search", "cortex_search_decisions", "cortex_get_memory", "cortex_get_plan", "cortex_get_recent",
              "cortex_get_status", "cortex_get_briefing"}
-WRITES = {"cortex_remember", "cortex_forget", "cortex_restore", "cortex_feedback"}
+WRITES = {"cortex_remember", "cortex_forget", "cortex_restore", "cortex_feedback", "cortex_inbox"}
 
 
 class Client:
@@ -48,7 +48,8 @@ class Client:
 
 def server_env(home: Path) -> dict[str, str]:
     return {"HOME": str(home), "CORTEX_HOME": str(home / ".cortex"), "PATH": os.environ["PATH"],
-            "GIT_AUTHOR_NAME": "Cortex Test", "GIT_AUTHOR_EMAIL": "test@example.com"}
+            "GIT_AUTHOR_NAME": "Cortex Test", "GIT_AUTHOR_EMAIL": "test@example.com",
+            **{name: os.environ[name] for name in ("PYTHONPATH",) if name in os.environ}}  # the code under test
 
 
 @contextmanager
@@ -186,6 +187,39 @@ def test_remember_then_search_round_trip_then_forget(mcp):
     back = mcp.call("cortex_restore", id=saved["id"])  # only an explicit restore brings it back
     assert back == {"id": saved["id"], "title": saved["title"], "status": "active", "store": "project"}
     assert "status: active" in path.read_text(encoding="utf-8")
+
+
+def _wait_for_search(mcp: Client, query: str, memory_id: str) -> list[dict[str, Any]]:
+    """The search's rows once the server's watcher has seen `memory_id`, written by another process."""
+    import time
+
+    deadline = time.monotonic() + 10
+    while True:
+        rows = mcp.call("cortex_search", query=query)["results"]
+        if memory_id in [row["id"] for row in rows] or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.1)
+
+
+def test_the_inbox_tool_lists_accepts_and_rejects_proposals_found_by_search_marked(mcp):
+    source = {"kind": "transcript", "layer": "keyword"}
+    kept = remember(mcp.project, "Invoice PDFs are rendered by weasyprint in the worker, never in the web process.",
+                    status="proposed", source=source, link=False).id
+    junk = remember(mcp.project, "Let me look at the invoice renderer once more.", status="proposed", source=source,
+                    link=False).id
+    rows = _wait_for_search(mcp, "where are invoice PDFs rendered?", kept)
+    assert [row["proposed"] for row in rows if row["id"] == kept] == [True]
+    listed = [row["id"] for row in mcp.call("cortex_inbox")["proposals"]]
+    assert kept in listed and junk in listed
+    refused = mcp.raw("cortex_inbox", action="accept", ids=[kept, "abcdef012345"])
+    assert refused.is_error and "abcdef012345" in refused.content[0].text
+    assert Store.locate(mcp.project).get(kept).status == "proposed"  # nothing half-done
+    assert mcp.call("cortex_inbox", action="accept", ids=[kept])["accepted"][0]["id"] == kept
+    assert mcp.call("cortex_inbox", action="reject", ids=[junk])["rejected"][0]["id"] == junk
+    store = Store.locate(mcp.project)
+    assert store.get(kept).status == "active" and junk not in store.ids_on_disk()
+    assert [row["proposed"] for row in mcp.call("cortex_search", query="where are invoice PDFs rendered?")["results"]
+            if row["id"] == kept] == [False]
 
 
 def test_a_file_changed_by_another_process_is_found_by_the_next_search(mcp):

@@ -169,7 +169,7 @@ def _capture(project: Path, tmp_path: Path, prompt: str) -> list[str]:
              "stop_hook_active": False}
     done = hook("stop", project, given)
     assert done.returncode == 0, done.stderr
-    return [m.title + "\n" + m.body for m in Store.locate(project).list()]
+    return [m.title + "\n" + m.body for m in Store.locate(project).list(statuses=())]  # proposals included
 
 
 PASTED = {

@@ -173,7 +173,7 @@ def test_capture_routed_to_the_global_store_names_the_project_and_recall_shows_i
     write_candidates(store, [Candidate("pattern", "Prefer ripgrep over grep for code search",
                                        "ripgrep respects .gitignore and is fast.", "llm", confidence=0.95,
                                        scope="global")], "s-1")
-    [made] = Store.locate(use_global=True).list()
+    [made] = Store.locate(use_global=True).list(statuses=("proposed",))  # the LLM layer's: proposed
     assert made.project == project.name and made.scope == "global"
     assert f"\nproject: {project.name}\n" in made.path.read_text(encoding="utf-8")  # type: ignore[union-attr]
     out = cortex("recall", "ripgrep code search", cwd=project).stdout

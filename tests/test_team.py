@@ -4,7 +4,8 @@ rebase, checkouts back and forth, recall of archived memories, forget and consol
 
 Every git command must succeed (the `git` helper raises on a non-zero exit), nothing under `.cortex/` may
 conflict, every checkout and merge leaves a clean tree, a Stop never leaves a staged file that differs from
-the work tree, and at the end every memory made on any branch is on main, with the pages current.
+the work tree, a Stop's captures without a [MEMORY: …] tag are proposals (not in the pages), and at the end every
+memory made on any branch is on main, with the pages current.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ class Clone:
     """One teammate's clone: git through the real CLI, cortex through real subprocesses and hooks."""
 
     def __init__(self, path: Path, name: str) -> None:
-        self.path, self.name, self.sessions, self.made = path, name, 0, []
+        self.path, self.name, self.sessions, self.made, self.proposed = path, name, 0, [], []
 
     def git(self, *args: str) -> str:
         out = git(self.path, *args)
@@ -55,7 +56,18 @@ class Clone:
         titles = [store.get(memory_id).title for memory_id in made]
         for tag in tags:
             assert any(tag.split(": ", 1)[1][:40] in title for title in titles), (tag, titles)
+        # the gate: the tags are active, everything else the real session held is proposed, out of the pages
+        for memory_id in made:
+            item = store.get(memory_id)
+            tagged = any(tag.split(": ", 1)[1][:40] in item.title for tag in tags)
+            assert item.status == ("active" if tagged else "proposed"), (item.title, item.status)
+        proposed = [m for m in made if store.get(m).status == "proposed"]
+        pages = "".join((self.path / ".cortex" / name).read_text(encoding="utf-8")
+                        for name in ("decisions.md", "active-plan.md"))
+        assert not any(memory_id in pages for memory_id in proposed)
+        assert set(proposed) <= {row["id"] for row in cortex_json("inbox", cwd=self.path)}
         self.made += made
+        self.proposed += proposed
         # what the Stop (and the upkeep it started) staged is what is on disk
         staged = set(self.git("diff", "--cached", "--name-only").split())
         unstaged = set(self.git("diff", "--name-only").split())
@@ -190,7 +202,10 @@ def test_a_team_week_has_no_conflict_no_aborted_command_and_loses_no_memory(tmp_
     alice.git("pull", "-q", "--no-rebase")
     alice.clean()
     made = set(alice.made) | set(bob.made)
+    proposed = set(alice.proposed) | set(bob.proposed)
+    assert proposed  # what the real sessions held waits for a person, in each clone's inbox once on main
     for clone in (alice, bob):
+        assert proposed <= {row["id"] for row in cortex_json("inbox", cwd=clone.path)}
         assert made <= clone.on_main()
         assert "projections are up to date" in cortex("project", "--check", cwd=clone.path).stdout
         assert cortex("verify", cwd=clone.path).returncode == 0

@@ -73,7 +73,8 @@ def _jobs(project: Path) -> list[Path]:
 
 
 def _titles(store: Store, every: bool = False) -> dict[str, object]:
-    return {m.title: m for m in store.list(statuses=() if every else ("active",))}
+    """What the LLM layer wrote (a proposal, by the gate: docs/capture.md), or with `every` any status."""
+    return {m.title: m for m in store.list(statuses=() if every else ("active", "proposed"))}
 
 
 # ---------------------------------------------------------------- through the hooks, as in a session
@@ -89,10 +90,11 @@ def test_the_stop_hook_queues_the_session_and_a_detached_worker_writes_through_t
     titles = _titles(store, every=True)
     decision = titles["Queue jobs in Redis streams, not RabbitMQ"]
     assert decision.type == "decision" and decision.source["layer"] == "llm" and decision.priority == 7
+    assert decision.status == "proposed"  # the LLM's find waits in `cortex inbox`
     assert "secret" not in titles and "dropped" not in titles  # a secret is refused, an unknown type dropped
     everything = "".join(p.read_text(encoding="utf-8", errors="replace") for p in (project / ".cortex").rglob("*.md"))
     assert "correct-horse" not in everything
-    promoted = [m.title for m in Store.locate(use_global=True).list()]
+    promoted = [m.title for m in Store.locate(use_global=True).list(statuses=("proposed",))]
     assert promoted == ["Prefer ripgrep over grep for code search"]  # confident and global: the global store
     [call] = _calls(tmp_path)
     assert call["nested"] == "1" and call["has_slice"]  # cortex's own hooks do nothing inside the model's session
@@ -106,7 +108,7 @@ def test_a_failing_llm_keeps_the_job_until_the_next_session_start(project, tmp_p
     _stop(project, _transcript(tmp_path, "We should queue with Redis streams."), env)
     assert wait_for(lambda: any(json.loads(p.read_text())["attempts"] >= 1 for p in _jobs(project)))
     store = Store.locate(project)
-    assert store.list() == []
+    assert store.list(statuses=()) == []
     (tmp_path / "claude-broken").unlink()
     started = hook("session-start", project, {"cwd": str(project), "source": "startup"}, env=env)
     assert started.returncode == 0
@@ -179,7 +181,7 @@ def test_an_answer_without_a_json_array_keeps_the_job_and_counts_the_attempt(llm
     assert kept["attempts"] == 1 and "no JSON array" in kept["last_error"]
     assert worker.process_queue(llm)["failed"] == 1
     assert json.loads(job.read_text(encoding="utf-8"))["attempts"] == 2
-    assert llm.list() == [] and "worker:" in (llm.state_dir / "cortex.log").read_text(encoding="utf-8")
+    assert llm.list(statuses=()) == [] and "worker:" in (llm.state_dir / "cortex.log").read_text(encoding="utf-8")
     _answer(tmp_path, [])  # the model answers at last: nothing to remember is a success
     assert worker.process_queue(llm) == {"done": 1, "failed": 0, "written": 0}
     assert not job.exists()
