@@ -30,9 +30,8 @@ RELEVANT_POOL = 10  # hits a recall judges at least, so that a small limit still
 MATCH_SPREAD = 0.25  # the prompt hook injects only hits within this much of the best match (0..1)
 # Default of recall.list_weights (and recall.bm25_floor), chosen by bench/retrieval.py (docs/benchmarks.md).
 LIST_WEIGHTS = {"bm25": 1.0, "dense": 0.5, "ctx": 1.0}
-# With the contextual model on, its match leads relevance and full text adds a little (`score_fusion`): a heavier
-# share of full text and the static model lost what the transformer alone ranks in the top 3 (bench/recall_paths.py).
-FUSION = {"bm25": 0.15, "ctx": 1.0}
+# With the contextual model on, relevance is a weighted mean of three scores (`score_fusion`; bench/devset.py).
+FUSION = {"bm25": 0.7, "ctx": 1.0, "dense": 0.5}
 WORD_SUPPORT = 0.35  # a full-text score counts fully from this match up, less below it (any shared word won before)
 # Cosine of all-MiniLM-L6-v2 sentence vectors mapped to a match in 0..1 (`match_score`): unrelated texts sit
 # under CTX_LOW, a question and the memory that answers it mostly over CTX_HIGH.
@@ -436,17 +435,15 @@ def about_code(query: str) -> bool:
 def score_fusion(ranked: dict[str, list[tuple[str, float]]], raw: dict[str, dict[str, float]],
                  cosines: Mapping[str, float], statics: Mapping[str, float], only: list[str] | None = None,
                  into: dict[str, float] | None = None) -> dict[str, float]:
-    """Relevance in 0..1 of every candidate (any list's top `POOL`) when the contextual model is on: its
-    contextual match, led by the transformer's ranking, plus a small share of its BM25 score over the best one
-    (`FUSION`: an identifier, an error string or a file name the transformer misses still lifts a memory).
-    Scores, not ranks: a memory the contextual model calls a clear answer outranks one that only shares a word
-    with the question. The static cosine is recorded for the match (`match_score`), not ranked on. Each
-    candidate's cosines are recorded in `raw`, listed or not. `only`: these candidates alone, added to `into`
-    (a candidate's relevance depends on nothing but its own scores and the lists)."""
+    """Relevance in 0..1 of every candidate (any list's top `POOL`) when the contextual model is on: a weighted
+    mean of its BM25 score over the best one, its contextual match and its static match (`FUSION`). Scores,
+    not ranks: a memory the contextual model calls a clear answer outranks one that only shares a word with
+    the question. Each candidate's cosines are recorded in `raw`, listed or not. `only`: these candidates
+    alone, added to `into` (a candidate's relevance depends on nothing but its own scores and the lists)."""
     bm25 = dict(ranked.get("bm25", []))
     top = max(bm25.values(), default=0.0) or 1.0
     total = sum(FUSION.values())
-    w_bm25, w_ctx = FUSION["bm25"], FUSION["ctx"]
+    w_bm25, w_ctx, w_dense = FUSION["bm25"], FUSION["ctx"], FUSION["dense"]
     out = {} if into is None else into
     rels = list(raw) if only is None else only
     for rel in rels:
@@ -458,10 +455,13 @@ def score_fusion(ranked: dict[str, list[tuple[str, float]]], raw: dict[str, dict
             cosine = scores.get("ctx")
         if static_cosine is not None:
             scores["dense"] = static_cosine
+        else:
+            static_cosine = scores.get("dense")
         ctx = 0.0 if cosine is None else _scaled(cosine, CTX_LOW, CTX_HIGH)
+        static = 0.0 if static_cosine is None else _scaled(static_cosine, STATIC_LOW, STATIC_HIGH)
         # A shared word counts in proportion to the meaning behind it: full match at `WORD_SUPPORT`.
         support = min(1.0, (match_score(scores) or 0.0) / WORD_SUPPORT)
-        out[rel] = (w_bm25 * support * bm25.get(rel, 0.0) / top + w_ctx * ctx) / total
+        out[rel] = (w_bm25 * support * bm25.get(rel, 0.0) / top + w_ctx * ctx + w_dense * static) / total
     return out
 
 
