@@ -6,7 +6,8 @@ The stores are built as bench/retrieval.py builds them (one memory per dialog tu
 never copied into the repository). Each question of categories 1-4 is asked as
 `cortex recall QUESTION --json --limit 10 --dir STORE` in a subprocess, answered by a `cortex serve` started
 per conversation (`--no-serve`: each command searches itself, much slower). recall@10 and MRR as
-bench/retrieval.py defines them, over direct hits. The `cortex` run is the one on PATH beside this Python, so
+bench/retrieval.py defines them, over direct hits, and recall@1 and @3 the same way (the share of a question's
+evidence in the top 1 or 3). The `cortex` run is the one on PATH beside this Python, so
 `PYTHONPATH=<checkout>` picks the code measured. bench/retrieval.py gives the library's figure to compare.
 """
 
@@ -49,6 +50,7 @@ def _serve(folder: Path) -> subprocess.Popen[bytes]:
 def run(data: list, convs: range, serve: bool) -> dict[str, float]:
     recall_module.use_contextual("inline")
     per: dict[int, list[tuple[float, float]]] = {}
+    tops: list[tuple[float, ...]] = []  # the share of each question's evidence in the top 1 and the top 3
     empty = 0
     with tempfile.TemporaryDirectory() as tmp:
         for ci in convs:
@@ -72,12 +74,14 @@ def run(data: list, convs: range, serve: bool) -> dict[str, float]:
                     found = len(evidence & set(ranked)) / len(evidence)
                     first = next((i for i, dia in enumerate(ranked, start=1) if dia in evidence), None)
                     per.setdefault(category, []).append((found, 1.0 / first if first else 0.0))
+                    tops.append(tuple(len(evidence & set(ranked[:k])) / len(evidence) for k in (1, 3)))
             finally:
                 if server is not None:
                     server.terminate()
                     server.wait(30)
     rows = [r for values in per.values() for r in values]
-    out = {"recall@10": 100 * sum(r for r, _ in rows) / len(rows), "mrr": sum(m for _, m in rows) / len(rows),
+    out = {"recall@1": 100 * sum(t[0] for t in tops) / len(tops), "recall@3": 100 * sum(t[1] for t in tops) / len(tops),
+           "recall@10": 100 * sum(r for r, _ in rows) / len(rows), "mrr": sum(m for _, m in rows) / len(rows),
            "questions": len(rows), "empty answers": empty}
     for category, label in CATEGORIES.items():
         values = per.get(category, [])
