@@ -204,9 +204,9 @@ def _line_starts(text: str) -> list[int]:
 
 _TOKEN_RUN = re.compile(r"[A-Za-z0-9+/=_\-]{40}")
 _WRAP_NEXT = re.compile(r"[ \t>]*(?=[A-Za-z0-9+/=_])")
-# A provider's token cut by a line break wherever it falls (a short line too): its prefix ends the line.
+# A provider's token cut by a line break wherever it falls (a short line too, right after its prefix).
 _PREFIXED_END = re.compile(r"(?<![A-Za-z0-9])(?:gh[pousr]_|github_pat_|gl(?:pat|dt|rt|ptt)-|xox[abposre]-|sk-ant-|"
-                           r"sk-|(?:sk|rk)_(?:live|test)_|AIza|npm_|pypi-|hf_|A(?:KIA|SIA))[A-Za-z0-9_\-]{4,}$")
+                           r"sk-|(?:sk|rk)_(?:live|test)_|AIza|npm_|pypi-|hf_|A(?:KIA|SIA))[A-Za-z0-9_\-]*$")
 
 
 def _unwrapped(text: str) -> tuple[str, Callable[[int, bool], int] | None]:
@@ -510,8 +510,15 @@ _CUT_TOKEN = re.compile(r"(?<![A-Za-z0-9])(?:gh[pousr]_|github_pat_|glpat-|sk-an
                         r"(?=[A-Za-z0-9_\-]*[0-9])[A-Za-z0-9_\-]{10,}(?=[ \t]*(?:\r?\n|$|`[0-9a-f]{12}`))")
 
 
+# A provider's prefix alone, the token's rest after a line break or, once the lines are folded into one, a space.
+_BARE_PREFIX = re.compile(r"(?<![A-Za-z0-9])(?:gh[pousr]_|github_pat_|glpat-|sk-ant-|sk-proj-|xox[abposre]-|npm_|hf_)"
+                          r"[ \t]*\r?\n?[ \t>]*(?=[A-Za-z0-9_\-]*[0-9])[A-Za-z0-9_\-]{20,}")
+
+
 def _providers(text: str) -> Iterator[Span]:
     for match in _CUT_TOKEN.finditer(text):
+        yield match.start(), match.end(), 2, "token cut at a line end"
+    for match in _BARE_PREFIX.finditer(text):
         yield match.start(), match.end(), 2, "token cut at a line end"
     for kind, pattern, marker in _PROVIDERS:
         if marker and marker not in text:
@@ -640,8 +647,9 @@ def _secret_value(raw: str, quoted: bool, name: str, env_line: bool, rest: str) 
             return False  # `key=cl_api_key`, `token = TOKEN_BLOCK_BEGIN`, `secret: PotentialSecret`: code
         if re.fullmatch(r"[A-Za-z_]\w*", value) and re.match(r"[ \t]*[,)|+&*/%]", rest):
             return False  # `password=password,`, `Creds = UserPass | Keypair`: code
-        if _WORDY.fullmatch(value) and (_englishy(value) or re.match(r"[ \t]+[A-Za-z]", rest)):
-            return False  # "Password: required for admins": prose
+        if _WORDY.fullmatch(value) and (_englishy(value) or re.match(r"[ \t]+[A-Za-z]", rest)) \
+                and not (_kind_word(name) == "password" and _passphrase(value)):
+            return False  # "Password: required for admins": prose; "password: correct-horse-battery-staple for now" is not
     return True
 
 
