@@ -146,8 +146,8 @@ class Prior:
 
 class _Contextual:
     """The process's contextual encoder (`cortex.contextual`, all-MiniLM-L6-v2 int8) for recall: off until an
-    edge that can afford it turns it on (`use_contextual`): `cortex serve`, the MCP server and `cortex recall`.
-    A one-shot hook never loads it (numpy alone costs more than its budget)."""
+    edge turns it on (`use_contextual`): `cortex serve`, the MCP server, `cortex recall`, and the prompt hook's own
+    process when no server answers (the relevance line needs its match)."""
 
     def __init__(self) -> None:
         self.mode: str | None = None  # None (off), "inline" (a command) or "background" (a resident process)
