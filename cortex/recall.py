@@ -24,7 +24,7 @@ POOL = 50
 BROAD_SHARE, BROAD_MIN, NARROWED = 0.5, 20, 3
 NARROWED_NOTE = f"showing the best {NARROWED}"  # in the note a narrowed answer carries
 # The relevance line on the calibrated match (`match_score`): under it a memory does not bear on the question
-# (unrelated questions match 0-0.1; answers from 0.25 up on the example store; LoCoMo's evidence loses nothing).
+# (chosen on four sets: docs/recall.md, "The relevance line").
 RELEVANT_MATCH = 0.2
 RELEVANT_POOL = 10  # hits a recall judges at least, so that a small limit still finds a relevant one ranked past it
 MATCH_SPREAD = 0.25  # the prompt hook injects only hits within this much of the best match (0..1)
