@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -250,7 +251,7 @@ def _contradictions(review: Any) -> list[dict[str, Any]]:
     return found
 
 
-def replay(world: dict[str, Any], work: Path, cortex_cmd: list[str], recall_via: str,
+def replay(world: dict[str, Any], work: Path, cortex_cmd: list[str], recall_via: str, jobs: int = 1,
            progress: bool = True) -> dict[str, Any]:
     repo = work / "repo"
     repo.mkdir(parents=True)
@@ -259,11 +260,23 @@ def replay(world: dict[str, Any], work: Path, cortex_cmd: list[str], recall_via:
     timing: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
     ops = world["ops"]
     started = time.monotonic()
+    # Questions in a row read a store nothing writes meanwhile: with --jobs, they are asked side by side
+    # (each its own `cortex recall` process; the answers are the same, only sooner).
+    pool = ThreadPoolExecutor(jobs) if jobs > 1 and recall_via == "cli" else None
+    ahead: dict[int, Future[dict[str, Any]]] = {}
     try:
         for n, op in enumerate(ops, 1):
             t0 = time.monotonic()
             kind = op["op"]
-            if kind == "inscribe":
+            if pool is not None and kind in ("recall", "recall_path") and n not in ahead:
+                m = n
+                while m <= len(ops) and ops[m - 1]["op"] in ("recall", "recall_path"):
+                    o = ops[m - 1]
+                    ahead[m] = pool.submit(system.recall, o.get("query") or o["path"], o["k"])
+                    m += 1
+            if n in ahead:
+                replies.append({"reply": "recall", "id": op["id"], "result": ahead.pop(n).result()})
+            elif kind == "inscribe":
                 result = system.inscribe(op["record"], op["mode"])
                 if op.get("id"):
                     replies.append({"reply": "inscribe", "id": op["id"], "result": result})
@@ -298,6 +311,8 @@ def replay(world: dict[str, Any], work: Path, cortex_cmd: list[str], recall_via:
                 print(f"  {n}/{len(ops)} ops, {time.monotonic() - started:.0f}s", file=sys.stderr, flush=True)
         standing = system.standing_tokens()
     finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
         system.close()
     return {"arm": f"cortex ({recall_via} recall)", "capabilities": CAPABILITIES, "standing_tokens": standing,
             "script_digest": world["digest"], "replies": replies,
@@ -316,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--graded", type=Path, help="where the grader writes its JSON receipt")
     parser.add_argument("--recall-via", choices=("cli", "mcp"), default="cli",
                         help="recall through `cortex recall --json` (default) or the MCP tool cortex_search")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="questions in a row asked side by side (CLI recall; same answers, sooner)")
     parser.add_argument("--work", type=Path, help="folder for the repository (default: a temporary one, removed)")
     parser.add_argument("--cortex", default=f"{sys.executable} -m cortex",
                         help="how to run cortex (default: this Python's `-m cortex`)")
@@ -342,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         return fail(f"{work} is not empty")
     began = time.monotonic()
     try:
-        transcript = replay(world, work, args.cortex.split(), args.recall_via)
+        transcript = replay(world, work, args.cortex.split(), args.recall_via, max(1, args.jobs))
     except Failure as error:
         return fail(str(error))
     finally:
