@@ -1,0 +1,381 @@
+"""KnowledgeDrift v2 through cortex's own user paths: replay a world, write the transcript, grade it.
+
+KnowledgeDrift (github.com/techtheist/knowledgedrift, MIT) pours a seeded world of invented project
+knowledge into a memory system through twelve operations, then questions it; a Rust grader scores the
+transcript. This adapter is our own code against that protocol (docs/protocol.md there). It replays the
+world's operations, in order, into a fresh git repository made with `cortex init`, through what a person
+or an assistant runs:
+
+- writes, supersessions, archives and deletions through the MCP server (`cortex mcp`, the tools
+  `cortex_remember` and `cortex_forget`), one resident process for the whole world;
+- reads through the `cortex` command: `recall --json` (or, with `--recall-via mcp`, the MCP tool
+  `cortex_search`), `show --json` for a history walk, `links --json` and `review BASE..HEAD --json` for
+  the disagreements cortex raises, `briefing` for the standing cost.
+
+A recall returns what a user is shown: each hit's title and the text cortex prints under it. What cortex
+has no verb for is answered with what it honestly offers, and listed in docs/knowledgedrift.md.
+
+    python -m bench.knowledgedrift --world W.json --grader PATH/knowledgedrift --out T.json [--graded G.json]
+
+The grader and the worlds are built outside this tree (../shared/knowledgedrift-offline.md); seed 1 is the
+held-out figure and is refused here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+# The world's five kinds, as cortex's types (cortex has no "problem" or "insight" type: context).
+TYPE_OF = {"Decision": "decision", "Caution": "gotcha", "Principle": "pattern", "Problem": "context",
+           "Insight": "context"}
+
+CAPABILITIES = {
+    "link": False,          # no command writes a link between two chosen memories (only suggested ones)
+    "history": True,        # `forget --replaced-by` keeps the old one, `show` names what a memory supersedes
+    "trace": False,         # an archived memory leaves recall; no marker is shown, no rewrite is warned
+    "suspects": True,       # `contradicts` links (automatic linking) and `cortex review`'s contradictions
+    "temporal": False,      # recall has no capture-time window
+    "verdict": False,       # recall has a relevance line ("nothing relevant"), not a decline beside hits
+    "write_check": False,   # remember creates, never refuses or warns
+    "endorse_retrieval": False, "endorse_assistant": False, "endorse_user": False, "endorse_supervisor": False,
+}
+
+
+class Failure(Exception):
+    """A step of the replay failed: the run stops (an error must never look like an empty answer)."""
+
+
+def tokens(text: str) -> int:
+    return -(-len(text) // 4)  # the grader's estimate
+
+
+class Mcp:
+    """`cortex mcp` on stdio: newline-delimited JSON-RPC, as any MCP client speaks it."""
+
+    def __init__(self, cmd: list[str], env: dict[str, str], cwd: Path) -> None:
+        self.proc = subprocess.Popen(cmd + ["mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, env=env, cwd=cwd, text=True, bufsize=1)
+        self.next_id = 0
+        self.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                    "clientInfo": {"name": "knowledgedrift-bench", "version": "1"}})
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def send(self, message: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(message) + "\n")
+        self.proc.stdin.flush()
+
+    def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        self.next_id += 1
+        self.send({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params})
+        assert self.proc.stdout is not None
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise Failure(f"cortex mcp exited during {method}")
+            reply = json.loads(line)
+            if reply.get("id") == self.next_id:
+                break
+        if "error" in reply:
+            raise Failure(f"{method}: {reply['error'].get('message')}")
+        return reply["result"]
+
+    def tool(self, name: str, arguments: dict[str, Any]) -> Any:
+        result = self.request("tools/call", {"name": name, "arguments": arguments})
+        text = "".join(part.get("text", "") for part in result.get("content", ()))
+        if result.get("isError"):
+            raise Failure(f"{name}: {text}")
+        structured = result.get("structuredContent")
+        if isinstance(structured, dict) and set(structured) != {"result"}:
+            return structured
+        return json.loads(text)
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class Cortex:
+    """One world's replay into a fresh repository."""
+
+    def __init__(self, repo: Path, cortex_cmd: list[str], recall_via: str) -> None:
+        self.repo = repo
+        self.cmd = cortex_cmd
+        self.recall_via = recall_via
+        self.env = os.environ | {"CORTEX_HOME": str(repo.parent / "cortex-home"), "GIT_AUTHOR_NAME": "kd",
+                                 "GIT_AUTHOR_EMAIL": "kd@example.invalid", "GIT_COMMITTER_NAME": "kd",
+                                 "GIT_COMMITTER_EMAIL": "kd@example.invalid"}
+        self.env.pop("CORTEX_DIR", None)
+        self.key_to_id: dict[str, str] = {}
+        self.id_to_key: dict[str, str] = {}
+        self.settles: list[str] = []
+        self.git("init", "-q", "-b", "main")
+        self.git("commit", "-q", "--allow-empty", "-m", "empty")
+        self.cli("init")
+        self.mcp = Mcp(self.cmd, self.env, repo)
+        # The resident query process the SessionStart hook starts: `cortex recall` asks it (and follows every
+        # write through its file observer) instead of loading the index in each process.
+        self.serve = subprocess.Popen([*self.cmd, "serve", "--idle", "900"], cwd=repo, env=self.env,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) if recall_via == "cli" else None
+
+    # ---- plumbing ----------------------------------------------------------------------------------
+    def git(self, *args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=self.repo, env=self.env, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise Failure(f"git {' '.join(args)}: {done.stderr.strip()}")
+        return done.stdout
+
+    def cli(self, *args: str) -> str:
+        done = subprocess.run([*self.cmd, *args], cwd=self.repo, env=self.env, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise Failure(f"cortex {' '.join(args[:2])}: {(done.stderr or done.stdout).strip()[:300]}")
+        return done.stdout
+
+    def key(self, memory_id: str) -> str | None:
+        return self.id_to_key.get(memory_id)
+
+    def remember(self, record: dict[str, Any]) -> str:
+        made = self.mcp.tool("cortex_remember", {"text": record["body"], "title": record["title"][:200],
+                                                 "type": TYPE_OF.get(record["kind"], "context"),
+                                                 "files": list(dict.fromkeys(record.get("code_refs") or []))})
+        self.key_to_id[record["key"]] = made["id"]
+        self.id_to_key[made["id"]] = record["key"]
+        return str(made["id"])
+
+    # ---- the operations ----------------------------------------------------------------------------
+    def inscribe(self, record: dict[str, Any], mode: str) -> dict[str, Any]:
+        self.remember(record)
+        return {}  # remember has no write-time verdict: no match, no warning, nothing queued
+
+    def supersede(self, old: str, new: dict[str, Any]) -> None:
+        new_id = self.remember(new)
+        self.mcp.tool("cortex_forget", {"id": self.key_to_id[old], "replaced_by": new_id})
+
+    def release(self, key: str, reason: str) -> None:
+        self.mcp.tool("cortex_forget", {"id": self.key_to_id[key]})  # archived; the reason has nowhere to go
+
+    def purge(self, key: str) -> None:
+        self.mcp.tool("cortex_forget", {"id": self.key_to_id[key], "delete": True})
+
+    def settle(self) -> None:
+        # A session boundary: the person commits what the session wrote (cortex never commits).
+        self.git("add", ".cortex")
+        self.git("commit", "-q", "--allow-empty", "-m", f"session {len(self.settles) + 1}")
+        self.settles.append(self.git("rev-parse", "HEAD").strip())
+
+    def recall(self, query: str, k: int) -> dict[str, Any]:
+        if self.recall_via == "mcp":
+            found = self.mcp.tool("cortex_search", {"query": query, "limit": k})
+            rows = found.get("results", found.get("hits", [])) if isinstance(found, dict) else found
+            hits = [{"id": row["id"], "title": row.get("title", ""),
+                     "text": row.get("text") or row.get("snippet") or ""} for row in rows]
+        else:
+            rows = json.loads(self.cli("recall", query, "--json", "-n", str(k)) or "[]")
+            hits = [{"id": row["id"], "title": row.get("title", ""), "text": row.get("snippet") or ""}
+                    for row in rows]
+        out = []
+        for hit in hits:
+            shown = hit["title"] + ("\n" + hit["text"] if hit["text"] else "")
+            entry: dict[str, Any] = {"text": shown}
+            key = self.key(hit["id"])
+            if key is not None:
+                entry["key"] = key
+            out.append(entry)
+        return {"hits": out}
+
+    def suspects(self) -> list[dict[str, Any]]:
+        pairs: dict[frozenset[str], dict[str, Any]] = {}
+        for row in json.loads(self.cli("links", "--json") or "[]"):
+            a, b = self.key(row["id"]), self.key(row["to"])
+            if row["rel"] == "contradicts" and a and b:
+                pairs.setdefault(frozenset((a, b)), {"a": a, "b": b, "hint": "contradiction"})
+        if len(self.settles) >= 2:  # what the last session's branch changed, as a pull-request review
+            review = json.loads(self.cli("review", f"{self.settles[-2]}..{self.settles[-1]}", "--json"))
+            for item in _contradictions(review):
+                a, b = self.key(item["id"]), self.key(item["other"]["id"])
+                if a and b:
+                    pairs.setdefault(frozenset((a, b)), {"a": a, "b": b, "hint": "contradiction"})
+        return list(pairs.values())
+
+    def lineage(self, key: str) -> list[str]:
+        walked: list[str] = []
+        todo = [self.key_to_id[key]]
+        seen = set(todo)
+        while todo:
+            shown = json.loads(self.cli("show", todo.pop(), "--json"))
+            for link in shown.get("links", ()):
+                if link.get("rel") == "supersedes" and link["to"] not in seen:
+                    seen.add(link["to"])
+                    todo.append(link["to"])
+                    if self.key(link["to"]):
+                        walked.append(self.key(link["to"]))  # type: ignore[arg-type]
+        return walked
+
+    def standing_tokens(self) -> int:
+        return tokens(self.cli("briefing"))
+
+    def close(self) -> None:
+        self.mcp.close()
+        if self.serve is not None:
+            self.serve.terminate()
+            self.serve.wait()
+
+
+def _contradictions(review: Any) -> list[dict[str, Any]]:
+    """Every contradiction item in a `cortex review --json` document, wherever it sits."""
+    found: list[dict[str, Any]] = []
+    if isinstance(review, dict):
+        if review.get("kind") == "contradiction" and isinstance(review.get("other"), dict):
+            found.append(review)
+        for value in review.values():
+            found += _contradictions(value)
+    elif isinstance(review, list):
+        for value in review:
+            found += _contradictions(value)
+    return found
+
+
+def replay(world: dict[str, Any], work: Path, cortex_cmd: list[str], recall_via: str, jobs: int = 1,
+           progress: bool = True) -> dict[str, Any]:
+    repo = work / "repo"
+    repo.mkdir(parents=True)
+    system = Cortex(repo, cortex_cmd, recall_via)
+    replies: list[dict[str, Any]] = []
+    timing: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    ops = world["ops"]
+    started = time.monotonic()
+    # Questions in a row read a store nothing writes meanwhile: with --jobs, they are asked side by side
+    # (each its own `cortex recall` process; the answers are the same, only sooner).
+    pool = ThreadPoolExecutor(jobs) if jobs > 1 and recall_via == "cli" else None
+    ahead: dict[int, Future[dict[str, Any]]] = {}
+    try:
+        for n, op in enumerate(ops, 1):
+            t0 = time.monotonic()
+            kind = op["op"]
+            if pool is not None and kind in ("recall", "recall_path") and n not in ahead:
+                m = n
+                while m <= len(ops) and ops[m - 1]["op"] in ("recall", "recall_path"):
+                    o = ops[m - 1]
+                    ahead[m] = pool.submit(system.recall, o.get("query") or o["path"], o["k"])
+                    m += 1
+            if n in ahead:
+                replies.append({"reply": "recall", "id": op["id"], "result": ahead.pop(n).result()})
+            elif kind == "inscribe":
+                result = system.inscribe(op["record"], op["mode"])
+                if op.get("id"):
+                    replies.append({"reply": "inscribe", "id": op["id"], "result": result})
+            elif kind == "link":
+                pass  # no cortex verb links two chosen memories: `link` is declared False
+            elif kind == "supersede":
+                system.supersede(op["old"], op["new"])
+            elif kind == "release":
+                system.release(op["key"], op["reason"])
+            elif kind == "purge":
+                system.purge(op["key"])
+            elif kind == "endorse":
+                pass  # no endorsement rung is declared
+            elif kind == "settle":
+                system.settle()
+            elif kind == "recall":
+                # no capture-time window exists: a windowed question is asked as it is
+                replies.append({"reply": "recall", "id": op["id"], "result": system.recall(op["query"], op["k"])})
+            elif kind == "recall_path":
+                # no path channel: the path is asked as a query, as the protocol's default does
+                replies.append({"reply": "recall", "id": op["id"], "result": system.recall(op["path"], op["k"])})
+            elif kind == "suspects":
+                replies.append({"reply": "suspects", "id": op["id"], "pairs": system.suspects()})
+            elif kind == "lineage":
+                replies.append({"reply": "lineage", "id": op["id"], "keys": system.lineage(op["key"])})
+            else:
+                raise Failure(f"unknown operation {kind!r}")
+            t = timing[kind]
+            t[0] += 1
+            t[1] += (time.monotonic() - t0) * 1000
+            if progress and n % 250 == 0:
+                print(f"  {n}/{len(ops)} ops, {time.monotonic() - started:.0f}s", file=sys.stderr, flush=True)
+        standing = system.standing_tokens()
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+        system.close()
+    return {"arm": f"cortex ({recall_via} recall)", "capabilities": CAPABILITIES, "standing_tokens": standing,
+            "script_digest": world["digest"], "replies": replies,
+            "timing": {k: {"count": int(c), "total_ms": round(ms, 1)} for k, (c, ms) in timing.items()}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.knowledgedrift", description=(
+        "Replay a KnowledgeDrift v2 world through cortex (fresh git repository, `cortex init`, the MCP "
+        "server and the cortex command), write the transcript, and grade it with the KnowledgeDrift grader. "
+        "Build the grader and export worlds as ../shared/knowledgedrift-offline.md says; never seed 1."))
+    parser.add_argument("--world", required=True, type=Path, help="an exported world (knowledgedrift-500-seed2-v2.json)")
+    parser.add_argument("--out", required=True, type=Path, help="where to write the transcript (JSON)")
+    parser.add_argument("--grader", type=Path, help="the built grader binary (target/release/knowledgedrift); "
+                                                    "without it the transcript is written and not graded")
+    parser.add_argument("--graded", type=Path, help="where the grader writes its JSON receipt")
+    parser.add_argument("--recall-via", choices=("cli", "mcp"), default="cli",
+                        help="recall through `cortex recall --json` (default) or the MCP tool cortex_search")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="questions in a row asked side by side (CLI recall; same answers, sooner)")
+    parser.add_argument("--work", type=Path, help="folder for the repository (default: a temporary one, removed)")
+    parser.add_argument("--cortex", default=f"{sys.executable} -m cortex",
+                        help="how to run cortex (default: this Python's `-m cortex`)")
+    args = parser.parse_args(argv)
+
+    def fail(message: str) -> int:
+        print(f"knowledgedrift: {message}", file=sys.stderr)
+        return 2
+
+    if not args.world.is_file():
+        return fail(f"no world file at {args.world} (export one: knowledgedrift --v2 --sizes 500 --seed 2 --export DIR)")
+    if args.grader is not None and not (args.grader.is_file() and os.access(args.grader, os.X_OK)):
+        return fail(f"no grader at {args.grader} (build it: ../shared/knowledgedrift-offline.md)")
+    try:
+        world = json.loads(args.world.read_text())
+        spec = world["spec"]
+    except (OSError, ValueError, KeyError) as error:
+        return fail(f"{args.world} is not a KnowledgeDrift world: {error}")
+    if spec.get("seed") == 1:
+        return fail("seed 1 is the held-out figure: tune on seeds 2 and 3 and worlds of your own seeds")
+
+    work = args.work or Path(tempfile.mkdtemp(prefix="cortex-kd-"))
+    if args.work is not None and work.exists() and any(work.iterdir()):
+        return fail(f"{work} is not empty")
+    began = time.monotonic()
+    try:
+        transcript = replay(world, work, args.cortex.split(), args.recall_via, max(1, args.jobs))
+    except Failure as error:
+        return fail(str(error))
+    finally:
+        if args.work is None:
+            shutil.rmtree(work, ignore_errors=True)
+    transcript["settle_note"] = f"replayed in {time.monotonic() - began:.0f}s"
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(transcript))
+    print(f"wrote {args.out} ({len(transcript['replies'])} replies, {time.monotonic() - began:.0f}s)")
+    if args.grader is None:
+        return 0
+    command = [str(args.grader), "--grade", str(args.out), "--script", str(args.world)]
+    if args.graded is not None:
+        command += ["--json", str(args.graded)]
+    return subprocess.run(command).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
