@@ -407,13 +407,18 @@ def test_a_swagger_named_memory_is_scanned_like_any_other(project):
         store.create(Memory(id="", type="context", title=plant.title, body=plant.text + "\n"))
 
 
-def test_the_pre_push_hook_stops_a_swagger_named_memory_with_a_key(project, tmp_path):
-    plant = PLANTED["swagger-named memory"]
+def _pushed_with_hooks(project: Path, tmp_path: Path) -> None:
+    """The store, its git hooks and its pages committed and pushed to a bare remote (a later push is what is tested)."""
     cortex("init", "--git-hooks", cwd=project)
     cortex("project", cwd=project)
     commit_all(project, "cortex store")
     add_bare_remote(project, tmp_path)
     git(project, "push", "-q", "origin", "main")
+
+
+def test_the_pre_push_hook_stops_a_swagger_named_memory_with_a_key(project, tmp_path):
+    plant = PLANTED["swagger-named memory"]
+    _pushed_with_hooks(project, tmp_path)
     leaky = _hand_written(Store.locate(project), "context", plant.title, plant.text + "\n")
     assert leaky.path is not None and "swagger" in leaky.path.name
     git(project, "add", str(leaky.path))
@@ -501,11 +506,7 @@ def test_the_pre_push_hook_stops_issue_40s_forms_and_never_prints_them(project, 
     """A memory file written by hand (the write guard never saw it) holding the secret: the push is refused, and the
     refusal names the file and line, never the secret."""
     plant = PLANTED[name]
-    cortex("init", "--git-hooks", cwd=project)
-    cortex("project", cwd=project)
-    commit_all(project, "cortex store")
-    add_bare_remote(project, tmp_path)
-    git(project, "push", "-q", "origin", "main")
+    _pushed_with_hooks(project, tmp_path)
     leaky = _hand_written(Store.locate(project), "context", plant.title, plant.text + "\n")
     git(project, "add", str(leaky.path))
     git(project, "commit", "-q", "-m", "deploy notes")
