@@ -901,6 +901,19 @@ def report_command(store: Any, output: Path | None, as_json: bool) -> None:
 # ---------------------------------------------------------------- recall and the cache
 
 
+def _stamp(option: str, value: str | None, day_part: str) -> str:
+    """A date given to `option` as a stamp as written in files (a bare day gets `day_part`); the open end of a
+    window when None."""
+    import re
+
+    if value is None:
+        return "" if option == "--since" else "9999"
+    stamp = value.strip() + (day_part if re.fullmatch(r"\d{4}-\d{2}-\d{2}", value.strip()) else "")
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z", stamp):
+        _fail(f"{option}: {value!r} is not a date (YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ)")
+    return stamp
+
+
 RECALL_BUDGET = 2000  # tokens `cortex recall` prints at most (every recall path has a budget)
 
 
@@ -960,6 +973,8 @@ def _served_recall(stores: list[Any], query: str, **options: Any) -> Any:
 @click.option("--branch", help="Only memories made on this branch.")
 @click.option("--all", "include_all", is_flag=True, help="Also hits below the relevance line and archived or superseded memories, each marked (reading changes nothing; `cortex restore ID` brings one back).")
 @click.option("--keyword", is_flag=True, help="Full-text only: skip the embedding model.")
+@click.option("--since", metavar="DATE", help="Only memories created on or after DATE (YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ).")
+@click.option("--until", metavar="DATE", help="Only memories created on or before DATE (a day counts whole).")
 @click.option("--no-global", is_flag=True, help="Search the project store only.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
 @click.option("--at", "at", metavar="REV", help="Search the memories as they were at a git revision (project store only).")
@@ -967,7 +982,8 @@ def _served_recall(stores: list[Any], query: str, **options: Any) -> Any:
               help="Token budget of the answer (~4 characters a token): results past it are left out, and said so.")
 @store_options
 def recall(store: Any, query: str, limit: int | None, types: tuple[str, ...], branch: str | None, include_all: bool,
-           keyword: bool, no_global: bool, as_json: bool, at: str | None, budget: int) -> None:
+           keyword: bool, no_global: bool, as_json: bool, at: str | None, budget: int, since: str | None,
+           until: str | None) -> None:
     """Find memories by meaning and by words (hybrid full-text + semantic): the relevant ones, or "nothing
     relevant"."""
     from cortex.recall import NARROWED_NOTE, count_reads, use_contextual
@@ -979,8 +995,11 @@ def recall(store: Any, query: str, limit: int | None, types: tuple[str, ...], br
 
     stores = list(iter_stores(store, include_global=not no_global and store.label == "project"))
     asked, limit = limit, limit or int(store.config().get("recall.limit"))
-    result: Any = None if at else _served_recall(stores, query, limit=limit, types=types, branch=branch,
-                                            include_all=include_all, keyword=keyword)
+    window = None
+    if since or until:
+        window = (_stamp("--since", since, "T00:00:00Z"), _stamp("--until", until, "T23:59:59Z"))
+    result: Any = None if at or window else _served_recall(stores, query, limit=limit, types=types, branch=branch,
+                                                       include_all=include_all, keyword=keyword)
     if result is not None and asked and any(NARROWED_NOTE in note for note in result.notes):
         result = None  # the server narrowed a broad query; the person asked for `--limit`: search here
     here = result is None
@@ -988,7 +1007,7 @@ def recall(store: Any, query: str, limit: int | None, types: tuple[str, ...], br
         if not keyword:
             use_contextual("inline")
         result = run_recall(stores, query, limit=limit, types=types, branch=branch, include_all=include_all,
-                            keyword_only=keyword, narrow=asked is None, count=False, proposed=True)
+                            keyword_only=keyword, narrow=asked is None, count=False, window=window, proposed=True)
     # Below the relevance line (`cortex.recall.mark_relevant`): left out, or with --all shown and marked.
     below = 0 if include_all else sum(hit.relevant is False for hit in result.hits)
     hits, left_out = _within_budget([hit for hit in result.hits if include_all or hit.relevant is not False], budget)

@@ -600,6 +600,10 @@ def _add_search_tools(tool: Register, backend: Backend) -> None:
             "then results are left out."))] = 1500,
         scope: Annotated[Literal["all", "project", "global"], Field(description=(
             "Which stores: this project's and the global one ('all'), or one of them."))] = "all",
+        since: Annotated[str | None, Field(pattern=r"^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}:\d{2}Z)?$", description=(
+            "Only memories created on or after this date (YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ)."))] = None,
+        until: Annotated[str | None, Field(pattern=r"^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}:\d{2}Z)?$", description=(
+            "Only memories created on or before this date (a day counts whole)."))] = None,
     ) -> CallToolResult:
         """Search the project's memory (decisions, gotchas, patterns, architecture, plans, code notes) by meaning
         and by words (hybrid full-text + semantic), best first. Each result has the memory's id (for
@@ -608,8 +612,12 @@ def _add_search_tools(tool: Register, backend: Backend) -> None:
         yet accepted by a person, are marked `"proposed": true`. Only relevant memories come back: none when
         nothing in memory bears on the query."""
         stores = backend.stores(scope)
+        window = None
+        if since or until:  # stamps as written in files; a bare day counts whole
+            window = (since + "T00:00:00Z" if since and len(since) == 10 else since or "",
+                      until + "T23:59:59Z" if until and len(until) == 10 else until or "9999")
         result = recall(stores, query, limit=limit, types=types or (), branch=branch,
-                        indexes=backend.synced(stores), count=False, proposed=True)
+                        indexes=backend.synced(stores), count=False, proposed=True, window=window)
         # The one relevance rule `cortex recall` and the prompt hook use (`cortex.recall.mark_relevant`).
         hits = [hit for hit in result.hits if hit.relevant is not False]
         rows, used, omitted = _hit_rows(hits, budget_tokens)

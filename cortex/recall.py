@@ -644,9 +644,10 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
                  index: Any = None, sync: bool = True,
                  methods: tuple[str, ...] = ("bm25", "dense", "ctx"), links: bool = True,
                  read: bool = True, exclude: frozenset[str] = frozenset(), narrow: bool = True,
-                 proposed: bool = False) -> RecallResult:
+                 proposed: bool = False, window: tuple[str, str] | None = None) -> RecallResult:
     """Recall from one store (see the module docstring for the ranking). `proposed`: capture's proposals are
-    found too (`searched_statuses`).
+    found too (`searched_statuses`). `window`: only memories created within (since, until), stamps as written in
+    files.
 
     `methods` picks the ranked lists to fuse (benchmarks compare each alone). `links=False` leaves out the
     memories reached along links (the prompt hook shows direct hits only). The memories whose ids are in
@@ -672,6 +673,9 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
     records = index.records()  # rel -> manifest entry of every valid memory
     allowed_key, keep = recall_filter(statuses, types, branch)
     allowed = index.allowed(allowed_key, keep)
+    if window is not None:  # stamps as written in files compare as strings
+        allowed = frozenset(rel for rel in allowed if window[0] <= (records.value(rel, "created") or "") <= window[1])
+        allowed_key = (allowed_key, window)
     ranked: dict[str, list[tuple[str, float]]] = {}
     contextual = not keyword_only and "ctx" in methods and bool(allowed) and config.get("recall.contextual") is not False
     ix = index.fulltext_index() if "bm25" in methods else None
@@ -826,7 +830,7 @@ def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[
            include_all: bool = False, keyword_only: bool = False, now: float | None = None,
            indexes: Any = None, links: bool = True, read: bool = True,
            exclude: frozenset[str] = frozenset(), narrow: bool = True, count: bool = True,
-           proposed: bool = False) -> RecallResult:
+           proposed: bool = False, window: tuple[str, str] | None = None) -> RecallResult:
     """Recall across stores (project first): at most `limit` hits, linked ones (`via`) included, each right
     after the hit it was reached from. Archived and superseded hits come back with `include_all`, as they are:
     reading never changes a memory (`cortex restore` brings one back). `indexes` (a `cortex.index.Indexes`) holds the warm
@@ -855,8 +859,9 @@ def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[
         result = recall_store(store, query, limit=max(limit, RELEVANT_POOL), types=types, branch=branch,
                               include_all=include_all, keyword_only=keyword_only, now=now,
                               index=indexes.synced(store, full=True), sync=False, links=links, read=read,
-                              exclude=exclude, narrow=narrow, proposed=proposed)
-        hits.extend(result.hits)
+                              exclude=exclude, narrow=narrow, proposed=proposed, window=window)
+        # A linked memory made outside the window is left out too: nothing from outside it.
+        hits.extend(h for h in result.hits if window is None or window[0] <= (h.memory.created or "") <= window[1])
         if result.excluded_match is not None:
             excluded_match = max(result.excluded_match, excluded_match or 0.0)
         for note in result.notes:

@@ -319,3 +319,14 @@ def test_a_memories_folder_replaced_under_the_server_is_watched_again(mcp):
                      type="gotcha").id
     assert later in _search_until(mcp, "refund webhooks arrive before", later)
 
+
+
+def test_search_keeps_to_a_time_window(mcp):
+    """since/until: only memories created within the window (a bare day counts whole); a bad date is refused."""
+    day = mcp.call("cortex_search", query="background work queues", since="2026-08-28", until="2026-08-28")
+    ids = {row["id"] for row in day["results"]}
+    made_that_day = {Store(mcp.project / ".cortex").get(ident).created[:10] for ident in ids}
+    assert "02b91ef339ec" in ids and made_that_day == {"2026-08-28"}
+    assert mcp.call("cortex_search", query="background work queues", since="2030-01-01")["results"] == []
+    with pytest.raises(MCPError, match="since"):
+        mcp.raw("cortex_search", query="background work queues", since="yesterday")
