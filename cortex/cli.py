@@ -901,19 +901,6 @@ def report_command(store: Any, output: Path | None, as_json: bool) -> None:
 # ---------------------------------------------------------------- recall and the cache
 
 
-def _stamp(option: str, value: str | None, day_part: str) -> str:
-    """A date given to `option` as a stamp as written in files (a bare day gets `day_part`); the open end of a
-    window when None."""
-    import re
-
-    if value is None:
-        return "" if option == "--since" else "9999"
-    stamp = value.strip() + (day_part if re.fullmatch(r"\d{4}-\d{2}-\d{2}", value.strip()) else "")
-    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z", stamp):
-        _fail(f"{option}: {value!r} is not a date (YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ)")
-    return stamp
-
-
 RECALL_BUDGET = 2000  # tokens `cortex recall` prints at most (every recall path has a budget)
 
 
@@ -995,9 +982,12 @@ def recall(store: Any, query: str, limit: int | None, types: tuple[str, ...], br
 
     stores = list(iter_stores(store, include_global=not no_global and store.label == "project"))
     asked, limit = limit, limit or int(store.config().get("recall.limit"))
-    window = None
-    if since or until:
-        window = (_stamp("--since", since, "T00:00:00Z"), _stamp("--until", until, "T23:59:59Z"))
+    from cortex.recall import time_window
+
+    try:
+        window = time_window(since, until)
+    except ValueError as exc:
+        _fail(f"--{exc}")
     result: Any = None if at or window else _served_recall(stores, query, limit=limit, types=types, branch=branch,
                                                        include_all=include_all, keyword=keyword)
     if result is not None and asked and any(NARROWED_NOTE in note for note in result.notes):

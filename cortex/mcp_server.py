@@ -587,7 +587,7 @@ def build_server(backend: Backend) -> CortexMCPServer:
 
 
 def _add_search_tools(tool: Register, backend: Backend) -> None:
-    from cortex.recall import count_reads, recall
+    from cortex.recall import count_reads, recall, time_window
 
     @tool("cortex_search", READ_ONLY, "Search project memory")
     def search(
@@ -612,12 +612,9 @@ def _add_search_tools(tool: Register, backend: Backend) -> None:
         yet accepted by a person, are marked `"proposed": true`. Only relevant memories come back: none when
         nothing in memory bears on the query."""
         stores = backend.stores(scope)
-        window = None
-        if since or until:  # stamps as written in files; a bare day counts whole
-            window = (since + "T00:00:00Z" if since and len(since) == 10 else since or "",
-                      until + "T23:59:59Z" if until and len(until) == 10 else until or "9999")
         result = recall(stores, query, limit=limit, types=types or (), branch=branch,
-                        indexes=backend.synced(stores), count=False, proposed=True, window=window)
+                        indexes=backend.synced(stores), count=False, proposed=True,
+                        window=time_window(since, until))  # the pattern above has checked both
         # The one relevance rule `cortex recall` and the prompt hook use (`cortex.recall.mark_relevant`).
         hits = [hit for hit in result.hits if hit.relevant is not False]
         rows, used, omitted = _hit_rows(hits, budget_tokens)

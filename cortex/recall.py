@@ -616,6 +616,27 @@ def recall_filter(statuses: tuple[str, ...], types: list[str], branch: str | Non
         status in statuses and (kind in types if types else kind != "code") and (branch is None or on == branch))
 
 
+_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
+_STAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
+
+
+def time_window(since: str | None, until: str | None) -> tuple[str, str] | None:
+    """(since, until) as stamps written in files (a bare day counts whole; an open end reaches everything), None
+    when neither is given. Raises ValueError naming `since` or `until` when one is not a date."""
+    if not since and not until:
+        return None
+    ends = []
+    for name, value, day_part, open_end in (("since", since, "T00:00:00Z", ""), ("until", until, "T23:59:59Z", "9999")):
+        if not value:
+            ends.append(open_end)
+            continue
+        stamp = value.strip() + (day_part if _DAY.fullmatch(value.strip()) else "")
+        if not _STAMP.fullmatch(stamp):
+            raise ValueError(f"{name}: {value!r} is not a date (YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ)")
+        ends.append(stamp)
+    return ends[0], ends[1]
+
+
 def searched_statuses(index: Any, include_all: bool, proposed: bool) -> tuple[str, ...]:
     """The statuses a recall searches: active ones (with `include_all` archived and superseded too) and, with
     `proposed` (`cortex recall`, MCP search: asked, not the prompt hook), capture's proposals when there are any

@@ -207,18 +207,13 @@ def _week(tmp_path: Path, *, months_old: bool, outlines: bool, fresh_clone: bool
     alice.pull()
     bob.checkout("main")
     bob.pull()
-    alice.checkout("-b", "chore/gc-a")
-    alice.cortex("gc")
-    alice.git("add", "-A")
-    if alice.git("status", "--porcelain"):
-        alice.commit("gc on alice's side")
-    alice.git("push", "-q", "-u", "origin", "chore/gc-a")
-    bob.checkout("-b", "chore/gc-b")
-    bob.cortex("gc")
-    bob.git("add", "-A")
-    if bob.git("status", "--porcelain"):
-        bob.commit("gc on bob's side")
-    bob.git("push", "-q", "-u", "origin", "chore/gc-b")
+    for person, branch in ((alice, "chore/gc-a"), (bob, "chore/gc-b")):
+        person.checkout("-b", branch)
+        person.cortex("gc")
+        person.git("add", "-A")
+        if person.git("status", "--porcelain"):
+            person.commit(f"gc on {branch}")
+        person.git("push", "-q", "-u", "origin", branch)
     bob.checkout("main")  # bob (cortex, no hooks) merges both
     bob.git("fetch", "-q")
     bob.pull()
