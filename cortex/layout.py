@@ -18,12 +18,21 @@ def global_root() -> str:
 
 
 def linked_folder(store_root: str) -> str | None:
-    """The store folder or one of its own folders (`memories/`, `cache/`, `state/`) that is a symbolic link, or
-    None. A repository can commit such a link to send cortex's reads, writes and `reset` elsewhere; cortex never
-    makes one, so a store holding one is not used (docs/security.md)."""
+    """The store folder, one of its own folders (`memories/`, `cache/`, `state/`) or an entry directly in `cache/`
+    or `state/` that is a symbolic link, or None. A repository can commit such a link to send cortex's reads,
+    writes and `reset` elsewhere (`cache/commit` -> a file to overwrite); cortex never makes one, so a store
+    holding one is not used (docs/security.md)."""
     for path in (store_root, *(os.path.join(store_root, name) for name in ("memories", "cache", "state"))):
         if os.path.islink(path):
             return path
+    for name in ("cache", "state"):
+        try:
+            with os.scandir(os.path.join(store_root, name)) as entries:
+                for entry in entries:
+                    if entry.is_symlink():
+                        return entry.path
+        except OSError:
+            continue  # not made yet
     return None
 
 
