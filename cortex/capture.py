@@ -245,7 +245,11 @@ def self_report(items: list[Event]) -> Iterator[Candidate]:
     for event in items:
         if event.kind != "text":
             continue
-        for match in TAG.finditer(_clean(event.text)):
+        text = _clean(event.text)
+        quoted = [found.span() for found in QUOTED_BLOCK.finditer(text)]
+        for match in TAG.finditer(text):
+            if any(start <= match.start() < end for start, end in quoted):
+                continue  # in a fence or a blockquote: a file or page the assistant quoted, not its own tag
             kind, options = match.group(1), match.group(2)
             body = "\n".join(" ".join(line.split()) for line in match.group(3).strip().splitlines() if line.strip())
             if kind not in CAPTURE_TYPES or not body:
@@ -693,7 +697,8 @@ def _paragraph(text: str, sentence: str) -> str:
 
 # Words the person quoted or pasted from elsewhere (docs/capture.md, "Whose rule is it"): a fenced block, a
 # blockquote line, a double-quoted span. They are blanked (same length) before a rule is looked for.
-QUOTED = re.compile(r"(?ms)^[ \t]*(`{3,}|~{3,}).*?(?:^[ \t]*\1[^\n]*$|\Z)|^[ \t]*>[^\n]*$|\"[^\"\n]*\"|“[^”\n]*”")
+QUOTED_BLOCK = re.compile(r"(?ms)^[ \t]*(`{3,}|~{3,}).*?(?:^[ \t]*\1[^\n]*$|\Z)|^[ \t]*>[^\n]*$")
+QUOTED = re.compile(QUOTED_BLOCK.pattern + r"|\"[^\"\n]*\"|“[^”\n]*”")
 _AI_READER = (r"(?:ai|llms?|(?:large )?language models?|ai (?:assistants?|agents?|models?|tools?|systems?)|"
               r"(?:ai |coding )?assistants?)")
 # Instructions to AI readers in general, the way a planted note in a file, an issue or a web page is written; the

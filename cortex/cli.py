@@ -219,6 +219,8 @@ def init(use_global: bool, directory: Path | None, git_hooks: bool, claude_code:
         store = Store.init(root, label="global" if use_global else "project")
     except OSError as exc:
         _fail(f"{root}: cannot create the store ({exc.strerror})")
+    except CortexError as exc:  # a store folder that is a link
+        _fail(str(exc))
     if use_global:  # a git repository of its own: the Stop hook commits there, `cortex sync --global` pushes
         from cortex import globalsync
 

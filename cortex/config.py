@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any
 
 from cortex.errors import ConfigError
@@ -292,6 +293,9 @@ def load_config(path: Path, cache_dir: Path | None = None) -> Config:
         return Config(copy.deepcopy(DEFAULTS))
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    if not S_ISREG(stat.st_mode) or stat.st_size > MAX_CONFIG_BYTES:  # a committed link to /dev/zero, a FIFO: unread
+        raise ConfigError(f"{path}: not a regular file of at most {MAX_CONFIG_BYTES:,} bytes; it should hold YAML "
+                          f"settings")
     key = (SCHEMA, stat.st_mtime_ns, stat.st_size, stat.st_ino)
     cached = _read_cached(cache_dir, key) if cache_dir is not None else None
     if cached is not None:
@@ -309,6 +313,7 @@ def load_config(path: Path, cache_dir: Path | None = None) -> Config:
 
 
 SCHEMA = 14  # bump when DEFAULTS change shape, so cached configs are re-read
+MAX_CONFIG_BYTES = 1 << 20  # a config.yaml is a few kilobytes
 
 
 def _cache_file(cache_dir: Path) -> Path:

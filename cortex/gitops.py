@@ -279,6 +279,8 @@ def _memory_blobs(repo: Any, tree: Any, prefix: str) -> dict[str, tuple[str, Any
     while stack:
         base, subtree = stack.pop()
         for entry in subtree:
+            if entry.name in (".", "..") or "/" in entry.name or "\\" in entry.name:
+                continue  # a crafted tree's name git refuses to check out: `--at` would write out of its folder
             path = f"{base}/{entry.name}" if base else entry.name
             if entry.type_str == "tree":
                 stack.append((path, repo[entry.id]))

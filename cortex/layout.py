@@ -17,11 +17,31 @@ def global_root() -> str:
     return os.path.expanduser(os.environ.get("CORTEX_HOME") or os.path.join(os.path.expanduser("~"), ".cortex"))
 
 
+def linked_folder(store_root: str) -> str | None:
+    """The store folder, one of its own folders (`memories/`, `cache/`, `state/`) or an entry directly in `cache/`
+    or `state/` that is a symbolic link, or None. A repository can commit such a link to send cortex's reads,
+    writes and `reset` elsewhere (`cache/commit` -> a file to overwrite); cortex never makes one, so a store
+    holding one is not used (docs/security.md)."""
+    for path in (store_root, *(os.path.join(store_root, name) for name in ("memories", "cache", "state"))):
+        if os.path.islink(path):
+            return path
+    for name in ("cache", "state"):
+        try:
+            with os.scandir(os.path.join(store_root, name)) as entries:
+                for entry in entries:
+                    if entry.is_symlink():
+                        return entry.path
+        except OSError:
+            continue  # not made yet
+    return None
+
+
 def find_store(cwd: str) -> str | None:
-    """The project `.cortex` folder at or above `cwd` (never the global store); $CORTEX_DIR wins."""
+    """The project `.cortex` folder at or above `cwd` (never the global store); $CORTEX_DIR wins. None also for a
+    store with a linked folder (`linked_folder`): the full path says why."""
     explicit = os.environ.get("CORTEX_DIR")
     if explicit:
-        return os.path.abspath(explicit) if os.path.isdir(explicit) else None
+        return os.path.abspath(explicit) if os.path.isdir(explicit) and linked_folder(explicit) is None else None
     if "\x00" in cwd:
         return None  # not a path any folder can have (a garbled hook payload)
     home = os.path.realpath(global_root())
@@ -29,7 +49,7 @@ def find_store(cwd: str) -> str | None:
     while True:
         candidate = os.path.join(folder, STORE_DIRNAME)
         if os.path.isdir(candidate) and os.path.realpath(candidate) != home:
-            return candidate
+            return candidate if linked_folder(candidate) is None else None
         parent = os.path.dirname(folder)
         if parent == folder:
             return None

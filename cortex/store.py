@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Iterator
 from cortex import memory as fmt
 from cortex.errors import AmbiguousId, CortexError, MalformedMemory, MemoryNotFound, NotInitialised
 from cortex.files import atomic_write, file_lock, is_temp_name, lock_wait
-from cortex.layout import STORE_DIRNAME, global_root
+from cortex.layout import STORE_DIRNAME, global_root, linked_folder
 from cortex.memory import Link, Memory
 
 STALE_TEMP_SECONDS = 600
@@ -101,10 +101,20 @@ def _cache_folder(root: Path) -> Path:
     return folder
 
 
+def _refuse_links(root: Path) -> None:
+    """CortexError naming the store folder or its own folder that is a symbolic link (`layout.linked_folder`)."""
+    linked = linked_folder(str(root))
+    if linked is not None:
+        raise CortexError(f"{linked} is a symbolic link: cortex reads and writes only the store's own folders, "
+                          f"never through a link a repository may commit; remove it")
+
+
 class Store:
     """One store folder and the operations on its memories."""
 
     def __init__(self, root: Path, label: str = "project") -> None:
+        if label == "project":
+            _refuse_links(root)
         self.root = root
         self.label = label
         self._config: Any = None
@@ -144,6 +154,8 @@ class Store:
         left as they are. The same for a project store and the global one."""
         from cortex.config import TEMPLATE
 
+        if label == "project":
+            _refuse_links(root)  # before anything is made through one
         root.mkdir(parents=True, exist_ok=True)
         for folder in ("memories", "cache", "state"):
             (root / folder).mkdir(exist_ok=True)

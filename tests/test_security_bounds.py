@@ -237,3 +237,26 @@ def test_an_over_long_line_is_skipped_and_the_lines_around_it_captured(project, 
     names = [p.name for p in memory_files(project)]
     assert any("invoices" in n for n in names) and any("sessions" in n for n in names), (names, log_of(project))
     assert log_of(project).count("skipped 1 line(s) over") == 1, log_of(project)
+
+
+def test_a_config_yaml_that_is_a_link_to_a_fifo_is_refused_unread(project, tmp_path):
+    """A repository can commit `.cortex/config.yaml` as a link to /dev/zero (read without end: memory grows until
+    the machine kills something) or to a FIFO (read blocks forever): every command and hook hung. A FIFO here, so a
+    hang costs a timeout, not the machine's memory."""
+    import os
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    config = project / ".cortex" / "config.yaml"
+    config.unlink()
+    config.symlink_to(fifo)
+    payload = {"session_id": "s1", "cwd": str(project), "hook_event_name": "SessionStart", "source": "startup"}
+    for args, given in ((["list"], None), (["hook", "session-start"], json.dumps(payload))):
+        try:
+            done = subprocess.run([*cortex_command(), *args], cwd=project, input=given, capture_output=True,
+                                  text=True, timeout=30)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"cortex {' '.join(args)} read the FIFO and hung")
+        assert done.returncode == 0, done.stderr
+    said = cortex("status", cwd=project, check=False)
+    assert said.stderr.startswith(f"cortex: {config}: not a regular file") and said.stderr.count("\n") == 1
