@@ -17,21 +17,6 @@ def find_worktree_root(start: Path) -> Path | None:
     return Path(found) if found is not None else None
 
 
-def git_dir(worktree_root: Path) -> Path | None:
-    """The git dir of a worktree: `.git` itself, or where a `.git` file points."""
-    from cortex import gitfacts
-
-    found = gitfacts.git_dir(str(worktree_root))
-    return Path(found) if found is not None else None
-
-
-def current_branch(worktree_root: Path | None) -> str | None:
-    """The checked-out branch's short name; None when detached or not a repository."""
-    from cortex.gitfacts import branch_and_head
-
-    return branch_and_head(str(worktree_root) if worktree_root is not None else None)[0]
-
-
 def head_commit(worktree_root: Path | None) -> str | None:
     """The HEAD commit id (hex), or None (no repository, no commit yet): from the ref files (`cortex.gitfacts`),
     pygit2 only when a ref cannot be found there and the branch may still exist."""
@@ -163,15 +148,20 @@ def install_git_hooks(start: Path, python: str | None = None) -> list[str]:
         atomic_write(path, _hook_script(name, python))
         path.chmod(0o755)
         done.append(f"installed {path}")
-    for key in (f"merge.{MERGE_DRIVER}.name", f"merge.{MERGE_DRIVER}.driver"):
-        try:
-            del repo.config[key]  # type: ignore[attr-defined]
-        except KeyError:
-            pass
+    _drop_merge_driver(repo)
     workdir = Path(repo.workdir) if repo.workdir else None  # type: ignore[attr-defined]
     if workdir is not None and (workdir / ".cortex").is_dir():
         done += union_attributes(workdir / ".cortex")
     return done
+
+
+def _drop_merge_driver(repo: Any) -> None:
+    """An older version's merge driver configuration, removed (its attributes are replaced by `union_attributes`)."""
+    for key in (f"merge.{MERGE_DRIVER}.name", f"merge.{MERGE_DRIVER}.driver"):
+        try:
+            del repo.config[key]
+        except KeyError:
+            pass
 
 
 def union_attributes(store_root: Path) -> list[str]:
@@ -206,11 +196,7 @@ def uninstall_git_hooks(start: Path) -> list[str]:
             if chained.exists():
                 os.replace(chained, path)
                 done.append(f"restored your {name} hook")
-    for key in (f"merge.{MERGE_DRIVER}.name", f"merge.{MERGE_DRIVER}.driver"):
-        try:
-            del repo.config[key]  # type: ignore[attr-defined]
-        except KeyError:
-            pass
+    _drop_merge_driver(repo)
     return done or ["no cortex git hooks were installed"]
 
 
@@ -239,40 +225,52 @@ def write_index(repo: Any, index: Any = None, seconds: float = 5.0) -> None:
             time.sleep(0.02)
 
 
-def _signature(repo: object, role: str) -> Any:
-    """Who commits, as git itself decides: GIT_<ROLE>_NAME/EMAIL, then user.name/email, then a stand-in."""
+def signature(repo: Any, role: str) -> Any:
+    """Who commits, as git decides: GIT_<ROLE>_NAME/EMAIL, then user.name/email, then a stand-in."""
     import os
 
     import pygit2
 
-    name = os.environ.get(f"GIT_{role}_NAME")
-    email = os.environ.get(f"GIT_{role}_EMAIL")
-    config = repo.config  # type: ignore[attr-defined]
-    if not name:
-        try:
-            name = config["user.name"]
-        except KeyError:
-            name = "cortex"
-    if not email:
-        try:
-            email = config["user.email"]
-        except KeyError:
-            email = "cortex@localhost"
-    return pygit2.Signature(name, email)
+    found = {}
+    for key, fallback in (("name", "cortex"), ("email", "cortex@localhost")):
+        value = os.environ.get(f"GIT_{role}_{key.upper()}")
+        if not value:
+            try:
+                value = repo.config[f"user.{key}"]
+            except KeyError:
+                value = fallback
+        found[key] = value
+    return pygit2.Signature(found["name"], found["email"])
 
 
 # ---------------------------------------------------------------- history: memory as it was in git
 
 
-def _memory_blobs(repo: Any, tree: Any, prefix: str) -> dict[str, tuple[str, Any]]:
-    """id -> (path, blob id) of every memory file under `prefix` (e.g. '.cortex/memories') in a tree."""
-    import re
+FIELDS = ("title", "type", "status", "confidence", "priority", "pinned", "tags", "files", "links", "body")
 
-    import pygit2
+
+def parse_blob(data: bytes) -> Any:
+    """A memory file's bytes from git as a `Memory`; None when they do not parse."""
+    from cortex import memory as fmt
+
+    try:
+        return fmt.parse(data.decode("utf-8"))
+    except Exception:
+        return None
+
+
+def changed_fields(old: Any, new: Any) -> list[str]:
+    """The `FIELDS` two versions of a memory differ in."""
+    return [key for key in FIELDS if getattr(old, key) != getattr(new, key)]
+
+
+def memory_blobs_at(repo: Any, commit: Any, prefix: str) -> dict[str, tuple[str, Any]]:
+    """id -> (path, blob id) of every memory file under `prefix` (e.g. '.cortex/memories') in a commit."""
+    import re
 
     out: dict[str, tuple[str, Any]] = {}
     try:
-        node = tree[prefix] if prefix else tree
+        node = commit.tree[prefix] if prefix else commit.tree
     except KeyError:
         return out
     stack = [(prefix, repo[node.id])]
@@ -284,16 +282,10 @@ def _memory_blobs(repo: Any, tree: Any, prefix: str) -> dict[str, tuple[str, Any
                 stack.append((path, repo[entry.id]))
             elif entry.name.endswith(".md"):
                 match = re.search(r"-([0-9a-f]{12})\.md$", entry.name)
-                if match:
-                    out[match.group(1)] = (path, entry.id)
-                else:  # a renamed file: the id inside is the authority
-                    from cortex import memory as fmt
-
-                    try:
-                        out[fmt.parse(repo[entry.id].data.decode("utf-8")).id] = (path, entry.id)
-                    except Exception:
-                        continue
-    _ = pygit2
+                # a renamed file: the id inside decides
+                found = match.group(1) if match else getattr(parse_blob(repo[entry.id].data), "id", None)
+                if found:
+                    out[found] = (path, entry.id)
     return out
 
 
@@ -313,15 +305,10 @@ def resolve(repo: Any, rev: str) -> Any:
         raise CortexError(f"unknown revision {rev!r}") from None
 
 
-def memory_blobs_at(repo: Any, commit: Any, prefix: str) -> dict[str, tuple[str, Any]]:
-    """id -> (path, blob id) of every memory in a commit: compare ids, read only the blobs needed."""
-    return _memory_blobs(repo, commit.tree, prefix)
-
-
 def memories_at(repo: Any, rev: str, prefix: str) -> dict[str, tuple[str, bytes]]:
     """id -> (path, file bytes) of every memory at a revision, read from git objects (no checkout)."""
-    commit = resolve(repo, rev)
-    return {mid: (path, repo[oid].data) for mid, (path, oid) in _memory_blobs(repo, commit.tree, prefix).items()}
+    blobs = memory_blobs_at(repo, resolve(repo, rev), prefix)
+    return {mid: (path, repo[oid].data) for mid, (path, oid) in blobs.items()}
 
 
 def memory_log(repo: Any, memory_id: str, prefix: str, limit: int = 0) -> list[dict[str, Any]]:
@@ -330,35 +317,27 @@ def memory_log(repo: Any, memory_id: str, prefix: str, limit: int = 0) -> list[d
 
     import pygit2
 
-    from cortex import memory as fmt
-
     entries: list[dict[str, Any]] = []
     if repo.head_is_unborn:
         return entries
     walker = repo.walk(repo.head.target, pygit2.enums.SortMode.TOPOLOGICAL | pygit2.enums.SortMode.TIME)
     for commit in walker:
-        mine = _memory_blobs(repo, commit.tree, prefix).get(memory_id)
+        mine = memory_blobs_at(repo, commit, prefix).get(memory_id)
         parent = commit.parents[0] if commit.parents else None
-        before = _memory_blobs(repo, parent.tree, prefix).get(memory_id) if parent is not None else None
-        if mine == before or (mine is not None and before is not None and mine[1] == before[1] and mine[0] == before[0]):
-            continue
-        if mine is None and before is None:
+        before = memory_blobs_at(repo, parent, prefix).get(memory_id) if parent is not None else None
+        if mine == before:
             continue
         change = "added" if before is None else "removed from the working tree" if mine is None else "changed"
         fields: list[str] = []
         if mine is not None and before is not None:
             if mine[0] != before[0]:
                 fields.append(f"moved from {before[0]}")
-            try:
-                new = fmt.parse(repo[mine[1]].data.decode("utf-8"))
-                old = fmt.parse(repo[before[1]].data.decode("utf-8"))
-                for key in ("title", "type", "status", "confidence", "priority", "pinned", "tags", "files", "links"):
-                    if getattr(new, key) != getattr(old, key):
-                        fields.append(f"{key}: {getattr(old, key)!r} -> {getattr(new, key)!r}")
-                if new.body != old.body:
-                    fields.append("body")
-            except Exception:
+            new, old = parse_blob(repo[mine[1]].data), parse_blob(repo[before[1]].data)
+            if new is None or old is None:
                 fields.append("(unparsable version)")
+            else:
+                fields += [key if key == "body" else f"{key}: {getattr(old, key)!r} -> {getattr(new, key)!r}"
+                           for key in changed_fields(old, new)]
         when = dt.datetime.fromtimestamp(commit.commit_time, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         entries.append({
             "commit": str(commit.id), "author": f"{commit.author.name} <{commit.author.email}>", "date": when,
@@ -372,23 +351,14 @@ def memory_log(repo: Any, memory_id: str, prefix: str, limit: int = 0) -> list[d
 
 def memory_diff(repo: Any, old_rev: str, new_rev: str, prefix: str) -> dict[str, list[dict[str, Any]]]:
     """Memories added, changed, archived, superseded and removed between two revisions, by kind of change."""
-    from cortex import memory as fmt
-
     old = memories_at(repo, old_rev, prefix)
     new = memories_at(repo, new_rev, prefix)
     result: dict[str, list[dict[str, Any]]] = {"added": [], "changed": [], "archived": [], "superseded": [], "removed": []}
-
-    def parsed(data: bytes) -> Any:
-        try:
-            return fmt.parse(data.decode("utf-8"))
-        except Exception:
-            return None
-
     for mid in sorted(set(old) | set(new)):
-        before = parsed(old[mid][1]) if mid in old else None
-        after = parsed(new[mid][1]) if mid in new else None
         if mid in old and mid in new and old[mid][1] == new[mid][1]:
             continue
+        before = parse_blob(old[mid][1]) if mid in old else None
+        after = parse_blob(new[mid][1]) if mid in new else None
         item = after or before
         row = {"id": mid, "type": item.type if item else "?", "title": item.title if item else "(unparsable)",
                "path": (new.get(mid) or old[mid])[0]}
@@ -399,15 +369,9 @@ def memory_diff(repo: Any, old_rev: str, new_rev: str, prefix: str) -> dict[str,
         elif after is not None and before is not None and after.status != before.status and after.status in ("archived", "superseded"):
             result[after.status].append(row)
         else:
-            row["fields"] = [k for k in ("title", "type", "status", "confidence", "priority", "pinned", "tags", "files", "links", "body")
-                             if before is None or after is None or getattr(before, k) != getattr(after, k)]
+            row["fields"] = list(FIELDS) if before is None or after is None else changed_fields(before, after)
             result["changed"].append(row)
     return result
-
-
-def merge_base(repo: Any, base: Any, head: Any) -> Any:
-    """Where `head` forked from `base` (what `git diff base...head` compares with); None for unrelated histories."""
-    return repo.merge_base(base.id, head.id)
 
 
 class PathChange(NamedTuple):
@@ -632,7 +596,7 @@ def _record(store_root: Path, policy: str, message: str, only: Iterable[Path] | 
     prefix = store_root.resolve().relative_to(workdir).as_posix() + "/"
     changed = (pygit2.enums.FileStatus.WT_NEW | pygit2.enums.FileStatus.WT_MODIFIED | pygit2.enums.FileStatus.WT_DELETED
                | pygit2.enums.FileStatus.WT_RENAMED | pygit2.enums.FileStatus.WT_TYPECHANGE)
-    wanted = None if only is None else {_relative(p, workdir) for p in only}
+    wanted = None if only is None else {relative(p, workdir) for p in only}
     paths = sorted(path for path, flags in repo.status().items()
                    if (path.startswith(prefix) if wanted is None else path in wanted)
                    and not flags & pygit2.enums.FileStatus.IGNORED and flags & changed
@@ -658,11 +622,12 @@ def _record(store_root: Path, policy: str, message: str, only: Iterable[Path] | 
     return recorded
 
 
-def _relative(path: Path, workdir: Path) -> str:
+def relative(path: Path, root: Path) -> str | None:
+    """`path` inside `root`, links resolved, as a posix path; None outside it (never staged or committed)."""
     try:
-        return Path(path).resolve().relative_to(workdir).as_posix()
+        return Path(path).resolve().relative_to(root.resolve()).as_posix()
     except ValueError:
-        return ""  # outside this worktree: never staged
+        return None
 
 
 def tracked(root: Path | str, names: list[str]) -> set[str]:

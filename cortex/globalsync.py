@@ -91,24 +91,6 @@ def ensure_repository(store: Store) -> tuple[Any, bool]:
     return repo, True
 
 
-def _signature(repo: Any, role: str) -> Any:
-    """Who commits, as git decides: GIT_<ROLE>_NAME/EMAIL, then user.name/email, then a stand-in."""
-    import os
-
-    import pygit2
-
-    found = {}
-    for key in ("name", "email"):
-        value = os.environ.get(f"GIT_{role}_{key.upper()}")
-        if not value:
-            try:
-                value = repo.config[f"user.{key}"]
-            except KeyError:
-                value = "cortex" if key == "name" else "cortex@localhost"
-        found[key] = value
-    return pygit2.Signature(found["name"], found["email"])
-
-
 def _committed_path(path: str) -> bool:
     from cortex.files import is_temp_name
 
@@ -124,14 +106,14 @@ def commit_changes(store: Store, message: str = "cortex: global memory update", 
     import pygit2
 
     from cortex.files import file_lock
-    from cortex.gitops import write_index
+    from cortex.gitops import relative, signature, write_index
 
     if not is_repository(store):
         return []
     with file_lock(store.state_dir / "stage.lock"):
         repo = _open(store)
         names = _changed_paths(repo) if paths is None else sorted(
-            {rel for rel in (_relative(store, path) for path in paths) if rel is not None and _committed_path(rel)})
+            {rel for rel in (relative(path, store.root) for path in paths) if rel is not None and _committed_path(rel)})
         contents = {path: _read(store.root / path) for path in names}
         if scan:
             _scan(store, contents)
@@ -145,7 +127,7 @@ def commit_changes(store: Store, message: str = "cortex: global memory update", 
         if head is not None and tree == head.tree.id:
             return []
         parents = [head.id] if head is not None else []
-        repo.create_commit(f"refs/heads/{_branch(repo)}", _signature(repo, "AUTHOR"), _signature(repo, "COMMITTER"),
+        repo.create_commit(f"refs/heads/{_branch(repo)}", signature(repo, "AUTHOR"), signature(repo, "COMMITTER"),
                            message, tree, parents)
         repo.index.read_tree(repo[tree])
         write_index(repo)
@@ -161,13 +143,6 @@ def _changed_paths(repo: Any) -> list[str]:
                | status.INDEX_NEW | status.INDEX_MODIFIED | status.INDEX_DELETED)
     return sorted(path for path, flags in repo.status().items()
                   if flags & changed and not flags & status.IGNORED and _committed_path(path))
-
-
-def _relative(store: Store, path: Path) -> str | None:
-    try:
-        return Path(path).resolve().relative_to(store.root.resolve()).as_posix()
-    except ValueError:
-        return None  # not in this store
 
 
 def _scan(store: Store, contents: dict[str, bytes | None]) -> None:
@@ -215,14 +190,17 @@ def _check_remote_branches(repo: Any, url: str, branch: str) -> None:
                           f"there to {branch} (or use another remote); nothing was pushed")
 
 
-def _files(repo: Any, tree: Any, prefix: str = "") -> dict[str, Any]:
-    """path -> blob id of every file in a tree."""
+def _files(repo: Any, tree: Any, prefix: str = "", regular: bool = False) -> dict[str, Any]:
+    """path -> blob id of every file in a tree (`regular`: no symbolic link, no submodule)."""
+    import pygit2
+
+    modes = (pygit2.enums.FileMode.BLOB, pygit2.enums.FileMode.BLOB_EXECUTABLE)
     out: dict[str, Any] = {}
     for entry in tree:
         path = f"{prefix}{entry.name}"
         if entry.type_str == "tree":
-            out.update(_files(repo, repo[entry.id], path + "/"))
-        else:
+            out.update(_files(repo, repo[entry.id], path + "/", regular))
+        elif not regular or (entry.type_str == "blob" and entry.filemode in modes):
             out[path] = entry.id
     return out
 
@@ -235,21 +213,6 @@ def _checked_out(path: str) -> bool:
     parts = path.split("/")
     return path.startswith(CHECKED_OUT) and not is_temp_name(parts[-1]) and all(
         part not in ("", ".", "..") and part.lower() != ".git" and "\\" not in part for part in parts)
-
-
-def _regular_files(repo: Any, tree: Any, prefix: str = "") -> dict[str, Any]:
-    """path -> blob id of every regular file in a tree (no symbolic link, no submodule)."""
-    import pygit2
-
-    regular = (pygit2.enums.FileMode.BLOB, pygit2.enums.FileMode.BLOB_EXECUTABLE)
-    out: dict[str, Any] = {}
-    for entry in tree:
-        path = f"{prefix}{entry.name}"
-        if entry.type_str == "tree":
-            out.update(_regular_files(repo, repo[entry.id], path + "/"))
-        elif entry.type_str == "blob" and entry.filemode in regular:
-            out[path] = entry.id
-    return out
 
 
 def _refused(repo: Any, tree: Any) -> str | None:
@@ -435,10 +398,12 @@ def _replay(store: Store, repo: Any, head: Any, upstream: Any, result: SyncResul
     """Each local commit the remote lacks, oldest first, made again on top of the remote's branch; the new tip."""
     import pygit2
 
+    from cortex.gitops import signature
+
     walker = repo.walk(head.id, pygit2.enums.SortMode.TOPOLOGICAL | pygit2.enums.SortMode.REVERSE)
     walker.hide(upstream.id)
     tip = upstream
-    committer = _signature(repo, "COMMITTER")
+    committer = signature(repo, "COMMITTER")
     for commit in walker:
         before = _files(repo, commit.parents[0].tree) if commit.parents else {}
         after = _files(repo, commit.tree)
@@ -499,7 +464,7 @@ def _check_out(store: Store, repo: Any, branch: str, head: Any, target: Any, res
 
     old = _files(repo, head.tree) if head is not None else {}
     every = _files(repo, target.tree)
-    regular = _regular_files(repo, target.tree)
+    regular = _files(repo, target.tree, regular=True)
     new = {path: oid for path, oid in regular.items() if _checked_out(path)}
     result.skipped += sorted(path for path, oid in every.items()  # .gitignore: cortex writes its own here
                              if path not in new and old.get(path) != oid and path != ".gitignore")

@@ -23,7 +23,6 @@ LIMIT = 5  # items shown per list in the markdown; `--json` has them all
 RATIONALE_CHARS = 220
 MAX_COMMENT_CHARS = 60_000  # GitHub refuses a comment over 65,536 characters
 OVERLAP = 0.3  # content-word overlap at which two decisions are about one thing (then their claims are compared)
-FIELDS = ("title", "type", "status", "confidence", "priority", "pinned", "tags", "files", "links", "body")
 
 
 @dataclass
@@ -93,7 +92,7 @@ def build(repo: Any, base_rev: str, head_rev: str, store_prefix: str) -> dict[st
     from `base_rev`, as JSON-ready data (what `cortex review --json` prints)."""
     head = gitops.resolve(repo, head_rev)
     base = gitops.resolve(repo, base_rev)
-    fork_id = gitops.merge_base(repo, base, head)
+    fork_id = repo.merge_base(base.id, head.id)
     fork = repo[fork_id] if fork_id is not None else base
     memories_prefix = f"{store_prefix}/memories" if store_prefix else "memories"
     read: dict[Any, _Version] = {}
@@ -171,7 +170,7 @@ def _sort_change(report: dict[str, Any], before: _Version | None, after: _Versio
         return
     if kind == "changed" and before is not None and before.memory is not None and after is not None \
             and after.memory is not None:
-        row["fields"] = [key for key in FIELDS if getattr(before.memory, key) != getattr(after.memory, key)]
+        row["fields"] = gitops.changed_fields(before.memory, after.memory)
         if before.memory.status not in ("active", "proposed") and after.memory.status == "active":
             row["restored"] = True
     if is_decision(memory):
