@@ -417,12 +417,11 @@ def _refuse_shared_id(store: Any, item: Any) -> None:
     """Show no memory the other readers skip: one whose id another file holds too (found by the cache, which
     reads every file, where `Store.get` looks at file names)."""
     from cortex.errors import MemoryNotFound
-    from cortex.index import Index, Indexes
+    from cortex.index import Index
 
-    if Indexes.serving is None:  # the ids kept for the committed cache: no sync when no folder changed since
-        kept = Index(store).saved_rel_of_id()
-        if kept is not None and item.id in kept and str(store.memories_dir / kept[item.id]) == str(item.path):
-            return
+    kept = Index(store).saved_rel_of_id()  # the ids kept for the committed cache: no sync when they vouch
+    if kept is not None and item.id in kept and str(store.memories_dir / kept[item.id]) == str(item.path):
+        return
     index = _index(store)  # synced here (not by a child): the ids it keeps are for the manifest it commits
     for path, reason in [] if item.id in index.rel_of_id() else index.problems():
         if str(path) == str(item.path) and reason.startswith(f"duplicate id {item.id}"):
@@ -1405,28 +1404,21 @@ def hook(event: str, args: tuple[str, ...]) -> None:
       git-pre-push, git-post-merge, git-post-checkout, git-post-rewrite.
     """
     from cortex import hooks
+    from cortex.__main__ import CLAUDE_EVENTS
 
-    if event in ("stop", "pre-compact"):
-        sys.exit(hooks.claude_stop(sys.stdin.read() if not sys.stdin.isatty() else ""))
-    if event == "session-start":
-        sys.exit(hooks.claude_session_start(sys.stdin.read() if not sys.stdin.isatty() else ""))
-    if event == "prompt":
-        sys.exit(hooks.claude_prompt(sys.stdin.read() if not sys.stdin.isatty() else ""))
-    if event == "session-end":
-        sys.exit(hooks.claude_session_end(sys.stdin.read() if not sys.stdin.isatty() else ""))
-    if event in ("subagent-start", "subagent-stop"):
-        handler = hooks.claude_subagent_start if event == "subagent-start" else hooks.claude_subagent_stop
-        sys.exit(handler(sys.stdin.read() if not sys.stdin.isatty() else ""))
+    def stdin() -> str:  # read only for the events that take it: a git hook's stdin may never end
+        return sys.stdin.read() if not sys.stdin.isatty() else ""
+
+    if event in CLAUDE_EVENTS:
+        sys.exit(getattr(hooks, CLAUDE_EVENTS[event])(stdin()))
     if event == "pre-tool-use":
         from cortex.hotpath import pre_tool_use
 
-        pre_tool_use(sys.stdin.read() if not sys.stdin.isatty() else "")
+        pre_tool_use(stdin())
         sys.exit(0)
     if event == "git-pre-push":
-        code = hooks.git_pre_push(list(args), sys.stdin.read() if not sys.stdin.isatty() else "")
-    else:
-        code = hooks.git_refresh(event[len("git-"):], list(args))
-    sys.exit(code)
+        sys.exit(hooks.git_pre_push(list(args), stdin()))
+    sys.exit(hooks.git_refresh(event[len("git-"):], list(args)))
 
 
 # ---------------------------------------------------------------- history

@@ -8,7 +8,6 @@ script. docs/report.md.
 from __future__ import annotations
 
 import base64
-import gc
 import hashlib
 import json
 import math
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from cortex.index import Index
+from cortex.index.cache import read_body
 from cortex.memory import Memory, now_epoch, now_iso
 from cortex.store import Store
 
@@ -37,20 +37,9 @@ def default_path(store: Store) -> Path:
 def build(store: Store, index: Index | None = None) -> dict[str, Any]:
     """Everything the page shows, as JSON-ready data."""
     from cortex import __version__
-
-    # Tens of thousands of small objects kept to the end: the collector's passes over them cost ~20 % here.
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        return _build(store, (index or Index(store)).ensure(), __version__)
-    finally:
-        if collecting:
-            gc.enable()
-
-
-def _build(store: Store, index: Index, version: str) -> dict[str, Any]:
     from cortex import status as store_status
 
+    index = (index or Index(store)).ensure()
     status = store_status.report(store, index)
     memories = sorted(index.scan().memories, key=lambda m: m.id)
     nodes, edges, clusters = _graph(store, index, memories)
@@ -61,7 +50,7 @@ def _build(store: Store, index: Index, version: str) -> dict[str, Any]:
     # guard, and the page is a file a person may attach or share.
     return redacted_data({
         "meta": {"store": store.label, "root": str(store.root), "branch": status.get("branch"),
-                 "generated": now_iso(), "version": version, "total": len(memories),
+                 "generated": now_iso(), "version": __version__, "total": len(memories),
                  "by_type": status["by_type"], "by_status": status["by_status"], "pinned": status["pinned"],
                  "changes": _tier_changes(store),
                  "archive_below": float(store.config().get("gc.archive_below"))},
@@ -156,10 +145,7 @@ def _graph(store: Store, index: Index, memories: list[Memory]) -> tuple[list[lis
     for i, m in enumerate(memories):
         reads, centrality = access.get(m.id, 0), central.get(m.id, 0.0)
         parts = prior.parts(m)
-        if prior.weights.get("confidence"):  # the prior's own decay term, not computed twice (10,000 date parses)
-            decayed = parts["confidence"] * prior.total / prior.weights["confidence"]
-        else:
-            decayed = decayed_confidence(m, now, reads, centrality)
+        decayed = decayed_confidence(m, now, reads, centrality)
         used = usage.get(m.id, salience.Usage())
         tier = salience.tier_of(state, m) + (", muted at prompt time" if m.id in muted else "")
         assert m.path is not None
@@ -167,26 +153,9 @@ def _graph(store: Store, index: Index, memories: list[Memory]) -> tuple[list[lis
             m.id, m.title, m.type, m.status, positions[i][0], positions[i][1], m.created, m.updated, m.branch,
             m.confidence, round(decayed, 3), m.priority, m.pinned, reads,
             round(centrality, 3), round(sum(parts.values()), 3), round(used.score, 3), used.shown, used.used, tier,
-            m.tags, m.files, str(m.path)[prefix:].replace(os.sep, "/"), _body(m.path), cluster_of[i],
+            m.tags, m.files, str(m.path)[prefix:].replace(os.sep, "/"), read_body(m.path), cluster_of[i],
         ])
     return nodes, edges, clusters
-
-
-_FRONT_MATTER_END = re.compile(r"^(?:---|\.\.\.)\r?$", re.M)
-
-
-def _body(path: Path) -> str:
-    """A memory's body, read straight from its file (10,000 of them: one `open` and one regex search each)."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except (OSError, ValueError):  # gone or changed since the sync: the page shows the rest of it
-        return ""
-    if not text.startswith(("---\n", "\ufeff---\n")):  # (read with universal newlines: no \r\n here)
-        return ""
-    end = _FRONT_MATTER_END.search(text, text.find("\n") + 1)
-    after = text.find("\n", end.start()) if end else -1
-    return text[after + 1:] if after >= 0 else ""
 
 
 def layout(memories: list[Memory], edges: list[tuple[int, int]]) -> tuple[list[tuple[float, float]], list[int],
