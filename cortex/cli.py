@@ -122,8 +122,7 @@ def _index(store: Any) -> Any:
 
 
 def _warn_config(store: Any, llm_notice: bool = True) -> None:
-    """A setting the command read that was wrong (its default was used): one line each on stderr. And, once, a
-    project's request for the LLM that this machine does not allow (`cortex.llm.notice`)."""
+    """Each wrong setting the command read (its default used), and once the LLM notice: a line each on stderr."""
     config = getattr(store, "_config", None)  # only when the command loaded it: never read it just for this
     for problem in getattr(config, "invalid", ()):
         click.echo(f"cortex: warning: {_safe(problem)}", err=True)
@@ -414,8 +413,7 @@ def show(store: Any, memory_id: str, as_json: bool, at: str | None, raw: bool) -
 
 
 def _refuse_shared_id(store: Any, item: Any) -> None:
-    """Show no memory the other readers skip: one whose id another file holds too (found by the cache, which
-    reads every file, where `Store.get` looks at file names)."""
+    """Show no memory whose id another file holds too (the cache reads every file; `Store.get` only names)."""
     from cortex.errors import MemoryNotFound
     from cortex.index import Index
 
@@ -483,8 +481,7 @@ def edit(store: Any, memory_id: str) -> None:
 
 
 def _edit(store: Any, memory_id: str) -> None:
-    """`cortex edit`: the memory opened in $VISUAL/$EDITOR, the draft checked (format, id, secrets) before it
-    replaces the file; exits non-zero, the file unchanged, when the editor fails or the draft is refused."""
+    """`cortex edit`: the draft is checked (format, id, secrets) before it replaces the file, or nothing changes."""
     from cortex import memory as fmt
     from cortex.errors import MalformedMemory, SecretDetected
     from cortex.files import atomic_write
@@ -606,8 +603,6 @@ def forget(store: Any, targets: tuple[str, ...], replaced_by: str | None, delete
            as_json: bool) -> None:
     """Archive a memory (the file is kept), or with --delete remove memory files. TARGET is an id or a query;
     several ids at once."""
-    import re
-
     from cortex import events
     from cortex.errors import MemoryNotFound
 
@@ -660,9 +655,7 @@ def forget(store: Any, targets: tuple[str, ...], replaced_by: str | None, delete
 
 
 def _forget_match(store: Any, query: str, yes: bool) -> Any:
-    """The memory a `forget QUERY` means: recall's best hit when it is clearly ahead (a calibrated match of at
-    least `FORGET_MATCH` and `FORGET_LEAD` over the next), confirmed unless --yes; otherwise the candidates are
-    listed to choose from, and --yes refuses (it never archives on a weak or tied match)."""
+    """The memory `forget QUERY` means: a clearly leading hit (confirmed unless --yes), else a choice."""
     from cortex.recall import recall, use_contextual
 
     use_contextual("inline")
@@ -919,8 +912,7 @@ def _within_budget(hits: list[Any], budget: int) -> tuple[list[Any], int]:
 
 
 def _served_recall(stores: list[Any], query: str, **options: Any) -> Any:
-    """The recall of a running `cortex serve` (warm indexes and models: a socket round trip instead of loading
-    them), as a `RecallResult`; None when no server answers, so the command searches itself."""
+    """A running `cortex serve`'s recall (its models are warm) as a `RecallResult`; None when none answers."""
     from cortex.errors import QueryRefused
     from cortex.layout import server_up
 
@@ -1312,7 +1304,7 @@ def consolidate(store: Any, dry_run: bool, yes: bool, allow_conflicts: bool, thr
         from cortex import events
         from cortex.index import Indexes
 
-        events.memories_changed(store, Indexes(), upkeep="none", everything=True)  # the pages, at once (issue 39)
+        events.memories_changed(store, Indexes(), upkeep="none", everything=True)  # the pages, at once
     merged_ids = result.merged if result is not None else []
     if not as_json:
         for group in chosen:  # the LLM, asked as the merge was made, stopped it
@@ -1364,19 +1356,19 @@ def uninstall(git_hooks: bool, claude_code: bool, agents: bool, codex: bool, gem
 
     if not (git_hooks or claude_code or agents or codex or gemini or cursor):
         _fail("say what to remove: --git-hooks, --claude, --agents, --codex, --gemini and/or --cursor")
+    root = find_worktree_root(Path.cwd()) or Path.cwd()
     try:
         for module in _assistant_modules(codex, gemini, cursor):
-            for line in module.uninstall(find_worktree_root(Path.cwd()) or Path.cwd()):
+            for line in module.uninstall(root):
                 click.echo(line)
         if agents:
             from cortex import agents as agents_file
 
-            click.echo(agents_file.remove(find_worktree_root(Path.cwd()) or Path.cwd())
-                       or "AGENTS.md has no cortex section")
+            click.echo(agents_file.remove(root) or "AGENTS.md has no cortex section")
         if claude_code:
             from cortex import claude
 
-            for line in claude.uninstall(find_worktree_root(Path.cwd()) or Path.cwd()):
+            for line in claude.uninstall(root):
                 click.echo(line)
         if git_hooks:
             for line in uninstall_git_hooks(Path.cwd()):
@@ -1404,13 +1396,13 @@ def hook(event: str, args: tuple[str, ...]) -> None:
       git-pre-push, git-post-merge, git-post-checkout, git-post-rewrite.
     """
     from cortex import hooks
-    from cortex.__main__ import CLAUDE_EVENTS
 
     def stdin() -> str:  # read only for the events that take it: a git hook's stdin may never end
         return sys.stdin.read() if not sys.stdin.isatty() else ""
 
-    if event in CLAUDE_EVENTS:
-        sys.exit(getattr(hooks, CLAUDE_EVENTS[event])(stdin()))
+    handler = getattr(hooks, "claude_" + ("stop" if event == "pre-compact" else event).replace("-", "_"), None)
+    if handler is not None:  # an assistant's event: `cortex.hooks.claude_<event>`
+        sys.exit(handler(stdin()))
     if event == "pre-tool-use":
         from cortex.hotpath import pre_tool_use
 
@@ -1551,9 +1543,9 @@ def capture_command(store: Any, transcript: Path, from_start: bool, as_json: boo
     indexes = Indexes()
     report = capture(store, transcript, from_start=from_start, indexes=indexes, dry_run=dry_run)
     if dry_run:
-        rows: list[dict[str, Any]] = [{"type": c.type, "title": c.title, "layer": c.layer, "record": c.record, "index": c.index,
-                 "files": c.files,
-                 "tags": c.tags, "body": c.body} for c in report.candidates]
+        rows: list[dict[str, Any]] = [{"type": c.type, "title": c.title, "layer": c.layer, "record": c.record,
+                                       "index": c.index, "files": c.files, "tags": c.tags, "body": c.body}
+                                      for c in report.candidates]
         if as_json:
             _print_json({"records": report.records, "dry_run": True, "candidates": rows})
         else:

@@ -18,8 +18,7 @@ def find_worktree_root(start: Path) -> Path | None:
 
 
 def head_commit(worktree_root: Path | None) -> str | None:
-    """The HEAD commit id (hex), or None (no repository, no commit yet): from the ref files (`cortex.gitfacts`),
-    pygit2 only when a ref cannot be found there and the branch may still exist."""
+    """The HEAD commit id (hex), or None: read from the ref files, pygit2 only when they name no branch."""
     from cortex.gitfacts import branch_and_head
 
     if worktree_root is None:
@@ -165,8 +164,7 @@ def _drop_merge_driver(repo: Any) -> None:
 
 
 def union_attributes(store_root: Path) -> list[str]:
-    """`.cortex/.gitattributes` naming git's built-in union driver for the pages (older stores named cortex's own
-    driver, which only a clone with the hooks had: a host's merge button conflicted). Returns what was done."""
+    """`.cortex/.gitattributes` naming git's built-in union driver for the pages; returns what was done."""
     from cortex.files import atomic_write
     from cortex.store import GITATTRIBUTES
 
@@ -201,9 +199,7 @@ def uninstall_git_hooks(start: Path) -> list[str]:
 
 
 def write_index(repo: Any, index: Any = None, seconds: float = 5.0) -> None:
-    """Write a repository's index (`index`, or `repo.index`), waiting up to `seconds` for another git process to
-    release `index.lock` (`git status` takes it briefly; failing after the commit left the index behind HEAD). A lock
-    held longer (a crashed git) raises, naming the lock file."""
+    """Write `index` (default `repo.index`), waiting up to `seconds` while another git process holds `index.lock`."""
     import time
 
     import pygit2
@@ -408,10 +404,7 @@ def blob_at(repo: Any, commit: Any, path: str) -> bytes | None:
 
 
 def materialize_at(store_root: Path, rev: str) -> Path:
-    """Write the store's memories as of `rev` (from git objects) into the cache; returns that store folder.
-
-    Kept under `cache/at/<commit>/`, so the second query at the same commit reuses its index.
-    """
+    """The store's memories as of `rev`, written once from git objects under `cache/at/<commit>/`; that folder."""
     from cortex.files import atomic_write
 
     repo = open_repository(store_root.parent)
@@ -483,11 +476,7 @@ def _subtree(repo: Any, tree: Any, prefix: str) -> Any:
 
 
 def _added_under(repo: Any, commit: Any, prefix: str) -> list[tuple[str, Any]]:
-    """(path, blob id) of every blob under `prefix` that `commit` adds or changes relative to its parents.
-
-    A root commit adds all of them. A merge adds only what differs from every parent (what the
-    merge itself wrote); a blob it takes from one side was added by a commit on that side.
-    """
+    """(path, blob id) of each blob under `prefix` that `commit` adds or changes; a merge only its own changes."""
     import pygit2
 
     sub = _subtree(repo, commit.tree, prefix)
@@ -518,10 +507,7 @@ def _entry_id(tree: Any, path: str) -> Any:
 
 
 def pushed_changes(repo: Any, push_lines: str, prefix: str, remote: str = "") -> list[PushedFile]:
-    """Every file under `prefix` that a push adds to the remote's history, from pre-push's stdin (`<local ref> <local
-    sha> <remote ref> <remote sha>` lines; `remote`: the hook's first argument). Every commit the remote lacks is
-    read, not only the tip: a file added and later deleted still reaches its history. Each blob comes once, with the
-    earliest commit that brought it; a deleted ref adds nothing."""
+    """Every file under `prefix` that a push adds to the remote's history (every new commit read), each blob once."""
     import pygit2
 
     out: list[PushedFile] = []
@@ -561,8 +547,7 @@ def pushed_changes(repo: Any, push_lines: str, prefix: str, remote: str = "") ->
 
 def record_cortex_changes(store_root: Path, policy: str = "stage", message: str = "cortex: memory update",
                           paths: Iterable[Path] | None = None) -> list[str]:
-    """`_record` under the store's staging lock, retried while git's own `index.lock` is held (a concurrent Stop,
-    the upkeep, or the person's git command) for a few seconds; after that the next Stop records what is left."""
+    """`_record` under the staging lock, retried for a few seconds while git's `index.lock` is held."""
     import time
 
     import pygit2
@@ -581,10 +566,7 @@ def record_cortex_changes(store_root: Path, policy: str = "stage", message: str 
 
 
 def _record(store_root: Path, policy: str, message: str, only: Iterable[Path] | None = None) -> list[str]:
-    """What the Stop hook does with new and changed `.cortex/` files (`git.on_stop`): `stage` (into the index, for the
-    person's next commit; `commit`, an older setting, is read as `stage`: cortex never commits) or `off`. Given `only` (the files the caller
-    wrote), those of them that changed and nothing else. Never a path outside `.cortex/`, ignored files or other
-    writers' temp files; a path that appears or vanishes meanwhile is taken as it is then. Returns the paths recorded."""
+    """Stage the new and changed `.cortex/` files (`git.on_stop`: `stage`, `off`; the old `commit` means `stage`)."""
     import pygit2
 
     from cortex.files import is_temp_name

@@ -99,10 +99,7 @@ def _committed_path(path: str) -> bool:
 
 def commit_changes(store: Store, message: str = "cortex: global memory update", scan: bool = False,
                    paths: Iterable[Path] | None = None) -> list[str]:
-    """Commit what changed under `memories/`, `conflicts/` and `.gitignore` (nothing else); the paths committed.
-    Nothing when the store is not a git repository. `paths`: only these files (the Stop hook names what it wrote; a
-    `git status` of a big store is slow). `scan` checks each file for secrets first, raising `SecretDetected` naming
-    it."""
+    """Commit what changed under `memories/`, `conflicts/` and `.gitignore` (`paths`: only those); the paths."""
     import pygit2
 
     from cortex.files import file_lock
@@ -165,8 +162,7 @@ def _read(path: Path) -> bytes | None:
 
 
 def _branch(repo: Any) -> str:
-    """The branch every machine syncs: `main`. A `git clone` of a remote whose HEAD names another branch (a bare
-    remote made by `git init --bare` names `master`) leaves HEAD unborn there: it is pointed at `main`."""
+    """The branch every machine syncs, `main` (a clone's unborn HEAD on another name is pointed at it)."""
     if repo.head_is_detached:
         raise CortexError(f"{repo.workdir}: HEAD is detached; check out a branch (git -C {repo.workdir} switch {BRANCH})")
     branch = str(repo.references["HEAD"].target).removeprefix("refs/heads/")
@@ -180,8 +176,7 @@ def _branch(repo: Any) -> str:
 
 
 def _check_remote_branches(repo: Any, url: str, branch: str) -> None:
-    """A remote with branches but none named `branch` belongs to something else (or to a machine that synced
-    another branch): an error naming both, before anything is pushed beside them."""
+    """A remote with branches but none named `branch` belongs to something else: refuse before pushing."""
     prefix = f"refs/remotes/{REMOTE}/"
     names = sorted(ref.removeprefix(prefix) for ref in repo.references if ref.startswith(prefix)
                    and ref != f"{prefix}HEAD")
@@ -206,8 +201,7 @@ def _files(repo: Any, tree: Any, prefix: str = "", regular: bool = False) -> dic
 
 
 def _checked_out(path: str) -> bool:
-    """Whether a pull may write this path of the remote's tree: under `memories/` or `conflicts/`, each part a
-    plain name (no empty part, `.`, `..`, `.git` or backslash), not a temp file's name."""
+    """Whether a pull may write this path: under `memories/` or `conflicts/`, plain names only, no temp file."""
     from cortex.files import is_temp_name
 
     parts = path.split("/")
@@ -332,9 +326,7 @@ def _upstream(repo: Any, branch: str) -> Any:
 
 
 def sync(store: Store, remote: str | None = None, resolve: Iterable[str] = ()) -> SyncResult:
-    """Commit, pull (replaying local commits on the remote's, file by file) and push the global store. `remote` sets
-    `origin` first; `resolve`: ids whose conflict copies the person is done with (removed, and the removal committed).
-    Raises `CortexError` with a one-line reason, or `SecretDetected`: nothing is pushed then."""
+    """Commit, pull (local commits replayed file by file) and push the global store; `CortexError` stops the push."""
     from cortex.files import file_lock
 
     result = SyncResult()
@@ -434,8 +426,7 @@ STAMP = re.compile(rb"^(updated|archived): .*$", re.M)
 
 
 def _same_but_stamps(repo: Any, ours: Any, theirs: Any) -> bool:
-    """Whether two versions of a file differ only in their `updated:` and `archived:` lines: the same change made
-    on both machines at different moments (the daily gc archiving one memory on each). The remote's stays."""
+    """Whether two versions differ only in `updated:`/`archived:` lines (the same change on two machines)."""
     return bool(STAMP.sub(rb"\1:", repo[ours].data) == STAMP.sub(rb"\1:", repo[theirs].data))
 
 
@@ -452,11 +443,7 @@ def _memory_id(path: str) -> str:
 
 
 def _check_out(store: Store, repo: Any, branch: str, head: Any, target: Any, result: SyncResult) -> None:
-    """Move the branch to `target` and bring the working tree and index along, path by path: only the regular
-    files under `memories/` and `conflicts/` are written or removed (`_checked_out`); the others are listed in
-    `result.skipped`. A file changed here and not committed that the pull would overwrite stops the sync first:
-    nothing is changed.
-    """
+    """Move the branch to `target`, writing only regular files under `memories/` and `conflicts/`; others skipped."""
     import pygit2
 
     from cortex.files import atomic_write
@@ -496,8 +483,7 @@ def _check_out(store: Store, repo: Any, branch: str, head: Any, target: Any, res
 
 
 def _inside(root: Path, path: str) -> bool:
-    """Whether `path`'s folder, links resolved, is still inside the store's `memories/` or `conflicts/` (a
-    folder here that is a symbolic link is never written through)."""
+    """Whether `path`'s folder, links resolved, stays inside the store (a linked folder is never written through)."""
     import os
 
     top = os.path.join(os.path.realpath(root), path.split("/", 1)[0])
@@ -573,8 +559,7 @@ def _resolve(store: Store, ids: list[str]) -> list[str]:
 
 
 def report(store: Store) -> dict[str, Any]:
-    """The sync state of the global store: repository, remote, ahead/behind the last fetch, uncommitted files,
-    conflict copies, the last sync. No network: 'behind' is as of the last fetch."""
+    """The global store's sync state for `cortex status` (no network: ahead/behind as of the last fetch)."""
     import json
 
     out: dict[str, Any] = {"repository": is_repository(store), "remote": None, "branch": None, "ahead": 0,
@@ -616,10 +601,7 @@ def problems(state: dict[str, Any], root: Path) -> list[str]:
 
 
 def promoted_copy(project: Store, memory_id: str, global_store: Store) -> Any:
-    """The global-store record for a project memory: same type, title, body, tags, priority and confidence;
-    `source` names the project (folder name, and its origin URL without credentials), the original id and
-    branch. Files and links stay behind (they mean something only in the project). Raises `CortexError` when
-    this memory was promoted already."""
+    """The global copy of a project memory, its `source` naming the project and the original id (once only)."""
     from cortex.memory import Memory, now_iso
 
     original = project.get(memory_id)

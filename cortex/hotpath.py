@@ -77,19 +77,16 @@ def event_name(payload: dict[str, object], event: str) -> str:
 
 
 def payload_cwd(payload: dict[str, object]) -> str:
-    """The project a hook payload is about: `cwd` (Claude Code, Codex, Gemini), else Cursor's first
-    `workspace_roots` entry, else this process's folder."""
+    """The project a hook payload is about: `cwd`, else Cursor's first `workspace_roots`, else this folder."""
     roots = payload.get("workspace_roots")
     first = roots[0] if isinstance(roots, list) and roots and isinstance(roots[0], str) else None
     return str(payload.get("cwd") or first or os.getcwd())
 
 
 def payload_prompt(payload: dict[str, object]) -> str:
-    """The person's prompt, its first MAX_PROMPT_CHARS characters (its head says what it is about; recall on a
-    multi-megabyte paste would take far too long): Gemini CLI's BeforeAgent prompt carries the SessionStart context in front of it
-    (`<hook_context>…</hook_context>`), which is not what was asked."""
+    """The prompt's first MAX_PROMPT_CHARS characters, without the `<hook_context>` blocks Gemini CLI puts in front."""
     text = str(payload.get("prompt") or "")
-    kept: list[str] = []  # one pass: cutting each block out of the whole text was quadratic in the blocks
+    kept: list[str] = []
     size, at = 0, 0
     while size < MAX_PROMPT_CHARS:
         start = text.find("<hook_context>", at)
@@ -105,8 +102,7 @@ def payload_prompt(payload: dict[str, object]) -> str:
 
 def note_injected(store_root: str, payload: dict[str, object], event: str, text: str,
                   ids: list[str] | None = None) -> None:
-    """Record which memories a hook showed, for the next Stop to judge their use (`cortex.salience`): one line
-    appended to `state/injections/<session>.jsonl`. Best effort: a failure here never costs the hook."""
+    """Append which memories a hook showed to `state/injections/<session>.jsonl`, for the next Stop to judge."""
     session = str(payload.get("session_id") or "")
     if ids is None:
         from cortex.text import injected_ids
@@ -206,8 +202,7 @@ def prompt(raw: str) -> bool:
 
 
 def pre_tool_use(raw: str) -> bool:
-    """PreToolUse on the Task/Agent tool: record the sub-agent's task for its SubagentStart briefing
-    (`cortex.subagents`). Prints nothing; always True (there is no slow path)."""
+    """PreToolUse on Task/Agent: record the sub-agent's task for its SubagentStart briefing; prints nothing."""
     if os.environ.get("CORTEX_NESTED") == "1":
         return True
     payload = _payload(raw)

@@ -128,8 +128,7 @@ class Backend:
 
 
 def _result(data: dict[str, Any], text: str | None = None) -> CallToolResult:
-    """Structured content for programs; the text (JSON unless given) is what a model reads. Both pass the one
-    secret rule (`cortex.guard.redacted`): a hand-committed secret is named, never sent."""
+    """Structured content for programs and text for the model, both through the one secret rule (`redacted`)."""
     from cortex.guard import redacted, redacted_data
 
     data = redacted_data(data)
@@ -144,8 +143,7 @@ def _row_tokens(row: dict[str, Any]) -> int:
 
 
 def _hit_rows(hits: list[Any], budget_tokens: int) -> tuple[list[dict[str, Any]], int, int]:
-    """Hits as rows within a token budget: first every hit that fits with its snippet (best first), then
-    the best ones upgraded to their full text while the budget allows. Returns (rows, tokens, hits left out)."""
+    """Hits as rows within a token budget: snippets first, then full text for the best while it fits."""
     rows: list[dict[str, Any]] = []
     used = 0
     for hit in hits:
@@ -376,8 +374,7 @@ NOT_UTF8 = "\x00 (not UTF-8)\n"  # what a line of invalid UTF-8 is handed on as:
 
 
 def _claim_stdin() -> int:
-    """A private copy of fd 0 to read the protocol from, with fd 0 itself pointed at the null device (as the
-    SDK does when it reads stdin itself): a child process never reads the client's messages."""
+    """A private copy of fd 0 for the protocol, fd 0 pointed at the null device: no child reads the client."""
     import fcntl
 
     private = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3)
@@ -412,8 +409,7 @@ async def _stdin_lines(fd: int) -> AsyncIterator[str]:
 
 
 async def _answer_malformed(source: Any, sink: Any, write_stream: Any) -> None:
-    """Pass the SDK reader's messages on to the server; answer each line it could not read (an exception)
-    with the JSON-RPC error the line deserves."""
+    """Pass the reader's messages on; answer each line it could not read with its JSON-RPC error."""
     import anyio
     from mcp.shared.message import SessionMessage
     from mcp_types import INVALID_REQUEST, PARSE_ERROR, ErrorData, JSONRPCError
@@ -474,8 +470,7 @@ def _tool_registrar(server: CortexMCPServer, backend: Backend) -> Register:
 
 
 def _resource_registrar(server: CortexMCPServer, backend: Backend) -> Register:
-    """`@resource(uri, name, mime_type, description)`: a resource read under the lock; an unknown id is
-    ResourceNotFound, another cortex error a ResourceError."""
+    """`@resource(uri, name, mime_type, description)`: read under the lock, cortex errors as resource errors."""
 
     def resource(uri: str, name: str, mime_type: str, description: str) -> Callable[[Callable[..., str]], Any]:
         def register(fn: Callable[..., str]) -> Any:

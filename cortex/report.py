@@ -105,8 +105,7 @@ def write(store: Store, path: Path | None = None, index: Index | None = None) ->
 
 
 def _script_json(data: dict[str, Any]) -> str:
-    """JSON that cannot end its `<script>` block or open a comment there: `<`, `>`, `&` and the two JavaScript
-    line separators as `\\u` escapes (the same value to `JSON.parse`)."""
+    """JSON that cannot end its `<script>` block: `<`, `>`, `&`, U+2028 and U+2029 as `\\u` escapes."""
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
     for char in "<>&\u2028\u2029":
         text = text.replace(char, f"\\u{ord(char):04x}")
