@@ -259,20 +259,14 @@ def _plan_memories(store: Store, index: Index, branch: str | None) -> list[Memor
     return out
 
 
-def _plan_page(store: Store, memories: list[Memory], branch: str | None) -> str:
-    """`active-plan.md` as `cortex project` would write it for these memories."""
-    from cortex import projections
-
-    pages = projections.build(store, memories=memories)
-    return next(p.text for p in pages if p.name == "active-plan.md")
-
-
 def _plan(backend: Backend, branch: str | None) -> tuple[dict[str, Any], str]:
     """A branch's plans and progress notes, and the `active-plan.md` page they make."""
     store = backend.store()
     branch = branch or store.current_branch()
+    from cortex import projections
+
     memories = _plan_memories(store, backend.index(store, full=False), branch)
-    page = _plan_page(store, memories, branch)
+    page = next(p.text for p in projections.build(store, memories=memories) if p.name == "active-plan.md")
     by_date = sorted(memories, key=lambda m: (m.created, m.id))
 
     def rows(kind: str) -> list[dict[str, Any]]:

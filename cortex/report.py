@@ -52,7 +52,8 @@ def build(store: Store, index: Index | None = None) -> dict[str, Any]:
         "meta": {"store": store.label, "root": str(store.root), "branch": status.get("branch"),
                  "generated": now_iso(), "version": __version__, "total": len(memories),
                  "by_type": status["by_type"], "by_status": status["by_status"], "pinned": status["pinned"],
-                 "changes": _tier_changes(store),
+                 "changes": [{"id": str(c.get("id", "")), "to": str(c.get("to", "")), "why": str(c.get("why", "")),
+                             "at": float(c.get("at", 0) or 0)} for c in status["tiers"]["changes"]],
                  "archive_below": float(store.config().get("gc.archive_below"))},
         "fields": list(FIELDS),
         "nodes": nodes,
@@ -63,14 +64,6 @@ def build(store: Store, index: Index | None = None) -> dict[str, Any]:
         "problems": list(status["problems"]),
         "warnings": list(status["warnings"]),
     })
-
-
-def _tier_changes(store: Store) -> list[dict[str, Any]]:
-    """The latest promotions to and demotions from the hot set (`cortex status` lists the same)."""
-    from cortex import salience
-
-    return [{"id": str(c.get("id", "")), "to": str(c.get("to", "")), "why": str(c.get("why", "")),
-             "at": float(c.get("at", 0) or 0)} for c in salience.tiers_report(store)["changes"]]
 
 
 def render(data: dict[str, Any]) -> str:

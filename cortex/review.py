@@ -47,20 +47,16 @@ class _Side:
     def __init__(self, repo: Any, blobs: dict[str, tuple[str, Any]], read: dict[Any, _Version]) -> None:
         self.repo = repo
         self.blobs = blobs  # id -> (path, blob id)
-        self._read = read
-        self._data: dict[Any, bytes] = {}
+        self._read = read  # (path, blob id) -> _Version, shared: a file the same on both sides is read once
 
     def data(self, memory_id: str) -> bytes:
-        oid = self.blobs[memory_id][1]
-        if oid not in self._data:
-            self._data[oid] = self.repo[oid].data
-        return self._data[oid]
+        return bytes(self.repo[self.blobs[memory_id][1]].data)
 
     def get(self, memory_id: str) -> _Version | None:
         found = self.blobs.get(memory_id)
         if found is None:
             return None
-        if found not in self._read:  # keyed by (path, blob id): the same file on both sides is read once
+        if found not in self._read:
             self._read[found] = _read(found[0], self.data(memory_id))
         return self._read[found]
 
