@@ -27,22 +27,19 @@ TYPE_CHOICE = click.Choice(TYPES)
 
 
 def _fail(message: str) -> None:
-    click.echo(f"cortex: {_one_line_safe(message)}", err=True)
+    click.echo(f"cortex: {_safe(message.replace(chr(10), ' '))}", err=True)  # one printable line
     sys.exit(1)
 
 
 def _print_json(data: Any) -> None:
-    # Indented for a person at a terminal; compact in a pipe. json escapes C0
-    # controls; DEL and the C1 ones (U+0080-U+009F, which some terminals obey) are escaped here, as JSON allows.
+    # Indented at a terminal, compact in a pipe; DEL, C1 and bidi controls escaped too (json escapes only C0).
     indent = 2 if sys.stdout.isatty() else None
     text = json.dumps(data, indent=indent, ensure_ascii=False)
     click.echo(_DEL_C1.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
 
 
-# What a memory's text may not send to a terminal: C0 controls (a body keeps newline and tab), DEL and C1
-# controls. An escape sequence's introducer is among them, so a title cannot recolour, retitle or clear the
-# terminal; each is shown as a visible escape (\x1b) instead, so a person sees that something is there.
-# The Unicode bidi controls (`cortex.text.strip_controls`'s) too: they reorder what a person reads.
+# What a memory's text may not send to a terminal, shown as a visible escape (\x1b) instead: C0 controls (a body
+# keeps newline and tab), DEL, C1, and the bidi controls that reorder what a person reads.
 _BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
 _DEL_C1 = re.compile(f"[\x7f-\x9f{_BIDI}]")
 _CONTROL_LINE = re.compile(f"[\x00-\x1f\x7f-\x9f{_BIDI}]")
@@ -67,11 +64,6 @@ def _escape(match: re.Match[str]) -> str:
 def _echo(line: str) -> None:
     """Print one line of a report on stdout, its control characters escaped."""
     click.echo(_safe(line))
-
-
-def _one_line_safe(message: str) -> str:
-    """An error message as one printable line (it may quote a title or a file name)."""
-    return _safe(message.replace("\n", " "))
 
 
 def store_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -104,12 +96,10 @@ def store_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-# Commands that do not say the LLM notice (`_warn_config`): the ones hooks start detached, whose stderr no person
-# reads, and reset, which empties cache/ (reading config.yaml would refill it).
+# No LLM notice from commands hooks start detached (nobody reads their stderr) nor from reset (it empties cache/).
 NO_NOTICE = frozenset({"maintain", "worker", "serve_command", "watch", "reset"})
 PROCESS_ARGV: list[str] | None = None  # the arguments of a `cortex` process (set by `cortex.__main__.run`)
-# Read-only commands whose process may end without freeing what it loaded (`cortex.__main__.run`): tearing
-# down a large cache object by object is slow and changes nothing on disk.
+# Read-only commands whose process may end without tearing down what it loaded (`cortex.__main__.run`).
 QUICK_EXIT = frozenset({"list_command", "status", "show"})
 quick_exit = False  # set once such a command ran in a `cortex` process
 
@@ -224,7 +214,7 @@ def init(use_global: bool, directory: Path | None, git_hooks: bool, claude_code:
         if globalsync.ensure_repository(store)[1]:
             globalsync.commit_changes(store, "cortex: global store")
             click.echo(f"made {store.root} a git repository (`cortex sync --global --remote URL` to sync it)")
-    if not use_global:  # an older store's custom merge driver: replaced by git's built-in union (docs/git.md)
+    else:  # an older store's custom merge driver: replaced by git's built-in union (docs/git.md)
         from cortex.gitops import union_attributes
 
         for line in union_attributes(store.root):
@@ -235,35 +225,33 @@ def init(use_global: bool, directory: Path | None, git_hooks: bool, claude_code:
         click.echo(f"created {store.root} (config.yaml, memories/, .gitignore)")
         if not use_global and find_worktree_root(root.parent) is None:
             click.echo("not a git repository: branch tracking and git features are off")
-    if claude_code:
-        from cortex import claude
+    from cortex.errors import NotARepository
 
-        try:
+    try:
+        if claude_code:
+            from cortex import claude
+
             for line in claude.install(store.root.parent):
                 click.echo(line)
-        except CortexError as exc:
-            _fail(str(exc))
-    _assistants_init(store.root.parent, codex=codex, gemini=gemini, cursor=cursor)
-    if agents:
-        from cortex import agents as agents_file
+        for module in _assistant_modules(codex, gemini, cursor):  # cortex.codex, cortex.gemini, cortex.cursor
+            for line in module.install(store.root.parent):
+                click.echo(line)
+        if agents:
+            from cortex import agents as agents_file
 
-        try:
-            done = agents_file.update(store, create=True)
-        except CortexError as exc:
-            _fail(str(exc))
-        click.echo(done or f"{agents_file.path_for(store)} is already up to date")
-        attribute = agents_file.union_attribute(agents_file.path_for(store).parent)
-        if attribute:
-            click.echo(attribute)
-    if git_hooks:
-        from cortex.errors import NotARepository
-        from cortex.gitops import install_git_hooks
+            click.echo(agents_file.update(store, create=True) or f"{agents_file.path_for(store)} is already up to date")
+            attribute = agents_file.union_attribute(agents_file.path_for(store).parent)
+            if attribute:
+                click.echo(attribute)
+        if git_hooks:
+            from cortex.gitops import install_git_hooks
 
-        try:
             for line in install_git_hooks(Path.cwd()):
                 click.echo(line)
-        except NotARepository as exc:
-            _fail(f"{exc}: git hooks need a git repository")
+    except NotARepository as exc:  # only the git hooks need one
+        _fail(f"{exc}: git hooks need a git repository")
+    except CortexError as exc:
+        _fail(str(exc))
 
 
 def _assistant_modules(codex: bool, gemini: bool, cursor: bool) -> list[Any]:
@@ -271,16 +259,6 @@ def _assistant_modules(codex: bool, gemini: bool, cursor: bool) -> list[Any]:
 
     return [importlib.import_module(f"cortex.{name}") for name, wanted in
             (("codex", codex), ("gemini", gemini), ("cursor", cursor)) if wanted]
-
-
-def _assistants_init(project_root: Path, codex: bool, gemini: bool, cursor: bool) -> None:
-    """`init --codex / --gemini / --cursor`: each assistant's configuration merged in (cortex.codex, …)."""
-    for module in _assistant_modules(codex, gemini, cursor):
-        try:
-            for line in module.install(project_root):
-                click.echo(line)
-        except CortexError as exc:
-            _fail(str(exc))
 
 
 # ---------------------------------------------------------------- remember
@@ -337,8 +315,7 @@ def list_command(store: Any, types: tuple[str, ...], statuses: tuple[str, ...], 
     wanted = set(tags)
 
     def listed(index: Any) -> tuple[list[tuple[Path, str]], list[Any]]:
-        # The fields of every record, read as columns: no dict (and for JSON no metadata decoded) for each of
-        # 100,000 entries; JSON's four more fields are columns too.
+        # The records' fields read as columns: no dict per memory.
         fields = ("pinned", "priority", "type", "title", "id", "status", "branch", "tags") + (
             ("confidence", "files", "created", "updated") if as_json else ())
         rows = [row for row in index.records().column(*fields)
@@ -435,8 +412,7 @@ def _ranking(store: Any, item: Any) -> dict[str, Any] | None:
     from cortex.index import Index
 
     try:
-        # One memory's explanation needs no sync of the store: the centralities kept for the committed cache
-        # (`saved_centralities`) when there are some, else the synced index's.
+        # The centralities kept for the committed cache when there are some: one memory needs no sync.
         central = Index(store).saved_centralities()
         prior = Prior(store, None if central is not None else _index(store), now_epoch(), store.current_branch(),
                       central=central)

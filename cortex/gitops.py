@@ -545,28 +545,15 @@ def pushed_changes(repo: Any, push_lines: str, prefix: str, remote: str = "") ->
     return out
 
 
-def record_cortex_changes(store_root: Path, policy: str = "stage", message: str = "cortex: memory update",
-                          paths: Iterable[Path] | None = None) -> list[str]:
-    """`_record` under the staging lock, retried for a few seconds while git's `index.lock` is held."""
-    import time
-
-    import pygit2
-
+def record_cortex_changes(store_root: Path, policy: str = "stage", paths: Iterable[Path] | None = None) -> list[str]:
+    """Stage the new and changed `.cortex/` files (`git.on_stop`: `stage`, `off`; the old `commit` means `stage`)."""
     from cortex.files import file_lock
 
-    deadline = time.monotonic() + 3.0
-    while True:
-        try:
-            with file_lock(store_root / "state" / "stage.lock"):
-                return _record(store_root, policy, message, paths)
-        except pygit2.GitError as exc:
-            if "index is locked" not in str(exc) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
+    with file_lock(store_root / "state" / "stage.lock"):  # git's own `index.lock` is waited for by `write_index`
+        return _record(store_root, policy, paths)
 
 
-def _record(store_root: Path, policy: str, message: str, only: Iterable[Path] | None = None) -> list[str]:
-    """Stage the new and changed `.cortex/` files (`git.on_stop`: `stage`, `off`; the old `commit` means `stage`)."""
+def _record(store_root: Path, policy: str, only: Iterable[Path] | None = None) -> list[str]:
     import pygit2
 
     from cortex.files import is_temp_name
