@@ -358,8 +358,6 @@ def _uncommitted(repo: Any, prefix: str, index: Index) -> list[dict[str, Any]]:
         match = re.search(r"-([0-9a-f]{12})\.md$", path)
         memory_id = match.group(1) if match else ""
         change = "new" if state & new else "deleted" if state & gone else "changed"
-        title = ""
-        if memory_id in rel_of and index.manifest is not None:
-            title = str(index.manifest.meta(rel_of[memory_id]).get("title", ""))
+        title = str(index.meta(rel_of[memory_id]).get("title", "")) if memory_id in rel_of else ""
         out.append({"id": memory_id, "path": path, "change": change, "title": title})
     return out
