@@ -18,23 +18,10 @@ def find_worktree_root(start: Path) -> Path | None:
 
 
 def head_commit(worktree_root: Path | None) -> str | None:
-    """The HEAD commit id (hex), or None: read from the ref files, pygit2 only when they name no branch."""
+    """The HEAD commit id (hex) from the ref files; None outside git or before the first commit."""
     from cortex.gitfacts import branch_and_head
 
-    if worktree_root is None:
-        return None
-    branch, head = branch_and_head(str(worktree_root))
-    if head is not None or branch is not None:
-        return head  # a branch with no commit yet gives None
-    try:
-        import pygit2
-
-        repo = pygit2.Repository(str(worktree_root))
-        if repo.head_is_unborn:
-            return None
-        return str(repo.head.target)
-    except Exception:  # a broken or foreign repository is not cortex's problem
-        return None
+    return branch_and_head(str(worktree_root) if worktree_root is not None else None)[1]
 
 
 # ---------------------------------------------------------------- git hooks (installed like pre-commit does)
@@ -65,25 +52,17 @@ def open_repository(start: Path) -> Any:
     return pygit2.Repository(found)
 
 
-def common_dir(repo: object) -> Path:
-    """The git dir shared by all worktrees (where hooks and config live)."""
-    gitdir = Path(repo.path)  # type: ignore[attr-defined]
-    pointer = gitdir / "commondir"
-    if pointer.is_file():
-        return (gitdir / pointer.read_text(encoding="utf-8").strip()).resolve()
-    return gitdir.resolve()
+def hooks_dir(repo: Any) -> Path:
+    """core.hooksPath when set (relative to the worktree), else <common dir>/hooks (shared by every worktree)."""
+    from cortex.gitfacts import common_dir
 
-
-def hooks_dir(repo: object) -> Path:
-    """core.hooksPath when set (relative to the worktree), else <common dir>/hooks."""
+    common = Path(common_dir(repo.path)).resolve()
     try:
-        configured = repo.config["core.hooksPath"]  # type: ignore[attr-defined]
+        configured = repo.config["core.hooksPath"]
     except KeyError:
-        return common_dir(repo) / "hooks"
+        return common / "hooks"
     path = Path(configured).expanduser()
-    if not path.is_absolute():
-        path = Path(repo.workdir or common_dir(repo)) / path  # type: ignore[attr-defined]
-    return path
+    return path if path.is_absolute() else Path(repo.workdir or common) / path
 
 
 def _hook_script(name: str, python: str) -> str:
