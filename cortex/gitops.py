@@ -507,9 +507,7 @@ def pushed_changes(repo: Any, push_lines: str, prefix: str, remote: str = "") ->
         base = _pushed_commit(repo, remote_sha) if remote_sha != ZERO_SHA else None
         if base is not None:
             hide.append(base.id)
-        # With nothing known of the remote (a new branch pushed by URL or to a remote never fetched,
-        # so no remote-tracking refs, and no remote sha we have), `hide` is empty and every commit
-        # reachable from the local sha is scanned: slower, never less safe.
+        # Nothing known of the remote (a new branch, a remote never fetched): every reachable commit is scanned.
         walker = repo.walk(tip.id, pygit2.enums.SortMode.TOPOLOGICAL | pygit2.enums.SortMode.REVERSE)
         for oid in hide:
             walker.hide(oid)

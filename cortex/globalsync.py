@@ -472,8 +472,7 @@ def _check_out(store: Store, repo: Any, branch: str, head: Any, target: Any, res
             where.unlink(missing_ok=True)
             _prune_empty(where.parent, store.root)
         else:
-            # No fsync per file (thousands of them): the bytes are in git objects, and a file a crash
-            # left short is committed by the next sync as a local change and kept as a conflict copy.
+            # No fsync per file: the bytes are in git objects, and the next sync keeps a short file as a conflict.
             atomic_write(where, repo[new[path]].data, durable=False)
     repo.references.create(f"refs/heads/{branch}", target.id, force=True)
     repo.index.read_tree(target.tree)
@@ -522,13 +521,8 @@ def conflicts(store: Store) -> list[Conflict]:
     folder = store.root / CONFLICTS
     if not folder.is_dir():
         return []
-    found = []
-    for copy in sorted(folder.rglob("*.md")):
-        rel = copy.relative_to(store.root).as_posix()
-        memory_id = _memory_id(rel)
-        original = _original_of(rel)
-        found.append(Conflict(memory_id, original, rel))
-    return found
+    copies = [copy.relative_to(store.root).as_posix() for copy in sorted(folder.rglob("*.md"))]
+    return [Conflict(_memory_id(rel), _original_of(rel), rel) for rel in copies]
 
 
 def _original_of(copy: str) -> str:

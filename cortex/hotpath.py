@@ -1,11 +1,7 @@
 """The fast paths: answers that need no store, no click and no third-party import.
 
-A hook is a fresh process on every event, and the budget for a cached
-SessionStart is a few times a bare `python -c pass`. `session_start` prints the
-cached briefing when its key (`cortex.layout.briefing_key`) still matches;
-`prompt` asks the resident `cortex serve` over its socket. Either returns
-False when the full hook (`cortex.hooks`) must run instead. (Commands always run
-in their own process; only `cortex recall` asks the server for its search.)
+A hook is a fresh process on every event: `session_start` prints the cached briefing while its key still
+matches, `prompt` asks the resident `cortex serve`; either returns False when `cortex.hooks` must run instead.
 """
 
 from __future__ import annotations
@@ -143,9 +139,7 @@ def session_start(raw: str) -> bool:
     if layout.queued_jobs(store_root):
         return False  # queued capture jobs: the full hook starts the worker
     session = str(payload.get("session_id") or "")
-    # The cached briefing (or the one `cortex serve` built ahead); or, after memories changed where cortex did
-    # not see it or HEAD moved, the last one now, and the session's first prompt adds what changed since (the
-    # server started below builds the new one).
+    # The cached briefing; or, stale, the last one now and the first prompt adds what changed (`catch_up_file`).
     cached, stale = layout.start_briefing(store_root, __version__,
                                           stale_ok=bool(session) and os.environ.get("CORTEX_STALE_BRIEFING") != "0")
     if cached is None:
@@ -185,8 +179,7 @@ def prompt(raw: str) -> bool:
     store_root = layout.find_store(payload_cwd(payload))
     if store_root is None or not text or text.startswith("/"):
         return True
-    # A server still warming (started by this session's SessionStart a moment ago) is waited for, up to
-    # PROMPT_WAIT seconds: the same recall in this process would share the machine with its warm-up.
+    # A server still warming is waited for: the same recall here would share the machine with its warm-up.
     answer = wire.ask(layout.socket_path(store_root), {"op": "prompt", "prompt": text[:wire.PROMPT_CHARS],
                                                         "wait": PROMPT_WAIT,
                                                         "session": str(payload.get("session_id") or "")[:200]},

@@ -46,8 +46,7 @@ def build(store: Store, index: Index | None = None) -> dict[str, Any]:
     branch = _branch_changes(store, index)
     from cortex.guard import redacted_data
 
-    # Every string on the page passes the one secret rule: a hand-committed memory never went through the write
-    # guard, and the page is a file a person may attach or share.
+    # Every string passes the one secret rule: the page is a file a person may share.
     return redacted_data({
         "meta": {"store": store.label, "root": str(store.root), "branch": status.get("branch"),
                  "generated": now_iso(), "version": __version__, "total": len(memories),

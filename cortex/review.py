@@ -118,8 +118,7 @@ def build(repo: Any, base_rev: str, head_rev: str, store_prefix: str) -> dict[st
     )
     from cortex.guard import redacted_data
 
-    # A hand-committed memory never went through the write guard: the review (printed, posted, `--json`) names
-    # each secret in its text, never shows it.
+    # A hand-committed memory skipped the write guard: the review names each secret, never shows it.
     return redacted_data(report)
 
 
@@ -346,8 +345,7 @@ def _deleted_files(repo: Any, fork: Any, head: Any, new: _Side, changes: list[gi
     removed = {change.old_path for change in changes if change.status in ("D", "R")}
     if not removed:
         return []
-    # what a memory may name: a removed file or a folder above one; only files whose `files:` line names one
-    # of them are parsed
+    # a removed file or a folder above one; only memories whose `files:` line names one of them are parsed
     candidates = {"/".join(parts[:n]) for path in removed for parts in [path.split("/")] for n in range(1, len(parts) + 1)}
     active = new.active_where(lambda data: _may_name(data, candidates))
     named = {path.strip("/").removeprefix("./") for m in active.values() for path in m.files}
