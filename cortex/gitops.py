@@ -5,6 +5,11 @@ The lean readers a hook uses are `cortex.gitfacts`.
 
 from __future__ import annotations
 
+import datetime as dt
+import os
+import re
+import sys
+import time
 from pathlib import Path
 from typing import Any, Iterable, NamedTuple
 
@@ -34,8 +39,6 @@ MERGE_DRIVER = "cortex-projection"  # the custom driver of older versions: its c
 
 def scrubbed_git_env() -> None:
     """From inside a git hook: forget the hook's GIT_DIR/GIT_INDEX_FILE/GIT_WORK_TREE before opening repositories."""
-    import os
-
     for name in ("GIT_DIR", "GIT_INDEX_FILE", "GIT_WORK_TREE", "GIT_PREFIX"):
         os.environ.pop(name, None)
 
@@ -106,9 +109,6 @@ def is_cortex_hook(path: Path) -> bool:
 
 def install_git_hooks(start: Path, python: str | None = None) -> list[str]:
     """Install cortex's git hooks (and the pages' union attributes); returns what was done, a line each."""
-    import os
-    import sys
-
     from cortex.files import atomic_write
 
     repo = open_repository(start)
@@ -159,8 +159,6 @@ def union_attributes(store_root: Path) -> list[str]:
 
 def uninstall_git_hooks(start: Path) -> list[str]:
     """Remove only cortex's hooks (restoring a chained one) and an older version's merge driver config."""
-    import os
-
     repo = open_repository(start)
     folder = hooks_dir(repo)
     done = []
@@ -179,8 +177,6 @@ def uninstall_git_hooks(start: Path) -> list[str]:
 
 def write_index(repo: Any, index: Any = None, seconds: float = 5.0) -> None:
     """Write `index` (default `repo.index`), waiting up to `seconds` while another git process holds `index.lock`."""
-    import time
-
     import pygit2
 
     index = repo.index if index is None else index
@@ -202,8 +198,6 @@ def write_index(repo: Any, index: Any = None, seconds: float = 5.0) -> None:
 
 def signature(repo: Any, role: str) -> Any:
     """Who commits, as git decides: GIT_<ROLE>_NAME/EMAIL, then user.name/email, then a stand-in."""
-    import os
-
     import pygit2
 
     found = {}
@@ -241,8 +235,6 @@ def changed_fields(old: Any, new: Any) -> list[str]:
 
 def memory_blobs_at(repo: Any, commit: Any, prefix: str) -> dict[str, tuple[str, Any]]:
     """id -> (path, blob id) of every memory file under `prefix` (e.g. '.cortex/memories') in a commit."""
-    import re
-
     out: dict[str, tuple[str, Any]] = {}
     try:
         node = commit.tree[prefix] if prefix else commit.tree
@@ -288,8 +280,6 @@ def memories_at(repo: Any, rev: str, prefix: str) -> dict[str, tuple[str, bytes]
 
 def memory_log(repo: Any, memory_id: str, prefix: str, limit: int = 0) -> list[dict[str, Any]]:
     """The commits that changed one memory, newest first, following renames (by id)."""
-    import datetime as dt
-
     import pygit2
 
     entries: list[dict[str, Any]] = []
@@ -411,7 +401,6 @@ ZERO_SHA = "0" * 40
 class PushedFile(NamedTuple):
     """A file a push adds to the remote's history: the first pushed commit that added or changed it."""
 
-    ref: str  # the local ref pushed
     commit: str  # full hex sha
     path: str  # inside the repository, e.g. '.cortex/memories/context/x-3f9a1c07d2e4.md'
     data: bytes
@@ -497,7 +486,7 @@ def pushed_changes(repo: Any, push_lines: str, prefix: str, remote: str = "") ->
         parts = line.split()
         if len(parts) != 4 or parts[1] == ZERO_SHA:
             continue
-        local_ref, local_sha, _remote_ref, remote_sha = parts
+        _local_ref, local_sha, _remote_ref, remote_sha = parts
         tip = _pushed_commit(repo, local_sha)
         if tip is None:
             continue
@@ -518,7 +507,7 @@ def pushed_changes(repo: Any, push_lines: str, prefix: str, remote: str = "") ->
             for path, blob_id in _added_under(repo, commit, prefix):
                 if blob_id not in seen_blobs:
                     seen_blobs.add(blob_id)
-                    out.append(PushedFile(local_ref, str(commit.id), path, repo[blob_id].data))
+                    out.append(PushedFile(str(commit.id), path, repo[blob_id].data))
     return out
 
 

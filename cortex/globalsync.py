@@ -8,6 +8,8 @@ remote's version in place and this machine's as a conflict copy under `conflicts
 
 from __future__ import annotations
 
+import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -483,8 +485,6 @@ def _check_out(store: Store, repo: Any, branch: str, head: Any, target: Any, res
 
 def _inside(root: Path, path: str) -> bool:
     """Whether `path`'s folder, links resolved, stays inside the store (a linked folder is never written through)."""
-    import os
-
     top = os.path.join(os.path.realpath(root), path.split("/", 1)[0])
     folder = os.path.realpath((root / path).parent)
     return (folder == top or folder.startswith(top + os.sep)) and not os.path.islink(root / path)
@@ -501,8 +501,6 @@ def _prune_empty(folder: Path, root: Path) -> None:
 
 
 def _note_sync(store: Store, result: SyncResult) -> None:
-    import json
-
     from cortex.files import atomic_write
     from cortex.memory import now_iso
 
@@ -554,8 +552,6 @@ def _resolve(store: Store, ids: list[str]) -> list[str]:
 
 def report(store: Store) -> dict[str, Any]:
     """The global store's sync state for `cortex status` (no network: ahead/behind as of the last fetch)."""
-    import json
-
     out: dict[str, Any] = {"repository": is_repository(store), "remote": None, "branch": None, "ahead": 0,
                            "behind": 0, "uncommitted": 0, "conflicts": [c.as_dict() for c in conflicts(store)],
                            "last_sync": None}

@@ -6,6 +6,7 @@ fails closed only for a secret in a pushed memory (and, with `git.pre_push: bloc
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -144,8 +145,6 @@ def _refresh_tracked_pages(store: Store, index: Any, after: str) -> None:
 
 def _claude_hook(name: str, raw: str, body: Callable[[Store, dict[str, Any]], None]) -> int:
     """What every assistant hook shares: the payload, the store at its `cwd`, exit 0 whatever happens."""
-    import json
-
     from cortex.spawn import nested
 
     if nested():
@@ -275,8 +274,6 @@ def claude_session_end(raw: str) -> int:
     """SessionEnd (1.5 s budget): hand the last capture of the transcript to a detached process and return."""
 
     def body(store: Store, payload: dict[str, Any]) -> None:
-        import json
-
         from cortex.spawn import detached
 
         transcript = _transcript(payload)
