@@ -1026,7 +1026,6 @@ def links(store: Any, memory_id: str | None, suggested: bool, accept: tuple[str,
     """The links of a memory (or of the store), with strength now (decayed) and when made; --suggested for review;
     --remove to take a link out."""
     from cortex import graph
-    from cortex.index import Index
     from cortex.memory import now_epoch
 
     if remove:
@@ -1043,7 +1042,7 @@ def links(store: Any, memory_id: str | None, suggested: bool, accept: tuple[str,
         click.echo(f"linked {made.to} from {a} (relates_to, strength {made.strength:g})" if made
                    else f"dismissed the suggested link between {a} and {b}")
         return
-    index = Index(store).ensure()
+    index = _index(store)
     titles = {entry["id"]: json.loads(entry["meta"]).get("title", "") for entry in index.records().values()}
     if suggested:
         rows = [{"id": a, "other": b, "similarity": s, "title": titles.get(a, ""), "other_title": titles.get(b, "")}

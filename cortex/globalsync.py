@@ -211,7 +211,7 @@ def _checked_out(path: str) -> bool:
         part not in ("", ".", "..") and part.lower() != ".git" and "\\" not in part for part in parts)
 
 
-def _refused(repo: Any, tree: Any) -> str | None:
+def _refused(tree: Any) -> str | None:
     """Why git would refuse to check out `tree` (a path with `..` or `.git`, ...), or None."""
     import pygit2
 
@@ -377,7 +377,7 @@ def _pull(store: Store, repo: Any, branch: str, result: SyncResult) -> None:
     head = None if repo.head_is_unborn else repo.head.peel(pygit2.Commit)
     if head is not None and (head.id == upstream.id or repo.descendant_of(head.id, upstream.id)):
         return  # the remote has nothing new
-    refused = _refused(repo, upstream.tree)
+    refused = _refused(upstream.tree)
     if refused is not None:  # before anything is replayed or written
         raise CortexError(f"{remote_url(repo)}: the remote's {branch} holds a path git refuses ({refused}); nothing "
                           f"was changed here; remove that path from the remote, then sync again")
