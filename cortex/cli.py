@@ -27,22 +27,19 @@ TYPE_CHOICE = click.Choice(TYPES)
 
 
 def _fail(message: str) -> None:
-    click.echo(f"cortex: {_one_line_safe(message)}", err=True)
+    click.echo(f"cortex: {_safe(message.replace(chr(10), ' '))}", err=True)  # one printable line
     sys.exit(1)
 
 
 def _print_json(data: Any) -> None:
-    # Indented for a person at a terminal; compact in a pipe. json escapes C0
-    # controls; DEL and the C1 ones (U+0080-U+009F, which some terminals obey) are escaped here, as JSON allows.
+    # Indented at a terminal, compact in a pipe; DEL, C1 and bidi controls escaped too (json escapes only C0).
     indent = 2 if sys.stdout.isatty() else None
     text = json.dumps(data, indent=indent, ensure_ascii=False)
     click.echo(_DEL_C1.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
 
 
-# What a memory's text may not send to a terminal: C0 controls (a body keeps newline and tab), DEL and C1
-# controls. An escape sequence's introducer is among them, so a title cannot recolour, retitle or clear the
-# terminal; each is shown as a visible escape (\x1b) instead, so a person sees that something is there.
-# The Unicode bidi controls (`cortex.text.strip_controls`'s) too: they reorder what a person reads.
+# What a memory's text may not send to a terminal, shown as a visible escape (\x1b) instead: C0 controls (a body
+# keeps newline and tab), DEL, C1, and the bidi controls that reorder what a person reads.
 _BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
 _DEL_C1 = re.compile(f"[\x7f-\x9f{_BIDI}]")
 _CONTROL_LINE = re.compile(f"[\x00-\x1f\x7f-\x9f{_BIDI}]")
@@ -67,11 +64,6 @@ def _escape(match: re.Match[str]) -> str:
 def _echo(line: str) -> None:
     """Print one line of a report on stdout, its control characters escaped."""
     click.echo(_safe(line))
-
-
-def _one_line_safe(message: str) -> str:
-    """An error message as one printable line (it may quote a title or a file name)."""
-    return _safe(message.replace("\n", " "))
 
 
 def store_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -104,12 +96,10 @@ def store_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-# Commands that do not say the LLM notice (`_warn_config`): the ones hooks start detached, whose stderr no person
-# reads, and reset, which empties cache/ (reading config.yaml would refill it).
+# No LLM notice from commands hooks start detached (nobody reads their stderr) nor from reset (it empties cache/).
 NO_NOTICE = frozenset({"maintain", "worker", "serve_command", "watch", "reset"})
 PROCESS_ARGV: list[str] | None = None  # the arguments of a `cortex` process (set by `cortex.__main__.run`)
-# Read-only commands whose process may end without freeing what it loaded (`cortex.__main__.run`): tearing
-# down a large cache object by object is slow and changes nothing on disk.
+# Read-only commands whose process may end without tearing down what it loaded (`cortex.__main__.run`).
 QUICK_EXIT = frozenset({"list_command", "status", "show"})
 quick_exit = False  # set once such a command ran in a `cortex` process
 
@@ -122,8 +112,7 @@ def _index(store: Any) -> Any:
 
 
 def _warn_config(store: Any, llm_notice: bool = True) -> None:
-    """A setting the command read that was wrong (its default was used): one line each on stderr. And, once, a
-    project's request for the LLM that this machine does not allow (`cortex.llm.notice`)."""
+    """Each wrong setting the command read (its default used), and once the LLM notice: a line each on stderr."""
     config = getattr(store, "_config", None)  # only when the command loaded it: never read it just for this
     for problem in getattr(config, "invalid", ()):
         click.echo(f"cortex: warning: {_safe(problem)}", err=True)
@@ -227,7 +216,7 @@ def init(use_global: bool, directory: Path | None, git_hooks: bool, claude_code:
         if globalsync.ensure_repository(store)[1]:
             globalsync.commit_changes(store, "cortex: global store")
             click.echo(f"made {store.root} a git repository (`cortex sync --global --remote URL` to sync it)")
-    if not use_global:  # an older store's custom merge driver: replaced by git's built-in union (docs/git.md)
+    else:  # an older store's custom merge driver: replaced by git's built-in union (docs/git.md)
         from cortex.gitops import union_attributes
 
         for line in union_attributes(store.root):
@@ -238,35 +227,33 @@ def init(use_global: bool, directory: Path | None, git_hooks: bool, claude_code:
         click.echo(f"created {store.root} (config.yaml, memories/, .gitignore)")
         if not use_global and find_worktree_root(root.parent) is None:
             click.echo("not a git repository: branch tracking and git features are off")
-    if claude_code:
-        from cortex import claude
+    from cortex.errors import NotARepository
 
-        try:
+    try:
+        if claude_code:
+            from cortex import claude
+
             for line in claude.install(store.root.parent):
                 click.echo(line)
-        except CortexError as exc:
-            _fail(str(exc))
-    _assistants_init(store.root.parent, codex=codex, gemini=gemini, cursor=cursor)
-    if agents:
-        from cortex import agents as agents_file
+        for module in _assistant_modules(codex, gemini, cursor):  # cortex.codex, cortex.gemini, cortex.cursor
+            for line in module.install(store.root.parent):
+                click.echo(line)
+        if agents:
+            from cortex import agents as agents_file
 
-        try:
-            done = agents_file.update(store, create=True)
-        except CortexError as exc:
-            _fail(str(exc))
-        click.echo(done or f"{agents_file.path_for(store)} is already up to date")
-        attribute = agents_file.union_attribute(agents_file.path_for(store).parent)
-        if attribute:
-            click.echo(attribute)
-    if git_hooks:
-        from cortex.errors import NotARepository
-        from cortex.gitops import install_git_hooks
+            click.echo(agents_file.update(store, create=True) or f"{agents_file.path_for(store)} is already up to date")
+            attribute = agents_file.union_attribute(agents_file.path_for(store).parent)
+            if attribute:
+                click.echo(attribute)
+        if git_hooks:
+            from cortex.gitops import install_git_hooks
 
-        try:
             for line in install_git_hooks(Path.cwd()):
                 click.echo(line)
-        except NotARepository as exc:
-            _fail(f"{exc}: git hooks need a git repository")
+    except NotARepository as exc:  # only the git hooks need one
+        _fail(f"{exc}: git hooks need a git repository")
+    except CortexError as exc:
+        _fail(str(exc))
 
 
 def _assistant_modules(codex: bool, gemini: bool, cursor: bool) -> list[Any]:
@@ -274,16 +261,6 @@ def _assistant_modules(codex: bool, gemini: bool, cursor: bool) -> list[Any]:
 
     return [importlib.import_module(f"cortex.{name}") for name, wanted in
             (("codex", codex), ("gemini", gemini), ("cursor", cursor)) if wanted]
-
-
-def _assistants_init(project_root: Path, codex: bool, gemini: bool, cursor: bool) -> None:
-    """`init --codex / --gemini / --cursor`: each assistant's configuration merged in (cortex.codex, …)."""
-    for module in _assistant_modules(codex, gemini, cursor):
-        try:
-            for line in module.install(project_root):
-                click.echo(line)
-        except CortexError as exc:
-            _fail(str(exc))
 
 
 # ---------------------------------------------------------------- remember
@@ -340,8 +317,7 @@ def list_command(store: Any, types: tuple[str, ...], statuses: tuple[str, ...], 
     wanted = set(tags)
 
     def listed(index: Any) -> tuple[list[tuple[Path, str]], list[Any]]:
-        # The fields of every record, read as columns: no dict (and for JSON no metadata decoded) for each of
-        # 100,000 entries; JSON's four more fields are columns too.
+        # The records' fields read as columns: no dict per memory.
         fields = ("pinned", "priority", "type", "title", "id", "status", "branch", "tags") + (
             ("confidence", "files", "created", "updated") if as_json else ())
         rows = [row for row in index.records().column(*fields)
@@ -416,15 +392,13 @@ def show(store: Any, memory_id: str, as_json: bool, at: str | None, raw: bool) -
 
 
 def _refuse_shared_id(store: Any, item: Any) -> None:
-    """Show no memory the other readers skip: one whose id another file holds too (found by the cache, which
-    reads every file, where `Store.get` looks at file names)."""
+    """Show no memory whose id another file holds too (the cache reads every file; `Store.get` only names)."""
     from cortex.errors import MemoryNotFound
-    from cortex.index import Index, Indexes
+    from cortex.index import Index
 
-    if Indexes.serving is None:  # the ids kept for the committed cache: no sync when no folder changed since
-        kept = Index(store).saved_rel_of_id()
-        if kept is not None and item.id in kept and str(store.memories_dir / kept[item.id]) == str(item.path):
-            return
+    kept = Index(store).saved_rel_of_id()  # the ids kept for the committed cache: no sync when they vouch
+    if kept is not None and item.id in kept and str(store.memories_dir / kept[item.id]) == str(item.path):
+        return
     index = _index(store)  # synced here (not by a child): the ids it keeps are for the manifest it commits
     for path, reason in [] if item.id in index.rel_of_id() else index.problems():
         if str(path) == str(item.path) and reason.startswith(f"duplicate id {item.id}"):
@@ -440,8 +414,7 @@ def _ranking(store: Any, item: Any) -> dict[str, Any] | None:
     from cortex.index import Index
 
     try:
-        # One memory's explanation needs no sync of the store: the centralities kept for the committed cache
-        # (`saved_centralities`) when there are some, else the synced index's.
+        # The centralities kept for the committed cache when there are some: one memory needs no sync.
         central = Index(store).saved_centralities()
         prior = Prior(store, None if central is not None else _index(store), now_epoch(), store.current_branch(),
                       central=central)
@@ -486,8 +459,7 @@ def edit(store: Any, memory_id: str) -> None:
 
 
 def _edit(store: Any, memory_id: str) -> None:
-    """`cortex edit`: the memory opened in $VISUAL/$EDITOR, the draft checked (format, id, secrets) before it
-    replaces the file; exits non-zero, the file unchanged, when the editor fails or the draft is refused."""
+    """`cortex edit`: the draft is checked (format, id, secrets) before it replaces the file, or nothing changes."""
     from cortex import memory as fmt
     from cortex.errors import MalformedMemory, SecretDetected
     from cortex.files import atomic_write
@@ -609,8 +581,6 @@ def forget(store: Any, targets: tuple[str, ...], replaced_by: str | None, delete
            as_json: bool) -> None:
     """Archive a memory (the file is kept), or with --delete remove memory files. TARGET is an id or a query;
     several ids at once."""
-    import re
-
     from cortex import events
     from cortex.errors import MemoryNotFound
 
@@ -663,9 +633,7 @@ def forget(store: Any, targets: tuple[str, ...], replaced_by: str | None, delete
 
 
 def _forget_match(store: Any, query: str, yes: bool) -> Any:
-    """The memory a `forget QUERY` means: recall's best hit when it is clearly ahead (a calibrated match of at
-    least `FORGET_MATCH` and `FORGET_LEAD` over the next), confirmed unless --yes; otherwise the candidates are
-    listed to choose from, and --yes refuses (it never archives on a weak or tied match)."""
+    """The memory `forget QUERY` means: a clearly leading hit (confirmed unless --yes), else a choice."""
     from cortex.recall import recall, use_contextual
 
     use_contextual("inline")
@@ -922,8 +890,7 @@ def _within_budget(hits: list[Any], budget: int) -> tuple[list[Any], int]:
 
 
 def _served_recall(stores: list[Any], query: str, **options: Any) -> Any:
-    """The recall of a running `cortex serve` (warm indexes and models: a socket round trip instead of loading
-    them), as a `RecallResult`; None when no server answers, so the command searches itself."""
+    """A running `cortex serve`'s recall (its models are warm) as a `RecallResult`; None when none answers."""
     from cortex.errors import QueryRefused
     from cortex.layout import server_up
 
@@ -1061,7 +1028,6 @@ def links(store: Any, memory_id: str | None, suggested: bool, accept: tuple[str,
     """The links of a memory (or of the store), with strength now (decayed) and when made; --suggested for review;
     --remove to take a link out."""
     from cortex import graph
-    from cortex.index import Index
     from cortex.memory import now_epoch
 
     if remove:
@@ -1078,7 +1044,7 @@ def links(store: Any, memory_id: str | None, suggested: bool, accept: tuple[str,
         click.echo(f"linked {made.to} from {a} (relates_to, strength {made.strength:g})" if made
                    else f"dismissed the suggested link between {a} and {b}")
         return
-    index = Index(store).ensure()
+    index = _index(store)
     titles = {entry["id"]: json.loads(entry["meta"]).get("title", "") for entry in index.records().values()}
     if suggested:
         rows = [{"id": a, "other": b, "similarity": s, "title": titles.get(a, ""), "other_title": titles.get(b, "")}
@@ -1315,7 +1281,7 @@ def consolidate(store: Any, dry_run: bool, yes: bool, allow_conflicts: bool, thr
         from cortex import events
         from cortex.index import Indexes
 
-        events.memories_changed(store, Indexes(), upkeep="none", everything=True)  # the pages, at once (issue 39)
+        events.memories_changed(store, Indexes(), upkeep="none", everything=True)  # the pages, at once
     merged_ids = result.merged if result is not None else []
     if not as_json:
         for group in chosen:  # the LLM, asked as the merge was made, stopped it
@@ -1367,19 +1333,19 @@ def uninstall(git_hooks: bool, claude_code: bool, agents: bool, codex: bool, gem
 
     if not (git_hooks or claude_code or agents or codex or gemini or cursor):
         _fail("say what to remove: --git-hooks, --claude, --agents, --codex, --gemini and/or --cursor")
+    root = find_worktree_root(Path.cwd()) or Path.cwd()
     try:
         for module in _assistant_modules(codex, gemini, cursor):
-            for line in module.uninstall(find_worktree_root(Path.cwd()) or Path.cwd()):
+            for line in module.uninstall(root):
                 click.echo(line)
         if agents:
             from cortex import agents as agents_file
 
-            click.echo(agents_file.remove(find_worktree_root(Path.cwd()) or Path.cwd())
-                       or "AGENTS.md has no cortex section")
+            click.echo(agents_file.remove(root) or "AGENTS.md has no cortex section")
         if claude_code:
             from cortex import claude
 
-            for line in claude.uninstall(find_worktree_root(Path.cwd()) or Path.cwd()):
+            for line in claude.uninstall(root):
                 click.echo(line)
         if git_hooks:
             for line in uninstall_git_hooks(Path.cwd()):
@@ -1408,27 +1374,20 @@ def hook(event: str, args: tuple[str, ...]) -> None:
     """
     from cortex import hooks
 
-    if event in ("stop", "pre-compact"):
-        sys.exit(hooks.claude_stop(sys.stdin.read() if not sys.stdin.isatty() else ""))
-    if event == "session-start":
-        sys.exit(hooks.claude_session_start(sys.stdin.read() if not sys.stdin.isatty() else ""))
-    if event == "prompt":
-        sys.exit(hooks.claude_prompt(sys.stdin.read() if not sys.stdin.isatty() else ""))
-    if event == "session-end":
-        sys.exit(hooks.claude_session_end(sys.stdin.read() if not sys.stdin.isatty() else ""))
-    if event in ("subagent-start", "subagent-stop"):
-        handler = hooks.claude_subagent_start if event == "subagent-start" else hooks.claude_subagent_stop
-        sys.exit(handler(sys.stdin.read() if not sys.stdin.isatty() else ""))
+    def stdin() -> str:  # read only for the events that take it: a git hook's stdin may never end
+        return sys.stdin.read() if not sys.stdin.isatty() else ""
+
+    handler = getattr(hooks, "claude_" + ("stop" if event == "pre-compact" else event).replace("-", "_"), None)
+    if handler is not None:  # an assistant's event: `cortex.hooks.claude_<event>`
+        sys.exit(handler(stdin()))
     if event == "pre-tool-use":
         from cortex.hotpath import pre_tool_use
 
-        pre_tool_use(sys.stdin.read() if not sys.stdin.isatty() else "")
+        pre_tool_use(stdin())
         sys.exit(0)
     if event == "git-pre-push":
-        code = hooks.git_pre_push(list(args), sys.stdin.read() if not sys.stdin.isatty() else "")
-    else:
-        code = hooks.git_refresh(event[len("git-"):], list(args))
-    sys.exit(code)
+        sys.exit(hooks.git_pre_push(list(args), stdin()))
+    sys.exit(hooks.git_refresh(event[len("git-"):], list(args)))
 
 
 # ---------------------------------------------------------------- history
@@ -1561,9 +1520,9 @@ def capture_command(store: Any, transcript: Path, from_start: bool, as_json: boo
     indexes = Indexes()
     report = capture(store, transcript, from_start=from_start, indexes=indexes, dry_run=dry_run)
     if dry_run:
-        rows: list[dict[str, Any]] = [{"type": c.type, "title": c.title, "layer": c.layer, "record": c.record, "index": c.index,
-                 "files": c.files,
-                 "tags": c.tags, "body": c.body} for c in report.candidates]
+        rows: list[dict[str, Any]] = [{"type": c.type, "title": c.title, "layer": c.layer, "record": c.record,
+                                       "index": c.index, "files": c.files, "tags": c.tags, "body": c.body}
+                                      for c in report.candidates]
         if as_json:
             _print_json({"records": report.records, "dry_run": True, "candidates": rows})
         else:

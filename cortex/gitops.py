@@ -5,6 +5,11 @@ The lean readers a hook uses are `cortex.gitfacts`.
 
 from __future__ import annotations
 
+import datetime as dt
+import os
+import re
+import sys
+import time
 from pathlib import Path
 from typing import Any, Iterable, NamedTuple
 
@@ -17,40 +22,11 @@ def find_worktree_root(start: Path) -> Path | None:
     return Path(found) if found is not None else None
 
 
-def git_dir(worktree_root: Path) -> Path | None:
-    """The git dir of a worktree: `.git` itself, or where a `.git` file points."""
-    from cortex import gitfacts
-
-    found = gitfacts.git_dir(str(worktree_root))
-    return Path(found) if found is not None else None
-
-
-def current_branch(worktree_root: Path | None) -> str | None:
-    """The checked-out branch's short name; None when detached or not a repository."""
-    from cortex.gitfacts import branch_and_head
-
-    return branch_and_head(str(worktree_root) if worktree_root is not None else None)[0]
-
-
 def head_commit(worktree_root: Path | None) -> str | None:
-    """The HEAD commit id (hex), or None (no repository, no commit yet): from the ref files (`cortex.gitfacts`),
-    pygit2 only when a ref cannot be found there and the branch may still exist."""
+    """The HEAD commit id (hex) from the ref files; None outside git or before the first commit."""
     from cortex.gitfacts import branch_and_head
 
-    if worktree_root is None:
-        return None
-    branch, head = branch_and_head(str(worktree_root))
-    if head is not None or branch is not None:
-        return head  # a branch with no commit yet gives None
-    try:
-        import pygit2
-
-        repo = pygit2.Repository(str(worktree_root))
-        if repo.head_is_unborn:
-            return None
-        return str(repo.head.target)
-    except Exception:  # a broken or foreign repository is not cortex's problem
-        return None
+    return branch_and_head(str(worktree_root) if worktree_root is not None else None)[1]
 
 
 # ---------------------------------------------------------------- git hooks (installed like pre-commit does)
@@ -63,8 +39,6 @@ MERGE_DRIVER = "cortex-projection"  # the custom driver of older versions: its c
 
 def scrubbed_git_env() -> None:
     """From inside a git hook: forget the hook's GIT_DIR/GIT_INDEX_FILE/GIT_WORK_TREE before opening repositories."""
-    import os
-
     for name in ("GIT_DIR", "GIT_INDEX_FILE", "GIT_WORK_TREE", "GIT_PREFIX"):
         os.environ.pop(name, None)
 
@@ -81,25 +55,17 @@ def open_repository(start: Path) -> Any:
     return pygit2.Repository(found)
 
 
-def common_dir(repo: object) -> Path:
-    """The git dir shared by all worktrees (where hooks and config live)."""
-    gitdir = Path(repo.path)  # type: ignore[attr-defined]
-    pointer = gitdir / "commondir"
-    if pointer.is_file():
-        return (gitdir / pointer.read_text(encoding="utf-8").strip()).resolve()
-    return gitdir.resolve()
+def hooks_dir(repo: Any) -> Path:
+    """core.hooksPath when set (relative to the worktree), else <common dir>/hooks (shared by every worktree)."""
+    from cortex.gitfacts import common_dir
 
-
-def hooks_dir(repo: object) -> Path:
-    """core.hooksPath when set (relative to the worktree), else <common dir>/hooks."""
+    common = Path(common_dir(repo.path)).resolve()
     try:
-        configured = repo.config["core.hooksPath"]  # type: ignore[attr-defined]
+        configured = repo.config["core.hooksPath"]
     except KeyError:
-        return common_dir(repo) / "hooks"
+        return common / "hooks"
     path = Path(configured).expanduser()
-    if not path.is_absolute():
-        path = Path(repo.workdir or common_dir(repo)) / path  # type: ignore[attr-defined]
-    return path
+    return path if path.is_absolute() else Path(repo.workdir or common) / path
 
 
 def _hook_script(name: str, python: str) -> str:
@@ -143,9 +109,6 @@ def is_cortex_hook(path: Path) -> bool:
 
 def install_git_hooks(start: Path, python: str | None = None) -> list[str]:
     """Install cortex's git hooks (and the pages' union attributes); returns what was done, a line each."""
-    import os
-    import sys
-
     from cortex.files import atomic_write
 
     repo = open_repository(start)
@@ -163,20 +126,24 @@ def install_git_hooks(start: Path, python: str | None = None) -> list[str]:
         atomic_write(path, _hook_script(name, python))
         path.chmod(0o755)
         done.append(f"installed {path}")
-    for key in (f"merge.{MERGE_DRIVER}.name", f"merge.{MERGE_DRIVER}.driver"):
-        try:
-            del repo.config[key]  # type: ignore[attr-defined]
-        except KeyError:
-            pass
+    _drop_merge_driver(repo)
     workdir = Path(repo.workdir) if repo.workdir else None  # type: ignore[attr-defined]
     if workdir is not None and (workdir / ".cortex").is_dir():
         done += union_attributes(workdir / ".cortex")
     return done
 
 
+def _drop_merge_driver(repo: Any) -> None:
+    """An older version's merge driver configuration, removed (its attributes are replaced by `union_attributes`)."""
+    for key in (f"merge.{MERGE_DRIVER}.name", f"merge.{MERGE_DRIVER}.driver"):
+        try:
+            del repo.config[key]
+        except KeyError:
+            pass
+
+
 def union_attributes(store_root: Path) -> list[str]:
-    """`.cortex/.gitattributes` naming git's built-in union driver for the pages (older stores named cortex's own
-    driver, which only a clone with the hooks had: a host's merge button conflicted). Returns what was done."""
+    """`.cortex/.gitattributes` naming git's built-in union driver for the pages; returns what was done."""
     from cortex.files import atomic_write
     from cortex.store import GITATTRIBUTES
 
@@ -192,8 +159,6 @@ def union_attributes(store_root: Path) -> list[str]:
 
 def uninstall_git_hooks(start: Path) -> list[str]:
     """Remove only cortex's hooks (restoring a chained one) and an older version's merge driver config."""
-    import os
-
     repo = open_repository(start)
     folder = hooks_dir(repo)
     done = []
@@ -206,20 +171,12 @@ def uninstall_git_hooks(start: Path) -> list[str]:
             if chained.exists():
                 os.replace(chained, path)
                 done.append(f"restored your {name} hook")
-    for key in (f"merge.{MERGE_DRIVER}.name", f"merge.{MERGE_DRIVER}.driver"):
-        try:
-            del repo.config[key]  # type: ignore[attr-defined]
-        except KeyError:
-            pass
+    _drop_merge_driver(repo)
     return done or ["no cortex git hooks were installed"]
 
 
 def write_index(repo: Any, index: Any = None, seconds: float = 5.0) -> None:
-    """Write a repository's index (`index`, or `repo.index`), waiting up to `seconds` for another git process to
-    release `index.lock` (`git status` takes it briefly; failing after the commit left the index behind HEAD). A lock
-    held longer (a crashed git) raises, naming the lock file."""
-    import time
-
+    """Write `index` (default `repo.index`), waiting up to `seconds` while another git process holds `index.lock`."""
     import pygit2
 
     index = repo.index if index is None else index
@@ -239,40 +196,48 @@ def write_index(repo: Any, index: Any = None, seconds: float = 5.0) -> None:
             time.sleep(0.02)
 
 
-def _signature(repo: object, role: str) -> Any:
-    """Who commits, as git itself decides: GIT_<ROLE>_NAME/EMAIL, then user.name/email, then a stand-in."""
-    import os
-
+def signature(repo: Any, role: str) -> Any:
+    """Who commits, as git decides: GIT_<ROLE>_NAME/EMAIL, then user.name/email, then a stand-in."""
     import pygit2
 
-    name = os.environ.get(f"GIT_{role}_NAME")
-    email = os.environ.get(f"GIT_{role}_EMAIL")
-    config = repo.config  # type: ignore[attr-defined]
-    if not name:
-        try:
-            name = config["user.name"]
-        except KeyError:
-            name = "cortex"
-    if not email:
-        try:
-            email = config["user.email"]
-        except KeyError:
-            email = "cortex@localhost"
-    return pygit2.Signature(name, email)
+    found = {}
+    for key, fallback in (("name", "cortex"), ("email", "cortex@localhost")):
+        value = os.environ.get(f"GIT_{role}_{key.upper()}")
+        if not value:
+            try:
+                value = repo.config[f"user.{key}"]
+            except KeyError:
+                value = fallback
+        found[key] = value
+    return pygit2.Signature(found["name"], found["email"])
 
 
 # ---------------------------------------------------------------- history: memory as it was in git
 
 
-def _memory_blobs(repo: Any, tree: Any, prefix: str) -> dict[str, tuple[str, Any]]:
-    """id -> (path, blob id) of every memory file under `prefix` (e.g. '.cortex/memories') in a tree."""
-    import re
+FIELDS = ("title", "type", "status", "confidence", "priority", "pinned", "tags", "files", "links", "body")
 
-    import pygit2
 
+def parse_blob(data: bytes) -> Any:
+    """A memory file's bytes from git as a `Memory`; None when they do not parse."""
+    from cortex import memory as fmt
+
+    try:
+        return fmt.parse(data.decode("utf-8"))
+    except Exception:
+        return None
+
+
+def changed_fields(old: Any, new: Any) -> list[str]:
+    """The `FIELDS` two versions of a memory differ in."""
+    return [key for key in FIELDS if getattr(old, key) != getattr(new, key)]
+
+
+def memory_blobs_at(repo: Any, commit: Any, prefix: str) -> dict[str, tuple[str, Any]]:
+    """id -> (path, blob id) of every memory file under `prefix` (e.g. '.cortex/memories') in a commit."""
     out: dict[str, tuple[str, Any]] = {}
     try:
-        node = tree[prefix] if prefix else tree
+        node = commit.tree[prefix] if prefix else commit.tree
     except KeyError:
         return out
     stack = [(prefix, repo[node.id])]
@@ -286,16 +251,10 @@ def _memory_blobs(repo: Any, tree: Any, prefix: str) -> dict[str, tuple[str, Any
                 stack.append((path, repo[entry.id]))
             elif entry.name.endswith(".md"):
                 match = re.search(r"-([0-9a-f]{12})\.md$", entry.name)
-                if match:
-                    out[match.group(1)] = (path, entry.id)
-                else:  # a renamed file: the id inside is the authority
-                    from cortex import memory as fmt
-
-                    try:
-                        out[fmt.parse(repo[entry.id].data.decode("utf-8")).id] = (path, entry.id)
-                    except Exception:
-                        continue
-    _ = pygit2
+                # a renamed file: the id inside decides
+                found = match.group(1) if match else getattr(parse_blob(repo[entry.id].data), "id", None)
+                if found:
+                    out[found] = (path, entry.id)
     return out
 
 
@@ -315,52 +274,37 @@ def resolve(repo: Any, rev: str) -> Any:
         raise CortexError(f"unknown revision {rev!r}") from None
 
 
-def memory_blobs_at(repo: Any, commit: Any, prefix: str) -> dict[str, tuple[str, Any]]:
-    """id -> (path, blob id) of every memory in a commit: compare ids, read only the blobs needed."""
-    return _memory_blobs(repo, commit.tree, prefix)
-
-
 def memories_at(repo: Any, rev: str, prefix: str) -> dict[str, tuple[str, bytes]]:
     """id -> (path, file bytes) of every memory at a revision, read from git objects (no checkout)."""
-    commit = resolve(repo, rev)
-    return {mid: (path, repo[oid].data) for mid, (path, oid) in _memory_blobs(repo, commit.tree, prefix).items()}
+    blobs = memory_blobs_at(repo, resolve(repo, rev), prefix)
+    return {mid: (path, repo[oid].data) for mid, (path, oid) in blobs.items()}
 
 
 def memory_log(repo: Any, memory_id: str, prefix: str, limit: int = 0) -> list[dict[str, Any]]:
     """The commits that changed one memory, newest first, following renames (by id)."""
-    import datetime as dt
-
     import pygit2
-
-    from cortex import memory as fmt
 
     entries: list[dict[str, Any]] = []
     if repo.head_is_unborn:
         return entries
     walker = repo.walk(repo.head.target, pygit2.enums.SortMode.TOPOLOGICAL | pygit2.enums.SortMode.TIME)
     for commit in walker:
-        mine = _memory_blobs(repo, commit.tree, prefix).get(memory_id)
+        mine = memory_blobs_at(repo, commit, prefix).get(memory_id)
         parent = commit.parents[0] if commit.parents else None
-        before = _memory_blobs(repo, parent.tree, prefix).get(memory_id) if parent is not None else None
-        if mine == before or (mine is not None and before is not None and mine[1] == before[1] and mine[0] == before[0]):
-            continue
-        if mine is None and before is None:
+        before = memory_blobs_at(repo, parent, prefix).get(memory_id) if parent is not None else None
+        if mine == before:
             continue
         change = "added" if before is None else "removed from the working tree" if mine is None else "changed"
         fields: list[str] = []
         if mine is not None and before is not None:
             if mine[0] != before[0]:
                 fields.append(f"moved from {before[0]}")
-            try:
-                new = fmt.parse(repo[mine[1]].data.decode("utf-8"))
-                old = fmt.parse(repo[before[1]].data.decode("utf-8"))
-                for key in ("title", "type", "status", "confidence", "priority", "pinned", "tags", "files", "links"):
-                    if getattr(new, key) != getattr(old, key):
-                        fields.append(f"{key}: {getattr(old, key)!r} -> {getattr(new, key)!r}")
-                if new.body != old.body:
-                    fields.append("body")
-            except Exception:
+            new, old = parse_blob(repo[mine[1]].data), parse_blob(repo[before[1]].data)
+            if new is None or old is None:
                 fields.append("(unparsable version)")
+            else:
+                fields += [key if key == "body" else f"{key}: {getattr(old, key)!r} -> {getattr(new, key)!r}"
+                           for key in changed_fields(old, new)]
         when = dt.datetime.fromtimestamp(commit.commit_time, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         entries.append({
             "commit": str(commit.id), "author": f"{commit.author.name} <{commit.author.email}>", "date": when,
@@ -374,23 +318,14 @@ def memory_log(repo: Any, memory_id: str, prefix: str, limit: int = 0) -> list[d
 
 def memory_diff(repo: Any, old_rev: str, new_rev: str, prefix: str) -> dict[str, list[dict[str, Any]]]:
     """Memories added, changed, archived, superseded and removed between two revisions, by kind of change."""
-    from cortex import memory as fmt
-
     old = memories_at(repo, old_rev, prefix)
     new = memories_at(repo, new_rev, prefix)
     result: dict[str, list[dict[str, Any]]] = {"added": [], "changed": [], "archived": [], "superseded": [], "removed": []}
-
-    def parsed(data: bytes) -> Any:
-        try:
-            return fmt.parse(data.decode("utf-8"))
-        except Exception:
-            return None
-
     for mid in sorted(set(old) | set(new)):
-        before = parsed(old[mid][1]) if mid in old else None
-        after = parsed(new[mid][1]) if mid in new else None
         if mid in old and mid in new and old[mid][1] == new[mid][1]:
             continue
+        before = parse_blob(old[mid][1]) if mid in old else None
+        after = parse_blob(new[mid][1]) if mid in new else None
         item = after or before
         row = {"id": mid, "type": item.type if item else "?", "title": item.title if item else "(unparsable)",
                "path": (new.get(mid) or old[mid])[0]}
@@ -401,15 +336,9 @@ def memory_diff(repo: Any, old_rev: str, new_rev: str, prefix: str) -> dict[str,
         elif after is not None and before is not None and after.status != before.status and after.status in ("archived", "superseded"):
             result[after.status].append(row)
         else:
-            row["fields"] = [k for k in ("title", "type", "status", "confidence", "priority", "pinned", "tags", "files", "links", "body")
-                             if before is None or after is None or getattr(before, k) != getattr(after, k)]
+            row["fields"] = list(FIELDS) if before is None or after is None else changed_fields(before, after)
             result["changed"].append(row)
     return result
-
-
-def merge_base(repo: Any, base: Any, head: Any) -> Any:
-    """Where `head` forked from `base` (what `git diff base...head` compares with); None for unrelated histories."""
-    return repo.merge_base(base.id, head.id)
 
 
 class PathChange(NamedTuple):
@@ -446,10 +375,7 @@ def blob_at(repo: Any, commit: Any, path: str) -> bytes | None:
 
 
 def materialize_at(store_root: Path, rev: str) -> Path:
-    """Write the store's memories as of `rev` (from git objects) into the cache; returns that store folder.
-
-    Kept under `cache/at/<commit>/`, so the second query at the same commit reuses its index.
-    """
+    """The store's memories as of `rev`, written once from git objects under `cache/at/<commit>/`; that folder."""
     from cortex.files import atomic_write
 
     repo = open_repository(store_root.parent)
@@ -477,7 +403,6 @@ ZERO_SHA = "0" * 40
 class PushedFile(NamedTuple):
     """A file a push adds to the remote's history: the first pushed commit that added or changed it."""
 
-    ref: str  # the local ref pushed
     commit: str  # full hex sha
     path: str  # inside the repository, e.g. '.cortex/memories/context/x-3f9a1c07d2e4.md'
     data: bytes
@@ -521,11 +446,7 @@ def _subtree(repo: Any, tree: Any, prefix: str) -> Any:
 
 
 def _added_under(repo: Any, commit: Any, prefix: str) -> list[tuple[str, Any]]:
-    """(path, blob id) of every blob under `prefix` that `commit` adds or changes relative to its parents.
-
-    A root commit adds all of them. A merge adds only what differs from every parent (what the
-    merge itself wrote); a blob it takes from one side was added by a commit on that side.
-    """
+    """(path, blob id) of each blob under `prefix` that `commit` adds or changes; a merge only its own changes."""
     import pygit2
 
     sub = _subtree(repo, commit.tree, prefix)
@@ -556,10 +477,7 @@ def _entry_id(tree: Any, path: str) -> Any:
 
 
 def pushed_changes(repo: Any, push_lines: str, prefix: str, remote: str = "") -> list[PushedFile]:
-    """Every file under `prefix` that a push adds to the remote's history, from pre-push's stdin (`<local ref> <local
-    sha> <remote ref> <remote sha>` lines; `remote`: the hook's first argument). Every commit the remote lacks is
-    read, not only the tip: a file added and later deleted still reaches its history. Each blob comes once, with the
-    earliest commit that brought it; a deleted ref adds nothing."""
+    """Every file under `prefix` that a push adds to the remote's history (every new commit read), each blob once."""
     import pygit2
 
     out: list[PushedFile] = []
@@ -570,7 +488,7 @@ def pushed_changes(repo: Any, push_lines: str, prefix: str, remote: str = "") ->
         parts = line.split()
         if len(parts) != 4 or parts[1] == ZERO_SHA:
             continue
-        local_ref, local_sha, _remote_ref, remote_sha = parts
+        _local_ref, local_sha, _remote_ref, remote_sha = parts
         tip = _pushed_commit(repo, local_sha)
         if tip is None:
             continue
@@ -580,9 +498,7 @@ def pushed_changes(repo: Any, push_lines: str, prefix: str, remote: str = "") ->
         base = _pushed_commit(repo, remote_sha) if remote_sha != ZERO_SHA else None
         if base is not None:
             hide.append(base.id)
-        # With nothing known of the remote (a new branch pushed by URL or to a remote never fetched,
-        # so no remote-tracking refs, and no remote sha we have), `hide` is empty and every commit
-        # reachable from the local sha is scanned: slower, never less safe.
+        # Nothing known of the remote (a new branch, a remote never fetched): every reachable commit is scanned.
         walker = repo.walk(tip.id, pygit2.enums.SortMode.TOPOLOGICAL | pygit2.enums.SortMode.REVERSE)
         for oid in hide:
             walker.hide(oid)
@@ -593,36 +509,19 @@ def pushed_changes(repo: Any, push_lines: str, prefix: str, remote: str = "") ->
             for path, blob_id in _added_under(repo, commit, prefix):
                 if blob_id not in seen_blobs:
                     seen_blobs.add(blob_id)
-                    out.append(PushedFile(local_ref, str(commit.id), path, repo[blob_id].data))
+                    out.append(PushedFile(str(commit.id), path, repo[blob_id].data))
     return out
 
 
-def record_cortex_changes(store_root: Path, policy: str = "stage", message: str = "cortex: memory update",
-                          paths: Iterable[Path] | None = None) -> list[str]:
-    """`_record` under the store's staging lock, retried while git's own `index.lock` is held (a concurrent Stop,
-    the upkeep, or the person's git command) for a few seconds; after that the next Stop records what is left."""
-    import time
-
-    import pygit2
-
+def record_cortex_changes(store_root: Path, policy: str = "stage", paths: Iterable[Path] | None = None) -> list[str]:
+    """Stage the new and changed `.cortex/` files (`git.on_stop`: `stage`, `off`; the old `commit` means `stage`)."""
     from cortex.files import file_lock
 
-    deadline = time.monotonic() + 3.0
-    while True:
-        try:
-            with file_lock(store_root / "state" / "stage.lock"):
-                return _record(store_root, policy, message, paths)
-        except pygit2.GitError as exc:
-            if "index is locked" not in str(exc) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
+    with file_lock(store_root / "state" / "stage.lock"):  # git's own `index.lock` is waited for by `write_index`
+        return _record(store_root, policy, paths)
 
 
-def _record(store_root: Path, policy: str, message: str, only: Iterable[Path] | None = None) -> list[str]:
-    """What the Stop hook does with new and changed `.cortex/` files (`git.on_stop`): `stage` (into the index, for the
-    person's next commit; `commit`, an older setting, is read as `stage`: cortex never commits) or `off`. Given `only` (the files the caller
-    wrote), those of them that changed and nothing else. Never a path outside `.cortex/`, ignored files or other
-    writers' temp files; a path that appears or vanishes meanwhile is taken as it is then. Returns the paths recorded."""
+def _record(store_root: Path, policy: str, only: Iterable[Path] | None = None) -> list[str]:
     import pygit2
 
     from cortex.files import is_temp_name
@@ -634,7 +533,7 @@ def _record(store_root: Path, policy: str, message: str, only: Iterable[Path] | 
     prefix = store_root.resolve().relative_to(workdir).as_posix() + "/"
     changed = (pygit2.enums.FileStatus.WT_NEW | pygit2.enums.FileStatus.WT_MODIFIED | pygit2.enums.FileStatus.WT_DELETED
                | pygit2.enums.FileStatus.WT_RENAMED | pygit2.enums.FileStatus.WT_TYPECHANGE)
-    wanted = None if only is None else {_relative(p, workdir) for p in only}
+    wanted = None if only is None else {relative(p, workdir) for p in only}
     paths = sorted(path for path, flags in repo.status().items()
                    if (path.startswith(prefix) if wanted is None else path in wanted)
                    and not flags & pygit2.enums.FileStatus.IGNORED and flags & changed
@@ -660,11 +559,12 @@ def _record(store_root: Path, policy: str, message: str, only: Iterable[Path] | 
     return recorded
 
 
-def _relative(path: Path, workdir: Path) -> str:
+def relative(path: Path, root: Path) -> str | None:
+    """`path` inside `root`, links resolved, as a posix path; None outside it (never staged or committed)."""
     try:
-        return Path(path).resolve().relative_to(workdir).as_posix()
+        return Path(path).resolve().relative_to(root.resolve()).as_posix()
     except ValueError:
-        return ""  # outside this worktree: never staged
+        return None
 
 
 def tracked(root: Path | str, names: list[str]) -> set[str]:

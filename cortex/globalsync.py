@@ -8,6 +8,8 @@ remote's version in place and this machine's as a conflict copy under `conflicts
 
 from __future__ import annotations
 
+import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,24 +93,6 @@ def ensure_repository(store: Store) -> tuple[Any, bool]:
     return repo, True
 
 
-def _signature(repo: Any, role: str) -> Any:
-    """Who commits, as git decides: GIT_<ROLE>_NAME/EMAIL, then user.name/email, then a stand-in."""
-    import os
-
-    import pygit2
-
-    found = {}
-    for key in ("name", "email"):
-        value = os.environ.get(f"GIT_{role}_{key.upper()}")
-        if not value:
-            try:
-                value = repo.config[f"user.{key}"]
-            except KeyError:
-                value = "cortex" if key == "name" else "cortex@localhost"
-        found[key] = value
-    return pygit2.Signature(found["name"], found["email"])
-
-
 def _committed_path(path: str) -> bool:
     from cortex.files import is_temp_name
 
@@ -117,21 +101,18 @@ def _committed_path(path: str) -> bool:
 
 def commit_changes(store: Store, message: str = "cortex: global memory update", scan: bool = False,
                    paths: Iterable[Path] | None = None) -> list[str]:
-    """Commit what changed under `memories/`, `conflicts/` and `.gitignore` (nothing else); the paths committed.
-    Nothing when the store is not a git repository. `paths`: only these files (the Stop hook names what it wrote; a
-    `git status` of a big store is slow). `scan` checks each file for secrets first, raising `SecretDetected` naming
-    it."""
+    """Commit what changed under `memories/`, `conflicts/` and `.gitignore` (`paths`: only those); the paths."""
     import pygit2
 
     from cortex.files import file_lock
-    from cortex.gitops import write_index
+    from cortex.gitops import relative, signature, write_index
 
     if not is_repository(store):
         return []
     with file_lock(store.state_dir / "stage.lock"):
         repo = _open(store)
         names = _changed_paths(repo) if paths is None else sorted(
-            {rel for rel in (_relative(store, path) for path in paths) if rel is not None and _committed_path(rel)})
+            {rel for rel in (relative(path, store.root) for path in paths) if rel is not None and _committed_path(rel)})
         contents = {path: _read(store.root / path) for path in names}
         if scan:
             _scan(store, contents)
@@ -145,7 +126,7 @@ def commit_changes(store: Store, message: str = "cortex: global memory update", 
         if head is not None and tree == head.tree.id:
             return []
         parents = [head.id] if head is not None else []
-        repo.create_commit(f"refs/heads/{_branch(repo)}", _signature(repo, "AUTHOR"), _signature(repo, "COMMITTER"),
+        repo.create_commit(f"refs/heads/{_branch(repo)}", signature(repo, "AUTHOR"), signature(repo, "COMMITTER"),
                            message, tree, parents)
         repo.index.read_tree(repo[tree])
         write_index(repo)
@@ -161,13 +142,6 @@ def _changed_paths(repo: Any) -> list[str]:
                | status.INDEX_NEW | status.INDEX_MODIFIED | status.INDEX_DELETED)
     return sorted(path for path, flags in repo.status().items()
                   if flags & changed and not flags & status.IGNORED and _committed_path(path))
-
-
-def _relative(store: Store, path: Path) -> str | None:
-    try:
-        return Path(path).resolve().relative_to(store.root.resolve()).as_posix()
-    except ValueError:
-        return None  # not in this store
 
 
 def _scan(store: Store, contents: dict[str, bytes | None]) -> None:
@@ -190,8 +164,7 @@ def _read(path: Path) -> bytes | None:
 
 
 def _branch(repo: Any) -> str:
-    """The branch every machine syncs: `main`. A `git clone` of a remote whose HEAD names another branch (a bare
-    remote made by `git init --bare` names `master`) leaves HEAD unborn there: it is pointed at `main`."""
+    """The branch every machine syncs, `main` (a clone's unborn HEAD on another name is pointed at it)."""
     if repo.head_is_detached:
         raise CortexError(f"{repo.workdir}: HEAD is detached; check out a branch (git -C {repo.workdir} switch {BRANCH})")
     branch = str(repo.references["HEAD"].target).removeprefix("refs/heads/")
@@ -205,8 +178,7 @@ def _branch(repo: Any) -> str:
 
 
 def _check_remote_branches(repo: Any, url: str, branch: str) -> None:
-    """A remote with branches but none named `branch` belongs to something else (or to a machine that synced
-    another branch): an error naming both, before anything is pushed beside them."""
+    """A remote with branches but none named `branch` belongs to something else: refuse before pushing."""
     prefix = f"refs/remotes/{REMOTE}/"
     names = sorted(ref.removeprefix(prefix) for ref in repo.references if ref.startswith(prefix)
                    and ref != f"{prefix}HEAD")
@@ -215,21 +187,23 @@ def _check_remote_branches(repo: Any, url: str, branch: str) -> None:
                           f"there to {branch} (or use another remote); nothing was pushed")
 
 
-def _files(repo: Any, tree: Any, prefix: str = "") -> dict[str, Any]:
-    """path -> blob id of every file in a tree."""
+def _files(repo: Any, tree: Any, prefix: str = "", regular: bool = False) -> dict[str, Any]:
+    """path -> blob id of every file in a tree (`regular`: no symbolic link, no submodule)."""
+    import pygit2
+
+    modes = (pygit2.enums.FileMode.BLOB, pygit2.enums.FileMode.BLOB_EXECUTABLE)
     out: dict[str, Any] = {}
     for entry in tree:
         path = f"{prefix}{entry.name}"
         if entry.type_str == "tree":
-            out.update(_files(repo, repo[entry.id], path + "/"))
-        else:
+            out.update(_files(repo, repo[entry.id], path + "/", regular))
+        elif not regular or (entry.type_str == "blob" and entry.filemode in modes):
             out[path] = entry.id
     return out
 
 
 def _checked_out(path: str) -> bool:
-    """Whether a pull may write this path of the remote's tree: under `memories/` or `conflicts/`, each part a
-    plain name (no empty part, `.`, `..`, `.git` or backslash), not a temp file's name."""
+    """Whether a pull may write this path: under `memories/` or `conflicts/`, plain names only, no temp file."""
     from cortex.files import is_temp_name
 
     parts = path.split("/")
@@ -237,22 +211,7 @@ def _checked_out(path: str) -> bool:
         part not in ("", ".", "..") and part.lower() != ".git" and "\\" not in part for part in parts)
 
 
-def _regular_files(repo: Any, tree: Any, prefix: str = "") -> dict[str, Any]:
-    """path -> blob id of every regular file in a tree (no symbolic link, no submodule)."""
-    import pygit2
-
-    regular = (pygit2.enums.FileMode.BLOB, pygit2.enums.FileMode.BLOB_EXECUTABLE)
-    out: dict[str, Any] = {}
-    for entry in tree:
-        path = f"{prefix}{entry.name}"
-        if entry.type_str == "tree":
-            out.update(_regular_files(repo, repo[entry.id], path + "/"))
-        elif entry.type_str == "blob" and entry.filemode in regular:
-            out[path] = entry.id
-    return out
-
-
-def _refused(repo: Any, tree: Any) -> str | None:
+def _refused(tree: Any) -> str | None:
     """Why git would refuse to check out `tree` (a path with `..` or `.git`, ...), or None."""
     import pygit2
 
@@ -369,9 +328,7 @@ def _upstream(repo: Any, branch: str) -> Any:
 
 
 def sync(store: Store, remote: str | None = None, resolve: Iterable[str] = ()) -> SyncResult:
-    """Commit, pull (replaying local commits on the remote's, file by file) and push the global store. `remote` sets
-    `origin` first; `resolve`: ids whose conflict copies the person is done with (removed, and the removal committed).
-    Raises `CortexError` with a one-line reason, or `SecretDetected`: nothing is pushed then."""
+    """Commit, pull (local commits replayed file by file) and push the global store; `CortexError` stops the push."""
     from cortex.files import file_lock
 
     result = SyncResult()
@@ -420,7 +377,7 @@ def _pull(store: Store, repo: Any, branch: str, result: SyncResult) -> None:
     head = None if repo.head_is_unborn else repo.head.peel(pygit2.Commit)
     if head is not None and (head.id == upstream.id or repo.descendant_of(head.id, upstream.id)):
         return  # the remote has nothing new
-    refused = _refused(repo, upstream.tree)
+    refused = _refused(upstream.tree)
     if refused is not None:  # before anything is replayed or written
         raise CortexError(f"{remote_url(repo)}: the remote's {branch} holds a path git refuses ({refused}); nothing "
                           f"was changed here; remove that path from the remote, then sync again")
@@ -435,10 +392,12 @@ def _replay(store: Store, repo: Any, head: Any, upstream: Any, result: SyncResul
     """Each local commit the remote lacks, oldest first, made again on top of the remote's branch; the new tip."""
     import pygit2
 
+    from cortex.gitops import signature
+
     walker = repo.walk(head.id, pygit2.enums.SortMode.TOPOLOGICAL | pygit2.enums.SortMode.REVERSE)
     walker.hide(upstream.id)
     tip = upstream
-    committer = _signature(repo, "COMMITTER")
+    committer = signature(repo, "COMMITTER")
     for commit in walker:
         before = _files(repo, commit.parents[0].tree) if commit.parents else {}
         after = _files(repo, commit.tree)
@@ -469,8 +428,7 @@ STAMP = re.compile(rb"^(updated|archived): .*$", re.M)
 
 
 def _same_but_stamps(repo: Any, ours: Any, theirs: Any) -> bool:
-    """Whether two versions of a file differ only in their `updated:` and `archived:` lines: the same change made
-    on both machines at different moments (the daily gc archiving one memory on each). The remote's stays."""
+    """Whether two versions differ only in `updated:`/`archived:` lines (the same change on two machines)."""
     return bool(STAMP.sub(rb"\1:", repo[ours].data) == STAMP.sub(rb"\1:", repo[theirs].data))
 
 
@@ -487,11 +445,7 @@ def _memory_id(path: str) -> str:
 
 
 def _check_out(store: Store, repo: Any, branch: str, head: Any, target: Any, result: SyncResult) -> None:
-    """Move the branch to `target` and bring the working tree and index along, path by path: only the regular
-    files under `memories/` and `conflicts/` are written or removed (`_checked_out`); the others are listed in
-    `result.skipped`. A file changed here and not committed that the pull would overwrite stops the sync first:
-    nothing is changed.
-    """
+    """Move the branch to `target`, writing only regular files under `memories/` and `conflicts/`; others skipped."""
     import pygit2
 
     from cortex.files import atomic_write
@@ -499,7 +453,7 @@ def _check_out(store: Store, repo: Any, branch: str, head: Any, target: Any, res
 
     old = _files(repo, head.tree) if head is not None else {}
     every = _files(repo, target.tree)
-    regular = _regular_files(repo, target.tree)
+    regular = _files(repo, target.tree, regular=True)
     new = {path: oid for path, oid in regular.items() if _checked_out(path)}
     result.skipped += sorted(path for path, oid in every.items()  # .gitignore: cortex writes its own here
                              if path not in new and old.get(path) != oid and path != ".gitignore")
@@ -520,8 +474,7 @@ def _check_out(store: Store, repo: Any, branch: str, head: Any, target: Any, res
             where.unlink(missing_ok=True)
             _prune_empty(where.parent, store.root)
         else:
-            # No fsync per file (thousands of them): the bytes are in git objects, and a file a crash
-            # left short is committed by the next sync as a local change and kept as a conflict copy.
+            # No fsync per file: the bytes are in git objects, and the next sync keeps a short file as a conflict.
             atomic_write(where, repo[new[path]].data, durable=False)
     repo.references.create(f"refs/heads/{branch}", target.id, force=True)
     repo.index.read_tree(target.tree)
@@ -531,10 +484,7 @@ def _check_out(store: Store, repo: Any, branch: str, head: Any, target: Any, res
 
 
 def _inside(root: Path, path: str) -> bool:
-    """Whether `path`'s folder, links resolved, is still inside the store's `memories/` or `conflicts/` (a
-    folder here that is a symbolic link is never written through)."""
-    import os
-
+    """Whether `path`'s folder, links resolved, stays inside the store (a linked folder is never written through)."""
     top = os.path.join(os.path.realpath(root), path.split("/", 1)[0])
     folder = os.path.realpath((root / path).parent)
     return (folder == top or folder.startswith(top + os.sep)) and not os.path.islink(root / path)
@@ -551,8 +501,6 @@ def _prune_empty(folder: Path, root: Path) -> None:
 
 
 def _note_sync(store: Store, result: SyncResult) -> None:
-    import json
-
     from cortex.files import atomic_write
     from cortex.memory import now_iso
 
@@ -571,13 +519,8 @@ def conflicts(store: Store) -> list[Conflict]:
     folder = store.root / CONFLICTS
     if not folder.is_dir():
         return []
-    found = []
-    for copy in sorted(folder.rglob("*.md")):
-        rel = copy.relative_to(store.root).as_posix()
-        memory_id = _memory_id(rel)
-        original = _original_of(rel)
-        found.append(Conflict(memory_id, original, rel))
-    return found
+    copies = [copy.relative_to(store.root).as_posix() for copy in sorted(folder.rglob("*.md"))]
+    return [Conflict(_memory_id(rel), _original_of(rel), rel) for rel in copies]
 
 
 def _original_of(copy: str) -> str:
@@ -608,10 +551,7 @@ def _resolve(store: Store, ids: list[str]) -> list[str]:
 
 
 def report(store: Store) -> dict[str, Any]:
-    """The sync state of the global store: repository, remote, ahead/behind the last fetch, uncommitted files,
-    conflict copies, the last sync. No network: 'behind' is as of the last fetch."""
-    import json
-
+    """The global store's sync state for `cortex status` (no network: ahead/behind as of the last fetch)."""
     out: dict[str, Any] = {"repository": is_repository(store), "remote": None, "branch": None, "ahead": 0,
                            "behind": 0, "uncommitted": 0, "conflicts": [c.as_dict() for c in conflicts(store)],
                            "last_sync": None}
@@ -651,10 +591,7 @@ def problems(state: dict[str, Any], root: Path) -> list[str]:
 
 
 def promoted_copy(project: Store, memory_id: str, global_store: Store) -> Any:
-    """The global-store record for a project memory: same type, title, body, tags, priority and confidence;
-    `source` names the project (folder name, and its origin URL without credentials), the original id and
-    branch. Files and links stay behind (they mean something only in the project). Raises `CortexError` when
-    this memory was promoted already."""
+    """The global copy of a project memory, its `source` naming the project and the original id (once only)."""
     from cortex.memory import Memory, now_iso
 
     original = project.get(memory_id)

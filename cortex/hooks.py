@@ -6,6 +6,7 @@ fails closed only for a secret in a pushed memory (and, with `git.pre_push: bloc
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -93,9 +94,7 @@ def git_pre_push(args: list[str], stdin: str) -> int:
 
 
 def git_refresh(event: str, args: list[str]) -> int:
-    """post-merge, post-rewrite (post-checkout: `cortex.__main__.post_checkout`): bring the cache in step, and the
-    pages: a merge joins pages with git's union driver, so a tracked page left stale is regenerated in the working
-    tree, never committed. A page never committed is never created here (it would block a later merge). Always 0."""
+    """post-merge, post-rewrite: sync the cache and regenerate tracked pages a merge left stale. Always 0."""
     rebased = event == "post-rewrite" and bool(args) and args[0] == "rebase"  # not `commit --amend`
     store = _store_here()
     if store is None:
@@ -145,10 +144,7 @@ def _refresh_tracked_pages(store: Store, index: Any, after: str) -> None:
 
 
 def _claude_hook(name: str, raw: str, body: Callable[[Store, dict[str, Any]], None]) -> int:
-    """What every Claude Code hook shares: nothing under CORTEX_NESTED=1, the stdin payload, the store
-    at its `cwd`, and exit 0 whatever happens, with a log line for an internal error."""
-    import json
-
+    """What every assistant hook shares: the payload, the store at its `cwd`, exit 0 whatever happens."""
     from cortex.spawn import nested
 
     if nested():
@@ -278,8 +274,6 @@ def claude_session_end(raw: str) -> int:
     """SessionEnd (1.5 s budget): hand the last capture of the transcript to a detached process and return."""
 
     def body(store: Store, payload: dict[str, Any]) -> None:
-        import json
-
         from cortex.spawn import detached
 
         transcript = _transcript(payload)
@@ -292,8 +286,7 @@ def claude_session_end(raw: str) -> int:
 
 
 def claude_subagent_start(raw: str) -> int:
-    """SubagentStart: a briefing scoped to the sub-agent's task (recorded by the PreToolUse hook) and the
-    files it names, as the sub-agent's additionalContext (`cortex.subagents`)."""
+    """SubagentStart: a briefing scoped to the sub-agent's task and the files it names (`cortex.subagents`)."""
 
     def body(store: Store, payload: dict[str, Any]) -> None:
         from cortex import subagents
@@ -338,8 +331,7 @@ def claude_subagent_stop(raw: str) -> int:
 
 
 def _capture_subagent_tags(store: Store, session: str, agent: str, kind: str, items: list[Any]) -> None:
-    """`[MEMORY: …]` tags a sub-agent wrote in its own transcript (a file the parent's Stop never reads), saved
-    with the sub-agent as their source. Its final report reaches the parent's Stop through the Agent result."""
+    """Save the `[MEMORY: …]` tags of a sub-agent's own transcript, which the parent's Stop never reads."""
     from cortex import events
     from cortex.capture import CaptureReport, self_report, write_candidates
     from cortex.gitops import head_commit

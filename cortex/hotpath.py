@@ -1,11 +1,7 @@
 """The fast paths: answers that need no store, no click and no third-party import.
 
-A hook is a fresh process on every event, and the budget for a cached
-SessionStart is a few times a bare `python -c pass`. `session_start` prints the
-cached briefing when its key (`cortex.layout.briefing_key`) still matches;
-`prompt` asks the resident `cortex serve` over its socket. Either returns
-False when the full hook (`cortex.hooks`) must run instead. (Commands always run
-in their own process; only `cortex recall` asks the server for its search.)
+A hook is a fresh process on every event: `session_start` prints the cached briefing while its key still
+matches, `prompt` asks the resident `cortex serve`; either returns False when `cortex.hooks` must run instead.
 """
 
 from __future__ import annotations
@@ -77,19 +73,16 @@ def event_name(payload: dict[str, object], event: str) -> str:
 
 
 def payload_cwd(payload: dict[str, object]) -> str:
-    """The project a hook payload is about: `cwd` (Claude Code, Codex, Gemini), else Cursor's first
-    `workspace_roots` entry, else this process's folder."""
+    """The project a hook payload is about: `cwd`, else Cursor's first `workspace_roots`, else this folder."""
     roots = payload.get("workspace_roots")
     first = roots[0] if isinstance(roots, list) and roots and isinstance(roots[0], str) else None
     return str(payload.get("cwd") or first or os.getcwd())
 
 
 def payload_prompt(payload: dict[str, object]) -> str:
-    """The person's prompt, its first MAX_PROMPT_CHARS characters (its head says what it is about; recall on a
-    multi-megabyte paste would take far too long): Gemini CLI's BeforeAgent prompt carries the SessionStart context in front of it
-    (`<hook_context>…</hook_context>`), which is not what was asked."""
+    """The prompt's first MAX_PROMPT_CHARS characters, without the `<hook_context>` blocks Gemini CLI puts in front."""
     text = str(payload.get("prompt") or "")
-    kept: list[str] = []  # one pass: cutting each block out of the whole text was quadratic in the blocks
+    kept: list[str] = []
     size, at = 0, 0
     while size < MAX_PROMPT_CHARS:
         start = text.find("<hook_context>", at)
@@ -105,8 +98,7 @@ def payload_prompt(payload: dict[str, object]) -> str:
 
 def note_injected(store_root: str, payload: dict[str, object], event: str, text: str,
                   ids: list[str] | None = None) -> None:
-    """Record which memories a hook showed, for the next Stop to judge their use (`cortex.salience`): one line
-    appended to `state/injections/<session>.jsonl`. Best effort: a failure here never costs the hook."""
+    """Append which memories a hook showed to `state/injections/<session>.jsonl`, for the next Stop to judge."""
     session = str(payload.get("session_id") or "")
     if ids is None:
         from cortex.text import injected_ids
@@ -147,9 +139,7 @@ def session_start(raw: str) -> bool:
     if layout.queued_jobs(store_root):
         return False  # queued capture jobs: the full hook starts the worker
     session = str(payload.get("session_id") or "")
-    # The cached briefing (or the one `cortex serve` built ahead); or, after memories changed where cortex did
-    # not see it or HEAD moved, the last one now, and the session's first prompt adds what changed since (the
-    # server started below builds the new one).
+    # The cached briefing; or, stale, the last one now and the first prompt adds what changed (`catch_up_file`).
     cached, stale = layout.start_briefing(store_root, __version__,
                                           stale_ok=bool(session) and os.environ.get("CORTEX_STALE_BRIEFING") != "0")
     if cached is None:
@@ -189,8 +179,7 @@ def prompt(raw: str) -> bool:
     store_root = layout.find_store(payload_cwd(payload))
     if store_root is None or not text or text.startswith("/"):
         return True
-    # A server still warming (started by this session's SessionStart a moment ago) is waited for, up to
-    # PROMPT_WAIT seconds: the same recall in this process would share the machine with its warm-up.
+    # A server still warming is waited for: the same recall here would share the machine with its warm-up.
     answer = wire.ask(layout.socket_path(store_root), {"op": "prompt", "prompt": text[:wire.PROMPT_CHARS],
                                                         "wait": PROMPT_WAIT,
                                                         "session": str(payload.get("session_id") or "")[:200]},
@@ -206,8 +195,7 @@ def prompt(raw: str) -> bool:
 
 
 def pre_tool_use(raw: str) -> bool:
-    """PreToolUse on the Task/Agent tool: record the sub-agent's task for its SubagentStart briefing
-    (`cortex.subagents`). Prints nothing; always True (there is no slow path)."""
+    """PreToolUse on Task/Agent: record the sub-agent's task for its SubagentStart briefing; prints nothing."""
     if os.environ.get("CORTEX_NESTED") == "1":
         return True
     payload = _payload(raw)

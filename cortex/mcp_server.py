@@ -11,7 +11,6 @@ import functools
 import json
 import os
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, AsyncIterator, Callable, Literal, cast
 
@@ -36,6 +35,7 @@ READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 ADDITIVE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False)
 RESTORING = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False)
+DATE = r"^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}:\d{2}Z)?$"  # what `cortex.recall.time_window` reads
 BODY_CHARS = 2000  # a search hit's text is cut here even when the budget would allow more
 INSTRUCTIONS = """\
 cortex is this repository's memory: decisions (with rejected alternatives), gotchas, patterns, \
@@ -48,8 +48,7 @@ cortex_feedback rates a memory that helped (up) or was noise (down), which chang
 
 
 class Backend:
-    """The store(s) this server answers for: the library's `Indexes` holder, kept in step with the files by a
-    watchdog observer per memories folder."""
+    """The store(s) this server answers for: the library's `Indexes` holder, synced again at each tool call."""
 
     def __init__(self, directory: Path | None = None, use_global: bool = False, start: Path | None = None) -> None:
         self.directory = directory
@@ -58,10 +57,7 @@ class Backend:
         self.lock = threading.RLock()  # tools run on worker threads; one call at a time touches an index
         self.indexes = Indexes()
         self._project: Store | None = None
-        self._watches: dict[Path, _Watch] = {}
-        self._configs: dict[Path, tuple[int, int] | None] = {}  # identity of each config.yaml last seen
-
-    # ------------------------------------------------------------ stores
+        self._checked: set[Path] = set()  # the stores brought in step with their files during this call
 
     def store(self) -> Store:
         """The store to serve (raises NotInitialised until there is one)."""
@@ -82,11 +78,21 @@ class Backend:
     def global_store(self) -> Store:
         return Store.locate(use_global=True)
 
-    # ------------------------------------------------------------ warm indexes
+    def new_call(self) -> None:
+        """A tool call starts: files and config.yaml may have changed since the last one."""
+        self._checked.clear()
+
+    def follow(self, store: Store) -> None:
+        """Once per call, mark the store's index stale and its config unread: the next sync checks every file."""
+        key = store.root.resolve()
+        if key not in self._checked:
+            self._checked.add(key)
+            store.reload_config()
+            self.indexes.get(store).store.reload_config()  # the Index may hold another Store of this root
+            self.indexes.stale(store)
 
     def index(self, store: Store, full: bool = True) -> Index:
-        """The store's warm Index, synced again if its files or its config changed since the last call
-        (`full=False`: the manifest is enough)."""
+        """The store's warm Index, in step with its files (`full=False`: the manifest is enough)."""
         self.follow(store)
         return self.indexes.synced(store, full=full)
 
@@ -96,35 +102,6 @@ class Backend:
             self.index(store)
         return self.indexes
 
-    def follow(self, store: Store) -> None:
-        """Mark the store's index stale when its watcher saw a change or its config file changed.
-
-        The memories folder itself can be replaced (a `git checkout` of a branch without it and back): its
-        identity and its observer's health are checked on every call, and a new observer started (then the
-        index synced again) when the folder is another one or the watch died with the old folder.
-        """
-        key = store.root.resolve()
-        config = _identity(store.config_path)
-        if self._configs.setdefault(key, config) != config:
-            self._configs[key] = config
-            store.reload_config()
-            self.indexes.get(store).store.reload_config()  # the Index may hold another Store of this root
-            self.indexes.stale(store)
-        watch = self._watches.get(key)
-        if watch is None or watch.folder != _identity(store.memories_dir) or not watch.alive():
-            if watch is not None:
-                watch.stop()
-            store.memories_dir.mkdir(parents=True, exist_ok=True)
-            self._watches[key] = _Watch.start(store)  # before the sync: no change between the two is missed
-            self.indexes.stale(store)
-        elif watch.changed.is_set():
-            watch.changed.clear()
-            self.indexes.stale(store)
-
-    def wrote(self, store: Store) -> None:
-        """This server wrote to the store: the next call syncs again without waiting for the observer."""
-        self.indexes.stale(store)
-
     def warm(self) -> None:
         """Sync the indexes and load the query encoder before the first call needs them (runs in a thread)."""
         from cortex.recall import recall, use_contextual
@@ -132,6 +109,7 @@ class Backend:
         use_contextual("background")  # a resident process: re-rank with the contextual model
         try:
             with self.lock:
+                self.new_call()
                 stores = self.stores()
                 recall(stores, "warm up", limit=1, indexes=self.synced(stores))
         except CortexError:
@@ -143,72 +121,14 @@ class Backend:
                 pass
 
     def close(self) -> None:
-        for watch in self._watches.values():
-            watch.stop()
-        self._watches.clear()
         self.indexes.close()
-
-
-@dataclass
-class _Watch:
-    """A watchdog observer on one memories folder: `changed` is set when a file there changes."""
-
-    changed: threading.Event
-    observer: Any  # None when the folder cannot be watched: `changed` is then always set
-    folder: tuple[int, int] | None  # the identity of the folder watched
-
-    @classmethod
-    def start(cls, store: Store) -> _Watch:
-        from cortex.watch import change_observer
-
-        changed = threading.Event()
-        try:
-            observer = change_observer(store.memories_dir, changed)
-        except Exception as exc:  # no inotify (e.g. too many watches): sync on every call instead
-            store.log(f"mcp: cannot watch {store.memories_dir} ({exc!r}); syncing on every call")
-            changed, observer = _AlwaysSet(), None
-        return cls(changed, observer, _identity(store.memories_dir))
-
-    def alive(self) -> bool:
-        """The observer still watches (its watch dies with a deleted folder, and a folder made again may get the
-        same inode back)."""
-        if self.observer is None:
-            return True
-        emitters = list(getattr(self.observer, "emitters", ()))
-        return bool(self.observer.is_alive()) and all(emitter.is_alive() for emitter in emitters)
-
-    def stop(self) -> None:
-        if self.observer is not None:
-            try:
-                self.observer.stop()
-            except Exception:
-                pass
-
-
-def _identity(path: Path) -> tuple[int, int] | None:
-    """(inode, mtime) of a file or folder: a folder deleted and made again has another inode."""
-    try:
-        stat = path.stat()
-    except OSError:
-        return None
-    return (stat.st_ino, stat.st_dev) if path.is_dir() else (stat.st_ino, stat.st_mtime_ns)
-
-
-class _AlwaysSet(threading.Event):
-    def __init__(self) -> None:
-        super().__init__()
-        self.set()
-
-    def clear(self) -> None:
-        pass
 
 
 # ---------------------------------------------------------------- results
 
 
 def _result(data: dict[str, Any], text: str | None = None) -> CallToolResult:
-    """Structured content for programs; the text (JSON unless given) is what a model reads. Both pass the one
-    secret rule (`cortex.guard.redacted`): a hand-committed secret is named, never sent."""
+    """Structured content for programs and text for the model, both through the one secret rule (`redacted`)."""
     from cortex.guard import redacted, redacted_data
 
     data = redacted_data(data)
@@ -223,8 +143,7 @@ def _row_tokens(row: dict[str, Any]) -> int:
 
 
 def _hit_rows(hits: list[Any], budget_tokens: int) -> tuple[list[dict[str, Any]], int, int]:
-    """Hits as rows within a token budget: first every hit that fits with its snippet (best first), then
-    the best ones upgraded to their full text while the budget allows. Returns (rows, tokens, hits left out)."""
+    """Hits as rows within a token budget: snippets first, then full text for the best while it fits."""
     rows: list[dict[str, Any]] = []
     used = 0
     for hit in hits:
@@ -319,9 +238,11 @@ def _memory_view(backend: Backend, memory_id: str) -> dict[str, Any]:
     for rel, entry in index.records().items():
         if any(kind == "source_of" and to == item.id for kind, to, _ in entry["links"]):
             described_by.append({"id": entry["id"], "type": entry["type"], "title": index.meta(rel)["title"]})
-    worktree = store.worktree
+    from cortex.lifecycle import present_files
+
+    present = present_files(item.files, store.worktree) if store.worktree is not None else item.files
     data.update(code=code, links=links, described_by=described_by,
-                missing_files=[f for f in item.files if worktree is not None and f not in _present(item.files, worktree)])
+                missing_files=[f for f in item.files if f not in present])
     store.record_access([item.id])
     return data
 
@@ -338,20 +259,14 @@ def _plan_memories(store: Store, index: Index, branch: str | None) -> list[Memor
     return out
 
 
-def _plan_page(store: Store, memories: list[Memory], branch: str | None) -> str:
-    """`active-plan.md` as `cortex project` would write it for these memories."""
-    from cortex import projections
-
-    pages = projections.build(store, memories=memories)
-    return next(p.text for p in pages if p.name == "active-plan.md")
-
-
 def _plan(backend: Backend, branch: str | None) -> tuple[dict[str, Any], str]:
     """A branch's plans and progress notes, and the `active-plan.md` page they make."""
     store = backend.store()
     branch = branch or store.current_branch()
+    from cortex import projections
+
     memories = _plan_memories(store, backend.index(store, full=False), branch)
-    page = _plan_page(store, memories, branch)
+    page = next(p.text for p in projections.build(store, memories=memories) if p.name == "active-plan.md")
     by_date = sorted(memories, key=lambda m: (m.created, m.id))
 
     def rows(kind: str) -> list[dict[str, Any]]:
@@ -453,8 +368,7 @@ NOT_UTF8 = "\x00 (not UTF-8)\n"  # what a line of invalid UTF-8 is handed on as:
 
 
 def _claim_stdin() -> int:
-    """A private copy of fd 0 to read the protocol from, with fd 0 itself pointed at the null device (as the
-    SDK does when it reads stdin itself): a child process never reads the client's messages."""
+    """A private copy of fd 0 for the protocol, fd 0 pointed at the null device: no child reads the client."""
     import fcntl
 
     private = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3)
@@ -489,8 +403,7 @@ async def _stdin_lines(fd: int) -> AsyncIterator[str]:
 
 
 async def _answer_malformed(source: Any, sink: Any, write_stream: Any) -> None:
-    """Pass the SDK reader's messages on to the server; answer each line it could not read (an exception)
-    with the JSON-RPC error the line deserves."""
+    """Pass the reader's messages on; answer each line it could not read with its JSON-RPC error."""
     import anyio
     from mcp.shared.message import SessionMessage
     from mcp_types import INVALID_REQUEST, PARSE_ERROR, ErrorData, JSONRPCError
@@ -521,6 +434,7 @@ def _guarded(backend: Backend, fn: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             with backend.lock:
+                backend.new_call()
                 return fn(*args, **kwargs)
         except ToolError:
             raise  # the tool's own message (a blank `text`)
@@ -550,8 +464,7 @@ def _tool_registrar(server: CortexMCPServer, backend: Backend) -> Register:
 
 
 def _resource_registrar(server: CortexMCPServer, backend: Backend) -> Register:
-    """`@resource(uri, name, mime_type, description)`: a resource read under the lock; an unknown id is
-    ResourceNotFound, another cortex error a ResourceError."""
+    """`@resource(uri, name, mime_type, description)`: read under the lock, cortex errors as resource errors."""
 
     def resource(uri: str, name: str, mime_type: str, description: str) -> Callable[[Callable[..., str]], Any]:
         def register(fn: Callable[..., str]) -> Any:
@@ -561,6 +474,7 @@ def _resource_registrar(server: CortexMCPServer, backend: Backend) -> Register:
                     with backend.lock:
                         from cortex.guard import redacted
 
+                        backend.new_call()
                         return redacted(fn(*args, **kwargs))  # the one secret rule, as every tool's answer
                 except MemoryNotFound as exc:
                     raise ResourceNotFoundError(str(exc)) from exc
@@ -586,6 +500,11 @@ def build_server(backend: Backend) -> CortexMCPServer:
     return server
 
 
+def _id_field(description: str | None = None) -> Any:
+    """A memory id or a unique prefix of it, as a tool argument."""
+    return Field(min_length=4, max_length=12, pattern=r"^[0-9a-fA-F]+$", description=description)
+
+
 def _add_search_tools(tool: Register, backend: Backend) -> None:
     from cortex.recall import count_reads, recall, time_window
 
@@ -600,9 +519,9 @@ def _add_search_tools(tool: Register, backend: Backend) -> None:
             "then results are left out."))] = 1500,
         scope: Annotated[Literal["all", "project", "global"], Field(description=(
             "Which stores: this project's and the global one ('all'), or one of them."))] = "all",
-        since: Annotated[str | None, Field(pattern=r"^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}:\d{2}Z)?$", description=(
+        since: Annotated[str | None, Field(pattern=DATE, description=(
             "Only memories created on or after this date (YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ)."))] = None,
-        until: Annotated[str | None, Field(pattern=r"^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}:\d{2}Z)?$", description=(
+        until: Annotated[str | None, Field(pattern=DATE, description=(
             "Only memories created on or before this date (a day counts whole)."))] = None,
     ) -> CallToolResult:
         """Search the project's memory (decisions, gotchas, patterns, architecture, plans, code notes) by meaning
@@ -653,8 +572,7 @@ def _add_search_tools(tool: Register, backend: Backend) -> None:
 def _add_read_tools(tool: Register, backend: Backend) -> None:
     @tool("cortex_get_memory", READ_ONLY, "Read one memory")
     def get_memory(
-        id: Annotated[str, Field(min_length=4, max_length=12, pattern=r"^[0-9a-fA-F]+$",
-                                 description="The memory's id, or a unique prefix of it (4+ hex characters).")],
+        id: Annotated[str, _id_field("The memory's id, or a unique prefix of it (4+ hex characters).")],
     ) -> CallToolResult:
         """One memory in full: front matter, text and file path. Follows `source_of` links to the code memories it
         describes (included in full under `code`), lists the memories describing it (`described_by`) and its other
@@ -728,19 +646,17 @@ def _add_write_tools(tool: Register, backend: Backend) -> None:
         if problem is not None:  # a NUL would make git call the file binary, an ESC drive a reader's terminal
             raise ToolError(problem.replace("body:", "text:", 1) + "; nothing was written")
         store = backend.global_store() if scope == "global" else backend.store()
-        backend.follow(store)  # changes the watcher saw are synced before the links and pages are made
+        backend.follow(store)  # files changed by hand are synced before the links and pages are made
         created = events.remember(store, text, backend.indexes, type=type, title=title, priority=priority,
                                   confidence=confidence, tags=tags or (), files=files or (), pinned=pin,
                                   source={"kind": "mcp"})
-        backend.wrote(store)
         return _result({"id": created.id, "type": created.type, "title": created.title, "branch": created.branch,
                         "store": store.label, "path": str(created.path)})
 
     @tool("cortex_forget", DESTRUCTIVE, "Archive a memory")
     def forget(
-        id: Annotated[str, Field(min_length=4, max_length=12, pattern=r"^[0-9a-fA-F]+$",
-                                 description="Id (or unique prefix) of the memory to retire.")],
-        replaced_by: Annotated[str | None, Field(min_length=4, max_length=12, pattern=r"^[0-9a-fA-F]+$", description=(
+        id: Annotated[str, _id_field("Id (or unique prefix) of the memory to retire.")],
+        replaced_by: Annotated[str | None, _id_field((
             "Id of the memory that replaces it: it becomes superseded and the new one links to it."))] = None,
         delete: Annotated[bool, Field(description=(
             "Remove the file instead of archiving it (junk: noise, a wrong capture); git history keeps it."))] = False,
@@ -753,11 +669,9 @@ def _add_write_tools(tool: Register, backend: Backend) -> None:
             if replaced_by:
                 raise ToolError("delete removes the memory; replaced_by keeps it as superseded: pass one of them")
             events.delete(store, [item.id], backend.indexes)
-            backend.wrote(store)
             return _result({"id": item.id, "title": item.title, "status": "deleted", "path": str(item.path),
                             "store": store.label})
         old = events.forget(store, item.id, backend.indexes, replaced_by=replaced_by)
-        backend.wrote(store)
         return _result({"id": old.id, "title": old.title, "status": old.status,
                         "replaced_by": store.get(replaced_by).id if replaced_by else None, "store": store.label})
 
@@ -767,7 +681,7 @@ def _add_write_tools(tool: Register, backend: Backend) -> None:
         action: Annotated[Literal["list", "accept", "reject"], Field(description=(
             "'list' the proposals, 'accept' them (they become active memories) or 'reject' them (files deleted)."))
         ] = "list",
-        ids: Annotated[list[Annotated[str, Field(min_length=4, max_length=12, pattern=r"^[0-9a-fA-F]+$")]] | None,
+        ids: Annotated[list[Annotated[str, _id_field()]] | None,
                        Field(description="With accept or reject: the proposals' ids (or unique prefixes).")] = None,
     ) -> CallToolResult:
         """The inbox of memories capture proposed (found without an explicit [MEMORY: ...] tag): not in briefings
@@ -782,13 +696,11 @@ def _add_write_tools(tool: Register, backend: Backend) -> None:
         if not ids:
             raise ToolError(f"ids: name the proposals to {action}; nothing changed")
         done = (events.accept if action == "accept" else events.reject)(store, ids, backend.indexes)
-        backend.wrote(store)
         return _result({action + "ed": [{"id": m.id, "title": m.title} for m in done], "store": store.label})
 
     @tool("cortex_feedback", ADDITIVE, "Rate a memory")
     def feedback(
-        id: Annotated[str, Field(min_length=4, max_length=12, pattern=r"^[0-9a-fA-F]+$",
-                                 description="Id (or unique prefix) of the memory to rate.")],
+        id: Annotated[str, _id_field("Id (or unique prefix) of the memory to rate.")],
         rating: Annotated[Literal["up", "down"], Field(description=(
             "'up': it helped (it was right and relevant); 'down': it was noise or wrong here."))],
         note: Annotated[str | None, Field(max_length=500, description="Why, in a few words (optional).")] = None,
@@ -803,14 +715,12 @@ def _add_write_tools(tool: Register, backend: Backend) -> None:
 
     @tool("cortex_restore", RESTORING, "Restore an archived memory")
     def restore(
-        id: Annotated[str, Field(min_length=4, max_length=12, pattern=r"^[0-9a-fA-F]+$",
-                                 description="Id (or unique prefix) of the archived or superseded memory.")],
+        id: Annotated[str, _id_field("Id (or unique prefix) of the archived or superseded memory.")],
     ) -> CallToolResult:
         """Bring an archived or superseded memory back to active (searching with include_superseded finds
         them; reading never restores one). Returns its id, title and status."""
         store, item = _find(backend, id)
         restored = events.restore(store, item.id, backend.indexes)
-        backend.wrote(store)
         return _result({"id": restored.id, "title": restored.title, "status": restored.status, "store": store.label})
 
 
@@ -838,7 +748,9 @@ def _add_resources(resource: Register, backend: Backend) -> None:
 
 def run(directory: Path | None = None, use_global: bool = False) -> None:
     """Serve over stdio until the client closes the connection."""
-    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    from cortex import ONE_THREAD
+
+    for name in ONE_THREAD:
         os.environ.setdefault(name, "1")  # before numpy loads: a query's matrix-vector product spins on more
     backend = Backend(directory, use_global)
     server = build_server(backend)
@@ -850,9 +762,3 @@ def run(directory: Path | None = None, use_global: bool = False) -> None:
     finally:
         backend.close()
 
-
-def _present(names: list[str], worktree: Path) -> list[str]:
-    """The files of a memory that exist inside the worktree (cortex.lifecycle.present_files: nothing outside it)."""
-    from cortex.lifecycle import present_files
-
-    return present_files(names, worktree)

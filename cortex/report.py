@@ -8,7 +8,6 @@ script. docs/report.md.
 from __future__ import annotations
 
 import base64
-import gc
 import hashlib
 import json
 import math
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from cortex.index import Index
+from cortex.index.cache import read_body
 from cortex.memory import Memory, now_epoch, now_iso
 from cortex.store import Store
 
@@ -37,33 +37,22 @@ def default_path(store: Store) -> Path:
 def build(store: Store, index: Index | None = None) -> dict[str, Any]:
     """Everything the page shows, as JSON-ready data."""
     from cortex import __version__
-
-    # Tens of thousands of small objects kept to the end: the collector's passes over them cost ~20 % here.
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        return _build(store, (index or Index(store)).ensure(), __version__)
-    finally:
-        if collecting:
-            gc.enable()
-
-
-def _build(store: Store, index: Index, version: str) -> dict[str, Any]:
     from cortex import status as store_status
 
+    index = (index or Index(store)).ensure()
     status = store_status.report(store, index)
     memories = sorted(index.scan().memories, key=lambda m: m.id)
     nodes, edges, clusters = _graph(store, index, memories)
     branch = _branch_changes(store, index)
     from cortex.guard import redacted_data
 
-    # Every string on the page passes the one secret rule: a hand-committed memory never went through the write
-    # guard, and the page is a file a person may attach or share.
+    # Every string passes the one secret rule: the page is a file a person may share.
     return redacted_data({
         "meta": {"store": store.label, "root": str(store.root), "branch": status.get("branch"),
-                 "generated": now_iso(), "version": version, "total": len(memories),
+                 "generated": now_iso(), "version": __version__, "total": len(memories),
                  "by_type": status["by_type"], "by_status": status["by_status"], "pinned": status["pinned"],
-                 "changes": _tier_changes(store),
+                 "changes": [{"id": str(c.get("id", "")), "to": str(c.get("to", "")), "why": str(c.get("why", "")),
+                             "at": float(c.get("at", 0) or 0)} for c in status["tiers"]["changes"]],
                  "archive_below": float(store.config().get("gc.archive_below"))},
         "fields": list(FIELDS),
         "nodes": nodes,
@@ -74,14 +63,6 @@ def _build(store: Store, index: Index, version: str) -> dict[str, Any]:
         "problems": list(status["problems"]),
         "warnings": list(status["warnings"]),
     })
-
-
-def _tier_changes(store: Store) -> list[dict[str, Any]]:
-    """The latest promotions to and demotions from the hot set (`cortex status` lists the same)."""
-    from cortex import salience
-
-    return [{"id": str(c.get("id", "")), "to": str(c.get("to", "")), "why": str(c.get("why", "")),
-             "at": float(c.get("at", 0) or 0)} for c in salience.tiers_report(store)["changes"]]
 
 
 def render(data: dict[str, Any]) -> str:
@@ -116,8 +97,7 @@ def write(store: Store, path: Path | None = None, index: Index | None = None) ->
 
 
 def _script_json(data: dict[str, Any]) -> str:
-    """JSON that cannot end its `<script>` block or open a comment there: `<`, `>`, `&` and the two JavaScript
-    line separators as `\\u` escapes (the same value to `JSON.parse`)."""
+    """JSON that cannot end its `<script>` block: `<`, `>`, `&`, U+2028 and U+2029 as `\\u` escapes."""
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
     for char in "<>&\u2028\u2029":
         text = text.replace(char, f"\\u{ord(char):04x}")
@@ -156,10 +136,7 @@ def _graph(store: Store, index: Index, memories: list[Memory]) -> tuple[list[lis
     for i, m in enumerate(memories):
         reads, centrality = access.get(m.id, 0), central.get(m.id, 0.0)
         parts = prior.parts(m)
-        if prior.weights.get("confidence"):  # the prior's own decay term, not computed twice (10,000 date parses)
-            decayed = parts["confidence"] * prior.total / prior.weights["confidence"]
-        else:
-            decayed = decayed_confidence(m, now, reads, centrality)
+        decayed = decayed_confidence(m, now, reads, centrality)
         used = usage.get(m.id, salience.Usage())
         tier = salience.tier_of(state, m) + (", muted at prompt time" if m.id in muted else "")
         assert m.path is not None
@@ -167,26 +144,9 @@ def _graph(store: Store, index: Index, memories: list[Memory]) -> tuple[list[lis
             m.id, m.title, m.type, m.status, positions[i][0], positions[i][1], m.created, m.updated, m.branch,
             m.confidence, round(decayed, 3), m.priority, m.pinned, reads,
             round(centrality, 3), round(sum(parts.values()), 3), round(used.score, 3), used.shown, used.used, tier,
-            m.tags, m.files, str(m.path)[prefix:].replace(os.sep, "/"), _body(m.path), cluster_of[i],
+            m.tags, m.files, str(m.path)[prefix:].replace(os.sep, "/"), read_body(m.path), cluster_of[i],
         ])
     return nodes, edges, clusters
-
-
-_FRONT_MATTER_END = re.compile(r"^(?:---|\.\.\.)\r?$", re.M)
-
-
-def _body(path: Path) -> str:
-    """A memory's body, read straight from its file (10,000 of them: one `open` and one regex search each)."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except (OSError, ValueError):  # gone or changed since the sync: the page shows the rest of it
-        return ""
-    if not text.startswith(("---\n", "\ufeff---\n")):  # (read with universal newlines: no \r\n here)
-        return ""
-    end = _FRONT_MATTER_END.search(text, text.find("\n") + 1)
-    after = text.find("\n", end.start()) if end else -1
-    return text[after + 1:] if after >= 0 else ""
 
 
 def layout(memories: list[Memory], edges: list[tuple[int, int]]) -> tuple[list[tuple[float, float]], list[int],
@@ -397,8 +357,6 @@ def _uncommitted(repo: Any, prefix: str, index: Index) -> list[dict[str, Any]]:
         match = re.search(r"-([0-9a-f]{12})\.md$", path)
         memory_id = match.group(1) if match else ""
         change = "new" if state & new else "deleted" if state & gone else "changed"
-        title = ""
-        if memory_id in rel_of and index.manifest is not None:
-            title = str(index.manifest.meta(rel_of[memory_id]).get("title", ""))
+        title = str(index.meta(rel_of[memory_id]).get("title", "")) if memory_id in rel_of else ""
         out.append({"id": memory_id, "path": path, "change": change, "title": title})
     return out

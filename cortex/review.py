@@ -23,7 +23,6 @@ LIMIT = 5  # items shown per list in the markdown; `--json` has them all
 RATIONALE_CHARS = 220
 MAX_COMMENT_CHARS = 60_000  # GitHub refuses a comment over 65,536 characters
 OVERLAP = 0.3  # content-word overlap at which two decisions are about one thing (then their claims are compared)
-FIELDS = ("title", "type", "status", "confidence", "priority", "pinned", "tags", "files", "links", "body")
 
 
 @dataclass
@@ -43,26 +42,21 @@ def _read(path: str, data: bytes) -> _Version:
 
 
 class _Side:
-    """The memory files at one commit, each read and parsed the first time it is asked for: a review of a
-    large store parses only what it shows or checks (and a file the same on both sides, once)."""
+    """The memory files at one commit, each parsed the first time it is asked for (a big store parses little)."""
 
     def __init__(self, repo: Any, blobs: dict[str, tuple[str, Any]], read: dict[Any, _Version]) -> None:
         self.repo = repo
         self.blobs = blobs  # id -> (path, blob id)
-        self._read = read
-        self._data: dict[Any, bytes] = {}
+        self._read = read  # (path, blob id) -> _Version, shared: a file the same on both sides is read once
 
     def data(self, memory_id: str) -> bytes:
-        oid = self.blobs[memory_id][1]
-        if oid not in self._data:
-            self._data[oid] = self.repo[oid].data
-        return self._data[oid]
+        return bytes(self.repo[self.blobs[memory_id][1]].data)
 
     def get(self, memory_id: str) -> _Version | None:
         found = self.blobs.get(memory_id)
         if found is None:
             return None
-        if found not in self._read:  # keyed by (path, blob id): the same file on both sides is read once
+        if found not in self._read:
             self._read[found] = _read(found[0], self.data(memory_id))
         return self._read[found]
 
@@ -89,11 +83,10 @@ class _Side:
 
 
 def build(repo: Any, base_rev: str, head_rev: str, store_prefix: str) -> dict[str, Any]:
-    """The review of what `head_rev` changes in the store at `store_prefix` (e.g. '.cortex') since it forked
-    from `base_rev`, as JSON-ready data (what `cortex review --json` prints)."""
+    """What `head_rev` changes in the store at `store_prefix` since it forked from `base_rev` (`--json`'s data)."""
     head = gitops.resolve(repo, head_rev)
     base = gitops.resolve(repo, base_rev)
-    fork_id = gitops.merge_base(repo, base, head)
+    fork_id = repo.merge_base(base.id, head.id)
     fork = repo[fork_id] if fork_id is not None else base
     memories_prefix = f"{store_prefix}/memories" if store_prefix else "memories"
     read: dict[Any, _Version] = {}
@@ -125,8 +118,7 @@ def build(repo: Any, base_rev: str, head_rev: str, store_prefix: str) -> dict[st
     )
     from cortex.guard import redacted_data
 
-    # A hand-committed memory never went through the write guard: the review (printed, posted, `--json`) names
-    # each secret in its text, never shows it.
+    # A hand-committed memory skipped the write guard: the review names each secret, never shows it.
     return redacted_data(report)
 
 
@@ -171,7 +163,7 @@ def _sort_change(report: dict[str, Any], before: _Version | None, after: _Versio
         return
     if kind == "changed" and before is not None and before.memory is not None and after is not None \
             and after.memory is not None:
-        row["fields"] = [key for key in FIELDS if getattr(before.memory, key) != getattr(after.memory, key)]
+        row["fields"] = gitops.changed_fields(before.memory, after.memory)
         if before.memory.status not in ("active", "proposed") and after.memory.status == "active":
             row["restored"] = True
     if is_decision(memory):
@@ -212,8 +204,7 @@ def _ref(memory_id: str, known: Callable[[str], Memory | None]) -> dict[str, str
 
 
 def _config_changes(repo: Any, fork: Any, head: Any, store_prefix: str) -> list[dict[str, Any]]:
-    """Each setting of the store's `config.yaml` the branch adds, changes or removes: key, old, new (None: not
-    set); a file that does not read as settings is one row, key `config.yaml`."""
+    """Each `config.yaml` setting the branch adds, changes or removes (key, old, new; None: not set)."""
     path = f"{store_prefix}/config.yaml" if store_prefix else "config.yaml"
     before, after = gitops.blob_at(repo, fork, path), gitops.blob_at(repo, head, path)
     if before == after:
@@ -303,8 +294,7 @@ def _malformed(new: _Side, changed_ids: list[str]) -> list[dict[str, Any]]:
 
 
 def _contradictions(old: _Side, new: _Side, changed_ids: list[str]) -> list[dict[str, Any]]:
-    """Memories this branch adds or changes that contradict an active decision: by a `contradicts` link it
-    adds, or (two decisions about one thing, by their words) by a claim they disagree on (`claims.conflict`)."""
+    """Changed memories that contradict an active decision: a new `contradicts` link, or a conflicting claim."""
     from cortex.claims import claims, conflict
     from cortex.text import jaccard, words
 
@@ -355,8 +345,7 @@ def _deleted_files(repo: Any, fork: Any, head: Any, new: _Side, changes: list[gi
     removed = {change.old_path for change in changes if change.status in ("D", "R")}
     if not removed:
         return []
-    # what a memory may name: a removed file or a folder above one; only files whose `files:` line names one
-    # of them are parsed
+    # a removed file or a folder above one; only memories whose `files:` line names one of them are parsed
     candidates = {"/".join(parts[:n]) for path in removed for parts in [path.split("/")] for n in range(1, len(parts) + 1)}
     active = new.active_where(lambda data: _may_name(data, candidates))
     named = {path.strip("/").removeprefix("./") for m in active.values() for path in m.files}
@@ -597,8 +586,7 @@ def parse_range(revisions: str) -> tuple[str, str]:
 
 
 def store_prefix(repo: Any, directory: Path | None) -> str:
-    """The store's folder inside the repository: `directory` (or $CORTEX_DIR), the `.cortex/` found from the
-    current folder, else `.cortex` at the top (it need not exist in the working tree: git objects are read)."""
+    """The store's folder in the repository: `directory`, $CORTEX_DIR, the one found here, else `.cortex`."""
     import os
 
     from cortex.errors import NotInitialised
@@ -639,8 +627,7 @@ class Target:
 
 
 def target(env: Mapping[str, str], number: int | None = None) -> Target:
-    """The pull request (GitHub Actions' environment) or merge request (GitLab CI's) to comment on; a
-    `CortexError` naming what is missing. `number` overrides the one the environment gives."""
+    """The pull request (GitHub Actions) or merge request (GitLab CI) to comment on; `number` overrides it."""
     if env.get("GITLAB_CI") and not env.get("GITHUB_ACTIONS"):
         return _gitlab(env, number)
     token = env.get("GITHUB_TOKEN", "").strip()
@@ -732,8 +719,7 @@ ACTIONS_BOT = "github-actions[bot]"  # who a workflow's GITHUB_TOKEN posts as (i
 
 
 def identity(where: Target) -> tuple[str, str]:
-    """Who the token posts as: ("login", name) on GitHub, ("id", number) on GitLab. A GitHub Actions token, which
-    GET /user refuses (403 "Resource not accessible by integration"), posts as `ACTIONS_BOT`."""
+    """Who the token posts as: ("login", name) on GitHub (`ACTIONS_BOT` when /user is refused), ("id", n) on GitLab."""
     try:
         user = _request(where, "GET", where.user_url)
     except Refused as exc:
@@ -763,8 +749,7 @@ def _author(where: Target, comment: dict[str, Any]) -> tuple[str, str]:
 
 
 def find_comment(where: Target) -> dict[str, Any] | None:
-    """cortex's earlier review comment: its body starts with `MARKER` and the token's own identity wrote it (a
-    comment anyone else starts with the marker is left alone); or None."""
+    """cortex's earlier review comment: starts with `MARKER` and written by the token's own identity; or None."""
     me: tuple[str, str] | None = None  # asked for only when a comment starts with the marker
     for page in range(1, 101):
         url = f"{where.comments_url}?per_page=100&page={page}"
@@ -783,10 +768,7 @@ def find_comment(where: Target) -> dict[str, Any] | None:
 
 
 def post(markdown: str, env: Mapping[str, str], number: int | None = None, empty: bool = False) -> tuple[str, str]:
-    """Add the review comment, or update the one added before; returns (what was done, its URL if known).
-
-    An empty review (nothing changed, no warning) updates an earlier comment but never starts a new one.
-    """
+    """Add the review comment or update the earlier one (an empty review never starts one); (what was done, URL)."""
     where = target(env, number)
     existing = find_comment(where)
     if existing is not None:
