@@ -5,21 +5,24 @@ docs/capture.md.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import re
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator
 
 from cortex.errors import SecretDetected
-from cortex.files import atomic_write
+from cortex.files import atomic_write, file_lock, lock_wait
+from cortex.gitfacts import branch_and_head, worktree_root
 from cortex.guard import redact, scan_text
 from cortex.memory import CAPTURE_TYPES, Memory, now_iso, title_from_text
 from cortex.store import Store
 from cortex.text import INJECTED_END, INJECTED_MARK, strip_controls, words
-from cortex.transcripts import MAX_DUMP_BYTES, MAX_LINE_BYTES, Lines, normalise
+from cortex.transcripts import MAX_DUMP_BYTES, MAX_LINE_BYTES, Lines, normalise, text_of
 
 MAX_SLICE = 65_000  # characters of the session the LLM layer is sent
 DEFAULT_MAX_MESSAGE = 20_000  # `capture.max_message_chars`: what capture reads of one message, a body's longest
@@ -146,20 +149,6 @@ def save_cursor(store: Store, transcript: Path, cursor: dict[str, Any]) -> None:
     atomic_write(_cursor_path(store, transcript), json.dumps(cursor), durable=False)
 
 
-def _text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for block in content:
-            if isinstance(block, dict) and block.get("type") == "text":
-                parts.append(str(block.get("text", "")))
-            elif isinstance(block, str):
-                parts.append(block)
-        return "\n".join(parts)
-    return ""
-
-
 def events(records: list[dict[str, Any]]) -> list[Event]:
     """Normalise transcript records into human prompts, assistant text and tool calls with their results."""
     out: list[Event] = []
@@ -209,15 +198,15 @@ def events(records: list[dict[str, Any]]) -> list[Event]:
                         target = tools.get(str(block.get("tool_use_id", "")))
                         if target is not None:  # a sub-agent's report is its whole answer; other output its head
                             limit = 20_000 if target.tool in SUBAGENT_TOOLS else 4000
-                            target.result = _text_of(block.get("content"))[:limit]
+                            target.result = text_of(block.get("content"))[:limit]
                             target.failed = bool(block.get("is_error"))
                 continue
             if record.get("isCompactSummary") and not sidechain:
-                out.append(Event("summary", _text_of(content).strip(), uuid, branch, index=index))
+                out.append(Event("summary", text_of(content).strip(), uuid, branch, index=index))
                 continue
             if record.get("isMeta") or sidechain:
                 continue
-            text = _text_of(content).strip()
+            text = text_of(content).strip()
             if text and not text.startswith(SKIP_PROMPT_PREFIXES):
                 out.append(Event("human", text, uuid, branch, index=index))
         elif kind == "queue-operation" and record.get("operation") == "enqueue" and isinstance(record.get("content"), str):
@@ -1053,8 +1042,6 @@ def project_name(store: Store) -> str:
 
 def _refresh(store: Store, memory: Memory) -> None:
     """Seen again: move the memory's `updated` forward, once a day at most (git does not churn)."""
-    import datetime as dt
-
     if memory.updated and memory.updated[:10] >= (dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=1)).strftime("%Y-%m-%d"):
         return
     try:
@@ -1069,10 +1056,6 @@ def capture(store: Store, transcript: Path, session: str | None = None, last_mes
             dry_run: bool = False) -> CaptureReport:
     """Capture what is new in `transcript` and advance its cursor, one capture of a transcript at a time
     (`dry_run`: the guarded candidates in `report.candidates`, nothing written)."""
-    from contextlib import nullcontext
-
-    from cortex.files import file_lock, lock_wait
-
     lock = store.state_dir / "locks" / f"capture-{_cursor_path(store, transcript).stem}.lock"
     with nullcontext() if dry_run else file_lock(lock, timeout=lock_wait()):
         return _capture(store, transcript, session, last_message, from_start, commit, indexes, dry_run)
@@ -1080,8 +1063,6 @@ def capture(store: Store, transcript: Path, session: str | None = None, last_mes
 
 def _capture(store: Store, transcript: Path, session: str | None, last_message: str | None, from_start: bool,
              commit: str | None, indexes: Any, dry_run: bool) -> CaptureReport:
-    from cortex.gitfacts import branch_and_head, worktree_root
-
     started = time.perf_counter()
     report = CaptureReport()
     records, report.skipped_lines, cursor = read_new_records(store, transcript, from_start)

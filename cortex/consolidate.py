@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
 import sys
 import uuid
+from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Mapping
@@ -24,7 +26,7 @@ from cortex.files import atomic_write, file_lock
 from cortex.graph import NO_LINK_TYPES, Similarity, candidate_floor, clear_flagged_pairs, clear_flags, flagged
 from cortex.claims import Claims, claims, conflict, different_choices, present
 from cortex.memory import Link, Memory
-from cortex.store import Store
+from cortex.store import Store, guard_text
 from cortex.text import words
 
 STATIC_AUTO, STATIC_MANUAL = 0.7, 0.5  # thresholds on the static similarity, when there is no contextual model
@@ -145,9 +147,6 @@ class Judge:
     CHUNK = 256  # memories encoded at a time by `judge`
 
     def __init__(self, store: Store, rels: list[str], records: Mapping[str, dict[str, Any]] | None = None) -> None:
-        import math
-        from collections import Counter
-
         from cortex import contextual
 
         self.store = store
@@ -206,8 +205,6 @@ class Judge:
     def judge(self, edges: set[tuple[str, str]]) -> None:
         """Score every pair in `edges`, each memory encoded once: `CHUNK` at a time in breadth-first order of the
         pairs, an encoding dropped once its pairs are scored (encodings are large)."""
-        from collections import defaultdict, deque
-
         pending = sorted(edge for edge in edges if not self.known(*edge))
         pairs_of: dict[str, set[str]] = defaultdict(set)
         for a, b in pending:
@@ -767,8 +764,6 @@ def _prepare(store: Store, groups: list[Group], use_llm: bool) -> list[tuple[Gro
 def _plan_writes(store: Store, prepared: list[tuple[Group, dict[Path, bytes], Memory]], result: Result
                  ) -> tuple[list[tuple[Path, str]], list[Path], dict[Path, bytes]]:
     """Under the lock: the files to write, the new paths and the members' bytes before."""
-    from cortex.store import guard_text
-
     existing = {p.name.rsplit("-", 1)[-1][:-3] for p in store.memory_paths()}
     stamp = fmt.now_iso()
     writes: list[tuple[Path, str]] = []
