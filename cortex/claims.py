@@ -463,12 +463,9 @@ def _one_word_swapped(first: Claims, second: Claims) -> tuple[str, str] | None:
     if len(ops) != 1 or ops[0][0] != "replace":
         return None
     _tag, i1, i2, j1, j2 = ops[0]
-    if i2 - i1 != 1 or j2 - j1 != 1 or len(a) < 4:
+    if i2 - i1 != 1 or j2 - j1 != 1 or a[i1] in second.word_stems or b[j1] in first.word_stems:
         return None
-    old, new = a[i1:i2], b[j1:j2]
-    if set(old) & second.word_stems or set(new) & first.word_stems:
-        return None
-    return " ".join(old), " ".join(new)
+    return a[i1], b[j1]
 
 
 # What a decision picks: the word after "use", "chose", "switched to", "stored in", ... ("use celery" -> celery).

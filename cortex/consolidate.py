@@ -46,10 +46,10 @@ class Group:
     veto: str | None = None  # why the LLM's answer stopped the merge (`preview`)
 
     @classmethod
-    def read(cls, kind: str, paths: list[Path], similarity: float) -> Group:
+    def read(cls, paths: list[Path], similarity: float, conflict: str | None = None) -> Group:
         raw = {path: path.read_bytes() for path in paths}
         members = [fmt.parse(data.decode("utf-8"), path) for path, data in raw.items()]
-        return cls(kind, members, similarity, raw)
+        return cls(members[0].type, members, similarity, raw, conflict)
 
     def to_dict(self) -> dict[str, Any]:
         out = {"type": self.type, "similarity": round(self.similarity, 3), "conflict": self.conflict,
@@ -482,8 +482,7 @@ def find_groups(store: Store, threshold: float | None = None, only_flagged: bool
         scored = {edge: score_of(*edge) for edge in sorted(edges)}
         if referee is not None:
             referee.release()
-        # a memory with a candidate pair still waiting, or not looked at from every side, may have its best
-        # partner among those: it is not grouped this run
+        # a memory whose best partner may be among the pairs still waiting is not grouped this run
         postponed = {rel for edge in waiting for rel in edge}
         unsure = postponed | {rel for edge in edges for rel in edge if rel not in complete}
         held = postponed | {rel for edge in edges | waiting for rel in edge if set(edge) & postponed}
@@ -513,15 +512,11 @@ def find_groups(store: Store, threshold: float | None = None, only_flagged: bool
         referee.save()
     root = store.memories_dir
     groups = []
-    every: list[tuple[list[str], float, str | None]] = [(rels, low, None) for rels, low in found]
-    for rels, low, why in every + list(shown):
+    for rels, low, why in [(rels, low, None) for rels, low in found] + shown:
         try:
-            group = Group.read("", [root / rel for rel in sorted(rels)], low)
+            groups.append(Group.read([root / rel for rel in sorted(rels)], low, why))
         except (OSError, UnicodeDecodeError, CortexError):
             continue  # changed under us since the cache saw it: the next run looks again
-        group.type = group.members[0].type
-        group.conflict = why
-        groups.append(group)
     groups.sort(key=lambda g: (-g.similarity, g.members[0].id))
     return groups
 
@@ -676,8 +671,7 @@ def _recover_locked(store: Store) -> bool:
     if missing:
         raise CortexError(f"{folder}: the checkpoint misses {', '.join(missing)}; restore the originals from git "
                           f"(git checkout -- .cortex/memories) and delete the folder")
-    # Undo only what the cut-off run left: a file changed since (a person edited the merged memory, say)
-    # is never overwritten or deleted. Then the rollback stops and says which files to look at.
+    # Undo only what the cut-off run left: a file changed since (a person's edit) stops the rollback.
     written = data.get("written", {})
     changed = []
     for original, saved in data["originals"].items():

@@ -52,8 +52,7 @@ def memories_changed(store: Store, indexes: Indexes, written: Iterable[Path] = (
     written = list(written)
     index = indexes.get(store)  # synced by the first step that reads it: a Stop that wrote nothing walks nothing
     if pages and written and index.manifest is None:
-        # The pages are rendered from the cache: walk first, as a pull without cortex's hooks may have brought
-        # memories it has not seen (note_written alone takes the committed cache as it is).
+        # The pages are rendered from the cache: walk first (a pull without cortex's hooks may have brought memories).
         index.sync(full=False, progress=False)
     index.note_written(written)
     link = [memory_id for memory_id in link if memory_id]
@@ -104,8 +103,7 @@ def _link_now(store: Store, index: Any, ids: list[str]) -> int:
     if not report or not report.linked:
         return 0
     touched = {memory_id for pair in report.linked for memory_id in pair[:2]}
-    rel_of = index.rel_of_id()
-    index.note_written([store.memories_dir / rel_of[i] for i in sorted(touched) if i in rel_of])
+    index.note_written(_linked_paths(store, index, sorted(touched)))
     return len(report.linked)
 
 
@@ -275,8 +273,7 @@ def prompt_context(store: Store, prompt: str, indexes: Indexes, catch_up: dict[s
 
     shown |= salience.muted(store)  # shown often at prompt time and never used: recall still finds them
     try:
-        # Direct hits only (a linked memory is never injected), without those already shown; room for a few
-        # that miss the threshold. Only the few shown are read in full (`read_hits`).
+        # Direct hits only, without those already shown, with room for a few that miss the threshold.
         found = recall(stores, prompt, limit=2 * limit, indexes=indexes, links=False, read=False,
                        exclude=frozenset(shown), count=False)
         hits = found.hits
