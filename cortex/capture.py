@@ -645,13 +645,11 @@ def _paragraph(text: str, sentence: str) -> str:
     return sentence
 
 
-# Words the person quoted or pasted from elsewhere (docs/capture.md, "Whose rule is it"): a fenced block, a
-# blockquote line, a double-quoted span. They are blanked (same length) before a rule is looked for.
+# What the person quoted (a fence, a blockquote, double quotes) is not their rule (docs/capture.md).
 QUOTED = re.compile(r"(?ms)^[ \t]*(`{3,}|~{3,}).*?(?:^[ \t]*\1[^\n]*$|\Z)|^[ \t]*>[^\n]*$|\"[^\"\n]*\"|“[^”\n]*”")
 _AI_READER = (r"(?:ai|llms?|(?:large )?language models?|ai (?:assistants?|agents?|models?|tools?|systems?)|"
               r"(?:ai |coding )?assistants?)")
-# Instructions to AI readers in general, the way a planted note in a file, an issue or a web page is written; the
-# person speaks to their own assistant as "you". A message holding one is taken as pasted, and no rule is kept.
+# Instructions to AI readers in general are a planted note, pasted: the person says "you" to their assistant.
 TO_ANY_AI = re.compile(rf"(?i)\b(?:(?:any|all|every|each) {_AI_READER}|(?:note|message|instructions?|attention|"
                        rf"notice|reminder|warning)s? (?:to|for) (?:the |an? |all |any )?{_AI_READER}|if you are an? "
                        rf"{_AI_READER}|{_AI_READER} (?:reading|processing|parsing) this)\b")
@@ -780,8 +778,7 @@ def precise(candidates: list[Candidate], items: list[Event], root: Path | None) 
         if candidate.layer != "self-report" and _taken(candidate.title, seen):
             if not (candidate.key or "").startswith("report:"):
                 continue
-            # A long report says more than the sentence kept already: titled by what else it says; a short one
-            # is that sentence said again.
+            # A long report says more than the sentence kept already; a short one is that sentence again.
             report = candidate.body.split("\n\n", 1)[-1] if candidate.body.startswith("Asked:") else candidate.body
             if len(report.split("\nFiles changed:\n")[0].split("\nCommits:\n")[0]) < REPEAT_REPORT:
                 continue
@@ -1083,8 +1080,7 @@ def _capture(store: Store, transcript: Path, session: str | None, last_message: 
                          or any(e.kind == "text" and last_message.strip() in e.text for e in items)):
         cursor["pending"] = _digest(last_message)  # captured: a Stop sending the same reply again skips it
     elif last_message:
-        # The transcript on disk can lag the Stop hook: take the reply from the payload, and remember it so the
-        # next run, which reads it from the file, does not capture it twice.
+        # The transcript on disk can lag the Stop hook: the reply from the payload, remembered against a second capture.
         items.append(Event("text", last_message))
         cursor["pending"] = _digest(last_message)
     session = session or next((str(r.get("sessionId")) for r in records if r.get("sessionId")), transcript.stem)

@@ -69,7 +69,7 @@ class Result:
 
 
 def _eligible(records: Mapping[str, dict[str, Any]], automatic: bool = False) -> dict[str, list[str]]:
-    """Active, unpinned, non-code memories by type; `automatic` leaves out those capture updates in place (`source.key`)."""
+    """Active, unpinned, non-code memories by type; `automatic` leaves out those capture updates (`source.key`)."""
     by_type: dict[str, list[str]] = {}
     for rel, entry in records.items():
         if entry["status"] != "active" or entry["type"] in NO_LINK_TYPES:

@@ -229,8 +229,7 @@ def gc_due(store: Store) -> bool:
 
 # ---------------------------------------------------------------- the reality check of settings
 
-# A setting a memory names: `key: value` or `key = value` in a code span, or KEY=value / dotted.key=value /
-# snake_key=value in prose (a plain word before `=` is too often not a setting).
+# `key: value` or `key = value` in a code span; in prose only KEY=, dotted.key= or snake_key= (a plain word is not).
 _CODE_SPAN = re.compile(r"`([^`\n]{1,160})`")
 _SPAN_SETTING = re.compile(r"^\s*([A-Za-z_][\w.-]{0,80})\s*(?:=|:)\s*(\S.*?)\s*$")
 _PROSE_SETTING = re.compile(r"(?<![\w.`])([A-Z][A-Z0-9_]{2,80}|[a-z][a-z0-9_]*\.[a-z0-9_.]+|[a-z]+_[a-z0-9_]+)=([^\s,;`'\"]+)")
