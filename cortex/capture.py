@@ -350,17 +350,15 @@ def structural(items: list[Event], session: str, root: Path | None) -> Iterator[
         todos = [Event("tool", uuid=last.uuid, branch=last.branch, tool="TodoWrite", tool_input={"todos": tasks})]
     if todos:
         latest = todos[-1]
+        steps = [todo for todo in latest.tool_input["todos"] if isinstance(todo, dict) and todo.get("content")]
         lines = []
-        for todo in latest.tool_input["todos"]:
-            if isinstance(todo, dict) and todo.get("content"):
-                mark = "x" if todo.get("status") == "completed" else " "
-                note = " (in progress)" if todo.get("status") == "in_progress" else ""
-                lines.append(f"- [{mark}] {todo['content']}{note}")
-        if lines:
-            first = next((t["content"] for t in latest.tool_input["todos"] if isinstance(t, dict)
-                          and t.get("status") != "completed" and t.get("content")), None)
-            done_first = next((t["content"] for t in latest.tool_input["todos"] if isinstance(t, dict) and t.get("content")), "")
-            title = f"Plan: {first}" if first else f"Plan (done): {done_first}"
+        for todo in steps:
+            mark = "x" if todo.get("status") == "completed" else " "
+            note = " (in progress)" if todo.get("status") == "in_progress" else ""
+            lines.append(f"- [{mark}] {todo['content']}{note}")
+        if steps:
+            first = next((todo["content"] for todo in steps if todo.get("status") != "completed"), None)
+            title = f"Plan: {first}" if first else f"Plan (done): {steps[0]['content']}"
             # A plan first seen already finished is a record of work (the progress memory has it), not a plan.
             yield Candidate("plan", title_from_text(title, 100), "\n".join(lines) + "\n", "structural", 0.8, 6,
                             files=edited[:20], branch=latest.branch, key=f"plan:{session}", update_only=first is None)
