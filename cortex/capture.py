@@ -1,26 +1,28 @@
-"""Capture: memories from session transcripts (Claude Code's, and others' read as such by `cortex.transcripts`).
+"""Capture: memories from session transcripts, read incrementally, through the layers, guarded and deduplicated.
 
-Read incrementally (a cursor per transcript), normalise records into events, run the layers (self-report
-tags, structural, keyword), guard (`<private>`, injected text, secrets), dedup against active memories.
 docs/capture.md.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import re
 import time
-from dataclasses import dataclass, field
+from contextlib import nullcontext
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator
 
 from cortex.errors import SecretDetected
+from cortex.files import atomic_write, file_lock, lock_wait
+from cortex.gitfacts import branch_and_head, worktree_root
 from cortex.guard import redact, scan_text
-from cortex.memory import CAPTURE_TYPES, Memory, title_from_text
+from cortex.memory import CAPTURE_TYPES, Memory, now_iso, title_from_text
 from cortex.store import Store
-from cortex.text import INJECTED_END, INJECTED_MARK, words
-from cortex.transcripts import MAX_DUMP_BYTES, MAX_LINE_BYTES, Lines, normalise
+from cortex.text import INJECTED_END, INJECTED_MARK, strip_controls, words
+from cortex.transcripts import MAX_DUMP_BYTES, MAX_LINE_BYTES, Lines, normalise, text_of
 
 MAX_SLICE = 65_000  # characters of the session the LLM layer is sent
 DEFAULT_MAX_MESSAGE = 20_000  # `capture.max_message_chars`: what capture reads of one message, a body's longest
@@ -144,23 +146,7 @@ def _digest(text: str) -> str:
 
 
 def save_cursor(store: Store, transcript: Path, cursor: dict[str, Any]) -> None:
-    from cortex.files import atomic_write
-
     atomic_write(_cursor_path(store, transcript), json.dumps(cursor), durable=False)
-
-
-def _text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for block in content:
-            if isinstance(block, dict) and block.get("type") == "text":
-                parts.append(str(block.get("text", "")))
-            elif isinstance(block, str):
-                parts.append(block)
-        return "\n".join(parts)
-    return ""
 
 
 def events(records: list[dict[str, Any]]) -> list[Event]:
@@ -212,15 +198,15 @@ def events(records: list[dict[str, Any]]) -> list[Event]:
                         target = tools.get(str(block.get("tool_use_id", "")))
                         if target is not None:  # a sub-agent's report is its whole answer; other output its head
                             limit = 20_000 if target.tool in SUBAGENT_TOOLS else 4000
-                            target.result = _text_of(block.get("content"))[:limit]
+                            target.result = text_of(block.get("content"))[:limit]
                             target.failed = bool(block.get("is_error"))
                 continue
             if record.get("isCompactSummary") and not sidechain:
-                out.append(Event("summary", _text_of(content).strip(), uuid, branch, index=index))
+                out.append(Event("summary", text_of(content).strip(), uuid, branch, index=index))
                 continue
             if record.get("isMeta") or sidechain:
                 continue
-            text = _text_of(content).strip()
+            text = text_of(content).strip()
             if text and not text.startswith(SKIP_PROMPT_PREFIXES):
                 out.append(Event("human", text, uuid, branch, index=index))
         elif kind == "queue-operation" and record.get("operation") == "enqueue" and isinstance(record.get("content"), str):
@@ -269,8 +255,7 @@ WINDOWS_PATH = re.compile(r"^(?:([A-Za-z]):[\\/]|/([A-Za-z])/|\\\\)")  # C:\…,
 
 
 def _absolute_form(path: str) -> str | None:
-    """A path in one absolute form to compare on any platform ("c:/users/ana/app" for C:\\Users\\ana\\app and
-    /c/Users/ana/app; POSIX paths as they are), or None when it is relative."""
+    """One absolute form to compare on any platform ("c:/users/ana/app" for C:\\Users\\ana\\app); None if relative."""
     match = WINDOWS_PATH.match(path)
     if match:
         drive = (match.group(1) or match.group(2) or "").lower()
@@ -282,23 +267,20 @@ def _absolute_form(path: str) -> str | None:
 
 
 def _relative(path: str, root: Path | None, cwd: str | None = None) -> str:
-    """Repository-relative path (POSIX separators) of a file a session touched; "" for a file outside the
-    repository (plans under ~/.claude, /tmp…) and for any absolute path that cannot be made relative."""
+    """Repository-relative path (POSIX separators) of a file a session touched; "" outside the repository."""
     if not path:
         return ""
     absolute = _absolute_form(path)
     if absolute is None:
         return path.replace("\\", "/")
-    bases = [str(root.resolve()) if root is not None and _absolute_form(path) == path else "", cwd or ""]
+    windows = absolute != path  # a Windows path is compared lower-cased
+    bases = ([str(root.resolve())] if root is not None and not windows else []) + [cwd or ""]
     for base in bases:
-        base_form = _absolute_form(base) if base else None
-        if not base_form:
-            continue
-        windows = absolute != path
-        mine, theirs = (absolute, base_form.lower()) if windows else (absolute, base_form)
-        if mine.startswith(theirs.rstrip("/") + "/"):
-            tail = path.replace("\\", "/")[-(len(mine) - len(theirs.rstrip("/")) - 1):]
-            return tail
+        form = _absolute_form(base) if base else None
+        if form:
+            prefix = (form.lower() if windows else form).rstrip("/")
+            if absolute.startswith(prefix + "/"):
+                return path.replace("\\", "/")[-(len(absolute) - len(prefix) - 1):]
     return ""
 
 
@@ -318,7 +300,7 @@ def _substance(text: str) -> str:
 
 
 def _task_list(items: list[Event]) -> list[dict[str, str]]:
-    """The plan as TaskCreate/TaskUpdate built it; task ids are the creation order (1, 2, …) as Claude Code numbers them."""
+    """The plan as TaskCreate/TaskUpdate built it (task ids are the creation order, 1, 2, …)."""
     tasks: list[dict[str, str]] = []
     for event in items:
         if event.kind != "tool" or event.failed:
@@ -337,8 +319,7 @@ HEREDOC = re.compile(r"<<-?\s*['\"]?(\w+)['\"]?[^\n]*\n(.*?)\n\s*\1\b", re.S)
 
 
 def commit_message(command: str) -> str:
-    """The first line of the message a `git commit` command gives: `-m "…"`, `-m '…'`, or Claude Code's
-    `-m "$(cat <<'EOF' … EOF)"` heredoc; "" when the message comes from an editor or a file."""
+    """The first line of a `git commit`'s `-m` message (quoted or a heredoc); "" from an editor or a file."""
     heredoc = HEREDOC.search(command)
     if heredoc and re.search(r"\s-[a-zA-Z]*m\s*[\"']?\$\(cat", command):
         text = heredoc.group(2)
@@ -350,27 +331,20 @@ def commit_message(command: str) -> str:
 
 
 def _commits(items: list[Event]) -> list[str]:
-    """Messages of the git commits the session made (successful `git commit`)."""
-    out = []
-    for event in items:
-        if event.kind == "tool" and event.tool == "Bash" and not event.failed:
-            command = str(event.tool_input.get("command", ""))
-            if re.search(r"\bgit\s+commit\b", command):
-                out.append(commit_message(command) or "(message from an editor or file)")
-    return out
+    commands = [str(e.tool_input.get("command", "")) for e in items if e.kind == "tool" and e.tool == "Bash"
+                and not e.failed]
+    return [commit_message(c) or "(message from an editor or file)" for c in commands
+            if re.search(r"\bgit\s+commit\b", c)]
 
 
 def _edited(items: list[Event], root: Path | None) -> list[str]:
-    """The files these events created or changed, relative to the repository (or to the session's cwd when the
-    transcript comes from another machine)."""
+    """The files these events changed, relative to the repository (or to the session's cwd, from elsewhere)."""
     return sorted({_relative(str(e.tool_input.get("file_path") or e.tool_input.get("notebook_path") or ""), root, e.cwd)
                    for e in items if e.kind == "tool" and not e.failed
                    and e.tool in ("Edit", "Write", "MultiEdit", "NotebookEdit")} - {""})
 
 
 def structural(items: list[Event], session: str, root: Path | None) -> Iterator[Candidate]:
-    # Paths are absolute in transcripts: relative to the repository, or to the session's own cwd
-    # (the project it ran in) when the transcript comes from elsewhere.
     edited = _edited(items, root)
     todos = [e for e in items if e.kind == "tool" and e.tool == "TodoWrite" and not e.failed
              and isinstance(e.tool_input.get("todos"), list)]
@@ -380,17 +354,15 @@ def structural(items: list[Event], session: str, root: Path | None) -> Iterator[
         todos = [Event("tool", uuid=last.uuid, branch=last.branch, tool="TodoWrite", tool_input={"todos": tasks})]
     if todos:
         latest = todos[-1]
+        steps = [todo for todo in latest.tool_input["todos"] if isinstance(todo, dict) and todo.get("content")]
         lines = []
-        for todo in latest.tool_input["todos"]:
-            if isinstance(todo, dict) and todo.get("content"):
-                mark = "x" if todo.get("status") == "completed" else " "
-                note = " (in progress)" if todo.get("status") == "in_progress" else ""
-                lines.append(f"- [{mark}] {todo['content']}{note}")
-        if lines:
-            first = next((t["content"] for t in latest.tool_input["todos"] if isinstance(t, dict)
-                          and t.get("status") != "completed" and t.get("content")), None)
-            done_first = next((t["content"] for t in latest.tool_input["todos"] if isinstance(t, dict) and t.get("content")), "")
-            title = f"Plan: {first}" if first else f"Plan (done): {done_first}"
+        for todo in steps:
+            mark = "x" if todo.get("status") == "completed" else " "
+            note = " (in progress)" if todo.get("status") == "in_progress" else ""
+            lines.append(f"- [{mark}] {todo['content']}{note}")
+        if steps:
+            first = next((todo["content"] for todo in steps if todo.get("status") != "completed"), None)
+            title = f"Plan: {first}" if first else f"Plan (done): {steps[0]['content']}"
             # A plan first seen already finished is a record of work (the progress memory has it), not a plan.
             yield Candidate("plan", title_from_text(title, 100), "\n".join(lines) + "\n", "structural", 0.8, 6,
                             files=edited[:20], branch=latest.branch, key=f"plan:{session}", update_only=first is None)
@@ -406,9 +378,7 @@ INSPECTION = {"ls", "cat", "find", "grep", "rg", "head", "tail", "echo", "pwd", 
 
 
 def command_gotchas(items: list[Event]) -> Iterator[Candidate]:
-    """A command that failed and then worked once its own words changed (a flag, an option, a path to it): the
-    error and the form that works. The same command run again after edits is ordinary work, and so is a
-    different command of the same program (`uv run ruff` failing is not fixed by `uv run pytest`)."""
+    """A command that failed, then worked once its own words changed: the error and the form that works."""
     commands = [e for e in items if e.kind == "tool" and e.tool in ("Bash", "PowerShell")]
     reported: set[str] = set()
     for i, failed in enumerate(commands):
@@ -445,8 +415,7 @@ def command_gotchas(items: list[Event]) -> Iterator[Candidate]:
 
 
 def _wrong_folder(command: str, fixed: str, error: str) -> bool:
-    """True when the fix is not a lesson: the command only ran from the wrong folder (`cd` failed, or only its
-    paths changed), or the "fix" is another command of the same program (`node a.js` then `node --version`)."""
+    """True when the fix is no lesson: the wrong folder, only paths changed, or another command of the program."""
     if re.search(r"\bcd\b", error) or re.match(r"(?i)^(?:\S*sh: )?(?:line \d+: )?cd:", error):
         return True
     def plain(text: str) -> list[str]:
@@ -460,9 +429,7 @@ def _wrong_folder(command: str, fixed: str, error: str) -> bool:
 
 
 def _command_identity(command: str) -> str:
-    """What a shell command runs, in words: the program and its subcommands (`git commit`, `uv run ruff check`,
-    `npm run build`), past `cd dir &&` prefixes and VAR=value assignments; flags and arguments with paths,
-    quotes or values are not part of it."""
+    """What a shell command runs: the program and its subcommands (`uv run ruff check`), without flags or values."""
     for part in re.split(r"&&|;|\|\|", command):
         tokens = [w for w in part.split() if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", w)]
         if not tokens or tokens[0] in ("cd", "source", ".", "export", "set"):
@@ -482,12 +449,11 @@ _ERROR_WORDS = re.compile(r"(?i)\b(error|fatal|failed|failure|exception|not foun
 
 
 def _origin(event: Event) -> dict[str, Any]:
-    """Where a candidate came from: the record's uuid and its position in the slice read."""
     return {"record": event.uuid, "index": event.index}
 
 
 def _error_line(output: str) -> str:
-    """The line of a command's output that says what went wrong (the last such line: tracebacks end there)."""
+    """The last line of a command's output that says what went wrong (tracebacks end there)."""
     lines = [line.strip() for line in output.splitlines() if line.strip() and not line.startswith("Exit code")]
     matching = [line for line in lines if _ERROR_WORDS.search(line)]
     return matching[-1] if matching else ""
@@ -505,9 +471,7 @@ MIN_REPORT = 160  # characters of substance a request's final report needs to be
 
 
 def summary_title(text: str, limit: int = 120, taken: list[set[str]] | None = None) -> str:
-    """A title for a report: its first prose sentence that says something (no filler, no heading, no table row,
-    no code) and is not mostly the words of a title `taken` already, whole; a clause of it only when the sentence
-    is longer than `limit`."""
+    """A report's first prose sentence that says something and is not mostly a title `taken` already."""
     in_code = False
     fallback = ""
     for raw in _clean(text).splitlines():
@@ -546,12 +510,7 @@ def _turns(items: list[Event]) -> list[tuple[Event | None, list[Event]]]:
 
 
 def _report_of(answer: list[Event]) -> tuple[Event | None, bool]:
-    """The request's final report: the last main-thread message with substance (a closing "Done." is not one;
-    a shorter one will do when the request changed files). A message with a [MEMORY: …] tag has said what to
-    keep: it is a report only of the work, when the request changed files, and without its tags (second value
-    True)."""
-    from dataclasses import replace
-
+    """The request's last main-thread message with substance, and whether it was tagged (then its tags left out)."""
     acted = any(e.kind == "tool" and not e.failed and e.tool in ("Edit", "Write", "MultiEdit", "NotebookEdit", "Bash")
                 for e in answer)
     for event in reversed(answer):
@@ -567,16 +526,13 @@ def _report_of(answer: list[Event]) -> tuple[Event | None, bool]:
 
 
 def _run_outcome(text: str, limit: int = 400) -> bool:
-    """True for a message that opens with one run's outcome ("All 42 tests pass and ruff is clean. …")."""
+    """True for a message that opens with one run's outcome ("All 42 tests pass. …")."""
     substance = _substance(re.sub(r"(?m)^#+ .*$|^[^\w\n]+", "", _clean(text)))
     return len(substance) < limit and bool(RUN_OUTCOME.match(substance))
 
 
 def request_reports(items: list[Event], session: str, root: Path | None) -> Iterator[Candidate]:
-    """One memory per request whose final report says something lasting: what was asked, what was found or done,
-    the files changed and the commits made (a `progress` memory when files changed, `context` otherwise)."""
-    from dataclasses import replace
-
+    """One memory per request whose final report says something lasting (`progress` when files changed)."""
     for prompt, answer in _turns(items):
         report, tagged = _report_of(answer)
         edited, commits = _edited(answer, root), _commits(answer)
@@ -611,8 +567,7 @@ SKIPPED_SECTIONS = ("user messages", "files and code", "optional", "primary requ
 
 
 def compaction_summaries(items: list[Event]) -> Iterator[Candidate]:
-    """A compaction summary is the session's own account of itself: one memory per section that carries knowledge
-    (errors and fixes, problem solving, key concepts, pending work), typed by the section's name."""
+    """One memory per section of a compaction summary that carries knowledge, typed by the section's name."""
     summaries = [e for e in items if e.kind == "summary"]
     for event in summaries:
         text = _clean(event.text)
@@ -637,9 +592,7 @@ MAX_FINDING = 600  # characters of substance a sub-agent's report may have to be
 
 
 def subagent_findings(items: list[Event]) -> Iterator[Candidate]:
-    """A sub-agent's (Task/Agent tool) report when it is one short finding, in its own words without its chatter
-    ("Perfect! Now I have …") or a "Sub-agent … reported:" frame, the sub-agent as its source. A digest (long,
-    or built of headings and lists) is what the main thread works from, not a memory (issue 40)."""
+    """A sub-agent's report when it is one short finding (a digest is what the main thread works from)."""
     for event in items:
         if event.kind != "tool" or event.tool not in SUBAGENT_TOOLS or event.failed:
             continue
@@ -683,8 +636,7 @@ def _sentences(text: str) -> Iterator[str]:
 
 
 def _paragraph(text: str, sentence: str) -> str:
-    """The paragraph of `text` a sentence sits in (with the list that follows a line ending in a colon), so a
-    cue's memory says what it says in full and not one sentence cut from its reason."""
+    """The paragraph a sentence sits in (and a list after a colon): a cue is kept with its reason."""
     blocks = re.split(r"\n\s*\n", text)
     probe = sentence[:60]
     for n, block in enumerate(blocks):
@@ -695,14 +647,12 @@ def _paragraph(text: str, sentence: str) -> str:
     return sentence
 
 
-# Words the person quoted or pasted from elsewhere (docs/capture.md, "Whose rule is it"): a fenced block, a
-# blockquote line, a double-quoted span. They are blanked (same length) before a rule is looked for.
+# What the person quoted (a fence, a blockquote, double quotes) is not their rule (docs/capture.md).
 QUOTED_BLOCK = re.compile(r"(?ms)^[ \t]*(`{3,}|~{3,}).*?(?:^[ \t]*\1[^\n]*$|\Z)|^[ \t]*>[^\n]*$")
 QUOTED = re.compile(QUOTED_BLOCK.pattern + r"|\"[^\"\n]*\"|“[^”\n]*”")
 _AI_READER = (r"(?:ai|llms?|(?:large )?language models?|ai (?:assistants?|agents?|models?|tools?|systems?)|"
               r"(?:ai |coding )?assistants?)")
-# Instructions to AI readers in general, the way a planted note in a file, an issue or a web page is written; the
-# person speaks to their own assistant as "you". A message holding one is taken as pasted, and no rule is kept.
+# Instructions to AI readers in general are a planted note, pasted: the person says "you" to their assistant.
 TO_ANY_AI = re.compile(rf"(?i)\b(?:(?:any|all|every|each) {_AI_READER}|(?:note|message|instructions?|attention|"
                        rf"notice|reminder|warning)s? (?:to|for) (?:the |an? |all |any )?{_AI_READER}|if you are an? "
                        rf"{_AI_READER}|{_AI_READER} (?:reading|processing|parsing) this)\b")
@@ -714,9 +664,7 @@ def _own_words(text: str) -> str:
 
 
 def user_rules(items: list[Event]) -> Iterator[Candidate]:
-    """The person's own rules and corrections ("never edit the generated files", "no, keep …", "it needs to be …"):
-    a `pattern` memory with the prompt as they wrote it. Long pasted text (logs, documents) is not a rule, nor is
-    text they quoted (a fence, a blockquote, double quotes), nor a message addressed to AI readers in general."""
+    """The person's own rules and corrections, as they wrote them (not pasted, quoted or addressed to any AI)."""
     acted = False
     for event in items:
         if event.kind == "tool":
@@ -740,8 +688,7 @@ def user_rules(items: list[Event]) -> Iterator[Candidate]:
 
 
 def keyword(items: list[Event]) -> Iterator[Candidate]:
-    """The person's rules and corrections; root causes and decisions in the assistant's words (a paragraph each,
-    at most two a message, in messages without a [MEMORY: …] tag)."""
+    """Rules and corrections; root causes and decisions in the assistant's untagged messages (two a message)."""
     yield from user_rules(items)
     for event in items:
         if event.kind != "text" or event.sidechain:
@@ -783,8 +730,7 @@ TEMP_PATH = re.compile(r"(?i)(?:\b[A-Z]:[\\/][^\s'\"`]*?[\\/]Temp|(?:/private)?/
 
 
 def machine_free(text: str, folders: list[str]) -> str:
-    """`text` without machine-local paths: the session's folders cut off (what follows is the project's own
-    path), then the user name of a home folder replaced by `<user>` and a temporary path by `<tmp>`."""
+    """`text` without machine-local paths: the session's folders cut, home user names and temp paths masked."""
     for folder in sorted({f.rstrip("/\\") for f in folders if f and len(f) > 3}, key=len, reverse=True):
         text = re.sub(re.escape(folder) + r"[\\/]", "", text)
         text = re.sub(re.escape(folder) + r"(?![\w.-])", ".", text)
@@ -800,7 +746,7 @@ LEAD_IN = re.compile(r"(?i)^(?:(?:the|one|another|a) (?:real |actual |main |root
 
 
 def fact_title(title: str) -> str:
-    """The title without a narrating opening or leading symbols (emoji, check marks), first letter capitalised."""
+    """The title without a narrating opening or leading symbols, first letter capitalised."""
     cleaned = title
     for _ in range(3):
         cleaned = re.sub(r"^[^\w\"'`(\[]+", "", cleaned)
@@ -815,7 +761,7 @@ def _title_words(title: str) -> set[str]:
 
 
 def _taken(title: str, taken: list[set[str]] | None) -> bool:
-    """True when `title` has mostly the words of one of the titles `taken` (the same fact, said again)."""
+    """True when `title` has mostly the words of a title `taken` (the same fact, said again)."""
     mine = _title_words(title)
     return bool(mine) and any(len(mine & other) / len(mine | other) >= 0.6 for other in taken or ())
 
@@ -824,9 +770,7 @@ REPEAT_REPORT = 400  # characters a report must have to be kept when its title's
 
 
 def precise(candidates: list[Candidate], items: list[Event], root: Path | None) -> list[Candidate]:
-    """The candidates worth a memory: machine paths out of every one (an explicit [MEMORY: …] tag keeps the rest of
-    its words), narrating openings out of titles, and one memory for a fact said several times (a later candidate
-    whose title has mostly the words of an earlier one is dropped)."""
+    """The candidates worth a memory: machine paths and narrating openings out, one memory for a fact said twice."""
     folders = sorted({e.cwd for e in items if e.cwd} | ({str(root)} if root is not None else set()))
     kept: list[Candidate] = []
     seen: list[set[str]] = []
@@ -837,8 +781,7 @@ def precise(candidates: list[Candidate], items: list[Event], root: Path | None) 
         if candidate.layer != "self-report" and _taken(candidate.title, seen):
             if not (candidate.key or "").startswith("report:"):
                 continue
-            # A long report says more than the sentence kept already: titled by what else it says; a short one
-            # is that sentence said again.
+            # A long report says more than the sentence kept already; a short one is that sentence again.
             report = candidate.body.split("\n\n", 1)[-1] if candidate.body.startswith("Asked:") else candidate.body
             if len(report.split("\nFiles changed:\n")[0].split("\nCommits:\n")[0]) < REPEAT_REPORT:
                 continue
@@ -854,17 +797,14 @@ def precise(candidates: list[Candidate], items: list[Event], root: Path | None) 
 
 
 def _as_text(candidate: Candidate) -> None:
-    """Drop control characters a terminal or tool printed (ANSI colours, a NUL): a memory holding one is refused."""
-    from cortex.text import strip_controls
-
+    """Drop control characters a tool printed (ANSI colours, a NUL): a memory holding one is refused."""
     candidate.title, candidate.body = strip_controls(candidate.title), strip_controls(candidate.body)
     candidate.tags = [strip_controls(tag) for tag in candidate.tags]
     candidate.files = [strip_controls(name) for name in candidate.files]
 
 
 def _redact(candidate: Candidate, report: CaptureReport, max_chars: int = DEFAULT_MAX_MESSAGE) -> Candidate | None:
-    """The candidate with every secret in its body replaced, all of its lines, by `[REDACTED:<kind>]` and the body
-    cut to `max_chars`; None when the secret is the point (in the title, on the title's line, or all there is)."""
+    """The candidate with its secrets redacted and its body capped; None when a secret is the point."""
     if scan_text(candidate.title):
         return None
     body, findings = redact(candidate.body)
@@ -888,8 +828,7 @@ def _redact(candidate: Candidate, report: CaptureReport, max_chars: int = DEFAUL
 
 
 def _capped(text: str, limit: int) -> str:
-    """At most `limit` characters of `text`, cut at a line break or a space so no token is cut in two (the head
-    of a cut key would no longer look like one)."""
+    """At most `limit` characters, cut between tokens (the head of a cut key no longer looks like one)."""
     if len(text) <= limit:
         return text
     cut = max(text.rfind("\n", 0, limit + 1), text.rfind(" ", 0, limit + 1))
@@ -908,20 +847,17 @@ NEAREST_READ = 24  # memories closest in meaning whose words a candidate is comp
 
 
 class _Existing:
-    """The active memories of the candidates' types in one store, as the duplicate check sees them: a candidate is
-    compared in one matrix product with every memory of its type that has a vector, and only the `NEAREST_READ`
-    closest are read for the word overlap; memories without a vector, and those this capture writes, are compared word
-    by word."""
+    """The active and proposed memories of the candidates' types in one store, as the duplicate check sees them."""
 
     def __init__(self, store: Store, index: Any, types: set[str]) -> None:
         self.store, self.index = store, index
-        files = index.manifest.files
-        self.rels = [rel for rel, entry in index.records().items() if entry["type"] in types
+        self.records = index.records()
+        self.rels = [rel for rel, entry in self.records.items() if entry["type"] in types
                      and entry["status"] in ("active", "proposed")]  # a proposal seen again is not proposed twice
-        self.keyed: dict[str, str] = {}  # source key -> path, from the metadata (decoded only where a key is)
+        self.keyed: dict[str, str] = {}  # source key -> path
         for rel in self.rels:
-            if '"key"' in files[rel]["meta"]:
-                key = (index.manifest.meta(rel).get("source") or {}).get("key")
+            if '"key"' in self.records[rel]["meta"]:
+                key = (index.meta(rel).get("source") or {}).get("key")
                 if key:
                     self.keyed[str(key)] = rel
         self.fresh: list[Memory] = []  # written or updated by this capture: compared in full
@@ -930,15 +866,11 @@ class _Existing:
         self._by_type: dict[str, tuple[list[str], Any, list[str]]] = {}
 
     def read(self, rel: str) -> Memory | None:
-        """One memory: its metadata from the cache, its body from the file (no YAML parsed)."""
+        """One memory: its metadata from the cache, its body from the file."""
         if rel not in self._read:
             from cortex.index.cache import read_body
-            from cortex.index.manifest import memory_from_meta
 
-            path = self.store.memories_dir / rel
-            item = memory_from_meta(self.index.manifest.meta(rel), path)
-            item.body = read_body(path)
-            self._read[rel] = item
+            self._read[rel] = replace(self.index.memory(rel), body=read_body(self.store.memories_dir / rel))
         return self._read[rel]
 
     def keyed_memory(self, key: str) -> Memory | None:
@@ -958,26 +890,24 @@ class _Existing:
     def of_type(self, kind: str) -> tuple[list[str], Any, list[str]]:
         """(paths with a vector, their rows as one matrix or None, paths without a vector) for one type."""
         if kind not in self._by_type:
-            files = self.index.manifest.files
-            rels = [rel for rel in self.rels if files[rel]["type"] == kind]
-            found = self.index.vector_matrix() if self.index.manifest.vector_keys else None
+            records = self.records
+            rels = [rel for rel in self.rels if records[rel]["type"] == kind]
+            found = self.index.vector_matrix()
             if found is None:
                 self._by_type[kind] = ([], None, rels)
             else:
                 import numpy as np
 
                 matrix, row_of = found
-                with_rows = [rel for rel in rels if files[rel].get("vhash") in row_of]
-                rows = np.fromiter((row_of[files[rel]["vhash"]] for rel in with_rows), dtype=np.int64,
-                                   count=len(with_rows))
-                without = [rel for rel in rels if files[rel].get("vhash") not in row_of]
-                self._by_type[kind] = (with_rows, np.ascontiguousarray(matrix[rows]), without)
+                with_rows = [rel for rel in rels if records[rel].get("vhash") in row_of]
+                rows = [row_of[records[rel]["vhash"]] for rel in with_rows]
+                without = [rel for rel in rels if records[rel].get("vhash") not in row_of]
+                self._by_type[kind] = (with_rows, matrix[np.asarray(rows, dtype=np.int64)], without)
         return self._by_type[kind]
 
 
 def _duplicate_of(existing: _Existing, candidate: Candidate, encoder: Any, cosine_duplicate: float) -> Memory | None:
-    """The active memory of the same type this candidate repeats: the same words, a word overlap of at least
-    JACCARD_DUPLICATE, or (with vectors) a cosine of at least `capture.dedup_cosine`."""
+    """The memory of the candidate's type it repeats: by word overlap, or by cosine among the nearest read."""
     mine = words(candidate.title + " " + candidate.body)
 
     def same_words(other: Memory) -> bool:
@@ -1021,10 +951,7 @@ def _duplicate_of(existing: _Existing, candidate: Candidate, encoder: Any, cosin
 
 def write_candidates(store: Store, candidates: list[Candidate], session: str, commit: str | None = None,
                      report: CaptureReport | None = None, indexes: Any = None) -> list[str]:
-    """Guard, dedup and write candidates (global-scope ones to the global store); returns the ids written.
-
-    What was written is in `report.written` (ids) and `report.paths` (by store root), and queued for links.
-    """
+    """Guard, dedup and write candidates (global-scope ones to the global store), queued for links; the ids."""
     from cortex.index import Indexes
 
     report = report or CaptureReport()
@@ -1045,7 +972,7 @@ def write_candidates(store: Store, candidates: list[Candidate], session: str, co
     def encode() -> Any:
         if not encoder:
             index = indexes.synced(store)
-            encoder.append(index.query_encoder() if index.manifest and index.manifest.vector_keys else None)
+            encoder.append(index.query_encoder() if index.vector_matrix() is not None else None)
         return encoder[0]
 
     cosine_duplicate = float(store.config().get("capture.dedup_cosine"))
@@ -1080,8 +1007,7 @@ def write_candidates(store: Store, candidates: list[Candidate], session: str, co
 
 def _write_one(existing: _Existing, candidate: Candidate, session: str, commit: str | None, encode: Any,
                cosine_duplicate: float, report: CaptureReport, propose: bool = False) -> Memory | None:
-    """Write one guarded candidate (`propose`: as a proposal, for `cortex inbox`), or update its keyed memory in
-    place (its status kept), or refresh the duplicate it repeats."""
+    """Write one guarded candidate (`propose`: as a proposal), update its keyed memory, or refresh its duplicate."""
     store = existing.store
     current = existing.keyed_memory(candidate.key) if candidate.key else None
     if candidate.update_only and current is None:
@@ -1099,12 +1025,8 @@ def _write_one(existing: _Existing, candidate: Candidate, session: str, commit: 
         report.duplicates += 1
         _refresh(store, duplicate)
         return None
-    source: dict[str, Any] = {"kind": "transcript", "session": session, "layer": candidate.layer}
-    if commit:
-        source["commit"] = commit
-    if candidate.key:
-        source["key"] = candidate.key
-    source.update(candidate.origin)
+    source = {"kind": "transcript", "session": session, "layer": candidate.layer}
+    source |= {k: v for k, v in (("commit", commit), ("key", candidate.key)) if v} | candidate.origin
     from cortex.graph import automatic_links
 
     return store.create(Memory(id="", type=candidate.type, title=candidate.title, body=candidate.body,
@@ -1114,17 +1036,12 @@ def _write_one(existing: _Existing, candidate: Candidate, session: str, commit: 
 
 
 def project_name(store: Store) -> str:
-    """The project's name as memories in the global store carry it: its git worktree's folder name (the
-    folder holding `.cortex/` outside git)."""
+    """The project's name in the global store: its worktree's folder (the folder holding `.cortex/` outside git)."""
     return (store.worktree or store.root.parent).name
 
 
 def _refresh(store: Store, memory: Memory) -> None:
-    """Seen again: move the memory's `updated` forward (once a day at most, so a repeated fact does not churn git)."""
-    import datetime as dt
-
-    from cortex.memory import now_iso
-
+    """Seen again: move the memory's `updated` forward, once a day at most (git does not churn)."""
     if memory.updated and memory.updated[:10] >= (dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=1)).strftime("%Y-%m-%d"):
         return
     try:
@@ -1137,25 +1054,15 @@ def _refresh(store: Store, memory: Memory) -> None:
 def capture(store: Store, transcript: Path, session: str | None = None, last_message: str | None = None,
             from_start: bool = False, commit: str | None = None, indexes: Any = None,
             dry_run: bool = False) -> CaptureReport:
-    """Run the pipeline on what is new in `transcript`; write memories; advance the cursor. One capture of a
-    transcript at a time: a second waits, then reads on from the saved cursor; after `lock_wait()` it raises
-    `LockBusy` and leaves the rest for the next run."""
-    if dry_run:
-        return _capture(store, transcript, session, last_message, from_start, commit, indexes, dry_run)
-    from cortex.files import file_lock, lock_wait
-
-    key = _cursor_path(store, transcript).stem
-    with file_lock(store.state_dir / "locks" / f"capture-{key}.lock", timeout=lock_wait()):
+    """Capture what is new in `transcript` and advance its cursor, one capture of a transcript at a time
+    (`dry_run`: the guarded candidates in `report.candidates`, nothing written)."""
+    lock = store.state_dir / "locks" / f"capture-{_cursor_path(store, transcript).stem}.lock"
+    with nullcontext() if dry_run else file_lock(lock, timeout=lock_wait()):
         return _capture(store, transcript, session, last_message, from_start, commit, indexes, dry_run)
 
 
 def _capture(store: Store, transcript: Path, session: str | None, last_message: str | None, from_start: bool,
              commit: str | None, indexes: Any, dry_run: bool) -> CaptureReport:
-    """`capture` under its lock. With `dry_run` the guarded candidates land in `report.candidates` and nothing is
-    written. Only the layers named in `capture.layers` run; `indexes` shares one sync with the caller's later
-    steps."""
-    from cortex.gitfacts import branch_and_head, worktree_root
-
     started = time.perf_counter()
     report = CaptureReport()
     records, report.skipped_lines, cursor = read_new_records(store, transcript, from_start)
@@ -1176,8 +1083,7 @@ def _capture(store: Store, transcript: Path, session: str | None, last_message: 
                          or any(e.kind == "text" and last_message.strip() in e.text for e in items)):
         cursor["pending"] = _digest(last_message)  # captured: a Stop sending the same reply again skips it
     elif last_message:
-        # The transcript on disk can lag the Stop hook: take the reply from the payload, and remember it so the
-        # next run, which reads it from the file, does not capture it twice.
+        # The transcript on disk can lag the Stop hook: the reply from the payload, remembered against a second capture.
         items.append(Event("text", last_message))
         cursor["pending"] = _digest(last_message)
     session = session or next((str(r.get("sessionId")) for r in records if r.get("sessionId")), transcript.stem)
@@ -1210,7 +1116,7 @@ def _capture(store: Store, transcript: Path, session: str | None, last_message: 
 
 
 def candidates_from(store: Store, items: list[Event], session: str, root: Path | None) -> list[Candidate]:
-    """The candidates of the local layers `capture.layers` turns on (an unknown name is a config warning)."""
+    """The candidates of the local layers `capture.layers` turns on."""
     wanted = {str(name).replace("-", "_") for name in (store.config().get("capture.layers") or ())}
     out: list[Candidate] = []
     if "self_report" in wanted:
@@ -1230,9 +1136,7 @@ def queue_dir(store: Store) -> Path:
 
 
 def render_slice(items: list[Event]) -> str:
-    """The session events as plain text for the model, the newest kept when it is too long: `<private>` text
-    removed and secrets redacted (`[REDACTED:<kind>]`) in each event before it is cut or its spaces folded (a key
-    wrapped over lines, folded onto one, would no longer read as one)."""
+    """The newest session events as plain text for the model, each guarded before it is cut or folded."""
 
     def guarded(text: str) -> str:
         return redact(_without_private(text))[0]
@@ -1265,12 +1169,7 @@ def _without_private(text: str) -> str:
 
 
 def enqueue(store: Store, session: str, slice_text: str, context: str) -> Path | None:
-    """Queue a job for `cortex worker` (nothing when the slice is empty). The slice and context are guarded here,
-    where they are written: `<private>` text removed, secrets redacted."""
-    import time
-
-    from cortex.files import atomic_write
-
+    """Queue a job for `cortex worker` (none for an empty slice), guarded where it is written."""
     slice_text = redact(_without_private(slice_text))[0]
     context = redact(_without_private(context))[0]
     if not slice_text.strip():

@@ -1,14 +1,12 @@
-"""Claims in a text: the checkable facts two memories can disagree on.
+"""Claims in a text: the checkable facts two memories can disagree on, however alike they read to an embedding.
 
-Two memories that differ in a claim are not duplicates, however alike they read: "orders are retried 3 times"
-and "billing is retried 5 times" score as one sentence to any embedding. `claims` reads the checkable facts of
-a text (numbers with their units, versions, names, code identifiers, what it negates) and `conflict` says where
-two texts disagree. Plain regular expressions, no model: deterministic, and cheap enough to run on every pair.
-Consolidation uses them to refuse merges that would lose a fact, and to keep every member's claims in a merge.
+`claims` reads them (numbers with units, versions, names, identifiers, negations) with plain regular
+expressions, deterministically; `conflict` says where two texts disagree.
 """
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass, replace
 
@@ -287,7 +285,7 @@ class _ClaimReader:
                 self.add(n, "name", name.lower(), name)
 
     def place_items(self) -> tuple[str, ...]:
-        """Pass 2: the content words around each claim (`Claim.near`); returns the content words' stems."""
+        """Pass 2: the content words around each claim (`Claim.near`); returns their stems."""
         content: list[tuple[int, str]] = []  # (token position, stem; "" for a claim)
         for n, lower in enumerate(self.lowered):
             if n in self.absorbed:
@@ -411,16 +409,11 @@ def _family(identifier: str) -> str | None:
 
 
 def conflict(a: str | Claims, b: str | Claims) -> str | None:
-    """Why two texts are not one memory, or None: they differ in a claim (see `claims`).
+    """Why two texts are not one memory, or None (an extra fact in one is no conflict).
 
-    A claim of one text missing from the other is an extra fact, not a conflict (the merge keeps it); two
-    texts conflict when each holds a claim the other lacks and the two sit in one slot: numbers of one unit
-    ("10 minutes" vs "15 minutes", "port 5432" vs "port 5433", "3 times" vs "5 times"), versions of one
-    product (Python 3.11 vs 3.12), names or identifiers with a content word around them in common ("Alice owns
-    payments" vs "Bob owns payments"); or when one negates what the other asserts in the same place ("must
-    run" vs "must not run", "retry" vs "never retry", "pulls" vs "no longer pulls"); or when the texts are one
-    sentence with a single content word swapped ("the orders service ..." vs "the billing service ...").
-    Numbers written differently are the same claim: "3" and "three", "30 seconds" and "half a minute".
+    They conflict when each holds a claim the other lacks in one slot (numbers of one unit, versions of one
+    product, names sharing a content word: "Alice owns payments" / "Bob owns payments"), when one negates what
+    the other asserts ("must run" / "must not run"), or when one content word is swapped.
     """
     first = a if isinstance(a, Claims) else claims(a)
     second = b if isinstance(b, Claims) else claims(b)
@@ -446,8 +439,7 @@ def conflict(a: str | Claims, b: str | Claims) -> str | None:
 
 
 def _swapped_alternatives(first: Claims, second: Claims) -> tuple[str, str] | None:
-    """The two choices, when each text rules out what the other picks ("use X, not Y" / "use Y, not X"): each
-    negates a word the other says plainly and never negates."""
+    """The two choices, when each text rules out what the other picks ("use X, not Y" / "use Y, not X")."""
 
     def ruled_out(one: Claims, other: Claims) -> list[str]:
         said = {stem for _before, stem in other.asserted} - {stem for _before, stem in other.negated}
@@ -463,10 +455,7 @@ def _swapped_alternatives(first: Claims, second: Claims) -> tuple[str, str] | No
 
 
 def _one_word_swapped(first: Claims, second: Claims) -> tuple[str, str] | None:
-    """The two words, when the texts' content words are the same but for one swapped in one place, and neither
-    word is anywhere in the other text."""
-    import difflib
-
+    """The two words, when the texts' content words are the same but for one swapped (found nowhere in the other)."""
     a, b = first.stems, second.stems
     if len(a) < 4 or len(b) < 4:
         return None
@@ -474,12 +463,9 @@ def _one_word_swapped(first: Claims, second: Claims) -> tuple[str, str] | None:
     if len(ops) != 1 or ops[0][0] != "replace":
         return None
     _tag, i1, i2, j1, j2 = ops[0]
-    if i2 - i1 != 1 or j2 - j1 != 1 or len(a) < 4:
+    if i2 - i1 != 1 or j2 - j1 != 1 or a[i1] in second.word_stems or b[j1] in first.word_stems:
         return None
-    old, new = a[i1:i2], b[j1:j2]
-    if set(old) & second.word_stems or set(new) & first.word_stems:
-        return None
-    return " ".join(old), " ".join(new)
+    return a[i1], b[j1]
 
 
 # What a decision picks: the word after "use", "chose", "switched to", "stored in", ... ("use celery" -> celery).
@@ -492,8 +478,7 @@ _CHOICE_SKIP = frozenset({"a", "an", "the", "our", "its", "their", "plain", "onl
 
 
 def choices(text: str) -> frozenset[str]:
-    """The stems of what a decision's text picks: the first word after a choice verb ("use celery", "switched
-    to uv", "stored in Postgres", "goes with Redis"), never one it negates."""
+    """The stems of what a decision picks: the word after a choice verb ("use celery", "stored in Postgres")."""
     tokens = [t.lower().replace("’", "'") for t, _start in _split_tokens(text)]
     out: set[str] = set()
     for n, token in enumerate(tokens[:-1]):
@@ -512,8 +497,7 @@ def choices(text: str) -> frozenset[str]:
 
 
 def different_choices(a: str, b: str) -> str | None:
-    """Why two decisions on one subject are two decisions, or None: each picks something the other never names
-    (or names only to rule it out). "Use Postgres for the job queue" / "the job queue uses Redis"."""
+    """Why two decisions are two, or None: each picks what the other never names (or rules out)."""
     first, second = claims(a), claims(b)
     mine, theirs = choices(a), choices(b)
 

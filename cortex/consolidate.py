@@ -1,19 +1,20 @@
-"""Consolidation (`cortex consolidate`): merge near-duplicate memories into one, all or nothing.
+"""Consolidation (`cortex consolidate`): merge near-duplicate memories into one, all or nothing. docs/graph.md.
 
-The static model names candidate pairs, the duplicate score (`Judge`) decides, and a pair differing in a
-claim (`conflict`) is never grouped automatically; groups form by complete linkage. A merge keeps every
-fact and archives the originals; a checkpoint makes it all or nothing, and a run killed half-way is rolled
-back by the next. docs/graph.md.
+The static model names candidate pairs, the duplicate score (`Judge`) decides, a pair differing in a claim is
+never grouped automatically; a checkpoint lets the next run roll back one killed half-way.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import os
 import re
 import shutil
 import sys
 import uuid
+from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Mapping
@@ -25,7 +26,7 @@ from cortex.files import atomic_write, file_lock
 from cortex.graph import NO_LINK_TYPES, Similarity, candidate_floor, clear_flagged_pairs, clear_flags, flagged
 from cortex.claims import Claims, claims, conflict, different_choices, present
 from cortex.memory import Link, Memory
-from cortex.store import Store
+from cortex.store import Store, guard_text
 from cortex.text import words
 
 STATIC_AUTO, STATIC_MANUAL = 0.7, 0.5  # thresholds on the static similarity, when there is no contextual model
@@ -45,10 +46,10 @@ class Group:
     veto: str | None = None  # why the LLM's answer stopped the merge (`preview`)
 
     @classmethod
-    def read(cls, kind: str, paths: list[Path], similarity: float) -> Group:
+    def read(cls, paths: list[Path], similarity: float, conflict: str | None = None) -> Group:
         raw = {path: path.read_bytes() for path in paths}
         members = [fmt.parse(data.decode("utf-8"), path) for path, data in raw.items()]
-        return cls(kind, members, similarity, raw)
+        return cls(members[0].type, members, similarity, raw, conflict)
 
     def to_dict(self) -> dict[str, Any]:
         out = {"type": self.type, "similarity": round(self.similarity, 3), "conflict": self.conflict,
@@ -68,9 +69,7 @@ class Result:
 
 
 def _eligible(records: Mapping[str, dict[str, Any]], automatic: bool = False) -> dict[str, list[str]]:
-    """Active, unpinned, non-code memories by type; the automatic run also leaves out memories capture keeps
-    updating in place (a session's plan or progress, `source.key`): merged away, the next Stop would write them
-    again."""
+    """Active, unpinned, non-code memories by type; `automatic` leaves out those capture updates (`source.key`)."""
     by_type: dict[str, list[str]] = {}
     for rel, entry in records.items():
         if entry["status"] != "active" or entry["type"] in NO_LINK_TYPES:
@@ -84,11 +83,9 @@ def _eligible(records: Mapping[str, dict[str, Any]], automatic: bool = False) ->
 
 def _clusters(pairs: list[tuple[float, str, str]], score_of: Any, conflict_of: Any, threshold: float
               ) -> tuple[list[tuple[list[str], float]], list[tuple[float, str, str, str]]]:
-    """Groups from candidate pairs at the threshold, strictest first, by complete linkage: two groups join only when
-    every pair across them scores at least the threshold and none differs in a claim, so a chain A~B~C whose ends are
-    not alike stays apart. A memory whose closest partner differs from it in a claim joins no group (which one a third
-    repeats is for a person to decide). Returns the groups with their lowest score, and the pairs not grouped because
-    they differ in a claim (score, a, b, the reason)."""
+    """Groups by complete linkage, strictest pair first (a chain A~B~C whose ends differ stays apart), with their
+    lowest score; and the pairs not grouped because they differ in a claim (score, a, b, reason). A memory whose
+    closest partner differs from it joins no group."""
     group_of: dict[str, int] = {}
     members: dict[int, list[str]] = {}
     lowest: dict[int, float] = {}
@@ -141,12 +138,8 @@ def _clusters(pairs: list[tuple[float, str, str]], score_of: Any, conflict_of: A
 
 
 class Judge:
-    """The duplicate score of two memories: do they say one thing? BERTScore on the bundled contextual model: each
-    token matched with its most similar token of the other, weighted by its rarity in the store (idf), F1 of both
-    directions, so rare words carry the claim and paraphrases still match. A long text counts by its first and last
-    `TOKENS` tokens (two memories that open alike may end in different decisions). Scores are kept in
-    `cache/duplicate-scores.json` by the texts' hashes, and dropped when the store has halved or doubled since (the
-    idf drifts)."""
+    """The duplicate score of two memories: idf-weighted BERTScore F1 on the contextual model, over a text's first and
+    last `TOKENS` tokens; kept in `cache/duplicate-scores.json` by text hash until the store halves or doubles."""
 
     TOKENS = 128
     CACHE = "duplicate-scores.json"
@@ -154,9 +147,6 @@ class Judge:
     CHUNK = 256  # memories encoded at a time by `judge`
 
     def __init__(self, store: Store, rels: list[str], records: Mapping[str, dict[str, Any]] | None = None) -> None:
-        import math
-        from collections import Counter
-
         from cortex import contextual
 
         self.store = store
@@ -165,9 +155,7 @@ class Judge:
         self._rels = list(rels)
         self._texts: dict[str, str] = {}
         total = len(rels)
-        # document frequencies from at most IDF_SAMPLE memories spread over the store (a large store's file
-        # reads would otherwise cost more than the judging): an estimate of the same idf
-        step = max(1, -(-total // self.IDF_SAMPLE))
+        step = max(1, -(-total // self.IDF_SAMPLE))  # idf from a sample: a big store's reads cost more than judging
         sample = rels[::step]
         tokenizer = self.encoder.tokenizer
         encoded = tokenizer.encode_batch([self.text(rel) for rel in sample], add_special_tokens=False) if sample else []
@@ -190,15 +178,8 @@ class Judge:
             pass
 
     def text(self, rel: str) -> str:
-        """What the index embeds for this memory (read when first needed)."""
         if rel not in self._texts:
-            from cortex.index.manifest import embed_text
-
-            path = self.store.memories_dir / rel
-            try:
-                self._texts[rel] = embed_text(fmt.parse(path.read_text(encoding="utf-8"), path))
-            except (OSError, UnicodeDecodeError, CortexError):
-                self._texts[rel] = ""
+            self._texts[rel] = _memory_text(self.store, rel)
         return self._texts[rel]
 
     def key_of(self, rel: str) -> str:
@@ -215,18 +196,15 @@ class Judge:
         return self._key(a, b) in self._cached
 
     def prepare(self, rels: set[str] | list[str]) -> None:
-        """Encode the memories not yet encoded (in batches: much faster than one by one)."""
+        """Encode the memories not yet encoded, in one batch."""
         missing = sorted(rel for rel in set(rels) if rel not in self._encoded)
         for rel, item in zip(missing, self.encoder.encode([self.text(rel) for rel in missing], tail=True)):
             self._encoded[rel] = item
         self.encoded_count += len(missing)
 
     def judge(self, edges: set[tuple[str, str]]) -> None:
-        """Score every pair in `edges`, encoding each memory once and holding few encodings at a time: the
-        memories are taken in breadth-first order of the pairs (neighbours close together), `CHUNK` at a time,
-        and a memory's encoding is dropped as soon as all its pairs are scored."""
-        from collections import defaultdict, deque
-
+        """Score every pair in `edges`, each memory encoded once: `CHUNK` at a time in breadth-first order of the
+        pairs, an encoding dropped once its pairs are scored (encodings are large)."""
         pending = sorted(edge for edge in edges if not self.known(*edge))
         pairs_of: dict[str, set[str]] = defaultdict(set)
         for a, b in pending:
@@ -259,7 +237,6 @@ class Judge:
                                 self._encoded.pop(end, None)
 
     def release(self) -> None:
-        """Drop the encodings (they are large); the scores stay."""
         self._encoded.clear()
 
     def score(self, a: str, b: str) -> float:
@@ -312,9 +289,7 @@ def _judge(store: Store, records: Mapping[str, dict[str, Any]]) -> Judge | None:
 
 def _candidates(similarity: Similarity, seeds: list[str], rels: list[str], floor: float, most: int,
                 above_too: bool = True) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
-    """For each seed: its `most` nearest memories among `rels` by the static similarity, those at least
-    `floor` (its candidates); and (`above_too`) every memory at least `floor` similar (those that may count
-    it among theirs)."""
+    """Each seed's `most` nearest memories at least `floor` similar, and (`above_too`) every memory at least `floor`."""
     near: dict[str, list[str]] = {}
     above: dict[str, list[str]] = {}
     if not seeds or len(rels) < 2:
@@ -351,10 +326,8 @@ def _candidates(similarity: Similarity, seeds: list[str], rels: list[str], floor
 
 def _edges(similarity: Similarity, rels: list[str], seeds: list[str] | None, floor: float
            ) -> tuple[set[tuple[str, str]], set[str]]:
-    """The candidate pairs to judge (b among a's candidates, or a among b's) and the memories whose every candidate
-    pair is among them ("complete": only those may be grouped, since their best partner is known). By hand (`seeds`
-    None) every memory is complete; the automatic run starts from the flagged memories and makes their partners
-    complete too."""
+    """The candidate pairs to judge, and the memories whose every candidate pair is among them (only those may be
+    grouped); the automatic run (`seeds`) starts from the flagged memories and their partners."""
     if seeds is None:
         near, _above = _candidates(similarity, rels, rels, floor, CANDIDATES, above_too=False)
         return {(a, b) if a < b else (b, a) for a, others in near.items() for b in others}, set(rels)
@@ -386,19 +359,10 @@ def _edges(similarity: Similarity, rels: list[str], seeds: list[str] | None, flo
 
 def _within_budget(judge: Judge, edges: set[tuple[str, str]], budget: int, similarity: Similarity
                    ) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
-    """The candidate pairs this run can judge (scored before, or new with at most `budget` memories to encode,
-    the most similar pairs first) and those left for the next run."""
+    """The pairs this run can judge (scored before, or new with at most `budget` memories to encode, the most
+    similar first) and those left for the next run."""
     ready = {edge for edge in edges if judge.known(*edge)}
-    new = sorted(edges - ready)
-    if not new:
-        return ready, set()
-    if similarity.method == "cosine":  # every pair's static similarity in one product, not one call per pair
-        firsts = similarity.matrix_for([a for a, _b in new])
-        seconds = similarity.matrix_for([b for _a, b in new])
-        static = [float(x) for x in (firsts * seconds).sum(axis=1)]
-    else:
-        static = [similarity.against(a, [b])[0] for a, b in new]
-    new = [edge for _s, edge in sorted(zip(static, new), key=lambda p: (-p[0], p[1]))]
+    new = sorted(edges - ready, key=lambda edge: (-similarity.against(edge[0], [edge[1]])[0], edge))
     to_encode: set[str] = set()
     waiting: set[tuple[str, str]] = set()
     for edge in new:
@@ -415,9 +379,8 @@ def _within_budget(judge: Judge, edges: set[tuple[str, str]], budget: int, simil
 
 
 class _ClaimCheck:
-    """Why two memories (by path) are not one, or None: a `contradicts` link between them, two decisions picking
-    different things (`different_choices`), or a claim they differ in (`conflict`); each memory's text read once.
-    `off` (a person's --allow-conflicts) leaves only the links: a link says so in the file itself."""
+    """Why two memories (by path) are not one: a `contradicts` link, decisions picking different things, a claim
+    they differ in; `off` (--allow-conflicts) checks the links only."""
 
     def __init__(self, store: Store, referee: Judge | None, off: bool, records: Mapping[str, dict[str, Any]]) -> None:
         self.store, self.referee, self.off, self.records = store, referee, off, records
@@ -455,7 +418,7 @@ class _ClaimCheck:
 
 
 def _memory_text(store: Store, rel: str) -> str:
-    """A memory's text as the index embeds it (title and body), "" when it cannot be read."""
+    """A memory's text as the index embeds it, "" when it cannot be read."""
     from cortex.index.manifest import embed_text
 
     path = store.memories_dir / rel
@@ -468,13 +431,11 @@ def _memory_text(store: Store, rel: str) -> str:
 def find_groups(store: Store, threshold: float | None = None, only_flagged: bool = False,
                 similarity: Similarity | None = None, judge: bool | Judge = True, progress: bool = False,
                 report: dict[str, Any] | None = None, conflicts: str = "skip") -> list[Group]:
-    """Groups of near-duplicates, most similar first (`only_flagged`: from the pairs flagged at write time). The
-    static similarity names candidates, the duplicate score (`Judge`) decides (the static similarity without the
-    contextual model or with `judge=False`). `report` gets `by` (what decided), `threshold` and `waiting`: memories
-    put off because their pairs could not all be judged within `consolidate.max_judged` (or `max_judged_by_hand`), and
-    `contested`: (id, id, reason) of the pairs alike enough to merge that were not, because they differ. Two
-    memories that differ (`_ClaimCheck`) are never grouped; `conflicts="show"` returns such pairs as groups of two with
-    `conflict` set, `conflicts="allow"` does not check claims."""
+    """Groups of near-duplicates, most similar first (`only_flagged`: from the pairs flagged at write time).
+
+    `report` gets `by` (what decided), `threshold`, `waiting` (memories put off by the run's encoding budget) and
+    `contested` (id, id, reason). `conflicts="show"` returns pairs that differ as groups of two with `conflict`
+    set; `conflicts="allow"` does not check claims."""
     if conflicts not in ("skip", "show", "allow"):
         raise ValueError(f"conflicts must be skip, show or allow, not {conflicts!r}")
     config = store.config()
@@ -521,8 +482,7 @@ def find_groups(store: Store, threshold: float | None = None, only_flagged: bool
         scored = {edge: score_of(*edge) for edge in sorted(edges)}
         if referee is not None:
             referee.release()
-        # a memory with a candidate pair still waiting, or not looked at from every side, may have its best
-        # partner among those: it is not grouped this run
+        # a memory whose best partner may be among the pairs still waiting is not grouped this run
         postponed = {rel for edge in waiting for rel in edge}
         unsure = postponed | {rel for edge in edges for rel in edge if rel not in complete}
         held = postponed | {rel for edge in edges | waiting for rel in edge if set(edge) & postponed}
@@ -552,15 +512,11 @@ def find_groups(store: Store, threshold: float | None = None, only_flagged: bool
         referee.save()
     root = store.memories_dir
     groups = []
-    every: list[tuple[list[str], float, str | None]] = [(rels, low, None) for rels, low in found]
-    for rels, low, why in every + list(shown):
+    for rels, low, why in [(rels, low, None) for rels, low in found] + shown:
         try:
-            group = Group.read("", [root / rel for rel in sorted(rels)], low)
+            groups.append(Group.read([root / rel for rel in sorted(rels)], low, why))
         except (OSError, UnicodeDecodeError, CortexError):
             continue  # changed under us since the cache saw it: the next run looks again
-        group.type = group.members[0].type
-        group.conflict = why
-        groups.append(group)
     groups.sort(key=lambda g: (-g.similarity, g.members[0].id))
     return groups
 
@@ -653,11 +609,8 @@ def _keep_claims(title: str, body: str, others: list[Memory]) -> str:
 
 
 def preview(store: Store, group: Group, use_llm: bool = True) -> Memory | None:
-    """The memory that would replace the group, kept on it (`group.merged`) for a person to read before it is
-    written. With `use_llm` the LLM writes the text when `capture.llm` lets it, and `apply` then writes exactly
-    this; None when the LLM, asked, does not answer 'Title: …' then the text: DIFFERENT, an answer that cannot be
-    read, or none (a veto not understood is a no; `group.veto` says which). Without, the text cortex makes itself
-    (what `apply` writes unless the LLM is on)."""
+    """The memory that would replace the group, kept as `group.merged` for `apply` (with `use_llm` the LLM's text
+    when it may run); None when the LLM vetoes or cannot be read (`group.veto` says which)."""
     if group.settled:
         return group.merged
     asked = use_llm and _llm_on(store)
@@ -681,7 +634,7 @@ def _llm_on(store: Store) -> bool:
 
 
 def _llm_merge(store: Store, group: Group) -> str | None:
-    """The LLM's merged text when `capture.llm` allows it; None otherwise (see `cortex.llm.ask`)."""
+    """The LLM's merged text, or None (`cortex.llm.ask`)."""
     from cortex.llm import ask
 
     prompt = ("Merge these project memories, which say the same thing, into one. Keep every distinct fact, reason "
@@ -718,8 +671,7 @@ def _recover_locked(store: Store) -> bool:
     if missing:
         raise CortexError(f"{folder}: the checkpoint misses {', '.join(missing)}; restore the originals from git "
                           f"(git checkout -- .cortex/memories) and delete the folder")
-    # Undo only what the cut-off run left: a file changed since (a person edited the merged memory, say)
-    # is never overwritten or deleted. Then the rollback stops and says which files to look at.
+    # Undo only what the cut-off run left: a file changed since (a person's edit) stops the rollback.
     written = data.get("written", {})
     changed = []
     for original, saved in data["originals"].items():
@@ -747,8 +699,6 @@ def _recover_locked(store: Store) -> bool:
 
 
 def _digest_of(path: Path) -> str | None:
-    import hashlib
-
     try:
         return hashlib.sha1(path.read_bytes()).hexdigest()
     except OSError:
@@ -771,9 +721,8 @@ def _fsync_dir(folder: Path) -> None:
 
 
 def apply(store: Store, groups: list[Group], use_llm: bool = True) -> Result:
-    """Merge every group in one all-or-nothing step. The merged texts (the LLM's included) are made before the lock is
-    taken, so a slow LLM holds up no writer; under the lock a group whose member changed or stopped being active since
-    it was found is skipped."""
+    """Merge every group in one all-or-nothing step; the texts are made before the lock (a slow LLM holds up no
+    writer), and a group whose member changed since it was found is skipped."""
     result = Result(groups=[])
     if not groups:
         return result
@@ -808,10 +757,7 @@ def _prepare(store: Store, groups: list[Group], use_llm: bool) -> list[tuple[Gro
 
 def _plan_writes(store: Store, prepared: list[tuple[Group, dict[Path, bytes], Memory]], result: Result
                  ) -> tuple[list[tuple[Path, str]], list[Path], dict[Path, bytes]]:
-    """Under the lock: the files to write (merged memories, archived members), the new paths and the members'
-    bytes before; a group whose member changed since it was found is skipped."""
-    from cortex.store import guard_text
-
+    """Under the lock: the files to write, the new paths and the members' bytes before."""
     existing = {p.name.rsplit("-", 1)[-1][:-3] for p in store.memory_paths()}
     stamp = fmt.now_iso()
     writes: list[tuple[Path, str]] = []
@@ -852,10 +798,7 @@ def _plan_writes(store: Store, prepared: list[tuple[Group, dict[Path, bytes], Me
 
 def _write_all_or_nothing(store: Store, writes: list[tuple[Path, str]], new_paths: list[Path],
                           originals: dict[Path, bytes]) -> None:
-    """Checkpoint the originals and the plan, write every file to a temp name, rename them all, then drop the
-    plan (the commit point); any failure before that rolls everything back."""
-    import hashlib
-
+    """Checkpoint the originals and the plan, write temps, rename them all, drop the plan (the commit point)."""
     folder = _checkpoint_dir(store)
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
@@ -889,10 +832,8 @@ def _write_all_or_nothing(store: Store, writes: list[tuple[Path, str]], new_path
 
 def automatic(store: Store, threshold: float | None = None, dry_run: bool = False
               ) -> tuple[list[Group], Result, dict[str, Any]]:
-    """The automatic run (after capture, and `cortex consolidate --auto` by hand): the flagged pairs judged at
-    `consolidate.auto_threshold`, every group merged without asking (the LLM's veto, when it may run, and the claim
-    check stop a merge), the pairs that differ kept for a person (`contested`). Returns the groups, what was merged
-    and the report of `find_groups`."""
+    """The automatic run (after capture, `consolidate --auto`): flagged pairs merged without asking, the pairs that
+    differ kept for a person; the groups, what was merged and `find_groups`' report."""
     report: dict[str, Any] = {}
     if threshold is None:
         threshold = float(store.config().get("consolidate.auto_threshold"))
@@ -965,6 +906,5 @@ def _contested_raw(store: Store) -> list[tuple[str, str, str]]:
 
 
 def contested(store: Store, active: set[str]) -> list[tuple[str, str, str]]:
-    """The pairs kept for a person whose two memories are both still `active` (ids): forgetting, deleting or
-    merging one settles a pair."""
+    """The pairs kept for a person whose two memories are both still `active` (ids)."""
     return [(a, b, why) for a, b, why in _contested_raw(store) if a in active and b in active]

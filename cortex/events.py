@@ -1,30 +1,23 @@
-"""The library's entry points for the two things that happen to a memory store.
-
-**Memories changed** (`memories_changed`): after capture (`capture_done`: the
-Stop hook, `cortex capture`, the LLM worker), `remember` (the CLI and the MCP
-tool), `forget`, `delete`, `restore`, `accept` and `reject` (the inbox), and the detached upkeep (`cortex.maintain`): links for new memories (now, or queued for the upkeep), the
-projections, AGENTS.md's section, staging under `git.on_stop`, and starting
-the upkeep when it is due. One sync and one `Index` per store, shared through
-an `Indexes` holder.
-
-**What a prompt gets** (`prompt_context`): recall over the project store and
-the global one, the one relevance rule, the token budget.
-
-The edges (the CLI, the Claude Code and git hooks, `cortex serve`, the MCP
-server) translate arguments and errors and call these; the one-shot hook
-passes a fresh `Indexes`, the resident processes a warm one they keep in step
-with a watcher, so all of them run the same code.
+"""The library's entry points for the two things that happen to a memory store, which every edge (CLI, hooks,
+`cortex serve`, MCP) calls: **memories changed** (`memories_changed`: links, projections, AGENTS.md, staging,
+the upkeep) and **what a prompt gets** (`prompt_context`: recall's one relevance rule within the token budget).
 """
 
 from __future__ import annotations
 
+import json
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from cortex.errors import CortexError, QueryRefused
+from cortex.guard import redacted
 from cortex.index import Indexes
-from cortex.memory import Memory
+from cortex.layout import catch_up_file
+from cortex.memory import Memory, title_from_text
 from cortex.store import Store, iter_stores
+from cortex.text import FRAME_TOKENS, INJECTED_MARK, estimate_tokens
 
 UPKEEP = ("detached", "none")
 
@@ -44,18 +37,14 @@ class Changes:
 def memories_changed(store: Store, indexes: Indexes, written: Iterable[Path] = (), *, link: Iterable[str] = (),
                      stage: bool = False, upkeep: str = "detached", types: Iterable[str] | None = None,
                      pages: bool = True, everything: bool = False) -> Changes:
-    """Bring everything derived from the memory files in step after `written` changed (see the module docstring).
+    """Bring everything derived from the memory files in step after `written` changed.
 
-    `link`: ids to link now (`remember`, the Stop hook's captures). `types`: the types
-    of what changed, when known (a context memory changes no projection page). `stage`: record in git, under
-    `git.on_stop`, the files this call wrote (`written`, the pages and AGENTS.md it rewrote), nothing else
-    (hooks; a person's command leaves git alone). `upkeep`: start `cortex
-    maintain` (`cortex.maintain.run`) when due (`detached`), or not (`none`: the caller runs it, or nothing). `everything`: what changed is not
-    known file by file (gc, consolidation): refresh every page, stage nothing. `pages=False` leaves the
-    projections as they are.
+    `link`: ids to link now. `types`: the types of what changed, when known. `stage` (hooks): record in git,
+    under `git.on_stop`, only the files this call wrote. `upkeep`: start `cortex maintain` when due (`detached`)
+    or not (`none`). `everything`: changes not known file by file (gc, consolidation). `pages=False`: the
+    projections left as they are.
     """
     from cortex import agents, projections
-    from cortex.errors import CortexError
 
     if upkeep not in UPKEEP:
         raise ValueError(f"upkeep: {upkeep!r} is not one of {', '.join(UPKEEP)}")
@@ -63,8 +52,7 @@ def memories_changed(store: Store, indexes: Indexes, written: Iterable[Path] = (
     written = list(written)
     index = indexes.get(store)  # synced by the first step that reads it: a Stop that wrote nothing walks nothing
     if pages and written and index.manifest is None:
-        # The pages are rendered from the cache: walk first, as a pull without cortex's hooks may have brought
-        # memories it has not seen (note_written alone takes the committed cache as it is).
+        # The pages are rendered from the cache: walk first (a pull without cortex's hooks may have brought memories).
         index.sync(full=False, progress=False)
     index.note_written(written)
     link = [memory_id for memory_id in link if memory_id]
@@ -115,8 +103,7 @@ def _link_now(store: Store, index: Any, ids: list[str]) -> int:
     if not report or not report.linked:
         return 0
     touched = {memory_id for pair in report.linked for memory_id in pair[:2]}
-    rel_of = index.rel_of_id()
-    index.note_written([store.memories_dir / rel_of[i] for i in sorted(touched) if i in rel_of])
+    index.note_written(_linked_paths(store, index, sorted(touched)))
     return len(report.linked)
 
 
@@ -125,10 +112,8 @@ def _link_now(store: Store, index: Any, ids: list[str]) -> int:
 
 def capture_done(store: Store, report: Any, indexes: Indexes, *, stage: bool = False,
                  upkeep: str = "detached") -> Changes:
-    """After a capture (`cortex.capture.CaptureReport`): each store it wrote to, and the upkeep, brought in step.
-
-    With `stage` (the hooks), the new memories are linked here, before they are staged: the detached upkeep
-    then has no link to write into a file already staged (or committed a moment later)."""
+    """After a capture: each store it wrote to brought in step; with `stage` the new memories are linked before
+    they are staged (the upkeep then writes no link into a file already staged)."""
     link: list[str] = []
     if stage and report.written:
         from cortex.graph import queued_links, unqueue_links
@@ -147,12 +132,7 @@ def remember(store: Store, text: str, indexes: Indexes | None = None, *, type: s
              title: str | None = None, priority: int = 5, confidence: float = 0.9, tags: Iterable[str] = (),
              files: Iterable[str] = (), pinned: bool = False, source: dict[str, Any] | None = None,
              summary: str | None = None) -> Memory:
-    """Save a memory from a person's text (the CLI's `remember` and the MCP tool): written through the store
-    (the secret guard), linked to what it resembles, the pages and AGENTS.md refreshed beside it.
-    Without a `summary` the store writes one from the text (`cortex.memory.summary_from`)."""
-    from cortex.errors import CortexError
-    from cortex.memory import title_from_text
-
+    """Save a memory from a person's text (CLI and MCP): written through the store's guard, linked, pages refreshed."""
     if not text.strip():
         raise CortexError("nothing to remember: the text is empty")
     created = store.create(Memory(id="", type=type, title=(title or title_from_text(text)).strip(),
@@ -178,8 +158,7 @@ def forget(store: Store, memory_id: str, indexes: Indexes | None = None, replace
 
 
 def delete(store: Store, ids: Iterable[str], indexes: Indexes | None = None) -> list[Memory]:
-    """Remove memory files (`forget --delete`, the MCP tool): all of them or, an id unknown, none. Links to them
-    stay in other files until gc drops them (readers skip them); the pages follow at the next Stop."""
+    """Remove memory files, all or none; links to them stay until gc, the pages follow at the next Stop."""
     from cortex.graph import clear_flags
 
     removed = store.delete(ids)
@@ -202,8 +181,6 @@ def proposals(store: Store, indexes: Indexes | None = None) -> list[Memory]:
 
 def proposals_named(store: Store, ids: Iterable[str]) -> list[Memory]:
     """The proposals `ids` name, every one checked before anything changes."""
-    from cortex.errors import CortexError
-
     items = [store.get(ident) for ident in ids]  # an unknown id fails here
     for item in items:
         if item.status != "proposed":
@@ -212,8 +189,7 @@ def proposals_named(store: Store, ids: Iterable[str]) -> list[Memory]:
 
 
 def accept(store: Store, ids: Iterable[str], indexes: Indexes | None = None) -> list[Memory]:
-    """Proposals made active (`cortex inbox accept`, a person's `feedback up`, the MCP tool): all or, one id
-    unknown or not a proposal, none; linked and the pages refreshed at once, like `remember`."""
+    """Proposals made active, all or none; linked and the pages refreshed at once, like `remember`."""
     items = proposals_named(store, ids)
     accepted = [store.update(item.id, {"status": "active"}) for item in items]
     memories_changed(store, indexes or Indexes(), [m.path for m in accepted if m.path is not None],
@@ -222,13 +198,12 @@ def accept(store: Store, ids: Iterable[str], indexes: Indexes | None = None) -> 
 
 
 def reject(store: Store, ids: Iterable[str], indexes: Indexes | None = None) -> list[Memory]:
-    """Proposals deleted (`cortex inbox reject`): `delete`, after checking each id names a proposal."""
+    """Proposals deleted, after checking each id names a proposal."""
     return delete(store, [item.id for item in proposals_named(store, ids)], indexes)
 
 
 def restore(store: Store, memory_id: str, indexes: Indexes | None = None) -> Memory:
-    """Bring an archived or superseded memory back to active: a person's explicit act (reading never restores
-    anything). An active memory is returned unchanged."""
+    """Bring an archived or superseded memory back to active (an active one is returned unchanged)."""
     current = store.get(memory_id)
     if current.status == "active":
         return current
@@ -239,15 +214,11 @@ def restore(store: Store, memory_id: str, indexes: Indexes | None = None) -> Mem
 
 
 def promote(store: Store, memory_id: str, indexes: Indexes | None = None, archive: bool = False) -> Memory:
-    """Copy a project memory into the global store (`cortex promote`), its `source` naming the project and the
-    original id; linked there like a new memory and committed when the global store is a repository. With
-    `archive` the project memory is archived (`forget`)."""
+    """Copy a project memory into the global store, linked and committed there (`archive`: the original archived)."""
     from cortex.globalsync import promoted_copy
 
     home = Store.locate(use_global=True)
     if store.root.resolve() == home.root.resolve():
-        from cortex.errors import CortexError
-
         raise CortexError("promote copies a project memory into the global store; this is the global store")
     indexes = indexes or Indexes()
     created = home.create(promoted_copy(store, memory_id, home))
@@ -263,8 +234,7 @@ def promote(store: Store, memory_id: str, indexes: Indexes | None = None, archiv
 
 
 def upkeep_due(store: Store) -> bool:
-    """Anything for `cortex maintain` to do: memories queued for links, or, in a store outside git (the global
-    one), the day's gc not run yet."""
+    """Memories queued for links, or (a store outside git) the day's gc not run yet."""
     from cortex.graph import queued_links
     from cortex.lifecycle import gc_due
 
@@ -282,20 +252,11 @@ def _spawn_upkeep(store: Store) -> bool:
 
 
 def prompt_context(store: Store, prompt: str, indexes: Indexes, catch_up: dict[str, Any] | None = None) -> str | None:
-    """The additionalContext for a prompt: relevant memories of the project and global stores, not already in
-    the briefing, or None. With `catch_up` (`take_catch_up`: this session was shown a briefing older than the
-    store), what changed since that briefing comes first (`briefing_catch_up`).
-
-    One rule, whichever process answers (`cortex serve` or the hook's own), the one `cortex recall` and MCP
-    use (`cortex.recall.mark_relevant`), with the higher line of what is injected unasked: a calibrated match
-    (`Hit.match`) of at least `prompt.min_match` within `MATCH_SPREAD` of the best hit's, a memory the
-    briefing showed counting as a hit. At most `prompt.max_memories`, within `prompt.budget_tokens`; only
-    those injected count as read.
+    """The additionalContext for a prompt: relevant memories not already in the briefing, or None; with `catch_up`
+    what changed since the session's briefing comes first. One rule whichever process answers
+    (`cortex.recall.mark_relevant` at `prompt.min_match`), at most `prompt.max_memories` within the token budget.
     """
-    import json
-
     from cortex.recall import CONTEXTUAL, MATCH_SPREAD, count_reads, mark_relevant, read_hits, recall, use_contextual
-    from cortex.text import FRAME_TOKENS, INJECTED_MARK, estimate_tokens
 
     if CONTEXTUAL.mode is None:  # the match needs the contextual model: a one-shot hook loads it, as `recall` does
         use_contextual("inline")
@@ -309,12 +270,10 @@ def prompt_context(store: Store, prompt: str, indexes: Indexes, catch_up: dict[s
     except (OSError, ValueError):
         shown = set()
     from cortex import salience
-    from cortex.errors import QueryRefused
 
     shown |= salience.muted(store)  # shown often at prompt time and never used: recall still finds them
     try:
-        # Direct hits only (a linked memory is never injected), without those already shown; room for a few
-        # that miss the threshold. Only the few shown are read in full (`read_hits`).
+        # Direct hits only, without those already shown, with room for a few that miss the threshold.
         found = recall(stores, prompt, limit=2 * limit, indexes=indexes, links=False, read=False,
                        exclude=frozenset(shown), count=False)
         hits = found.hits
@@ -342,16 +301,11 @@ def prompt_context(store: Store, prompt: str, indexes: Indexes, catch_up: dict[s
     relevant = header + "\n".join(lines) + "\n" if lines else None
     if catch_up is not None:
         relevant = (briefing_catch_up(store, catch_up, indexes) or "") + (relevant or "") or None
-    from cortex.guard import redacted
-
     return redacted(relevant) if relevant else None  # the one secret rule (`cortex.guard.redacted`)
 
 
 def _fit(lines: list[str], used: int, budget: int, label: str, detail: str) -> int | None:
-    """Append `label: detail` to `lines`, or the label alone when that is over `budget` tokens with what is
-    `used`; the tokens used then, or None (nothing appended) when not even the label fits."""
-    from cortex.text import estimate_tokens
-
+    """Append `label: detail`, or the label alone, within `budget`; the tokens used then, or None."""
     for line in ([f"{label}: {detail}"] if detail else []) + [label]:
         cost = estimate_tokens(line + "\n")
         if used + cost <= budget:
@@ -367,12 +321,7 @@ CATCH_UP_ORDER = ("decision", "plan", "gotcha", "convention", "pattern")  # firs
 
 
 def take_catch_up(store: Store, session: str) -> dict[str, Any] | None:
-    """What a session shown an older briefing (`cortex.layout.start_briefing`) still has to be told, taken once:
-    the marker its SessionStart left, removed here, or None."""
-    import json
-
-    from cortex.layout import catch_up_file
-
+    """The catch-up marker a session's SessionStart left (its briefing was older than the store), taken once."""
     if not session:
         return None
     path = Path(catch_up_file(str(store.root), session))
@@ -387,8 +336,6 @@ def take_catch_up(store: Store, session: str) -> dict[str, Any] | None:
 
 def _sweep_catch_ups(folder: Path, days: float = 1.0) -> None:
     """Remove the markers of sessions that never sent a prompt (older than `days`)."""
-    import time
-
     try:
         for marker in folder.glob("*.json"):
             if marker.stat().st_mtime < time.time() - days * 86400:
@@ -398,12 +345,8 @@ def _sweep_catch_ups(folder: Path, days: float = 1.0) -> None:
 
 
 def briefing_catch_up(store: Store, marker: dict[str, Any], indexes: Indexes) -> str | None:
-    """The memories of the project store changed since the briefing a session was shown at its start was saved
-    (`marker["since_ns"]`): added or edited where cortex did not see it (a pull with no git hook, a hand
-    edit), active and on this branch or none, decisions and plans first; and those the briefing showed that are
-    gone or no longer active. None when nothing changed. The session's first prompt carries it."""
-    from cortex.text import FRAME_TOKENS, INJECTED_MARK, estimate_tokens
-
+    """What changed in the project store since the session's briefing was saved: active memories edited since,
+    decisions and plans first, and those it showed that are gone; None when nothing changed."""
     index = indexes.synced(store, full=True)
     if index.manifest is None:
         return None

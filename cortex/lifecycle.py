@@ -1,10 +1,7 @@
-"""Lifecycle (`cortex gc`): archive what has faded, remove what stayed archived, close merged branches' progress,
-drop links to memories that no longer exist.
+"""Lifecycle (`cortex gc`): archive what has faded or landed, remove what stayed archived, drop dangling links.
 
-Decay is computed at read time, so the day a memory faded is worked out, not tracked; only a file whose
-exact bytes are in HEAD is removed (git history keeps it). `$CORTEX_NOW` sets the clock for tests and
-demos. What gc writes (`archived:` is the day a memory became due, never the moment gc ran)
-depends on tracked files and history alone; reads rank but never archive. docs/graph.md.
+Decay is computed at read time; what gc writes depends on tracked files and history alone (`archived:` is the
+day a memory became due), and only a file whose exact bytes are in HEAD is removed. docs/graph.md.
 """
 
 from __future__ import annotations
@@ -12,10 +9,14 @@ from __future__ import annotations
 import math
 import os
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cortex.files import atomic_write
+from cortex.gitfacts import default_branch, path_inside
+from cortex.guard import scan_text
 from cortex.memory import epoch, iso
 from cortex.memory import now_epoch as now
 from cortex.store import Store
@@ -41,10 +42,7 @@ HALF_LIVES = {"progress": 7.0, "context": 30.0, "gotcha": 45.0, "pattern": 60.0}
 
 
 def half_life(memory: Any, access: int, centrality: float) -> float | None:
-    """Days to halve this memory's confidence, or None when it does not decay (its type, or pinned).
-
-    A memory read more than 10 times or central in the graph (over 0.5) decays half as fast.
-    """
+    """Days to halve this memory's confidence (twice as many when read often or central), or None."""
     base = HALF_LIVES.get(memory.type)
     if base is None or memory.pinned:
         return None
@@ -75,8 +73,6 @@ def _merged_branches(store: Store) -> tuple[Any, Any, str | None]:
     """(repo, default branch tip, default branch name), or Nones outside git."""
     if store.worktree is None:
         return None, None, None
-    from cortex.gitfacts import default_branch
-
     name = default_branch(str(store.worktree))
     if name is None:
         return None, None, None
@@ -91,12 +87,8 @@ def _merged_branches(store: Store) -> tuple[Any, Any, str | None]:
 
 def _is_merged(repo: Any, default_tip: Any, branch: str, commit: str | None, created: float, path: Path
                ) -> float | None:
-    """The commit time of the branch's tip when that tip is in the default branch and holds the memory's file
-    (or came after it was written); None otherwise.
-
-    The second half matters: a branch with no commits of its own yet has the
-    default branch's tip, and its progress is not merged work.
-    """
+    """The commit time of the branch's tip when it is in the default branch and holds the memory's file (or is
+    the branch's own, made after it); None otherwise."""
     import pygit2
 
     try:
@@ -112,9 +104,7 @@ def _is_merged(repo: Any, default_tip: Any, branch: str, commit: str | None, cre
         try:
             tip.tree[path.resolve().relative_to(Path(repo.workdir).resolve()).as_posix()]
             return float(tip.commit_time)  # the work and its memory were committed on the branch, and that is in main
-        except (KeyError, ValueError):
-            # Not committed with it: only a tip of the branch's own (not main's, as after fast-forwarding the
-            # branch to main) made after the memory counts as its work having landed.
+        except (KeyError, ValueError):  # a tip that is main's own (a fast-forwarded branch) is no landed work
             landed = tip.id != default_tip and tip.commit_time > created
             return float(tip.commit_time) if landed else None
     except Exception:
@@ -132,7 +122,7 @@ def _committed_as_is(repo: Any, path: Path) -> bool:
 
 
 def plan(store: Store, at: float | None = None) -> list[Action]:
-    """What gc would do now (see the module docstring)."""
+    """What gc would do now."""
     from cortex.index import Index
 
     at = now() if at is None else at
@@ -221,8 +211,6 @@ def gc(store: Store, at: float | None = None, dry_run: bool = False) -> list[Act
 
 def daily(store: Store) -> list[Action] | None:
     """gc at most once a day (what `cortex maintain` runs after capture); None when it ran recently."""
-    from cortex.files import atomic_write
-
     if not gc_due(store):
         return None
     at = now()
@@ -241,8 +229,7 @@ def gc_due(store: Store) -> bool:
 
 # ---------------------------------------------------------------- the reality check of settings
 
-# A setting a memory names: `key: value` or `key = value` in a code span, or KEY=value / dotted.key=value /
-# snake_key=value in prose (a plain word before `=` is too often not a setting).
+# `key: value` or `key = value` in a code span; in prose only KEY=, dotted.key= or snake_key= (a plain word is not).
 _CODE_SPAN = re.compile(r"`([^`\n]{1,160})`")
 _SPAN_SETTING = re.compile(r"^\s*([A-Za-z_][\w.-]{0,80})\s*(?:=|:)\s*(\S.*?)\s*$")
 _PROSE_SETTING = re.compile(r"(?<![\w.`])([A-Z][A-Z0-9_]{2,80}|[a-z][a-z0-9_]*\.[a-z0-9_.]+|[a-z]+_[a-z0-9_]+)=([^\s,;`'\"]+)")
@@ -272,10 +259,8 @@ def named_settings(text: str) -> list[tuple[str, str]]:
 
 
 def setting_drift(memory: Any, root: Path) -> str | None:
-    """How the settings the memory names differ from its `files:` now, or None: "`key` is 5 in app.yaml,
-    not 3" when the key is there with other values only, "`key` is no longer in app.yaml" when a
-    configuration file (`CONFIG_SUFFIXES`) no longer has it. The last part of a dotted key is looked for
-    (`recall.limit` is `limit:` under `recall:` in YAML)."""
+    """How the settings the memory names differ from its `files:` now ("`key` is 5 in app.yaml, not 3"), or None.
+    A dotted key is looked for by its last part (`limit:` under `recall:` in YAML)."""
     present = [name for name in present_files(memory.files, root) if (root / name).is_file()]
     if not present:
         return None
@@ -321,16 +306,11 @@ def setting_drift(memory: Any, root: Path) -> str | None:
 
 def _secret_looking(key: str, value: str) -> bool:
     """Whether `key=value` reads as a secret (cortex.guard's rule): its value is named, never printed."""
-    from cortex.guard import scan_text
-
     return bool(scan_text(f"{key}={value}")) or bool(scan_text(value))
 
 
 def present_files(names: list[str], root: Path) -> list[str]:
-    """Those of a memory's `files:` that exist inside the worktree `root`, each as a clean relative path: a path
-    that is absolute, climbs out with `..` or passes through a symlink is never looked at (docs/security.md)."""
-    from cortex.gitfacts import path_inside
-
+    """A memory's `files:` that exist inside `root`, relative; none that climbs out or passes a symlink."""
     out = []
     for name in names:
         inside = path_inside(root, name)
@@ -346,12 +326,8 @@ KEEP_UNLESS_HARD = ("cursors", "queue")  # how far each transcript was read, and
 
 
 def reset(store: Store, hard: bool = False) -> list[Path]:
-    """Remove the store's cache and local state, keeping the memories (and config.yaml, and the projections);
-    returns what was removed. Kept: the locks and the server's socket (live processes hold them), and unless
-    `hard` the transcript cursors and the LLM queue, so capture does not read old sessions again. The next
-    command rebuilds the cache."""
-    import shutil
-
+    """Remove the store's cache and local state (not the locks and socket live processes hold, nor, unless
+    `hard`, the cursors and the LLM queue); returns what was removed."""
     removed: list[Path] = []
     with store.lock():
         for folder, keep in ((store.cache_dir, ()), (store.state_dir, () if hard else KEEP_UNLESS_HARD)):

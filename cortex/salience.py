@@ -1,12 +1,10 @@
-"""Salience: how useful each memory has proved, learned from what the assistant did after it was shown.
-
-Injections are recorded where they happen, use is judged at the next Stop (or SubagentStop), ratings count
-`RATING_WEIGHT` each; the score (a Beta(1, 1) mean) enters the ranking prior and picks the hot and muted
-sets. Everything lives in `state/salience.json`, never in a tracked file. docs/salience.md.
+"""Salience: how useful each memory has proved, judged at each Stop from what the assistant did after it was
+shown, kept in `state/salience.json` (never a tracked file). docs/salience.md.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -15,7 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from cortex.store import Store
+from cortex.errors import CortexError, MemoryNotFound
+from cortex.files import atomic_write, file_lock
+from cortex.layout import injections_file, subagent_tasks_file
+from cortex.store import Store, iter_stores
 from cortex.text import estimate_tokens, words
 
 STATE_FILE = "salience.json"
@@ -120,8 +121,6 @@ def _clean(data: Any) -> dict[str, Any]:
 
 
 def _save(store: Store, state: dict[str, Any]) -> None:
-    from cortex.files import atomic_write
-
     atomic_write(_state_path(store), json.dumps(state, sort_keys=True, separators=(",", ":")), durable=False)
 
 
@@ -138,8 +137,6 @@ def scores(store: Store) -> dict[str, float]:
 
 
 def _session_file(store: Store, session: str) -> Path:
-    from cortex.layout import injections_file
-
     return Path(injections_file(str(store.root), session))
 
 
@@ -173,8 +170,7 @@ def _new_injections(store: Store, session: str, offset: int) -> tuple[list[dict[
 
 
 def distinctive_terms(text: str) -> set[str]:
-    """The terms of a memory that, seen in the assistant's output, show it was used: backticked spans, paths,
-    flags and identifiers (snake_case, dotted, CamelCase, UPPER_CASE), lower-cased, at least 4 characters."""
+    """The terms of a memory that, seen in the output, show it was used: code spans, paths, flags, identifiers."""
     found: set[str] = set()
     for pattern in (_BACKTICK, _PATHLIKE, _FLAG, _IDENT):
         for match in pattern.findall(text):
@@ -185,9 +181,7 @@ def distinctive_terms(text: str) -> set[str]:
 
 
 def _turn_output(items: Iterable[Any], agent: bool = False) -> tuple[str, str]:
-    """(what the assistant wrote and called, what the person asked) in one turn's events, lower-cased.
-
-    `agent`: the events are a sub-agent's own transcript (every record a sidechain; its task is its prompt)."""
+    """(what the assistant wrote and called, what the person asked), lower-cased (`agent`: a sub-agent's own)."""
     out: list[str] = []
     asked: list[str] = []
     size = 0
@@ -226,9 +220,8 @@ def _stems(found: set[str]) -> set[str]:
 
 def use_of(memory: Any, output: str, asked: str, said: set[str] | None = None, heard: set[str] | None = None
            ) -> str | None:
-    """Why `memory` counts as used in a turn whose output (lower-cased text and tool inputs) is `output`, after
-    a prompt `asked`; None when it does not. Terms the prompt already held prove nothing. `said` and `heard`:
-    the word stems of `output` and `asked`, when the caller judges several memories against one turn."""
+    """Why `memory` counts as used in a turn's `output` after the prompt `asked` (whose terms prove nothing), or
+    None; `said`/`heard`: the stems of both, computed once by a caller judging many."""
     if not output:
         return None
     if memory.id in output:
@@ -250,8 +243,6 @@ def use_of(memory: Any, output: str, asked: str, said: set[str] | None = None, h
 
 
 def _lookup(store: Store, memory_id: str) -> Any:
-    from cortex.store import iter_stores
-
     for each in iter_stores(store):
         try:
             return each.get(memory_id)
@@ -262,10 +253,7 @@ def _lookup(store: Store, memory_id: str) -> Any:
 
 def judge(store: Store, session: str | None, items: list[Any], agent: str | None = None,
           now: float | None = None) -> Judgement:
-    """Judge the memories shown to `session` (or to its sub-agent `agent`) against the turn in `items`: the
-    events capture read since the last Stop. Updates `state/salience.json`; the tiers follow."""
-    from cortex.files import file_lock
-
+    """Judge the memories shown to `session` (or its sub-agent `agent`) against the turn's events; tiers follow."""
     verdict = Judgement()
     if not session:
         return verdict
@@ -340,16 +328,12 @@ def judge_quietly(store: Store, session: str | None, items: list[Any], agent: st
 
 def _forget_old_sessions(store: Store, state: dict[str, Any], now: float) -> None:
     """Sessions without a Stop for `OPEN_SESSION_DAYS`: their open judgements and their files go."""
-    from cortex.layout import subagent_tasks_file
-
     sessions = state.get("sessions", {})
     for name in [n for n, s in sessions.items() if now - float(s.get("seen", now)) > OPEN_SESSION_DAYS * 86400]:
         del sessions[name]
         for path in (_session_file(store, name), Path(subagent_tasks_file(str(store.root), name))):
-            try:
+            with contextlib.suppress(OSError):
                 path.unlink()
-            except OSError:
-                pass
 
 
 # ---------------------------------------------------------------- ratings
@@ -360,9 +344,6 @@ RATINGS = ("up", "down")
 
 def feedback(store: Store, memory_id: str, rating: str, note: str | None = None) -> dict[str, Any]:
     """Rate a memory `up` (useful) or `down` (noise); returns its record and tier. The id may be a prefix."""
-    from cortex.errors import CortexError, MemoryNotFound
-    from cortex.files import file_lock
-
     if rating not in RATINGS:
         raise CortexError(f"rating: {rating!r} is not one of up, down")
     try:
@@ -389,8 +370,7 @@ def feedback(store: Store, memory_id: str, rating: str, note: str | None = None)
 
 
 def muted(store: Store, state: dict[str, Any] | None = None) -> set[str]:
-    """Memories the prompt hook no longer injects: shown at prompt time `salience.mute_after` times and never
-    used nor rated up, or rated down more often than up."""
+    """Memories the prompt hook no longer injects: shown `salience.mute_after` times unused, or rated down more."""
     after = int(store.config().get("salience.mute_after"))
     out = set()
     for memory_id, usage in usages(store, state).items():
@@ -417,8 +397,7 @@ def _hot_of(state: dict[str, Any]) -> list[str]:
 
 
 def _retier(store: Store, state: dict[str, Any], now: float) -> None:
-    """Recompute the hot set within `salience.hot_tokens`; record promotions and demotions; when it changed,
-    drop the cached briefing so the next session start shows the new set."""
+    """Recompute the hot set within `salience.hot_tokens`, record the changes, and drop a stale cached briefing."""
     budget = int(store.config().get("salience.hot_tokens"))
     usage_by_id = usages(store, state)
     hot, used = [], 0
@@ -448,10 +427,8 @@ def _retier(store: Store, state: dict[str, Any], now: float) -> None:
     tiers["hot"], tiers["changes"] = hot, changes[-KEEP_CHANGES:]
     if hot != before:
         for name in ("briefing.json", "briefing.next.json"):  # and the one `cortex serve` built ahead
-            try:
+            with contextlib.suppress(OSError):
                 (store.state_dir / name).unlink()
-            except OSError:
-                pass
 
 
 def tier_of(state: dict[str, Any], memory: Any) -> str:
@@ -477,8 +454,7 @@ def tiers_report(store: Store) -> dict[str, Any]:
 
 
 def explain(store: Store, memory: Any, parts: dict[str, float]) -> dict[str, Any]:
-    """Why `memory` ranks where it does: each term of its ranking prior (`cortex.recall.Prior.parts`), its
-    salience record and tier, and whether the prompt hook mutes it."""
+    """Why `memory` ranks where it does: its prior's terms, salience record, tier, and whether it is muted."""
     state = load(store)
     usage = usages(store, state).get(memory.id, Usage())
     return {"prior": round(sum(parts.values()), 4), "parts": {k: round(v, 4) for k, v in parts.items()},

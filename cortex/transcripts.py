@@ -1,8 +1,5 @@
-"""The transcripts of other assistants read as Claude Code's records, so capture runs the same layers on them.
-
-`normalise` tells each record's format by its keys (a slice from the middle of a file needs no header) and
-maps Codex, Gemini and Cursor records, and their tool names, onto Claude Code's; what the assistants add
-themselves (hook context, environment messages) is left out. docs/assistants.md.
+"""Codex, Gemini and Cursor transcripts read as Claude Code's records (each record's format told by its keys),
+so capture runs the same layers on them. docs/assistants.md.
 """
 
 from __future__ import annotations
@@ -34,12 +31,10 @@ CHUNK = 1024 * 1024
 
 
 class Lines:
-    """The complete lines of a transcript from byte `offset` on, streamed: a line over `limit` bytes is skipped
-    as it is read, never held (a 2 GB file without a newline costs one pass and `limit` bytes of memory).
+    """The complete lines of a transcript from byte `offset` on, a line over `limit` bytes skipped, never held.
 
-    After iterating: `end` is where the next read starts (after the last complete line, or after the bytes
-    read of an over-long last line), `skipping` whether that is inside an over-long line (the next read skips
-    to its end; pass it back in), `skipped` how many over-long lines were met.
+    After iterating: `end` is where the next read starts, `skipping` whether that is inside an over-long line
+    (pass it back in), `skipped` how many over-long lines were met.
     """
 
     def __init__(self, handle: IO[bytes], offset: int, skipping: bool = False, limit: int = MAX_LINE_BYTES) -> None:
@@ -95,8 +90,7 @@ def kind_of(record: dict[str, Any]) -> str:
 
 
 def strip_hook_context(text: str) -> str:
-    """Text without the `<hook_context>…</hook_context>` blocks Gemini CLI puts hook output in. cortex's own
-    blocks go first, from mark to end mark, so no text inside one can end the strip early."""
+    """Text without Gemini CLI's `<hook_context>` blocks (cortex's own go first, whole)."""
     text = without_injected(text)
     return HOOK_CONTEXT.sub("", text).strip() if "<hook_context>" in text else text.strip()
 
@@ -121,7 +115,7 @@ def normalise(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             out.append(record)
     summaries = {r["message"]["content"] for r in out if r.get("isCompactSummary") and "codex" in kinds}
     if summaries:  # Codex records the compaction call's answer as an assistant message too: the summary, once
-        out = [r for r in out if not (r.get("type") == "assistant" and _texts(r["message"]["content"]) in summaries)]
+        out = [r for r in out if not (r.get("type") == "assistant" and text_of(r["message"]["content"]) in summaries)]
     return out
 
 
@@ -157,7 +151,8 @@ def _patch_edits(patch: str, tool_id: str) -> list[dict[str, Any]]:
             for n, path in enumerate(dict.fromkeys(PATCH_FILE.findall(patch)), 1)]
 
 
-def _texts(content: Any, kinds: tuple[str, ...] = ("text", "input_text", "output_text")) -> str:
+def text_of(content: Any, kinds: tuple[str, ...] = ("text", "input_text", "output_text")) -> str:
+    """The text of a message's content: a string, or its text blocks (`kinds`) joined by lines."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
@@ -195,7 +190,7 @@ def _codex(record: dict[str, Any], state: dict[str, Any]) -> list[dict[str, Any]
     item = payload.get("type")
     uuid = str(payload.get("id") or "")
     if item == "message":
-        role, text = payload.get("role"), _texts(payload.get("content")).strip()
+        role, text = payload.get("role"), text_of(payload.get("content")).strip()
         if role == "assistant" and text:
             return [_assistant([{"type": "text", "text": text}], uuid, state)]
         if role == "user" and text and not text.startswith(CODEX_CONTEXT):
@@ -205,7 +200,7 @@ def _codex(record: dict[str, Any], state: dict[str, Any]) -> list[dict[str, Any]
         return [_assistant(_codex_call(payload), uuid or str(payload.get("call_id") or ""), state)]
     if item in ("function_call_output", "custom_tool_call_output"):
         output = payload.get("output")
-        text = _texts(output) if not isinstance(output, dict) else str(output.get("content") or output)
+        text = text_of(output) if not isinstance(output, dict) else str(output.get("content") or output)
         code = EXIT_CODE.search(text)
         failed = bool(code and code.group(1) != "0")
         if isinstance(output, dict) and output.get("success") is False:
@@ -270,14 +265,14 @@ def _gemini(record: dict[str, Any], state: dict[str, Any]) -> list[dict[str, Any
     if kind == "user":
         if isinstance(content, list) and any(isinstance(p, dict) and "functionResponse" in p for p in content):
             return []  # tool results: read from the model's record, where each call has its result
-        text = strip_hook_context(_texts(content))
+        text = strip_hook_context(text_of(content))
         if not text or text.startswith("<session_context>"):
             return []
         return [_user(text, uuid, state)]
     if kind != "gemini":
         return []  # info, warning and error lines are the CLI's own
     blocks: list[dict[str, Any]] = []
-    text = _texts(content).strip()
+    text = text_of(content).strip()
     if text:
         blocks.append({"type": "text", "text": text})
     results = []
@@ -329,7 +324,7 @@ def _cursor(record: dict[str, Any], state: dict[str, Any]) -> list[dict[str, Any
     # Cursor's lines carry no id: one from the line itself keeps a request's memory keyed the same on a re-read.
     uuid = "cursor-" + hashlib.sha1(json.dumps(record, sort_keys=True).encode()).hexdigest()[:16]
     if role == "user":
-        text = TIMESTAMP.sub("", _texts(content))
+        text = TIMESTAMP.sub("", text_of(content))
         query = USER_QUERY.search(text)
         text = (query.group(1) if query else text).strip()
         return [_user(text, uuid, state)] if text else []
