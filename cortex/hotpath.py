@@ -42,10 +42,15 @@ def framed(text: str) -> str:
         from cortex.text import strip_controls
 
         body = strip_controls(body)
-    pieces = body.split("<")
-    body = pieces[0] + "".join(("‹" if piece[:1].isalpha() or piece[:1] in ("/", "!", "?") else "<") + piece
+    return f"{INJECTED_MARK} {FRAME}\n<cortex-notes>\n{untagged(body)}\n</cortex-notes>\n{INJECTED_END}\n"
+
+
+def untagged(text: str) -> str:
+    """`text` with every `<` that could open or close a tag (`</x`, `<x`, `<!`, `<?`) made `‹`: memory text never
+    closes a frame or speaks as a `<system>` turn (hook context, AGENTS.md)."""
+    pieces = text.split("<")
+    return pieces[0] + "".join(("‹" if piece[:1].isalpha() or piece[:1] in ("/", "!", "?") else "<") + piece
                                for piece in pieces[1:])
-    return f"{INJECTED_MARK} {FRAME}\n<cortex-notes>\n{body}\n</cortex-notes>\n{INJECTED_END}\n"
 
 
 def emit(event: str, text: str) -> None:
