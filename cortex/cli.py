@@ -417,12 +417,11 @@ def _refuse_shared_id(store: Any, item: Any) -> None:
     """Show no memory the other readers skip: one whose id another file holds too (found by the cache, which
     reads every file, where `Store.get` looks at file names)."""
     from cortex.errors import MemoryNotFound
-    from cortex.index import Index, Indexes
+    from cortex.index import Index
 
-    if Indexes.serving is None:  # the ids kept for the committed cache: no sync when no folder changed since
-        kept = Index(store).saved_rel_of_id()
-        if kept is not None and item.id in kept and str(store.memories_dir / kept[item.id]) == str(item.path):
-            return
+    kept = Index(store).saved_rel_of_id()  # the ids of the committed cache: no sync when no folder changed since
+    if kept is not None and item.id in kept and str(store.memories_dir / kept[item.id]) == str(item.path):
+        return
     index = _index(store)  # synced here (not by a child): the ids it keeps are for the manifest it commits
     for path, reason in [] if item.id in index.rel_of_id() else index.problems():
         if str(path) == str(item.path) and reason.startswith(f"duplicate id {item.id}"):
