@@ -379,8 +379,7 @@ def contextual_view(store: Store, index: Any, encoder: Any, key: Any, allowed: f
             del views[stale]  # rows were appended since: one view per filter, not one per batch
         rels, rows, embeddable = index.embedded(allowed, row_of)
         complete = len(rels) == embeddable
-        multiplied = sidecar.for_products(matrix, CONTEXTUAL.mode == "background") if complete else matrix
-        views[cache_key] = (rels, vectors.rows_view(multiplied, rows), complete, {rel: i for i, rel in enumerate(rels)})
+        views[cache_key] = (rels, vectors.rows_view(matrix, rows), complete, {rel: i for i, rel in enumerate(rels)})
     return views[cache_key]
 
 

@@ -174,8 +174,6 @@ class Indexes:
     process marks a store `stale` when its watcher sees a change, and the next call syncs it again.
     """
 
-    serving: Indexes | None = None  # while `cortex serve` runs a command for a client: its warm indexes
-
     def __init__(self) -> None:
         self._by_root: dict[str, Index] = {}
 

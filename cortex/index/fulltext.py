@@ -209,14 +209,9 @@ def document(rel: str, meta: dict[str, Any], body: str) -> dict[str, Any]:
     }
 
 
-def apply(ix: Any, deletes: Iterable[str], documents: Iterable[dict[str, Any]], bulk: bool = False,
-          procs: int = 1) -> None:
-    """Delete paths and add or replace documents in one commit. A bulk build may use `procs` processes
-    (Whoosh's multiprocessing writer, one segment each), with pools of 64 MB each to keep it under 500 MB."""
-    if bulk and procs > 1:
-        writer = ix.writer(limitmb=64, procs=procs, multisegment=True)
-    else:
-        writer = ix.writer(limitmb=128 if bulk else 64)
+def apply(ix: Any, deletes: Iterable[str], documents: Iterable[dict[str, Any]], bulk: bool = False) -> None:
+    """Delete paths and add (a bulk build) or replace documents in one commit."""
+    writer = ix.writer(limitmb=128 if bulk else 64)
     try:
         for rel in deletes:
             writer.delete_by_term("path", rel)

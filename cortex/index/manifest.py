@@ -59,33 +59,11 @@ def stored(name: str, value: Any) -> Any:
     return json.dumps(value) if name in JSON_FIELDS and value is not None else value
 
 
-def _loaded(name: str, value: Any) -> Any:
-    if value is None:
-        return None
-    if name in JSON_FIELDS:
-        return [] if value == "[]" else json.loads(value)
-    return bool(value) if name in BOOL_FIELDS else value
-
-
 def _decoded(name: str, raw: list[Any]) -> list[Any]:
-    """A column decoded: each distinct list of strings parsed once (tags and files repeat across memories); every
-    row gets its own list, so an entry changed in place changes no other."""
-    if name not in JSON_FIELDS:
-        return [None if value is None else bool(value) for value in raw]
-    parsed: dict[str, Any] = {}
-    out: list[Any] = []
-    for value in raw:
-        if value is None:
-            out.append(None)
-            continue
-        if name == "links" and value != "[]":  # lists of lists: parsed for each row
-            out.append(json.loads(value))
-            continue
-        found = parsed.get(value)
-        if found is None:
-            found = parsed[value] = json.loads(value)
-        out.append(list(found))
-    return out
+    """A JSON or boolean column as Python values."""
+    if name in JSON_FIELDS:
+        return [None if value is None else json.loads(value) for value in raw]
+    return [None if value is None else bool(value) for value in raw]
 
 
 class Entries(MutableMapping[str, dict[str, Any]]):
@@ -178,11 +156,6 @@ class Entries(MutableMapping[str, dict[str, Any]]):
         for i, row in self._rows.items():
             found[i] = row.get(name)
         return found
-
-    def decode(self, *names: str) -> None:
-        """Decode these fields of every entry now (a resident process, while idle)."""
-        for name in names:
-            self.full_column(name)
 
     @property
     def paths(self) -> list[str | None]:
@@ -326,7 +299,7 @@ def memory_from_meta(meta: dict[str, Any], path: Path) -> Memory:
 @contextlib.contextmanager
 def collecting(on: bool = True) -> Any:
     """The cyclic garbage collector on for a bulk job (a command runs without it: `cortex.__main__.run`):
-    Whoosh's writer leaves cycles behind, and at 100,000 documents they took a rebuild from 0.76 to 1.1 GB."""
+    Whoosh's writer leaves cycles behind that would otherwise grow a large rebuild's memory."""
     import gc
 
     was = gc.isenabled()

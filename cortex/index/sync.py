@@ -365,7 +365,7 @@ class SyncPart:
         todo = [rel for rel, ft in files.column("ft") if not ft]
         deletes = list(dict.fromkeys(manifest.pending_deletes))
         if not todo and not deletes and self.whoosh_dir.is_dir():
-            return False  # opening Whoosh costs ~40 ms: only when there is work (or no index at all)
+            return False  # Whoosh is opened only when there is work (or no index at all)
         ix = self.fulltext_index()
         bulk = False
         if ix is None:
@@ -377,7 +377,7 @@ class SyncPart:
         bar = Progress("indexing", len(todo)) if progress else None
         indexed = 0
 
-        def documents() -> Any:  # streamed to the writer: 100,000 documents held at once cost ~150 MB
+        def documents() -> Any:  # streamed to the writer: a big store is never held whole
             nonlocal indexed
             for n, rel in enumerate(sorted(todo)):
                 if files.value(rel, "error") is not None:

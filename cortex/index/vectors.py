@@ -216,7 +216,6 @@ class VectorsPart:
 
 
 KIND = "contextual:"  # the contextual model's rows are under its identity after this
-PRIVATE_MOST = 256 << 20  # a resident process copies a contextual matrix up to this size (~170,000 memories)
 
 
 class Contextual:
@@ -229,7 +228,6 @@ class Contextual:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self.lock_path = folder / "contextual.lock"  # held by the one process filling them
-        self._owned: Any = None  # (the loaded matrix, this process's copy of it): `for_products`
         self._loaded: tuple[tuple[str, int], Any, dict[str, int]] | None = None
         self._conn: sqlite3.Connection | None = None
 
@@ -258,19 +256,7 @@ class Contextual:
         if found is None:
             return None
         self._loaded = (mark, found[0], found[1])
-        self._owned = None
         return found
-
-    def for_products(self, matrix: Any, private: bool) -> Any:
-        """What to multiply for `matrix` (the one `load` gave); `private` (a resident process): its own copy,
-        made once per load (up to `PRIVATE_MOST` bytes)."""
-        if not private or matrix.nbytes > PRIVATE_MOST:
-            return matrix
-        if self._owned is None or self._owned[0] is not matrix:
-            import numpy as np
-
-            self._owned = (matrix, np.array(matrix))
-        return self._owned[1]
 
     def add(self, identity: str, keys: list[str], matrix: Any) -> None:
         """Store rows for `keys` (the caller holds `lock_path`); another contextual model's rows are dropped."""
@@ -285,10 +271,8 @@ class Contextual:
 
 
 def rows_view(matrix: Any, rows: Any) -> tuple[Any, Any]:
-    """What `cosines` multiplies for these rows of a vector matrix: the rows copied out when the matrix holds
-    many more (vectors of archived, filtered or replaced memories), else the whole matrix and the rows to pick
-    from its product. A one-shot command at 10,000 memories copied 15 MB of contextual and 10 MB of static
-    vectors (~40 ms) for a single product; a resident process keeps either view for every query of a sync."""
+    """What `cosines` multiplies for these rows: the rows copied out when the matrix holds many more (archived,
+    filtered), else the whole matrix and the rows to pick from its product (no copy of a big matrix)."""
     import numpy as np
 
     if 2 * len(rows) < matrix.shape[0]:
@@ -296,22 +280,8 @@ def rows_view(matrix: Any, rows: Any) -> tuple[Any, Any]:
     return matrix, rows
 
 
-SPLIT_ROWS = 4096  # a product over at least this many rows may be split in two (`cosines(..., beside=...)`)
-
-
-def cosines(view: tuple[Any, Any], vector: Any, beside: Any = None) -> Any:
-    """The product of a `rows_view` with `vector`. With `beside` (a function that starts a callable on another
-    thread and returns its future), a big matrix is multiplied in two halves at once: the product waits on
-    memory, and two cores read it faster than one (10,000 contextual vectors: 0.48 -> 0.33 ms)."""
-    import numpy as np
-
+def cosines(view: tuple[Any, Any], vector: Any) -> Any:
+    """The product of a `rows_view` with `vector`."""
     matrix, rows = view
-    if beside is None or matrix.shape[0] < SPLIT_ROWS:
-        products = matrix @ vector
-    else:
-        half = matrix.shape[0] // 2
-        products = np.empty(matrix.shape[0], dtype=np.result_type(matrix.dtype, vector.dtype))
-        first = beside(lambda: np.matmul(matrix[:half], vector, out=products[:half]))
-        np.matmul(matrix[half:], vector, out=products[half:])
-        first.result()
+    products = matrix @ vector
     return products if rows is None else products[rows]
