@@ -34,7 +34,6 @@ from cortex.embedding import EncoderUnavailable, read_safetensors
 
 NAME = "minilm-l6"
 BATCH_TOKENS = 4096
-LEAN_TEXTS = 2  # up to this many ASCII texts are tokenised in pure Python (`Encoder._token_ids`)
 UNPACKED_FORMAT = 1  # of the float32 weights kept in the user's cache (`Unpacked`)
 
 
@@ -209,8 +208,7 @@ class Encoder:
 
         self.config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
         self.folder = folder
-        self._fast: Any = None  # the `tokenizers` tokenizer, loaded for batches only (`_token_ids`)
-        self._lean: Any = None  # the pure-Python WordPiece tokenizer for a query or two
+        self.tokenizer = self._tokenizer(folder)
         tensors = read_safetensors(folder / "model.safetensors")
         self.hidden = int(self.config["hidden_size"])
         self.heads = int(self.config["num_attention_heads"])
@@ -241,41 +239,23 @@ class Encoder:
         self.token_type = tensors["embeddings.token_type_embeddings.weight"][0].astype(np.float32) * \
             tensors["embeddings.token_type_embeddings.weight.scale"][0]
         self.ln0 = (vector("embeddings.LayerNorm.weight"), vector("embeddings.LayerNorm.bias"))
-        self.cls, self.sep = self._lean_tokenizer().special_ids()
+        self.cls, self.sep = self.tokenizer.token_to_id("[CLS]"), self.tokenizer.token_to_id("[SEP]")
+        if self.cls is None or self.sep is None:
+            raise EncoderUnavailable(f"{folder}: the tokenizer has no [CLS]/[SEP]")
 
-    def _lean_tokenizer(self) -> Any:
-        if self._lean is None:
-            from cortex.embedding import WordPiece
+    @staticmethod
+    def _tokenizer(folder: Path) -> Any:
+        """The model's `tokenizers` tokenizer, without padding or truncation."""
+        from tokenizers import Tokenizer
 
-            try:
-                cache: Path | None = user_cache()
-            except OSError:
-                cache = None
-            self._lean = WordPiece(self.folder, cache, max_length=None)
-        return self._lean
+        tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        tokenizer.no_padding()
+        tokenizer.no_truncation()
+        return tokenizer
 
     def _token_ids(self, texts: Sequence[str]) -> list[list[int]]:
-        """WordPiece ids without special tokens: a query or two in ASCII through the pure-Python tokenizer
-        (loading `tokenizers` and its 700 KB JSON costs ~20 ms a process), the rest through `tokenizers` (same
-        ids: tests/test_contextual.py)."""
-        if len(texts) <= LEAN_TEXTS and all(text.isascii() for text in texts):
-            # ASCII only: elsewhere Python's Unicode tables and the Rust tokenizer's can disagree (a capital
-            # sigma at a word's end, characters newer than Python's tables), and the ids would differ.
-            lean = self._lean_tokenizer()
-            return [lean.tokenize(text) for text in texts]
+        """WordPiece ids without special tokens."""
         return [e.ids for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
-
-    @property
-    def tokenizer(self) -> Any:
-        """The model's `tokenizers` tokenizer, without padding or truncation (loaded on first use)."""
-        if self._fast is None:
-            from tokenizers import Tokenizer
-
-            fast = Tokenizer.from_file(str(self.folder / "tokenizer.json"))
-            fast.no_padding()
-            fast.no_truncation()
-            self._fast = fast
-        return self._fast
 
     def sentence_vectors(self, texts: Sequence[str], max_tokens: int | None = None) -> Any:
         """A float32 matrix of sentence vectors (mean-pooled, L2-normalised), one row per text: what recall
