@@ -59,7 +59,7 @@ class StaticEncoder:
             config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
             tensors = read_safetensors(folder / "model.safetensors")
             self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-        except (OSError, ValueError, KeyError, Exception) as exc:
+        except Exception as exc:  # a missing file, a key: tokenizers and numpy raise their own types
             raise EncoderUnavailable(f"cannot load the embedding model in {folder}: {exc}") from None
         self.embeddings = tensors["embeddings"]
         self.weights = tensors.get("weights")
@@ -166,15 +166,13 @@ def model_identity(name: str | None) -> str | None:
 
 def load_encoder(name: str | None = "bundled") -> StaticEncoder | Model2VecEncoder:
     """The encoder for `embedding.model`: `bundled`, a local folder, or (explicitly) a hub name."""
-    if name in (None, "", "bundled"):
-        folder = bundled_model_path()
-        if not (folder / "model.safetensors").is_file():
-            raise EncoderUnavailable(f"the bundled embedding model is missing from {folder}")
+    folder = model_folder(name)
+    if folder is not None:
         return StaticEncoder(folder)
+    if name in (None, "", "bundled"):
+        raise EncoderUnavailable(f"the bundled embedding model is missing from {bundled_model_path()}")
     path = Path(str(name)).expanduser()
     if path.is_dir():
-        if (path / "model.safetensors").is_file() and (path / "tokenizer.json").is_file():
-            return StaticEncoder(path)
         return Model2VecEncoder(str(path))
     if str(name).startswith(("/", ".", "~")):
         raise EncoderUnavailable(f"embedding.model: no model folder at {path}")

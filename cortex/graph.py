@@ -260,19 +260,17 @@ def connect(store: Store, ids: Iterable[str], index: Any = None) -> LinkReport:
         found = [(s, o) for s, o in similarity.above(rel, active, rows, floor)  # two fields of each, no dict
                  if o not in done and records.value(o, "id") not in own
                  and not any(r == "relates_to" and to == memory_id for r, to, _s in records.value(o, "links") or ())]
-        scores, others = [s for s, _o in found], [o for _s, o in found]
-        band = sorted(((s, o) for s, o in zip(scores, others) if low <= s <= high), key=lambda p: (-p[0], p[1]))[:most]
+        found.sort(key=lambda p: (-p[0], p[1]))  # strongest first
+        band = [(s, o) for s, o in found if low <= s <= high][:most]
         for score, other in band:
             strength = round(score, 2)
             other_id = records.value(other, "id")
             new_links.setdefault(memory_id, []).append(Link("relates_to", other_id, strength))
             report.linked.append((memory_id, other_id, strength))
-        near = sorted(((s, o) for s, o in zip(scores, others) if suggest_from <= s < low),
-                      key=lambda p: (-p[0], p[1]))[:most]
+        near = [(s, o) for s, o in found if suggest_from <= s < low][:most]
         report.suggested += [(memory_id, records.value(o, "id"), round(s, 2)) for s, o in near]
         pinned = json.loads(mine["meta"]).get("pinned", False)
-        close = sorted(((s, o) for s, o in zip(scores, others)
-                        if s >= flag_at and records.value(o, "type") == mine["type"]), key=lambda p: (-p[0], p[1]))
+        close = [(s, o) for s, o in found if s >= flag_at and records.value(o, "type") == mine["type"]]
         for score, other in close[:FLAG_MOST]:
             if not pinned and not records.value(other, "pinned"):
                 report.flagged.append((memory_id, records.value(other, "id"), round(score, 3)))

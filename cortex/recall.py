@@ -23,26 +23,17 @@ POOL = 50
 # A query whose most specific word is in half of 20+ memories is narrowed to the best 3 (unless a limit was asked).
 BROAD_SHARE, BROAD_MIN, NARROWED = 0.5, 20, 3
 NARROWED_NOTE = f"showing the best {NARROWED}"  # in the note a narrowed answer carries
-# The relevance line on the calibrated match (`match_score`): under it a memory does not bear on the question
-# (chosen on four sets: docs/recall.md, "The relevance line").
-RELEVANT_MATCH = 0.2
+RELEVANT_MATCH = 0.2  # under this match a memory does not bear on the question (docs/recall.md, "The relevance line")
 RELEVANT_POOL = 10  # hits a recall judges at least, so that a small limit still finds a relevant one ranked past it
 MATCH_SPREAD = 0.25  # the prompt hook injects only hits within this much of the best match (0..1)
-# Default of recall.list_weights (and recall.bm25_floor), chosen by bench/retrieval.py (docs/benchmarks.md).
-LIST_WEIGHTS = {"bm25": 1.0, "dense": 0.5, "ctx": 1.0}
-# With the contextual model on, relevance is a weighted mean of three scores (`score_fusion`; bench/devset.py).
-FUSION = {"bm25": 0.7, "ctx": 1.0, "dense": 0.5}
+LIST_WEIGHTS = {"bm25": 1.0, "dense": 0.5, "ctx": 1.0}  # default of recall.list_weights (bench/retrieval.py)
+FUSION = {"bm25": 0.7, "ctx": 1.0, "dense": 0.5}  # `score_fusion`'s weights (bench/devset.py)
 WORD_SUPPORT = 0.35  # a full-text score counts fully from this match up, less below it (any shared word won before)
-# Cosine of all-MiniLM-L6-v2 sentence vectors mapped to a match in 0..1 (`match_score`): unrelated texts sit
-# under CTX_LOW, a question and the memory that answers it mostly over CTX_HIGH.
-CTX_LOW, CTX_HIGH = 0.15, 0.65
-# The static model's cosines are flatter (0.38-0.40 for right and wrong alike on the example project).
-STATIC_LOW, STATIC_HIGH = 0.3, 0.8
+CTX_LOW, CTX_HIGH = 0.15, 0.65  # contextual cosines: unrelated texts under LOW, most answers over HIGH
+STATIC_LOW, STATIC_HIGH = 0.3, 0.8  # the static model's cosines are flatter
 STATIC_SHARE = 0.5  # the static model's weight in `match_score`, beside the contextual one's 1
 CODE_DAMPING = 0.7  # a code outline's relevance is scaled by this unless the question is about code
-# With score fusion, the memories of the best hit's capture session gain this share of its relevance: what was
-# said around an answer is where its other half is.
-SESSION_LIFT = 0.25
+SESSION_LIFT = 0.25  # share of the best hit's relevance its capture session gains: an answer's other half
 STRONG_LINK = 0.4
 
 
@@ -53,7 +44,6 @@ class Hit:
     store: str
     snippet: str = ""
     via: str | None = None
-    ranks: dict[str, int] = field(default_factory=dict)
     raw: dict[str, float] = field(default_factory=dict)  # each list's own score (BM25, cosine)
     match: float | None = None  # calibrated 0..1: how well the memory answers the query (None: keyword only)
     root: str | None = None  # a linked hit: the id of the direct hit it was reached from (one or two hops)
@@ -325,18 +315,14 @@ def contextual_scores(store: Store, index: Any, query: str, key: Any, allowed: f
     encoder = CONTEXTUAL.get()
     if encoder is None or not allowed:
         return None
-    if CONTEXTUAL.mode == "background":
-        missing = missing_contextual(store, index)
-        if len(missing) > INLINE_FILL:
+    missing = missing_contextual(store, index)
+    if len(missing) > INLINE_FILL:  # more than an answer should wait for
+        if CONTEXTUAL.mode == "background":
             _fill_in_background(store, index)
-        elif missing:  # a filler at work has at most these few left: wait for it
-            fill_contextual(store, index, limit=INLINE_FILL, wait=True)
-    else:
-        missing = missing_contextual(store, index)
-        if len(missing) > INLINE_FILL:  # more than a command should wait for: `cortex maintain` embeds them all
+        else:
             _fill_detached(store)
-        elif missing:
-            fill_contextual(store, index, limit=INLINE_FILL, wait=True)
+    elif missing:  # a filler at work has at most these few left: wait for it
+        fill_contextual(store, index, limit=INLINE_FILL, wait=True)
     view = contextual_view(store, index, encoder, key, allowed)
     if view is None:
         return None
@@ -462,7 +448,7 @@ def sessions(index: Any) -> tuple[dict[str, str], dict[str, list[str]]]:
 
 
 def session_lift(index: Any, fused: dict[str, float], ranked: dict[str, list[tuple[str, float]]],
-                 raw: dict[str, dict[str, float]], ranks: dict[str, dict[str, int]], cosines: Mapping[str, float],
+                 raw: dict[str, dict[str, float]], cosines: Mapping[str, float],
                  statics: Mapping[str, float], allowed: frozenset[str]) -> dict[str, float]:
     """Score fusion's relevance with each memory of the best hit's capture session (itself included) lifted by
     `SESSION_LIFT` × its relevance; up to `POOL` of them not yet candidates become ones."""
@@ -477,7 +463,7 @@ def session_lift(index: Any, fused: dict[str, float], ranked: dict[str, list[tup
     if new:
         added = heapq.nsmallest(POOL, new, key=lambda r: (-cosines.get(r, 0.0), r))
         for rel in added:
-            raw[rel], ranks[rel] = {}, {}
+            raw[rel] = {}
         fused = score_fusion(ranked, raw, cosines, statics, only=added, into=fused)
     lift = SESSION_LIFT * fused[best]
     for rel in mates:
@@ -507,18 +493,13 @@ class Scores(Mapping[str, float]):
         return len(self.rels)
 
 
-def top_scores(scores: Mapping[str, float], n: int) -> list[tuple[str, float]]:
-    """The `n` best (key, score) pairs, ties by key; a long list is partitioned by numpy first."""
-    if len(scores) <= 4 * n:
-        return heapq.nsmallest(n, scores.items(), key=lambda kv: (-kv[1], kv[0]))
+def top_scores(scores: Scores, n: int) -> list[tuple[str, float]]:
+    """The `n` best (key, score) pairs of a non-empty `Scores`, ties by key."""
     import numpy as np
 
-    if isinstance(scores, Scores):
-        keys, values = scores.rels, scores.array
-    else:
-        keys = list(scores)
-        values = np.fromiter(scores.values(), dtype=np.float64, count=len(keys))
-    threshold = values[np.argpartition(-values, n - 1)[:n]].min()
+    keys, values = scores.rels, scores.array
+    top = min(n, len(keys))
+    threshold = values[np.argpartition(-values, top - 1)[:top]].min()
     chosen = np.flatnonzero(values >= threshold)  # every key tied with the n-th competes on its name
     return sorted(((keys[i], float(values[i])) for i in chosen.tolist()), key=lambda kv: (-kv[1], kv[0]))[:n]
 
@@ -564,21 +545,17 @@ def _scaled(cos: float, low: float, high: float) -> float:
 
 
 def fuse(ranked: dict[str, list[tuple[str, float]]], rrf_k: float, weights: dict[str, float] | None = None
-         ) -> tuple[dict[str, float], dict[str, dict[str, int]], dict[str, dict[str, float]]]:
-    """Relevance in 0..1 for every path in any list; each path's rank and raw score in each list."""
+         ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """Relevance in 0..1 for every path in any list (reciprocal rank fusion); each path's raw score in each list."""
     weights = weights or LIST_WEIGHTS
-    ranks: dict[str, dict[str, int]] = {}
+    best_possible = sum(weights[name] for name in ranked) / (rrf_k + 1) or 1.0
+    fused: dict[str, float] = {}
     raw: dict[str, dict[str, float]] = {}
     for name, hits in ranked.items():
         for position, (rel, score) in enumerate(hits, start=1):
-            ranks.setdefault(rel, {})[name] = position
             raw.setdefault(rel, {})[name] = score
-    fused: dict[str, float] = {}
-    best_possible = sum(weights[name] for name in ranked) / (rrf_k + 1) or 1.0
-    for name, hits in ranked.items():
-        for position, (rel, _score) in enumerate(hits, start=1):
             fused[rel] = fused.get(rel, 0.0) + weights[name] / (rrf_k + position) / best_possible
-    return fused, ranks, raw
+    return fused, raw
 
 
 def recall_filter(statuses: tuple[str, ...], types: list[str], branch: str | None
@@ -690,22 +667,22 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
     if not semantic and not keyword_only and "dense" in methods and allowed:
         notes.append(f"semantic search off in the {store.label} store "
                      f"({index.encoder_problem or 'no vectors'}): full-text only")
-    fused, ranks, raw = fuse(ranked, rrf_k, {**LIST_WEIGHTS, **list_weights})
+    fused, raw = fuse(ranked, rrf_k, {**LIST_WEIGHTS, **list_weights})
     if not fused:
         return RecallResult([], notes)
     if cosines is not None:
         fused = score_fusion(ranked, raw, cosines, statics or {})
-        fused = session_lift(index, fused, ranked, raw, ranks, cosines, statics or {}, allowed)
-    hits, excluded_match = _best_hits(store, index, query, fused, ranks, raw, prior, prior_weight, limit, exclude)
+        fused = session_lift(index, fused, ranked, raw, cosines, statics or {}, allowed)
+    hits, excluded_match = _best_hits(store, index, query, fused, raw, prior, prior_weight, limit, exclude)
     out = _with_links(store, index, hits, statuses, now) if links else hits
     if read:  # else the caller reads the few it shows (`read_hits`)
         _read(store, index, out, query)
     return RecallResult(out, notes, excluded_match)
 
 
-def _best_hits(store: Store, index: Any, query: str, fused: dict[str, float], ranks: dict[str, dict[str, int]],
-               raw: dict[str, dict[str, float]], prior: Prior, prior_weight: float, limit: int,
-               exclude: frozenset[str]) -> tuple[list[Hit], float | None]:
+def _best_hits(store: Store, index: Any, query: str, fused: dict[str, float], raw: dict[str, dict[str, float]],
+               prior: Prior, prior_weight: float, limit: int, exclude: frozenset[str]
+               ) -> tuple[list[Hit], float | None]:
     """The `limit` best hits by relevance plus prior (a code outline damped unless the question is about code),
     and the best match among the `exclude`d memories ranked ahead of the cut."""
     code_question = about_code(query)
@@ -726,7 +703,7 @@ def _best_hits(store: Store, index: Any, query: str, fused: dict[str, float], ra
             continue
         if m.type == "code_description" and not code_question:
             value *= CODE_DAMPING  # an outline of code ranks below knowledge unless the question is about code
-        hit = Hit(m, value + prior_weight * prior(m), store.label, ranks=ranks[rel], raw=raw.get(rel, {}))
+        hit = Hit(m, value + prior_weight * prior(m), store.label, raw=raw.get(rel, {}))
         # Judged on the contextual match alone: a static cosine cannot tell an answer from a near-miss.
         hit.match = match_score(hit.raw) if "ctx" in hit.raw else None
         scored.append(hit)
