@@ -73,8 +73,7 @@ class StaticEncoder:
         unk = getattr(self.tokenizer.model, "unk_token", None)
         self.unk_id = self.tokenizer.token_to_id(unk) if unk else None
         self._median_token_length: int | None = None
-        stat = (folder / "model.safetensors").stat()
-        self.identity = f"{folder.name}:{config.get('hidden_dim', '')}:{stat.st_size}:{config.get('embedding_dtype', '')}"
+        self.identity = _identity(folder, config)
 
     def _median_length(self) -> int:
         if self._median_token_length is None:
@@ -157,10 +156,14 @@ def model_identity(name: str | None) -> str | None:
     if folder is None:
         return None
     try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-        size = (folder / "model.safetensors").stat().st_size
+        return _identity(folder, json.loads((folder / "config.json").read_text(encoding="utf-8")))
     except (OSError, ValueError):
         return None
+
+
+def _identity(folder: Path, config: dict[str, Any]) -> str:
+    """What vectors are made with: the model folder's name, dimension, file size and dtype."""
+    size = (folder / "model.safetensors").stat().st_size
     return f"{folder.name}:{config.get('hidden_dim', '')}:{size}:{config.get('embedding_dtype', '')}"
 
 

@@ -134,13 +134,6 @@ class Similarity:
             return np.zeros(self.vectors[0].shape[1], dtype=np.float32) if self.vectors else 0.0
         return np.mean([np.asarray(encoder.encode_one(text), dtype=np.float32) for text in REFERENCE_TEXTS], axis=0)
 
-    def vector(self, rel: str) -> Any:
-        if self.vectors is None:
-            return None
-        _matrix, row_of = self.vectors
-        row = row_of.get(self.records()[rel].get("vhash") or "")
-        return None if row is None else self._matrix()[row]
-
     def matrix_for(self, rels: list[str]) -> Any:
         """The centred vectors of `rels` (a zero row where one is missing), or None without vectors."""
         if self.vectors is None:

@@ -34,7 +34,7 @@ class Projection:
             text = self.path.read_text(encoding="utf-8")
         except OSError:
             return False
-        return text == self.text or same_entries(text, self.text)
+        return text == self.text or _entries(text) == _entries(self.text)
 
 
 def _entries(text: str) -> list[tuple[str, ...]]:
@@ -60,11 +60,6 @@ def _entries(text: str) -> list[tuple[str, ...]]:
             lines.append(line)
     close()
     return sorted(set(blocks))
-
-
-def same_entries(text: str, other: str) -> bool:
-    """Whether two pages hold the same entries under the same headings, whatever their order (`_entries`)."""
-    return _entries(text) == _entries(other)
 
 
 def _templates_dir() -> Path:
