@@ -47,24 +47,19 @@ def _git_facts(store: Store, rev: str | None = None) -> dict[str, Any]:
         if repo.head_is_unborn:
             return facts
         head = repo.revparse_single(rev).peel(pygit2.Commit) if rev else repo.head.peel(pygit2.Commit)
+        facts["head"] = str(head.id)
         if rev:
-            facts["head"] = str(head.id)
             current = store.current_branch()
             if repo.branches.local.get(rev) is not None:
                 facts["branch"] = rev
             elif current is not None and (head.id == repo.head.target or repo.descendant_of(repo.head.target, head.id)):
                 facts["branch"] = current
-            for n, commit in enumerate(repo.walk(head.id, pygit2.enums.SortMode.TIME)):
-                if n >= 3:
-                    break
-                facts["commits"].append(f"{str(commit.id)[:7]} {commit.message.strip().splitlines()[0][:80] if commit.message.strip() else ''}")
-            return facts
-        facts["head"] = str(head.id)
-        walker = repo.walk(head.id, pygit2.enums.SortMode.TIME)
-        for n, commit in enumerate(walker):
+        for n, commit in enumerate(repo.walk(head.id, pygit2.enums.SortMode.TIME)):
             if n >= 3:
                 break
             facts["commits"].append(f"{str(commit.id)[:7]} {commit.message.strip().splitlines()[0][:80] if commit.message.strip() else ''}")
+        if rev:
+            return facts
         changed = {path for path, flags in repo.status().items()
                    if not flags & pygit2.enums.FileStatus.IGNORED and not path.startswith(".cortex/")}
         from cortex.gitfacts import default_branch
@@ -82,7 +77,7 @@ def _git_facts(store: Store, rev: str | None = None) -> dict[str, Any]:
 
 
 def _cache_key(store: Store, settled: bool = False) -> str:
-    """Computed by `cortex.layout`, which the SessionStart fast path uses without importing the store."""
+    """Computed by `cortex.layout`, which the SessionStart fast path shares."""
     from cortex import __version__
     from cortex.layout import briefing_key
 
@@ -102,9 +97,8 @@ def cached(store: Store) -> Briefing | None:
 
 def build(store: Store, budget_tokens: int | None = None, now: float | None = None, rev: str | None = None,
           stable: bool = False, index: Any = None, facts: dict[str, Any] | None = None) -> Briefing:
-    """Assemble the briefing; `rev` labels a store read at a git revision. `stable` leaves out what changes with every
-    commit or edit (HEAD, commits, changed files, stale marks): the form kept in a committed file (AGENTS.md), which
-    should change only when memory does."""
+    """Assemble the briefing; `rev` labels a store read at a git revision. `stable`: the form kept in a committed
+    file (AGENTS.md), without what changes with every commit or edit, so it changes only when memory does."""
     from cortex.index import Index
     from cortex.memory import epoch, now_epoch
     from cortex.recall import Prior
@@ -185,9 +179,8 @@ class _Row:
 
 
 class _Pool:
-    """The active memories of this branch that may be shown, best prior first, ranked from the cache's entries. A row
-    becomes a `Memory` only when the page might take it (`made`), and a fill stops when no entry could fit: the same
-    page as ranking every memory, built from a few dozen."""
+    """The active memories of this branch that may be shown, best prior first, from the cache's entries; a row
+    becomes a `Memory` only when the page might take it (`made`)."""
 
     def __init__(self, store: Store, index: Any, facts: dict[str, Any], ranking: Any, stable: bool, now: float,
                  page: _Page) -> None:
@@ -257,10 +250,7 @@ class _Pool:
                 page.add(section, made[0], made[2], capped)
 
     def conflicts(self) -> dict[str, list[tuple[str, bool]]]:
-        """`contradicts` links between memories that may be shown, read both ways: id -> (other, other is newer).
-
-        The link is written once, in one memory's file; either end shown marks the conflict, and the newer of
-        the two (by `created`, then `updated`) goes first when both are in one section."""
+        """`contradicts` links between memories that may be shown, read both ways: id -> (other, other is newer)."""
         by_id = {row.id: row for row in self.rows}
         out: dict[str, list[tuple[str, bool]]] = {}
         for item in self.rows:
@@ -389,8 +379,7 @@ def get(store: Store) -> Briefing:
     started = time.perf_counter()
     index = Index(store).ensure()
     facts = _git_facts(store, None)
-    # The key taken after the sync (which may have rewritten the manifest) and before the page is made: the page
-    # is kept under it only when nothing changed meanwhile.
+    # Taken after the sync and before the page is made: the page is kept only when nothing changed meanwhile.
     key = _cache_key(store, settled=True)
     briefing = build(store, index=index, facts=facts)
     record(store.state_dir, "briefing", {"builds": 1}, {"tokens": briefing.tokens, "chars": len(briefing.text),
@@ -404,21 +393,17 @@ def get(store: Store) -> Briefing:
 
 
 def _saved(key: str, briefing: Briefing, index: Any) -> str:
-    """A briefing as `state/` keeps it: its key, text, tokens, the ids it shows and, for those of the project
-    store, their files (a SessionStart shows a briefing older than the store only while they all exist:
-    `cortex.layout.start_briefing`)."""
+    """A briefing as `state/` keeps it, with the files of the memories it shows (`cortex.layout.start_briefing`
+    shows an older briefing only while they all exist)."""
     rel_of = index.rel_of_id()
     return json.dumps({"key": key, "text": briefing.text, "tokens": briefing.tokens, "ids": briefing.ids,
                        "files": [rel_of[i] for i in briefing.ids if i in rel_of]})
 
 
 def build_next(root: str, commits: bool = False) -> None:
-    """Build the next SessionStart's briefing of the project store at `root` into `state/briefing.next.json` (`cortex
-    serve`, or a write without a server: `cortex.spawn.briefing_ahead`); `briefing.json` stays what this session was
-    shown until a SessionStart prints the new one. A store that changed during the build is built again, up to three
-    times; one build at a time (`state/briefing.lock`). Its sync commits nothing: a commit would change the key.
-    `commits`: first commit what the write's own process left in memory only, so the recall views kept are for the
-    manifest the next process loads."""
+    """Build the next SessionStart's briefing of the project store at `root` into `state/briefing.next.json`, in a
+    detached process; built again (up to three times) while the store changes, one build at a time. Its sync
+    commits nothing (a commit would change the key); `commits`: first commit what the write left uncommitted."""
     import gc
     from pathlib import Path
 
@@ -443,9 +428,6 @@ def build_next(root: str, commits: bool = False) -> None:
             index.trust_watcher = False  # a file removed by hand a moment ago is not yet in the server's manifest
             index.commits = False
             built = build(store, index=index)
-            from cortex.recall import keep_views
-
-            keep_views(store, index)  # and recall's views, saved for the next command or server
             if briefing_key(root, __version__) == key:  # written last: once it is there, the build is done
                 atomic_write(store.state_dir / "briefing.next.json", _saved(key, built, index), durable=False)
                 return

@@ -88,8 +88,7 @@ SOURCE_NAMES = frozenset({"Makefile", "Dockerfile", "Justfile", "Rakefile", "Gem
 
 
 def is_source(name: str) -> bool:
-    """Whether a file found in a folder is source worth describing: a known language's extension (or a build
-    file such as a Makefile). Markers and dotfiles (`py.typed`, `.gitignore`, `LICENSE`) are not."""
+    """Whether a file found in a folder is source worth describing: a known language or a build file."""
     if name.startswith("."):
         return False
     return name in SOURCE_NAMES or Path(name).suffix.lower() in LANGUAGES
@@ -254,9 +253,8 @@ def _ignore_outlines(store: Store) -> list[str]:
 
 
 def _summary_line(prose: str, rel: str) -> str:
-    """What the file does, for its description's title: the first sentence of its prose (a module docstring, an
-    LLM summary, a markdown heading), else the names it defines ("defines Index, sync, rebuild"). No backticks:
-    a title is shown inside markdown, where a stray one breaks the page."""
+    """What the file does, for its description's title: its prose's first sentence, else the names it defines. No
+    backticks: a stray one breaks the markdown a title is shown in."""
     name = Path(rel).name
     defined = []
     for line in prose.splitlines():

@@ -1,25 +1,8 @@
-"""A small contextual sentence encoder (all-MiniLM-L6-v2) in numpy, for one decision: are two memories one?
+"""all-MiniLM-L6-v2 (int8, bundled) run with numpy alone: the contextual encoder consolidation and recall's
+re-ranking need, since a static model cannot tell two claims about the same thing apart (docs/graph.md).
 
-The bundled static model (`cortex.embedding`) gives every token one vector
-whatever its neighbours, which is fast enough for every hook but cannot tell
-"Celery task names are explicit strings" from "Celery tasks take only keyword
-arguments": both are mostly the same Celery words. Consolidation needs that
-distinction (docs/graph.md has the measurements), so cortex also ships the
-6-layer transformer the static model was distilled from, with int8 weights
-(`scripts/build_contextual.py`, 23 MB), and runs it here with numpy alone —
-no torch, nothing downloaded. It is used where a process is warm or a person
-waits, never in a one-shot hook's own process: `cortex consolidate`, the
-detached `cortex maintain`, and recall's re-ranking in `cortex serve`, the
-MCP server and `cortex recall` (`sentence_vectors`; `cortex.recall`).
-It runs on as many BLAS threads as the process's environment allows: one in
-every command and resident process but the bulk ones (`cortex.__main__`,
-`cortex.spawn`), set before numpy loads. docs/model.md says why numpy and
-not onnxruntime.
-
-`Encoder.encode(texts)` returns per text its token states (the last layer,
-without [CLS]/[SEP], each L2-normalised) and the token ids; `mean` pools
-them as sentence-transformers does. `tests/test_contextual.py` checks the
-vectors against the reference implementation's numbers.
+docs/model.md says where it is loaded and why numpy and not onnxruntime. `Encoder.encode` gives each text's
+token states and its mean-pooled sentence vector, checked against the reference by tests/test_contextual.py.
 """
 
 from __future__ import annotations
@@ -34,7 +17,6 @@ from cortex.embedding import EncoderUnavailable, read_safetensors
 
 NAME = "minilm-l6"
 BATCH_TOKENS = 4096
-LEAN_TEXTS = 2  # up to this many ASCII texts are tokenised in pure Python (`Encoder._token_ids`)
 UNPACKED_FORMAT = 1  # of the float32 weights kept in the user's cache (`Unpacked`)
 
 
@@ -84,16 +66,9 @@ def user_cache() -> Path:
 
 
 class Unpacked:
-    """The transformer's big matrices as float32, dequantised and laid out for `x @ W`, kept in one file of the
-    user's cache and memory-mapped from there.
-
-    The package ships int8 weights (23 MB instead of 91); turning them into float32 took ~40 ms of every
-    process that loads the model (allocating and filling 43 MB), more than the query it then embeds. The first
-    process writes the result (atomically); later ones map it in ~1 ms, and resident processes (`cortex
-    serve`, the MCP server) share its pages instead of holding a copy each. The file is
-    named after the model file's size and time, so a reinstalled model gets a new one (older ones are
-    removed); a file of the wrong size is ignored and written again. Without a writable cache the weights are
-    dequantised in memory as before."""
+    """The transformer's big matrices as float32, laid out for `x @ W`, in one file of the user's cache that
+    every process memory-maps: dequantising the int8 weights costs each process more than its query, and
+    resident processes share the mapped pages. Without a writable cache they are dequantised in memory."""
 
     MAGIC = b"CXW" + bytes([UNPACKED_FORMAT])
 
@@ -104,8 +79,7 @@ class Unpacked:
         return [f"{n}.{part}" for n in range(self.layers) for part in ("qkv", "out", "up", "down")] + ["positions"]
 
     def path(self) -> Path | None:
-        """`<model>-<install>-<version>.f32`: one file per installed model folder (two installs of cortex keep
-        one each), named after the model file's size and time."""
+        """`<model>-<install>-<version>.f32`: one file per installed model folder and model file version."""
         import hashlib
 
         try:
@@ -209,8 +183,7 @@ class Encoder:
 
         self.config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
         self.folder = folder
-        self._fast: Any = None  # the `tokenizers` tokenizer, loaded for batches only (`_token_ids`)
-        self._lean: Any = None  # the pure-Python WordPiece tokenizer for a query or two
+        self.tokenizer = self._tokenizer(folder)
         tensors = read_safetensors(folder / "model.safetensors")
         self.hidden = int(self.config["hidden_size"])
         self.heads = int(self.config["num_attention_heads"])
@@ -241,41 +214,23 @@ class Encoder:
         self.token_type = tensors["embeddings.token_type_embeddings.weight"][0].astype(np.float32) * \
             tensors["embeddings.token_type_embeddings.weight.scale"][0]
         self.ln0 = (vector("embeddings.LayerNorm.weight"), vector("embeddings.LayerNorm.bias"))
-        self.cls, self.sep = self._lean_tokenizer().special_ids()
+        self.cls, self.sep = self.tokenizer.token_to_id("[CLS]"), self.tokenizer.token_to_id("[SEP]")
+        if self.cls is None or self.sep is None:
+            raise EncoderUnavailable(f"{folder}: the tokenizer has no [CLS]/[SEP]")
 
-    def _lean_tokenizer(self) -> Any:
-        if self._lean is None:
-            from cortex.embedding import WordPiece
+    @staticmethod
+    def _tokenizer(folder: Path) -> Any:
+        """The model's `tokenizers` tokenizer, without padding or truncation."""
+        from tokenizers import Tokenizer
 
-            try:
-                cache: Path | None = user_cache()
-            except OSError:
-                cache = None
-            self._lean = WordPiece(self.folder, cache, max_length=None)
-        return self._lean
+        tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        tokenizer.no_padding()
+        tokenizer.no_truncation()
+        return tokenizer
 
     def _token_ids(self, texts: Sequence[str]) -> list[list[int]]:
-        """WordPiece ids without special tokens: a query or two in ASCII through the pure-Python tokenizer
-        (loading `tokenizers` and its 700 KB JSON costs ~20 ms a process), the rest through `tokenizers` (same
-        ids: tests/test_contextual.py)."""
-        if len(texts) <= LEAN_TEXTS and all(text.isascii() for text in texts):
-            # ASCII only: elsewhere Python's Unicode tables and the Rust tokenizer's can disagree (a capital
-            # sigma at a word's end, characters newer than Python's tables), and the ids would differ.
-            lean = self._lean_tokenizer()
-            return [lean.tokenize(text) for text in texts]
+        """WordPiece ids without special tokens."""
         return [e.ids for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
-
-    @property
-    def tokenizer(self) -> Any:
-        """The model's `tokenizers` tokenizer, without padding or truncation (loaded on first use)."""
-        if self._fast is None:
-            from tokenizers import Tokenizer
-
-            fast = Tokenizer.from_file(str(self.folder / "tokenizer.json"))
-            fast.no_padding()
-            fast.no_truncation()
-            self._fast = fast
-        return self._fast
 
     def sentence_vectors(self, texts: Sequence[str], max_tokens: int | None = None) -> Any:
         """A float32 matrix of sentence vectors (mean-pooled, L2-normalised), one row per text: what recall
@@ -297,7 +252,7 @@ class Encoder:
         return table[ids].astype(np.float32) * scale[ids][..., None]
 
     def _norm(self, x: Any, params: tuple[Any, Any]) -> Any:
-        """Layer normalisation, in place (sums rather than `np.mean`, whose Python wrapper was a third of it)."""
+        """Layer normalisation, in place."""
         import numpy as np
 
         width = np.float32(1.0 / x.shape[-1])
@@ -314,10 +269,8 @@ class Encoder:
         return x
 
     def _forward(self, batch: Any, mask: Any) -> Any:
-        """Last-layer states [B, L, H] of a padded batch of ids with [CLS]/[SEP]; mask is 1 on real tokens.
-
-        Dense layers run on the batch flattened to [B*L, H] (one BLAS call each; numpy loops over a leading
-        batch axis otherwise), in place where it can."""
+        """Last-layer states [B, L, H] of a padded batch of ids with [CLS]/[SEP]; mask is 1 on real tokens. Dense
+        layers run on the batch flattened to [B*L, H]: one BLAS call each."""
         import numpy as np
 
         b, length = batch.shape

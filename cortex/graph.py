@@ -24,8 +24,7 @@ DAY = 86400.0
 STRONG_LINK = 0.4  # a relates_to link this strong (after decay) brings its other end into recall's results
 NO_LINK_TYPES = ("code",)  # source code is never compared or embedded
 FLAG_MOST = 5  # a new memory's possible duplicates: at most its 5 closest of its type (as consolidation looks)
-# A store's mean vector is unreliable while it holds few memories: it is blended with the mean of these
-# (generic developer memories, written for cortex) as if they were REFERENCE_WEIGHT memories of the store.
+# A small store's mean vector is blended with the mean of these generic memories, as if they were 20 of its own.
 REFERENCE_WEIGHT = 20
 REFERENCE_TEXTS = (
     "We use SQLite, not Postgres, for the local cache: no server to run.",
@@ -68,10 +67,8 @@ def automatic_links(links: Iterable[Link]) -> list[Link]:
 
 
 class Similarity:
-    """Similarity between the store's memories: centred cosine on the cache's vectors, or Jaccard without them. Static
-    embeddings of one project's memories all point much the same way, so the store's mean vector (blended with a fixed
-    reference while the store is small) is taken out first: unrelated memories then sit near 0, paraphrases high
-    (docs/graph.md)."""
+    """Similarity between the store's memories: cosine centred on the store's mean vector (one project's static
+    vectors all point much the same way; docs/graph.md), or Jaccard without vectors."""
 
     def __init__(self, store: Store, index: Any = None, centred: bool = True, method: str | None = None) -> None:
         from cortex.index import Index
@@ -98,8 +95,7 @@ class Similarity:
             return np.zeros(matrix.shape[1], dtype=np.float32)
         rows = [row_of[vhash] for _, status, vhash in self.records().column("status", "vhash")
                 if status == "active" and vhash in row_of]
-        # Each active memory's row counted once per memory (two memories may share a text): a product with the
-        # counts, not a copy of every active row.
+        # Each active memory's row counted once per memory (two memories may share a text).
         counts = np.bincount(np.asarray(rows, dtype=np.int64), minlength=matrix.shape[0]).astype(np.float32)
         total = counts @ matrix if rows else np.zeros(matrix.shape[1], dtype=np.float32)
         return ((total + REFERENCE_WEIGHT * self._reference()) / (len(rows) + REFERENCE_WEIGHT)).astype(np.float32)
@@ -117,8 +113,7 @@ class Similarity:
         return self._centred
 
     def _centring(self) -> tuple[Any, Any]:
-        """(mean, each row's norm once centred), computed once: with them the centred cosine of
-        one memory with every other is one matrix–vector product over the cached vectors as they are (no centred copy of the matrix)."""
+        """(mean, each row's norm once centred), computed once: centred cosines without a centred copy of the matrix."""
         if self._parts is None:
             import numpy as np
 
@@ -138,13 +133,6 @@ class Similarity:
         if encoder is None:
             return np.zeros(self.vectors[0].shape[1], dtype=np.float32) if self.vectors else 0.0
         return np.mean([np.asarray(encoder.encode_one(text), dtype=np.float32) for text in REFERENCE_TEXTS], axis=0)
-
-    def vector(self, rel: str) -> Any:
-        if self.vectors is None:
-            return None
-        _matrix, row_of = self.vectors
-        row = row_of.get(self.records()[rel].get("vhash") or "")
-        return None if row is None else self._matrix()[row]
 
     def matrix_for(self, rels: list[str]) -> Any:
         """The centred vectors of `rels` (a zero row where one is missing), or None without vectors."""
@@ -179,9 +167,7 @@ class Similarity:
         return [jaccard(mine_words, self.word_set(o)) for o in others]
 
     def above(self, rel: str, pool: list[str], rows: Any, floor: float) -> list[tuple[float, str]]:
-        """(similarity, path) of the memories of `pool` at least `floor` similar to `rel`: with vectors, one
-        matrix–vector product and only those over the floor leave numpy (`rows`: each pool path's vector row,
-        from `pool_rows`); without, word overlap with each."""
+        """(similarity, path) of the memories of `pool` at least `floor` similar to `rel` (`rows`: from `pool_rows`)."""
         if self.method == "cosine":
             import numpy as np
 
@@ -202,8 +188,7 @@ class Similarity:
                             for o in pool), dtype=np.int64, count=len(pool))
 
     def _row_scores(self, rel: str, rows: Any) -> Any:
-        """The centred cosine of `rel` with the memories at `rows` of the vector matrix (0 where a row is -1 or
-        `rel` has no vector), as a float64 array."""
+        """The centred cosine of `rel` with the memories at `rows` of the vector matrix (0 without a vector)."""
         import numpy as np
 
         assert self.vectors is not None
@@ -232,8 +217,7 @@ JACCARD_CANDIDATE = 0.15  # without vectors: word overlap from which two memorie
 
 
 def candidate_floor(threshold: float, method: str) -> float:
-    """`consolidate.candidate_threshold` is a centred cosine; without vectors the similarity is word overlap,
-    on which a paraphrase scores far lower (0.3 for a close one), so the floor is at most JACCARD_CANDIDATE."""
+    """`consolidate.candidate_threshold`, at most JACCARD_CANDIDATE on word overlap (a paraphrase scores far lower)."""
     return threshold if method == "cosine" else min(threshold, JACCARD_CANDIDATE)
 
 
@@ -264,25 +248,22 @@ def connect(store: Store, ids: Iterable[str], index: Any = None) -> LinkReport:
             continue
         done.add(rel)
         mine = records[rel]
-        # Already linked: its own links, and `relates_to` links other memories made to it (`Index.neighbours`,
-        # asked only of the few candidates, not built for the whole store).
+        # Already linked: its own links, and `relates_to` links other memories made to it.
         own = {to for _rel, to, _strength in mine.get("links", ())}
         found = [(s, o) for s, o in similarity.above(rel, active, rows, floor)  # two fields of each, no dict
                  if o not in done and records.value(o, "id") not in own
                  and not any(r == "relates_to" and to == memory_id for r, to, _s in records.value(o, "links") or ())]
-        scores, others = [s for s, _o in found], [o for _s, o in found]
-        band = sorted(((s, o) for s, o in zip(scores, others) if low <= s <= high), key=lambda p: (-p[0], p[1]))[:most]
+        found.sort(key=lambda p: (-p[0], p[1]))  # strongest first
+        band = [(s, o) for s, o in found if low <= s <= high][:most]
         for score, other in band:
             strength = round(score, 2)
             other_id = records.value(other, "id")
             new_links.setdefault(memory_id, []).append(Link("relates_to", other_id, strength))
             report.linked.append((memory_id, other_id, strength))
-        near = sorted(((s, o) for s, o in zip(scores, others) if suggest_from <= s < low),
-                      key=lambda p: (-p[0], p[1]))[:most]
+        near = [(s, o) for s, o in found if suggest_from <= s < low][:most]
         report.suggested += [(memory_id, records.value(o, "id"), round(s, 2)) for s, o in near]
         pinned = json.loads(mine["meta"]).get("pinned", False)
-        close = sorted(((s, o) for s, o in zip(scores, others)
-                        if s >= flag_at and records.value(o, "type") == mine["type"]), key=lambda p: (-p[0], p[1]))
+        close = [(s, o) for s, o in found if s >= flag_at and records.value(o, "type") == mine["type"]]
         for score, other in close[:FLAG_MOST]:
             if not pinned and not records.value(other, "pinned"):
                 report.flagged.append((memory_id, records.value(other, "id"), round(score, 3)))
@@ -299,8 +280,7 @@ def connect(store: Store, ids: Iterable[str], index: Any = None) -> LinkReport:
 
 
 def suggestions(store: Store) -> list[tuple[str, str, float]]:
-    """Suggested links as recorded: (new memory, other memory, similarity); use `pending_suggestions` to
-    leave out those made or gone since."""
+    """Suggested links as recorded: (new memory, other memory, similarity)."""
     try:
         data = json.loads((store.state_dir / "suggested.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -328,7 +308,6 @@ def pending_suggestions(store: Store, index: Any) -> list[tuple[str, str, float]
         return any(to == b for _, to, _ in records.value(rel_of_id[a], "links")) \
             or any(to == a for _, to, _ in records.value(rel_of_id[b], "links"))
 
-    # The few suggestions' own entries, not every memory's links (`Index.neighbours`).
     out = [(a, b, s) for a, b, s in suggestions(store) if active(a) and active(b) and not linked(a, b)]
     return sorted(out, key=lambda p: (-p[2], p[0], p[1]))
 
@@ -385,9 +364,8 @@ def unlink(store: Store, a: str, b: str) -> list[tuple[str, Link]]:
 
 
 class LastReads:
-    """When memories were last recalled or shown (`state/access.json`, as `Store.record_access` writes it),
-    looked up one id at a time in the file's text: recall needs two or three ids, and parsing the whole file of
-    a 10,000-memory store costs milliseconds on every query."""
+    """When memories were last recalled or shown (`state/access.json`), looked up one id at a time in the text:
+    recall needs two or three ids of a file that grows with the store."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -436,8 +414,7 @@ class LinkAges:
         return 0.0
 
     def _made_by(self, path: str) -> dict[tuple[str, str], float]:
-        """(relation, other id) -> when each link of the memory at `path` was made; decoded once per sync (a
-        resident server weighs the same strong links prompt after prompt)."""
+        """(relation, other id) -> when each link of the memory at `path` was made; decoded once per sync."""
         made: dict[str, dict[tuple[str, str], float]] = self.index.memo(("links-made",), dict)
         found = made.get(path)
         if found is None:
@@ -463,12 +440,9 @@ class LinkAges:
 def expand(start: str, neighbours: dict[str, list[tuple[str, str, float | None]]], keep: Callable[[str], bool],
            strength: Callable[[str, str, str, float | None], float | None], seen: set[str],
            strong: float = STRONG_LINK, hops: int = 2) -> list[tuple[str, str, str, float]]:
-    """Memories reached from `start`, depth first: (id, relation, reached from, factor).
-
-    One hop along `source_of` (factor 1: code behind its description) and along `relates_to` links at least
-    `strong` after decay (factor: the strength); from a memory reached by a strong link, up to `hops` hops in
-    all, the factors multiplying. `seen` (updated) holds ids already shown; `keep` says which may be.
-    """
+    """Memories reached from `start`, depth first: (id, relation, reached from, factor). One hop along
+    `source_of` (factor 1), up to `hops` along `relates_to` links at least `strong` after decay (the factors,
+    their strengths, multiplying). `seen` (updated) holds ids already shown; `keep` says which may be."""
     out: list[tuple[str, str, str, float]] = []
     seen.add(start)
 
@@ -530,8 +504,7 @@ def clear_flagged_pairs(store: Store, pairs: Iterable[tuple[str, str]]) -> None:
 
 
 # ---------------------------------------------------------------- the link queue
-# Capture writes memories on the Stop hook's clock and queues their ids here (`state/maintain.json`); the
-# detached `cortex maintain` links them (`cortex.maintain`), off the clock.
+# Capture queues the ids it wrote (`state/maintain.json`); the detached `cortex maintain` links them.
 
 
 def queue_links(store: Store, ids: Iterable[str]) -> None:

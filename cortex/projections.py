@@ -34,13 +34,12 @@ class Projection:
             text = self.path.read_text(encoding="utf-8")
         except OSError:
             return False
-        return text == self.text or same_entries(text, self.text)
+        return text == self.text or _entries(text) == _entries(self.text)
 
 
 def _entries(text: str) -> list[tuple[str, ...]]:
-    """A page as the set of its entries: each heading with the headings above it and its lines, blank lines
-    dropped and lines in code-point order. The union merge of two branches' pages (docs/git.md) keeps each
-    side's new lines whole but may put them in either side's order and drop a blank line between them."""
+    """A page as the set of its entries (each heading with the headings above it and its lines, sorted, blank lines
+    dropped): what git's union merge of two branches' pages keeps whatever order it puts them in (docs/git.md)."""
     path: list[str] = []
     blocks: list[tuple[str, ...]] = []
     lines: list[str] = []
@@ -61,11 +60,6 @@ def _entries(text: str) -> list[tuple[str, ...]]:
             lines.append(line)
     close()
     return sorted(set(blocks))
-
-
-def same_entries(text: str, other: str) -> bool:
-    """Whether two pages hold the same entries under the same headings, whatever their order (`_entries`)."""
-    return _entries(text) == _entries(other)
 
 
 def _templates_dir() -> Path:
@@ -129,9 +123,6 @@ def _date(memory: Memory) -> str:
 
 def _link(store: Store, memory: Memory) -> str:
     assert memory.path is not None
-    path, root = str(memory.path), str(store.root) + os.sep
-    if path.startswith(root) and os.sep == "/":  # the usual case, without relpath's work (once per link)
-        return path[len(root):]
     return Path(os.path.relpath(memory.path, store.root)).as_posix()
 
 
@@ -196,12 +187,8 @@ def _load(store: Store, index: Any = None, kinds: frozenset[str] = PAGE_TYPES) -
 
 def build(store: Store, memories: list[Memory] | None = None, index: Any = None,
           names: Any = PAGES) -> list[Projection]:
-    """Render the pages `names` (all three unless said) from the memories (read through the cache unless given).
-
-    Every page is a function of the memory files alone — not of the checked-out branch, the clock or the
-    file order — so regenerating on a commit whose pages are current writes nothing, and a checkout or a
-    merge never finds a page to rewrite.
-    """
+    """Render the pages `names` from the memories (read through the cache unless given): a function of the memory
+    files alone, so a checkout or a merge never finds a page to rewrite."""
     names = [name for name in PAGES if name in set(names)]
     by_id: dict[str, Memory]
     if memories is None:
@@ -306,9 +293,8 @@ def stale(store: Store, index: Any = None) -> list[Path]:
     return [p.path for p in pages if not p.is_current()]
 
 
-# A stamp in the cache lets a check with nothing changed skip rendering: for each page, a hash of what it
-# depends on (the content hashes of the memories of its types, the templates, cortex's version) and its stat
-# as last rendered, so a Stop that writes a progress note re-renders `active-plan.md` alone.
+# A stamp in the cache lets a check with nothing changed skip rendering: per page, a hash of its inputs and its
+# stat as last rendered.
 
 def _inputs_digests(store: Store, index: Any = None) -> dict[str, str] | None:
     import hashlib

@@ -23,26 +23,17 @@ POOL = 50
 # A query whose most specific word is in half of 20+ memories is narrowed to the best 3 (unless a limit was asked).
 BROAD_SHARE, BROAD_MIN, NARROWED = 0.5, 20, 3
 NARROWED_NOTE = f"showing the best {NARROWED}"  # in the note a narrowed answer carries
-# The relevance line on the calibrated match (`match_score`): under it a memory does not bear on the question
-# (chosen on four sets: docs/recall.md, "The relevance line").
-RELEVANT_MATCH = 0.2
+RELEVANT_MATCH = 0.2  # under this match a memory does not bear on the question (docs/recall.md, "The relevance line")
 RELEVANT_POOL = 10  # hits a recall judges at least, so that a small limit still finds a relevant one ranked past it
 MATCH_SPREAD = 0.25  # the prompt hook injects only hits within this much of the best match (0..1)
-# Default of recall.list_weights (and recall.bm25_floor), chosen by bench/retrieval.py (docs/benchmarks.md).
-LIST_WEIGHTS = {"bm25": 1.0, "dense": 0.5, "ctx": 1.0}
-# With the contextual model on, relevance is a weighted mean of three scores (`score_fusion`; bench/devset.py).
-FUSION = {"bm25": 0.7, "ctx": 1.0, "dense": 0.5}
+LIST_WEIGHTS = {"bm25": 1.0, "dense": 0.5, "ctx": 1.0}  # default of recall.list_weights (bench/retrieval.py)
+FUSION = {"bm25": 0.7, "ctx": 1.0, "dense": 0.5}  # `score_fusion`'s weights (bench/devset.py)
 WORD_SUPPORT = 0.35  # a full-text score counts fully from this match up, less below it (any shared word won before)
-# Cosine of all-MiniLM-L6-v2 sentence vectors mapped to a match in 0..1 (`match_score`): unrelated texts sit
-# under CTX_LOW, a question and the memory that answers it mostly over CTX_HIGH.
-CTX_LOW, CTX_HIGH = 0.15, 0.65
-# The static model's cosines are flatter (0.38-0.40 for right and wrong alike on the example project).
-STATIC_LOW, STATIC_HIGH = 0.3, 0.8
+CTX_LOW, CTX_HIGH = 0.15, 0.65  # contextual cosines: unrelated texts under LOW, most answers over HIGH
+STATIC_LOW, STATIC_HIGH = 0.3, 0.8  # the static model's cosines are flatter
 STATIC_SHARE = 0.5  # the static model's weight in `match_score`, beside the contextual one's 1
 CODE_DAMPING = 0.7  # a code outline's relevance is scaled by this unless the question is about code
-# With score fusion, the memories of the best hit's capture session gain this share of its relevance: what was
-# said around an answer is where its other half is.
-SESSION_LIFT = 0.25
+SESSION_LIFT = 0.25  # share of the best hit's relevance its capture session gains: an answer's other half
 STRONG_LINK = 0.4
 
 
@@ -53,7 +44,6 @@ class Hit:
     store: str
     snippet: str = ""
     via: str | None = None
-    ranks: dict[str, int] = field(default_factory=dict)
     raw: dict[str, float] = field(default_factory=dict)  # each list's own score (BM25, cosine)
     match: float | None = None  # calibrated 0..1: how well the memory answers the query (None: keyword only)
     root: str | None = None  # a linked hit: the id of the direct hit it was reached from (one or two hops)
@@ -87,30 +77,25 @@ class Hit:
 class RecallResult:
     hits: list[Hit]
     notes: list[str] = field(default_factory=list)
-    # With `exclude`: the best calibrated match (`Hit.match`, contextual model on) among the excluded memories
-    # ranked ahead of the cut, which the hits are not shown beside (the prompt hook's briefing).
-    excluded_match: float | None = None
+    excluded_match: float | None = None  # the best match among the `exclude`d memories ranked ahead of the cut
 
 
 PRIOR_TERMS = ("confidence", "priority", "centrality", "access", "same_branch", "salience")
 
 
 class Prior:
-    """The ranking prior (DESIGN.md §3) of one query or briefing, in 0..1: `recall.weights` over decayed
-    confidence, priority, centrality, reads and the current branch, divided by the sum of the weights, plus
-    `salience.weight` × (salience − 0.5) over the same sum (`cortex.salience`: zero for a memory never shown)."""
+    """The ranking prior (DESIGN.md §3) of one query or briefing, in 0..1: `recall.weights` over its terms, plus
+    `salience.weight` × (salience − 0.5), both divided by the sum of the weights."""
 
     def __init__(self, store: Store, index: Any, now: float, branch: str | None,
                  central: dict[str, float] | None = None, local: bool = True) -> None:
-        """`central`: the centralities when the caller has them (`Index.saved_centralities`); else the index's.
-        `local=False`: no reads or salience (this clone's own signals), for what is written to a tracked file."""
+        """`local=False`: no reads or salience (this clone's own signals), for what is written to a tracked file."""
         self.weights = {name: float(value) for name, value in store.config().get("recall.weights").items()}
         self.total = sum(self.weights.values()) or 1.0
         self.access = store.access_counts() if local else {}
         self.max_log = math.log(max(self.access.values(), default=0) + 1) or 1.0
         self.central = central if central is not None else index.centralities()
         self.now, self.branch = now, branch
-        # Learned from use (state/salience.json): weight × (salience − 0.5), so no history changes nothing.
         self.salience = salience.scores(store) if local else {}
         self.salience_weight = float(store.config().get("salience.weight"))
 
@@ -118,8 +103,7 @@ class Prior:
         return sum(self._terms(memory))
 
     def bound(self) -> float:
-        """The most this prior can give any memory (each term's value is in 0..1, salience's − 0.5 in ±0.5);
-        infinite when a weight is negative (a configuration may say so) and nothing can be bounded."""
+        """The most this prior can give any memory; infinite when a weight is negative (nothing can be bounded)."""
         if self.total <= 0 or any(value < 0 for value in self.weights.values()):
             return math.inf
         return (sum(self.weights.values()) + 0.5 * abs(self.salience_weight)) / self.total
@@ -129,7 +113,7 @@ class Prior:
         return dict(zip(PRIOR_TERMS, self._terms(memory)))
 
     def _terms(self, memory: Memory) -> tuple[float, ...]:
-        """The terms in `PRIOR_TERMS` order (a tuple: ranking ~140 candidates a query builds no dicts)."""
+        """The terms in `PRIOR_TERMS` order."""
         from cortex.lifecycle import decayed_confidence
 
         w, reads, central = self.weights, self.access.get(memory.id, 0), self.central.get(memory.id, 0.0)
@@ -145,9 +129,7 @@ class Prior:
 
 
 class _Contextual:
-    """The process's contextual encoder (`cortex.contextual`, all-MiniLM-L6-v2 int8) for recall: off until an
-    edge turns it on (`use_contextual`): `cortex serve`, the MCP server, `cortex recall`, and the prompt hook's own
-    process when no server answers (the relevance line needs its match)."""
+    """The process's contextual encoder for recall, off until an edge turns it on (`use_contextual`)."""
 
     def __init__(self) -> None:
         self.mode: str | None = None  # None (off), "inline" (a command) or "background" (a resident process)
@@ -159,8 +141,8 @@ class _Contextual:
         self.ahead: Any = None  # the thread of `load_ahead`, until someone waits for it
 
     def load_ahead(self, text: str) -> None:
-        """A command: load the encoder and embed `text` in a thread while this one syncs the store and ranks by
-        full text. `get` and `query` wait for it."""
+        """A command: load the encoder and embed `text` in a thread while this one syncs the store (`get` and
+        `query` wait for it)."""
         if self.mode != "inline" or self.problem is not None or self.ahead is not None or text in self.queries:
             return
         import threading
@@ -213,7 +195,7 @@ class _Contextual:
         self.queries[text] = vector
 
     def query(self, text: str) -> Any:
-        """The query's sentence vector (the last few are kept: the prompt hook and MCP often repeat one)."""
+        """The query's sentence vector (the last few are kept: MCP and the prompt hook repeat queries)."""
         self._wait_ahead()
         vector = self.queries.get(text)
         if vector is None:
@@ -223,11 +205,8 @@ class _Contextual:
 
 
 CONTEXTUAL = _Contextual()
-# The transformer embeds a query's opening up to this many tokens: its cost grows with the length, and a pasted
-# log should not make the prompt wait. Full text and the static model still read the whole query.
-QUERY_TOKENS = 64
-# Words the transformer is not shown in a query (articles, auxiliaries, pronouns): the ranking does not move for
-# them. Question words, negations, prepositions and punctuation carry meaning and stay.
+QUERY_TOKENS = 64  # the transformer embeds a query's opening only: a pasted log should not make a prompt wait
+# Words the transformer is not shown in a query: the ranking does not move for them (docs/recall.md).
 _UNSHOWN = frozenset("a an the do does did is are was were be been being am have has had can could should would "
                      "will shall may might must i me my we us our you your he she him her his it its they them their "
                      "this that these those there here".split())
@@ -235,17 +214,18 @@ _QUERY_WORD = re.compile(r"[\w'-]+|[^\w\s]+")
 
 
 def for_transformer(text: str) -> str:
-    """The query as the transformer embeds it: without the words of `_UNSHOWN` (lowercase, or opening the
-    text: "May" or "US" in the middle of a sentence is a name). The whole text when nothing would be left."""
+    """The query without the words of `_UNSHOWN` ("May" or "US" mid-sentence is a name, kept); the whole text
+    when nothing would be left."""
     words = _QUERY_WORD.findall(text)
     kept = [w for n, w in enumerate(words) if w.lower() not in _UNSHOWN or not (w.islower() or n == 0 or w == "I")]
     return " ".join(kept) if any(w[0].isalnum() or w[0] == "_" for w in kept) else text
+
+
 INLINE_FILL = 32  # `cortex recall` embeds up to this many missing memories itself; a detached upkeep the rest
 
 
 def use_contextual(mode: str | None = "inline") -> None:
-    """Turn contextual re-ranking on for this process: "inline" (fill a few missing vectors before answering)
-    or "background" (a resident process: fill them in a thread, answer at once with what there is)."""
+    """Turn contextual re-ranking on for this process: "inline" (a command) or "background" (a resident process)."""
     CONTEXTUAL.mode = mode
 
 
@@ -269,9 +249,8 @@ def missing_contextual(store: Store, index: Any) -> list[tuple[str, str]]:
 
 
 def fill_contextual(store: Store, index: Any, limit: int | None = None, batch: int = 128, wait: bool = False) -> int:
-    """Embed memories that have no contextual vector yet (at most `limit`), in batches appended as they are
-    done; returns how many. Skips when another process or thread is filling (its lock is taken), or with `wait`
-    fills what that one left once it is done."""
+    """Embed up to `limit` memories that have no contextual vector yet; returns how many. Skips when another
+    filler holds the lock, or with `wait` fills what it left."""
     from cortex.files import try_lock
     from cortex.index.cache import read_body
     from cortex.index.manifest import embed_text, memory_from_meta
@@ -299,8 +278,7 @@ def fill_contextual(store: Store, index: Any, limit: int | None = None, batch: i
 
 
 def _fill_detached(store: Store) -> None:
-    """Hand the missing contextual vectors to a detached `cortex maintain` (it fills them all, one at a time per
-    store: its fill lock); this command ranks without them (rank fusion) meanwhile."""
+    """Hand the missing contextual vectors to a detached `cortex maintain`; this command ranks without them."""
     from cortex.spawn import detached
 
     try:
@@ -330,28 +308,21 @@ def _fill_in_background(store: Store, index: Any) -> None:
 
 def contextual_scores(store: Store, index: Any, query: str, key: Any, allowed: frozenset[str]
                       ) -> Scores | None:
-    """Cosine of the query with every allowed memory that has a contextual vector (None when the model is off
-    or there are no vectors). Up to `INLINE_FILL` missing vectors are filled first; more in a detached upkeep (a
-    command) or a thread (a resident process)."""
+    """Cosine of the query with every allowed memory's contextual vector (None when the model is off or a vector
+    is missing). Up to `INLINE_FILL` missing vectors are filled first, more elsewhere."""
     import cortex.index.vectors as vectors
 
     encoder = CONTEXTUAL.get()
     if encoder is None or not allowed:
         return None
-    if CONTEXTUAL.mode == "background":
-        # A resident process fills a few missing vectors before answering, as a command does (a new memory, a
-        # fresh store: its first answer is judged, not ranked blind), and many in a thread.
-        missing = missing_contextual(store, index)
-        if len(missing) > INLINE_FILL:
+    missing = missing_contextual(store, index)
+    if len(missing) > INLINE_FILL:  # more than an answer should wait for
+        if CONTEXTUAL.mode == "background":
             _fill_in_background(store, index)
-        elif missing:  # a filler at work has at most these few left: wait for it
-            fill_contextual(store, index, limit=INLINE_FILL, wait=True)
-    else:
-        missing = missing_contextual(store, index)
-        if len(missing) > INLINE_FILL:  # more than a command should wait for: `cortex maintain` embeds them all
+        else:
             _fill_detached(store)
-        elif missing:
-            fill_contextual(store, index, limit=INLINE_FILL, wait=True)
+    elif missing:  # a filler at work has at most these few left: wait for it
+        fill_contextual(store, index, limit=INLINE_FILL, wait=True)
     view = contextual_view(store, index, encoder, key, allowed)
     if view is None:
         return None
@@ -363,8 +334,7 @@ def contextual_scores(store: Store, index: Any, query: str, key: Any, allowed: f
 
 def contextual_view(store: Store, index: Any, encoder: Any, key: Any, allowed: frozenset[str]) -> Any:
     """(paths, what `vectors.cosines` multiplies for them, whether every allowed memory has a vector, path ->
-    position) of the contextual vectors of the allowed memories, made once per sync and filter; None without
-    the sidecar."""
+    position), once per sync and filter; None without contextual vectors."""
     import cortex.index.vectors as vectors
 
     sidecar = CONTEXTUAL.sidecar(store)
@@ -384,8 +354,7 @@ def contextual_view(store: Store, index: Any, encoder: Any, key: Any, allowed: f
 
 
 def _matching_share(index: Any, query: str, total: int) -> float:
-    """The share of the store's memories holding the query's most specific word, the rarest (0 for a small
-    store): a query with one selective word is not broad, however common its others."""
+    """The share of the store's memories holding the query's rarest word (0 for a small store)."""
     searcher = index.searcher() if total >= BROAD_MIN else None
     if searcher is None:
         return 0.0
@@ -426,8 +395,7 @@ _CODE_TOKEN = re.compile(r"\w+\.(?:py|js|jsx|ts|tsx|go|rs|java|kt|rb|php|c|h|cc|
 
 
 def about_code(query: str) -> bool:
-    """Whether a question is about code: it names a file, a path, a call, an identifier (snake_case,
-    camelCase) or asks about functions, classes, modules, files or their implementation."""
+    """Whether a question is about code: it names a file, a path, a call or an identifier, or asks about code."""
     if _CODE_TOKEN.search(query):
         return True
     return any(word in _CODE_WORDS for word in re.findall(r"[a-z]+", query.lower()))
@@ -436,11 +404,9 @@ def about_code(query: str) -> bool:
 def score_fusion(ranked: dict[str, list[tuple[str, float]]], raw: dict[str, dict[str, float]],
                  cosines: Mapping[str, float], statics: Mapping[str, float], only: list[str] | None = None,
                  into: dict[str, float] | None = None) -> dict[str, float]:
-    """Relevance in 0..1 of every candidate (any list's top `POOL`) when the contextual model is on: a weighted
-    mean of its BM25 score over the best one, its contextual match and its static match (`FUSION`). Scores,
-    not ranks: a memory the contextual model calls a clear answer outranks one that only shares a word with
-    the question. Each candidate's cosines are recorded in `raw`, listed or not. `only`: these candidates
-    alone, added to `into` (a candidate's relevance depends on nothing but its own scores and the lists)."""
+    """Relevance in 0..1 of every candidate with the contextual model on: a weighted mean (`FUSION`) of its BM25
+    score over the best one and its two matches, so a clear answer outranks a shared word. Records each
+    candidate's cosines in `raw`. `only`: these candidates alone, added to `into`."""
     bm25 = dict(ranked.get("bm25", []))
     top = max(bm25.values(), default=0.0) or 1.0
     total = sum(FUSION.values())
@@ -460,33 +426,31 @@ def score_fusion(ranked: dict[str, list[tuple[str, float]]], raw: dict[str, dict
             static_cosine = scores.get("dense")
         ctx = 0.0 if cosine is None else _scaled(cosine, CTX_LOW, CTX_HIGH)
         static = 0.0 if static_cosine is None else _scaled(static_cosine, STATIC_LOW, STATIC_HIGH)
-        # A shared word counts in proportion to the meaning behind it: full match at `WORD_SUPPORT`.
         support = min(1.0, (match_score(scores) or 0.0) / WORD_SUPPORT)
         out[rel] = (w_bm25 * support * bm25.get(rel, 0.0) / top + w_ctx * ctx + w_dense * static) / total
     return out
 
 
 def sessions(index: Any) -> tuple[dict[str, str], dict[str, list[str]]]:
-    """Each memory's capture session (`source.session`, by path; the manifest keeps it) and each session's
-    memories, gathered once per sync."""
-    views = index._allowed  # noqa: SLF001 - the per-sync view cache of the index
-    if "sessions" not in views:
+    """Each memory's capture session (by path) and each session's memories, once per sync."""
+
+    def gather() -> tuple[dict[str, str], dict[str, list[str]]]:
         session_of: dict[str, str] = {}
         members: dict[str, list[str]] = {}
         for rel, session in index.records().column("session"):
             if session:
                 session_of[rel] = session
                 members.setdefault(session, []).append(rel)
-        views["sessions"] = (session_of, members)
-    return views["sessions"]
+        return session_of, members
+
+    return index.memo(("sessions",), gather)  # type: ignore[no-any-return]
 
 
 def session_lift(index: Any, fused: dict[str, float], ranked: dict[str, list[tuple[str, float]]],
-                 raw: dict[str, dict[str, float]], ranks: dict[str, dict[str, int]], cosines: Mapping[str, float],
+                 raw: dict[str, dict[str, float]], cosines: Mapping[str, float],
                  statics: Mapping[str, float], allowed: frozenset[str]) -> dict[str, float]:
-    """Score fusion's relevance with the best hit's capture session lifted: each of its memories (the best hit
-    included, so the order within the session stands) gains `SESSION_LIFT` × the best hit's relevance; one
-    not yet a candidate becomes one (up to `POOL` of them). Unchanged when the best hit has no session."""
+    """Score fusion's relevance with each memory of the best hit's capture session (itself included) lifted by
+    `SESSION_LIFT` × its relevance; up to `POOL` of them not yet candidates become ones."""
     if not fused or not SESSION_LIFT:
         return fused
     session_of, members = sessions(index)
@@ -496,10 +460,9 @@ def session_lift(index: Any, fused: dict[str, float], ranked: dict[str, list[tup
         return fused
     new = [rel for rel in mates if rel not in raw]
     if new:
-        # A long session adds its `POOL` memories closest to the query, not all (each candidate costs a read).
         added = heapq.nsmallest(POOL, new, key=lambda r: (-cosines.get(r, 0.0), r))
         for rel in added:
-            raw[rel], ranks[rel] = {}, {}
+            raw[rel] = {}
         fused = score_fusion(ranked, raw, cosines, statics, only=added, into=fused)
     lift = SESSION_LIFT * fused[best]
     for rel in mates:
@@ -509,8 +472,7 @@ def session_lift(index: Any, fused: dict[str, float], ranked: dict[str, list[tup
 
 
 class Scores(Mapping[str, float]):
-    """One model's cosine for each allowed memory, as the array the matrix product gave over the per-sync list of
-    paths: a mapping without a dict of 10,000 floats built for each query."""
+    """One model's cosine for each allowed memory: the product's array behind a mapping, no dict per query."""
 
     __slots__ = ("rels", "where", "array")
 
@@ -530,19 +492,13 @@ class Scores(Mapping[str, float]):
         return len(self.rels)
 
 
-def top_scores(scores: Mapping[str, float], n: int) -> list[tuple[str, float]]:
-    """The `n` best (key, score) pairs, ties by key: `heapq.nsmallest(n, items, key=(-score, key))`, with a numpy
-    partition first for a long list (a cosine for every memory)."""
-    if len(scores) <= 4 * n:
-        return heapq.nsmallest(n, scores.items(), key=lambda kv: (-kv[1], kv[0]))
+def top_scores(scores: Scores, n: int) -> list[tuple[str, float]]:
+    """The `n` best (key, score) pairs of a non-empty `Scores`, ties by key."""
     import numpy as np
 
-    if isinstance(scores, Scores):
-        keys, values = scores.rels, scores.array
-    else:
-        keys = list(scores)
-        values = np.fromiter(scores.values(), dtype=np.float64, count=len(keys))
-    threshold = values[np.argpartition(-values, n - 1)[:n]].min()
+    keys, values = scores.rels, scores.array
+    top = min(n, len(keys))
+    threshold = values[np.argpartition(-values, top - 1)[:top]].min()
     chosen = np.flatnonzero(values >= threshold)  # every key tied with the n-th competes on its name
     return sorted(((keys[i], float(values[i])) for i in chosen.tolist()), key=lambda kv: (-kv[1], kv[0]))[:n]
 
@@ -558,21 +514,20 @@ def static_scores(index: Any, query: str, key: Any, allowed: frozenset[str]) -> 
     if encoder is None:
         return None
     matrix, row_of = loaded
-    cache_key = ("static-all", key)
-    views = index._allowed  # noqa: SLF001 - the per-sync view cache of the index
-    if cache_key not in views:
+
+    def view() -> tuple[list[str], Any, dict[str, int]]:
         rels, rows, _ = index.embedded(allowed, row_of)
-        views[cache_key] = (rels, vectors.rows_view(matrix, rows), {rel: i for i, rel in enumerate(rels)})
-    rels, sub, where = views[cache_key]
+        return rels, vectors.rows_view(matrix, rows), {rel: i for i, rel in enumerate(rels)}
+
+    rels, sub, where = index.memo(("static-all", key), view)
     if not rels:
         return None
     return Scores(rels, where, vectors.cosines(sub, np.asarray(encoder.encode_one(query), dtype=np.float32)))
 
 
 def match_score(raw: dict[str, float]) -> float | None:
-    """How well a memory answers the query, in 0..1 and comparable across queries: each model's cosine mapped
-    linearly from its noise level to its answer level and clipped, the contextual one weighted 1 and the static
-    one `STATIC_SHARE` (either alone when the other is missing). None when only full text ranked it."""
+    """How well a memory answers the query, in 0..1 and comparable across queries: each model's cosine scaled
+    from its noise level to its answer level, the static one weighted `STATIC_SHARE`; None for full text only."""
     if "ctx" in raw and "dense" in raw:
         return (_scaled(raw["ctx"], CTX_LOW, CTX_HIGH) + STATIC_SHARE * _scaled(raw["dense"], STATIC_LOW, STATIC_HIGH)) \
             / (1 + STATIC_SHARE)
@@ -589,21 +544,17 @@ def _scaled(cos: float, low: float, high: float) -> float:
 
 
 def fuse(ranked: dict[str, list[tuple[str, float]]], rrf_k: float, weights: dict[str, float] | None = None
-         ) -> tuple[dict[str, float], dict[str, dict[str, int]], dict[str, dict[str, float]]]:
-    """Relevance in 0..1 for every path in any list; each path's rank and raw score in each list."""
+         ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """Relevance in 0..1 for every path in any list (reciprocal rank fusion); each path's raw score in each list."""
     weights = weights or LIST_WEIGHTS
-    ranks: dict[str, dict[str, int]] = {}
+    best_possible = sum(weights[name] for name in ranked) / (rrf_k + 1) or 1.0
+    fused: dict[str, float] = {}
     raw: dict[str, dict[str, float]] = {}
     for name, hits in ranked.items():
         for position, (rel, score) in enumerate(hits, start=1):
-            ranks.setdefault(rel, {})[name] = position
             raw.setdefault(rel, {})[name] = score
-    fused: dict[str, float] = {}
-    best_possible = sum(weights[name] for name in ranked) / (rrf_k + 1) or 1.0
-    for name, hits in ranked.items():
-        for position, (rel, _score) in enumerate(hits, start=1):
             fused[rel] = fused.get(rel, 0.0) + weights[name] / (rrf_k + position) / best_possible
-    return fused, ranks, raw
+    return fused, raw
 
 
 def recall_filter(statuses: tuple[str, ...], types: list[str], branch: str | None
@@ -646,34 +597,14 @@ def searched_statuses(index: Any, include_all: bool, proposed: bool) -> tuple[st
     return statuses
 
 
-def keep_views(store: Store, index: Any) -> None:
-    """Make what a recall of active memories reads once per sync from the manifest alone (its filter, the rows
-    of the static vectors it multiplies, the links it follows, the centralities of the prior), so that an index
-    that keeps its views (`Index._kept`) saves them for the next process: the detached briefing build runs this
-    after a write, and the next command or server reads them."""
-    for statuses in {("active",), searched_statuses(index, False, True)}:  # the prompt hook's and `cortex recall`'s
-        key, keep = recall_filter(statuses, [], None)
-        index.dense_view(key, index.allowed(key, keep))
-    index.hops(STRONG_LINK)
-    index.rel_of_id()
-    index.centralities()
-
-
 def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[str] = (), branch: str | None = None,
                  include_all: bool = False, keyword_only: bool = False, now: float | None = None,
                  index: Any = None, sync: bool = True,
                  methods: tuple[str, ...] = ("bm25", "dense", "ctx"), links: bool = True,
                  read: bool = True, exclude: frozenset[str] = frozenset(), narrow: bool = True,
                  proposed: bool = False, window: tuple[str, str] | None = None) -> RecallResult:
-    """Recall from one store (see the module docstring for the ranking). `proposed`: capture's proposals are
-    found too (`searched_statuses`). `window`: only memories created within (since, until), stamps as written in
-    files.
-
-    `methods` picks the ranked lists to fuse (benchmarks compare each alone). `links=False` leaves out the
-    memories reached along links (the prompt hook shows direct hits only). The memories whose ids are in
-    `exclude` are not hits and do not count towards `limit` (`RecallResult.excluded_match`). With `narrow`, a
-    broad query (its most specific word in `BROAD_SHARE` of the store) gets at most `NARROWED` hits.
-    """
+    """Recall from one store (the module docstring says how it ranks; `recall` what the options mean).
+    `methods` picks the ranked lists to fuse (benchmarks compare each alone)."""
     from cortex.index import Index, fulltext
 
     now = now_epoch() if now is None else now
@@ -701,8 +632,7 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
     ix = index.fulltext_index() if "bm25" in methods else None
     if ix is not None:
         try:
-            # The status filter is cheaper in Python on a pool (Whoosh would build a 10,000-doc set);
-            # type and branch filters can be narrow, so Whoosh applies those.
+            # Whoosh filters by type and branch (they can be narrow); the status filter is applied on the pool.
             found = fulltext.search(ix, query, POOL * 2, (), types, branch, searcher=index.searcher())
         except Exception as exc:  # a writer replaced the index under us: answer from the vectors alone
             store.log(f"recall: full-text search failed: {exc!r}")
@@ -711,7 +641,6 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
     cosines = statics = None
     share = _matching_share(index, query, len(records)) if narrow and limit > NARROWED else 0.0
     prior = Prior(store, index, now, store.current_branch())
-    priors: dict[str, float] = {}
     if contextual:
         cosines = contextual_scores(store, index, query, allowed_key, allowed)
         if cosines is not None:
@@ -735,34 +664,29 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
         floor = bm25_floor * ranked["bm25"][0][1]
         ranked["bm25"] = [(rel, score) for rel, score in ranked["bm25"] if score >= floor]
     if not semantic and not keyword_only and "dense" in methods and allowed:
-        # Said only of a store that has memories to search and no vectors for them (an empty global store
-        # has nothing to be off for).
         notes.append(f"semantic search off in the {store.label} store "
                      f"({index.encoder_problem or 'no vectors'}): full-text only")
-    fused, ranks, raw = fuse(ranked, rrf_k, {**LIST_WEIGHTS, **list_weights})
+    fused, raw = fuse(ranked, rrf_k, {**LIST_WEIGHTS, **list_weights})
     if not fused:
         return RecallResult([], notes)
     if cosines is not None:
         fused = score_fusion(ranked, raw, cosines, statics or {})
-        fused = session_lift(index, fused, ranked, raw, ranks, cosines, statics or {}, allowed)
-    hits, excluded_match = _best_hits(store, index, query, fused, ranks, raw, prior, priors,
-                                      prior_weight, limit, exclude)
+        fused = session_lift(index, fused, ranked, raw, cosines, statics or {}, allowed)
+    hits, excluded_match = _best_hits(store, index, query, fused, raw, prior, prior_weight, limit, exclude)
     out = _with_links(store, index, hits, statuses, now) if links else hits
-    if read:  # else the caller reads the few it shows (`read_hits`): the prompt hook shows 3 of ~20
+    if read:  # else the caller reads the few it shows (`read_hits`)
         _read(store, index, out, query)
     return RecallResult(out, notes, excluded_match)
 
 
-def _best_hits(store: Store, index: Any, query: str, fused: dict[str, float], ranks: dict[str, dict[str, int]],
-               raw: dict[str, dict[str, float]], prior: Prior, priors: dict[str, float], prior_weight: float,
-               limit: int, exclude: frozenset[str]) -> tuple[list[Hit], float | None]:
+def _best_hits(store: Store, index: Any, query: str, fused: dict[str, float], raw: dict[str, dict[str, float]],
+               prior: Prior, prior_weight: float, limit: int, exclude: frozenset[str]
+               ) -> tuple[list[Hit], float | None]:
     """The `limit` best hits by relevance plus prior (a code outline damped unless the question is about code),
     and the best match among the `exclude`d memories ranked ahead of the cut."""
     code_question = about_code(query)
     scored: list[Hit] = []
-    # Best relevance first; a candidate whose relevance plus the most the prior could add is below the
-    # `limit`-th score so far cannot be among the hits, nor can any after it: no memory, prior or Hit is made
-    # for it (~140 candidates a query, most of them far behind).
+    # Best relevance first, until one the prior cannot lift past the `limit`-th score so far: nor can any after it.
     reach = prior_weight * prior.bound() if prior_weight >= 0 else math.inf
     best: list[float] = []  # min-heap of the `limit` best scores so far
     excluded_match: float | None = None
@@ -778,11 +702,8 @@ def _best_hits(store: Store, index: Any, query: str, fused: dict[str, float], ra
             continue
         if m.type == "code_description" and not code_question:
             value *= CODE_DAMPING  # an outline of code ranks below knowledge unless the question is about code
-        known = priors.get(rel)
-        hit = Hit(m, value + prior_weight * (prior(m) if known is None else known), store.label, ranks=ranks[rel],
-                  raw=raw.get(rel, {}))
-        # Relevance is judged on the contextual model's match: a static cosine alone cannot tell an answer from a
-        # near-miss (a one-word query scores 0 on it), so a hit without its contextual vector yet is not judged.
+        hit = Hit(m, value + prior_weight * prior(m), store.label, raw=raw.get(rel, {}))
+        # Judged on the contextual match alone: a static cosine cannot tell an answer from a near-miss.
         hit.match = match_score(hit.raw) if "ctx" in hit.raw else None
         scored.append(hit)
         if len(best) < limit:
@@ -819,9 +740,8 @@ def read_hits(stores: list[Store], hits: list[Hit], query: str, indexes: Any) ->
 
 
 def _with_links(store: Store, index: Any, hits: list[Hit], statuses: tuple[str, ...], now: float) -> list[Hit]:
-    """`hits` with, after each, up to two hops along source_of and strong relates_to links (decayed strengths,
-    `graph.expand`). Hops ignore the type and branch filters: code comes back with its description whatever
-    was asked."""
+    """`hits` with, after each, what `graph.expand` reaches from it; hops ignore the type and branch filters (code
+    comes back with its description)."""
     from cortex.graph import LinkAges, expand
 
     records, rel_of_id = index.records(), index.rel_of_id()
@@ -830,7 +750,6 @@ def _with_links(store: Store, index: Any, hits: list[Hit], statuses: tuple[str, 
     out: list[Hit] = []
     for hit in hits:
         out.append(hit)
-        # Its own links and `relates_to` links newer memories made to it (the relation reads both ways).
         for to, rel, via, factor in expand(hit.memory.id, neighbours, lambda i: i in rel_of_id and records[
                 rel_of_id[i]]["status"] in statuses, ages.strength, shown, STRONG_LINK):
             linked = index.memory(rel_of_id[to])
@@ -839,8 +758,7 @@ def _with_links(store: Store, index: Any, hits: list[Hit], statuses: tuple[str, 
 
 
 def embed_ahead(stores: list[Store], query: str) -> None:
-    """Start embedding `query` with the contextual model if a store ranks by it: on a thread of a command
-    (loaded and embedded while the store syncs). The prompt hook calls it before anything else."""
+    """Start embedding `query` with the contextual model in a thread if a store ranks by it (`load_ahead`)."""
     if CONTEXTUAL.mode is None or not any(store.config().get("recall.contextual") is not False for store in stores):
         return
     CONTEXTUAL.load_ahead(query)
@@ -851,17 +769,13 @@ def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[
            indexes: Any = None, links: bool = True, read: bool = True,
            exclude: frozenset[str] = frozenset(), narrow: bool = True, count: bool = True,
            proposed: bool = False, window: tuple[str, str] | None = None) -> RecallResult:
-    """Recall across stores (project first): at most `limit` hits, linked ones (`via`) included, each right
-    after the hit it was reached from. Archived and superseded hits come back with `include_all`, as they are:
-    reading never changes a memory (`cortex restore` brings one back). `indexes` (a `cortex.index.Indexes`) holds the warm
-    indexes of a resident process, or of one command: each store is synced at most once through it. With
-    `links=False`, direct hits only. With `read=False` the hits hold what the cache has of each memory (no
-    body, no snippet) until `read_hits` reads the ones the caller keeps. Memories whose ids are in `exclude`
-    are left out of the hits and of `limit` (the prompt hook: those the briefing showed). `narrow=False`: a
-    broad query keeps its `limit` (a person asked for that many). Each hit is marked by the one relevance rule
-    (`mark_relevant`); with `count`, the relevant ones are counted as read (a caller that shows fewer counts
-    what it shows: `Store.record_access`). With `proposed`, capture's proposals are hits too (marked by their
-    status): a person or an assistant asking; the prompt hook never injects one."""
+    """Recall across stores (project first): at most `limit` hits, each linked one (`via`) right after its parent.
+
+    `include_all`: archived and superseded too. `indexes`: the process's warm indexes (`cortex.index.Indexes`).
+    `links=False`: direct hits only. `read=False`: no body or snippet until `read_hits`. `exclude`: ids that are
+    not hits and not counted in `limit` (what the briefing showed). `narrow=False`: a broad query keeps its
+    `limit`. `count`: the relevant hits (`mark_relevant`) are counted as read. `proposed`: capture's proposals
+    are hits too. `window`: only memories created within (since, until), stamps as written in files."""
     from cortex.errors import QueryRefused
     from cortex.index import Indexes
     from cortex.text import query_problem
@@ -880,17 +794,13 @@ def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[
                               include_all=include_all, keyword_only=keyword_only, now=now,
                               index=indexes.synced(store, full=True), sync=False, links=links, read=read,
                               exclude=exclude, narrow=narrow, proposed=proposed, window=window)
-        # A linked memory made outside the window is left out too: nothing from outside it.
         hits.extend(h for h in result.hits if window is None or window[0] <= (h.memory.created or "") <= window[1])
         if result.excluded_match is not None:
             excluded_match = max(result.excluded_match, excluded_match or 0.0)
         for note in result.notes:
             if note not in notes:
                 notes.append(note)
-    # `limit` bounds everything returned, linked hits included: the best `limit` by score, relevant ones first
-    # (of at least `RELEVANT_POOL` judged), where a linked hit scores just under its parent (× the link's
-    # strength), so it may take a weaker direct hit's place and never comes without its parent. Each linked
-    # hit is listed right after its parent.
+    # `limit` bounds linked hits too: one may take a weaker direct hit's place, never without its parent.
     order = {store.label: i for i, store in enumerate(stores)}
 
     mark_relevant(hits, query=query)  # relevant hits first, so a small limit is not filled from below the line
@@ -900,7 +810,7 @@ def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[
 
     direct = sorted((h for h in hits if h.via is None), key=rank)[:limit]
     parents = {(h.store, h.memory.id) for h in direct}
-    linked = [h for h in hits if h.via is not None and (h.store, h.root or h.via.rsplit(" of ", 1)[-1]) in parents
+    linked = [h for h in hits if h.via is not None and (h.store, h.root) in parents
               and (h.store, h.memory.id) not in parents]
     chosen = {id(h) for h in sorted(direct + linked, key=rank)[:limit]}
     final: list[Hit] = []
@@ -908,7 +818,7 @@ def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[
         if id(parent) in chosen:
             final.append(parent)
             final.extend(h for h in linked if id(h) in chosen and h.store == parent.store
-                         and h.via is not None and (h.root or h.via.rsplit(" of ", 1)[-1]) == parent.memory.id)
+                         and h.via is not None and h.root == parent.memory.id)
     if count:
         count_reads(stores, final)
     return RecallResult(final, notes, excluded_match)
@@ -916,15 +826,10 @@ def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[
 
 def mark_relevant(hits: list[Hit], min_match: float = RELEVANT_MATCH, spread: float | None = None,
                   shown_match: float | None = None, query: str = "") -> None:
-    """The one relevance rule, for `cortex recall`, MCP and the prompt hook, served or not: a direct hit is
-    relevant when its calibrated match (`Hit.match`) is at least `min_match` and, with `spread`, within it of
-    the best direct hit's or of `shown_match`. `cortex recall` and MCP, asked, draw the line at
-    `RELEVANT_MATCH`; the prompt hook, unasked, higher (`prompt.min_match` within `MATCH_SPREAD` of the best,
-    a memory the briefing showed counting as a hit: a clear answer is not padded with near-misses). A linked
-    hit is relevant when the hit it was reached from is. Asked (no `spread`), a hit that holds every content word
-    of the `query` is relevant too: a few keywords say too little for a match, and a person who typed them
-    expects the memory that has them all. A hit without a calibrated match (full text only, or its
-    contextual vector not made yet: a resident process fills them in the background) is not judged (None)."""
+    """The one relevance rule, for every caller, served or not (docs/recall.md, "The relevance line"): a direct
+    hit is relevant when its match is at least `min_match` and, with `spread` (the prompt hook), within it of the
+    best one or of `shown_match`. Asked (no `spread`), a hit holding every content word of `query` is relevant
+    too. A linked hit is relevant when its parent is; a hit without a match is not judged (None)."""
     matches = [h.match for h in hits if h.via is None and h.match is not None]
     if not matches:
         for hit in hits:
@@ -942,7 +847,7 @@ def mark_relevant(hits: list[Hit], min_match: float = RELEVANT_MATCH, spread: fl
             judged[(hit.store, hit.memory.id)] = hit.relevant
     for hit in hits:
         if hit.via is not None:
-            hit.relevant = judged.get((hit.store, hit.root or hit.via.rsplit(" of ", 1)[-1]), False)
+            hit.relevant = judged.get((hit.store, hit.root or ""), False)
 
 
 def _stems(text: str) -> set[str]:
@@ -959,8 +864,7 @@ def _has_words(memory: Memory, stems: set[str]) -> bool:
 
 
 def count_reads(stores: list[Store], hits: Iterable[Hit]) -> None:
-    """Count as read the hits that are relevant or not judged (`mark_relevant`): reads feed ranking and decay,
-    and a hit below the relevance line was not what the question was about."""
+    """Count as read the hits that are relevant or not judged: a hit below the line was not what was asked."""
     read = [h for h in hits if h.relevant is not False]
     for store in stores:
         store.record_access(h.memory.id for h in read if h.store == store.label)

@@ -20,13 +20,6 @@ class AlreadyWatching(CortexError):
     """Another `cortex watch` holds this store."""
 
 
-def watcher_active(store: Store) -> bool:
-    """Whether a live `cortex watch` keeps this store's cache (see `cortex.layout.watcher_ready`)."""
-    from cortex.layout import watcher_ready
-
-    return watcher_ready(str(store.root))
-
-
 def stop_on_sigterm() -> None:
     """`kill` stops a long-running command as cleanly as Ctrl-C (its `finally` blocks run)."""
     import signal
@@ -42,8 +35,7 @@ _LISTENING: Any = None  # the `Changes` to tell when the kernel dropped events (
 
 
 def _listen_for_overflow(changes: Changes) -> None:
-    """watchdog tells no handler when the kernel's inotify queue overflows and events are lost; it only logs a
-    warning. Listen for that warning, and have every `Changes` ask for a walk."""
+    """Have every `Changes` ask for a walk when the kernel's event queue overflowed: watchdog only logs it."""
     global _LISTENING
     import logging
     import weakref
@@ -62,10 +54,8 @@ def _listen_for_overflow(changes: Changes) -> None:
 
 
 class Changes:
-    """The memory files a watcher saw change since they were last taken, or "everything" when it cannot say
-    which: a folder created, moved or deleted (the events of the files inside may be incomplete), or more
-    than `MOST` files at once (a checkout, a pull; and the kernel's event queue may have overflowed, losing
-    events without a word). Thread-safe: the observer's thread adds, the server's takes."""
+    """The memory files a watcher saw change since they were last taken, or "everything" when it cannot say which
+    (a folder came or went, more than `MOST` files, events lost). The observer's thread adds, the server's takes."""
 
     MOST = 256
 
@@ -117,10 +107,8 @@ FENCE_WAIT = 1.0  # seconds to wait for the observer to report the fence before 
 
 
 def fence(store: Store, changes: Changes) -> int | None:
-    """Write the fence file under `memories/` and wait until the store's observer reports it: events arrive in order,
-    so every change made before it has reached `changes`. Returns the time just before the fence was written; None
-    when it did not come back in `FENCE_WAIT` (the caller walks). Rewritten in place, so folder listings change only
-    when it is first made."""
+    """Write the fence file and wait until the observer reports it: events arrive in order, so every change made
+    before it has reached `changes`. Returns the time just before it was written; None after `FENCE_WAIT`."""
     folder = os.path.join(str(store.memories_dir), FENCE_DIR)
     path = os.path.join(folder, "mark")
     try:
@@ -148,9 +136,8 @@ def written_stamp(store: Store) -> int:
 
 
 def memory_files(store: Store, paths: list[str] | None) -> list[Any] | None:
-    """The memory files among the paths an observer reported (`.md` files under `memories/`, not hidden: what
-    the walk reads), or None when they need a walk after all: no list, or one that is a link or not a regular
-    file now (the walk reports those as problems)."""
+    """The memory files among the paths an observer reported (what the walk would read), or None when they need a
+    walk after all: no list, or a link or something else that the walk reports as a problem."""
     if paths is None:
         return None
     from pathlib import Path
@@ -172,10 +159,8 @@ def memory_files(store: Store, paths: list[str] | None) -> list[Any] | None:
 
 
 def account(store: Store, index: Any, changes: Changes, wrote: bool, fenced_ns: int | None = None) -> bool:
-    """Make ready the sync that follows what a store's observer saw; False when only files that are not memories
-    changed. A change by hand is read from the files the observer named (no walk); after a cortex write they are
-    enough only behind a fence (`fenced_ns`). Otherwise, and when folders or links changed, too much changed or events
-    were lost, every file is walked."""
+    """Make ready the sync that follows what a store's observer saw; False when no memory changed. The files the
+    observer named suffice for a change by hand, and after a cortex write behind a fence; otherwise a walk."""
     paths, seen_ns = changes.take()
     files = memory_files(store, paths)
     if files == [] and not wrote:
@@ -188,9 +173,8 @@ def account(store: Store, index: Any, changes: Changes, wrote: bool, fenced_ns: 
 
 
 def rewatch(folder: Any, observer: Any, changed: threading.Event, changes: Changes) -> Any:
-    """`observer`, or a new one on `folder` (made again if need be) when the folder it watched was deleted (a
-    checkout that empties `memories/`): the old one sees nothing from then on. The caller syncs after it, by a
-    walk: what came into the folder before the new observer started is in no event."""
+    """`observer`, or a new one on `folder` (made again) when the folder it watched was deleted (a checkout that
+    empties `memories/`); the next sync walks."""
     if not changes.unwatched:
         return observer
     observer.stop()

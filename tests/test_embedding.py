@@ -1,4 +1,4 @@
-"""The bundled model: present in the package, loaded offline, the lean path equal to model2vec."""
+"""The bundled model: present in the package, loaded offline, equal to model2vec."""
 
 from __future__ import annotations
 
@@ -98,41 +98,3 @@ def test_recall_works_offline_with_no_hub_cache(tmp_path):
     assert "9b3e5695d219" in [hit["id"] for hit in json.loads(result.stdout)]
     assert "full-text only" not in result.stderr
     assert not empty_hf.exists() or not any(empty_hf.rglob("*"))
-
-
-# ------------------------------------------------------------------ the pure-Python query path
-
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-from cortex.embedding import QueryEncoder  # noqa: E402
-
-_LEAN = QueryEncoder(bundled_model_path())
-_FULL = StaticEncoder(bundled_model_path())
-
-
-_OLD_UNICODE = st.characters(blacklist_categories=("Cn", "Cs")).filter(
-    lambda c: __import__("unicodedata").ucd_3_2_0.category(c) != "Cn"
-)
-
-
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.text(_OLD_UNICODE, max_size=120)
-       | st.text(alphabet="abcdefghij .,!?-_[]#UNKPAD'\"é日本\t\n", max_size=80))
-def test_query_tokenizer_matches_tokenizers(text):
-    # Characters assigned since Unicode 3.2 (every living script's core). Left out: characters added
-    # later, whose category Python's tables and the Rust tokenizer's older ones may disagree on (Newa,
-    # Sinhala additions): there the two may split a word differently. docs/model.md notes it.
-    assert _LEAN.tokenize(text) == _FULL.tokenizer.encode(text, add_special_tokens=False).ids
-
-
-@pytest.mark.parametrize("text", TEXTS + ["naïve café façade Ångström", "日本語のテキスト 中文 한국어", "zero\u200bwidth\x00nul"])
-def test_query_vectors_equal_the_batch_encoder(text):
-    lean = np.asarray(_LEAN.encode_one(text), dtype=np.float32)
-    assert np.abs(lean - _FULL.encode([text])[0]).max() <= 1e-5
-
-
-def test_query_tokenizer_on_every_example_memory():
-    for path in sorted((EXAMPLE_STORE / "memories").rglob("*.md")):
-        text = path.read_text(encoding="utf-8")
-        assert _LEAN.tokenize(text) == _FULL.tokenizer.encode(text, add_special_tokens=False).ids, path

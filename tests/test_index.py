@@ -179,9 +179,9 @@ def test_watch_keeps_the_cache_in_step_and_refuses_a_second_watcher(project):
         # While a watcher runs, readers trust it, but what cortex itself just wrote is found at once.
         fresh = _remember(project, "Written while watched: zookeeper quorum")
         assert _ids(project, "zookeeper quorum")[0] == fresh
-        from cortex.watch import watcher_active
+        from cortex.layout import watcher_ready
 
-        assert watcher_active(Store.locate(project))
+        assert watcher_ready(str(Store.locate(project).root))
     finally:
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
@@ -220,9 +220,9 @@ def test_watch_stops_cleanly_on_sigterm(project):
     proc.terminate()
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0 and "stopped" in err
-    from cortex.watch import watcher_active
+    from cortex.layout import watcher_ready
 
-    assert not watcher_active(Store.locate(project))
+    assert not watcher_ready(str(Store.locate(project).root))
 
 
 def _example_index(tmp_path: Path, example_store: Path) -> tuple[Path, Store, Index]:

@@ -37,7 +37,6 @@ class Index(SyncPart, ViewsPart, VectorsPart):
         self._encoder_factory = encoder_factory
         self._encoder: Any = None
         self._encoder_tried = keyword_only  # keyword only: the model is never loaded
-        self._query_encoder: Any = None
         self.encoder_problem: str | None = None
         self._synced: int | None = None  # the level of the last sync this object made (see `ensure`)
         self._noted_only = False  # since that sync only files this object wrote changed (`note_written`)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import cortex.index.db as db
 from cortex.index.manifest import Manifest, embed_text, memory_from_meta
 
-SMALL_BATCH = 16  # up to this many new texts are embedded by the pure-Python encoder
+SMALL_BATCH = 16  # up to this many new texts are embedded one at a time
 EMBED_CHUNK = 4096  # texts embedded and stored at a time
 VECTOR_TOLERANCE = 1e-4  # largest difference `check` accepts between a cached vector and one computed now
 
@@ -27,7 +27,6 @@ class VectorsPart:
     _encoder_factory: Callable[[], Any] | None
     _encoder: Any
     _encoder_tried: bool
-    _query_encoder: Any
     _vectors: Any
     _allowed: dict[Any, Any]
     encoder_problem: str | None
@@ -55,16 +54,8 @@ class VectorsPart:
         return self._encoder
 
     def query_encoder(self) -> Any:
-        """The fastest encoder for one query: the pure-Python reader when the model allows it."""
-        if self._query_encoder is None:
-            from cortex.embedding import EncoderUnavailable, QueryEncoder, model_folder
-
-            folder = model_folder(self.store.config().get("embedding.model"))
-            try:
-                self._query_encoder = QueryEncoder(folder, self.store.cache_dir) if folder is not None else self.encoder()
-            except EncoderUnavailable:
-                self._query_encoder = self.encoder()
-        return self._query_encoder
+        """The encoder for one query or a few texts: the embedding model itself (`encoder`)."""
+        return self.encoder()
 
     def sync_vectors(self, conn: sqlite3.Connection, manifest: Manifest, report: Any, progress: Callable[[int], Any] | None
                      ) -> bool:
@@ -91,8 +82,7 @@ class VectorsPart:
         if not first:
             return reset
         wanted = dict(sorted(first.items(), key=lambda item: item[1]))
-        # A handful of changed memories (the usual incremental sync) go through the pure-Python query
-        # encoder: same vectors, without loading tokenizers. Batches use the vectorised encoder.
+        # A handful of changed memories (the usual incremental sync) are embedded one at a time.
         few = len(wanted) <= SMALL_BATCH and self.query_encoder() is not None
         encoder = self.query_encoder() if few else self.encoder()
         if encoder is None:
