@@ -23,7 +23,6 @@ from cortex.layout import STORE_DIRNAME, global_root
 from cortex.memory import Link, Memory
 
 STALE_TEMP_SECONDS = 600
-_swept: dict[str, float] = {}  # store root -> when this process last removed its stale temp files
 CODE_IGNORED = ("# code outlines (`cortex index-code`): derived from the code at any commit, never committed\n"
                 "memories/code/\nmemories/code_description/\n")
 GITIGNORE = ("# derived and private state: rebuilt by cortex, never committed\ncache/\nstate/\n"
@@ -54,8 +53,6 @@ class Scan:
     problems: list[Problem] = field(default_factory=list)
 
 
-# memories folder -> (its folders' mtimes, the ids in its file names): `Store._ids_named`, kept for the process
-_NAMED: dict[str, tuple[tuple[tuple[str, int], ...], set[str]]] = {}
 # state folder -> (store, ids read) while a resident process defers its access counts (`defer_access`)
 _DEFERRED_ACCESS: dict[str, tuple[Store, list[str]]] | None = None
 
@@ -204,15 +201,12 @@ class Store:
     def lock(self) -> Iterator[None]:
         """The store's write lock (`state/write.lock`): hold it to read-modify-write memory files.
 
-        When a process takes it (at most once every STALE_TEMP_SECONDS), temp files a killed writer left
-        under memories/ are removed. Held by another process longer than `lock_wait()` (10 s for a command, 5 s
-        for a hook), it raises `LockBusy` naming the lock and its holder: nothing is written.
+        Taking it removes, at most every STALE_TEMP_SECONDS, the temp files a killed writer left under memories/.
+        Held by another process longer than `lock_wait()` (10 s for a command, 5 s for a hook), it raises
+        `LockBusy` naming the lock and its holder: nothing is written.
         """
         with file_lock(self.state_dir / "write.lock", timeout=lock_wait()):
-            now = time.monotonic()
-            if now - _swept.get(str(self.root), -STALE_TEMP_SECONDS) >= STALE_TEMP_SECONDS:
-                _swept[str(self.root)] = now
-                self._sweep_when_due()
+            self._sweep_when_due()
             yield
 
     def _sweep_when_due(self) -> None:
@@ -383,53 +377,20 @@ class Store:
         return self.memories_dir / item.type / fmt.file_name(item)
 
     def ids_on_disk(self) -> set[str]:
-        """The ids of the memory files there are, by their names: what a link may point to (a link to an id not
-        among them, its memory deleted, is skipped by readers and dropped by gc)."""
-        return set(self._ids_named())
-
-    def _ids_named(self) -> set[str]:
-        """The ids in the memory files' names (`<slug>-<id>.md`), from folder listings alone: no path objects, no
-        stat, no parse (a create must not walk and check every file)."""
-        named = _NAMED.get(str(self.memories_dir))
-        if named is not None and named[0] == _folder_marks(named[0]):
-            return named[1]  # no folder changed since the last look (a Stop writing ten memories, a server's remembers)
+        """The ids in the memory files' names (`<slug>-<id>.md`), from folder listings alone: what a link may point
+        to (a link to an id not among them, its memory deleted, is skipped by readers and dropped by gc)."""
         found: set[str] = set()
-        folders: list[str] = []
-        stack = [str(self.memories_dir)]
-        while stack:
-            folder = stack.pop()
-            try:
-                entries = list(os.scandir(folder))
-            except OSError:
-                continue
-            folders.append(folder)
-            for entry in entries:
-                if entry.name.startswith("."):
-                    continue
-                if entry.name.endswith(".md"):
-                    found.add(entry.name.rsplit("-", 1)[-1][:-3])
-                elif entry.is_dir(follow_symlinks=False):
-                    stack.append(entry.path)
-        _NAMED[str(self.memories_dir)] = (_folder_marks(tuple((folder, 0) for folder in folders)), found)
+        for _folder, folders, names in os.walk(self.memories_dir):
+            folders[:] = [name for name in folders if not name.startswith(".")]
+            found.update(name.rsplit("-", 1)[-1][:-3] for name in names if name.endswith(".md") and name[0] != ".")
         return found
-
-    def _listing_kept(self, named: tuple[tuple[tuple[str, int], ...], set[str]]) -> None:
-        """`_ids_named`'s listing still holds after our own write: its folders' marks taken again."""
-        _NAMED[str(self.memories_dir)] = (_folder_marks(named[0]), named[1])
 
     def create(self, item: Memory) -> Memory:
         """Write a new memory file. Fills in id, timestamps, branch and scope when empty."""
         with self.lock():
-            if not item.id:
-                # 48 random bits: the chance that one clashes with any of 100,000 memories is ~1 in 3 billion, so
-                # the folders are not listed for it, only checked against a listing
-                # this process has already made; `cortex status` reports a duplicate id if it ever happens.
-                listed = _NAMED.get(str(self.memories_dir))
-                existing = listed[1] if listed is not None else set()
+            if not item.id:  # 48 random bits: a clash is for `cortex status` to report, not worth a listing
                 item.id = fmt.new_id()
-                while item.id in existing:
-                    item.id = fmt.new_id()
-            elif item.id in self._ids_named():
+            elif item.id in self.ids_on_disk():
                 raise CortexError(f"a memory with id {item.id} already exists in {self.root}")
             stamp = fmt.now_iso()
             item.created = item.created or stamp
@@ -454,12 +415,6 @@ class Store:
             guard_text(text, path)
             atomic_write(path, text)
             self.mark_changed()
-            named = _NAMED.get(str(self.memories_dir))
-            if named is not None and str(path.parent) in dict(named[0]):
-                named[1].add(item.id)  # our own file: the listing stays good (we hold the write lock)
-                self._listing_kept(named)
-            else:
-                _NAMED.pop(str(self.memories_dir), None)  # a new folder: list again next time
         return self.read(path)
 
     def update(self, id_or_prefix: str, changes: dict[str, Any], body: str | None = None, touch: bool = True,
@@ -484,12 +439,7 @@ class Store:
             fmt.parse(new_text, current.path)  # validate before anything is written
             if body is not None or {"title", "tags", "files", "source"} & set(changes):
                 guard_text(new_text, current.path)
-            named = _NAMED.get(str(self.memories_dir))
-            listed = named is not None and str(current.path.parent) in dict(named[0]) \
-                and named[0] == _folder_marks(named[0])
             atomic_write(current.path, new_text)
-            if listed and named is not None:  # the same name rewritten (we hold the write lock): the listing holds
-                self._listing_kept(named)
             self.mark_changed()
         return self.read(current.path)
 
@@ -547,7 +497,6 @@ class Store:
                 assert item.path is not None
                 item.path.unlink(missing_ok=True)
             if found:
-                _NAMED.pop(str(self.memories_dir), None)  # a listing of names kept in memory no longer holds
                 self.mark_changed()
         return builtins.list(found.values())
 
@@ -740,17 +689,6 @@ def duplicate_reason(ident: str, path: Any, holders: builtins.list[Any]) -> str:
     others = ", ".join(str(other) for other in holders if other != path)
     return (f"duplicate id {ident} (also in {others}); neither file is read until one is removed or given "
             f"a new id")
-
-
-def _folder_marks(folders: tuple[tuple[str, int], ...]) -> tuple[tuple[str, int], ...]:
-    """(folder, mtime_ns) of each folder: a file added, removed or renamed in one changes its mtime."""
-    marks = []
-    for folder, _ in folders:
-        try:
-            marks.append((folder, os.stat(folder).st_mtime_ns))
-        except OSError:
-            marks.append((folder, -1))
-    return tuple(marks)
 
 
 def guard_text(text: str, path: Path) -> None:
