@@ -236,15 +236,10 @@ def lock_held(path: str) -> bool:
         return False
 
 
-def server_running(store_root: str) -> bool:
-    """Whether a `cortex serve` holds the store's serve.lock (it may still be loading its index)."""
-    return lock_held(os.path.join(store_root, "state", "serve.lock"))
-
-
 def server_up(store_root: str) -> bool:
-    """Whether a `cortex serve` runs for the store (it holds serve.lock from its start to its end): a socket
-    alone may be one a killed server left (then the next SessionStart starts a server, which replaces it)."""
-    return server_running(store_root)
+    """Whether a `cortex serve` runs for the store (it holds serve.lock from its start to its end, loading or not):
+    a socket alone may be one a killed server left (then the next SessionStart starts a server, which replaces it)."""
+    return lock_held(os.path.join(store_root, "state", "serve.lock"))
 
 
 def watcher_ready(store_root: str) -> bool:
