@@ -42,11 +42,7 @@ def object_at(path: Path, data: dict[str, Any], key: str) -> dict[str, Any]:
 
 
 def merge_hooks(path: Path, hooks: dict[str, Any], wanted: dict[str, dict[str, Any]], grouped: bool = True) -> list[str]:
-    """Make `hooks[event]` hold exactly one cortex handler, `wanted[event]`, for each event; returns what changed.
-
-    `grouped`: Claude Code's shape, `[{"matcher"?, "hooks": [handler, …]}]` (Codex CLI, Gemini CLI); otherwise
-    a flat list of handlers (Cursor). Other handlers are kept in place; older cortex handlers are rewritten.
-    """
+    """Make `hooks[event]` hold one cortex handler, `wanted[event]`, others kept (`grouped`: as `remove_hooks`)."""
     done = []
     for event, handler in wanted.items():
         entries = hooks.setdefault(event, [])

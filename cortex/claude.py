@@ -70,11 +70,7 @@ def _hook_event(handler: Any) -> str | None:
 
 
 def _mcp_server() -> dict[str, Any]:
-    """The `.mcp.json` entry: `cortex mcp` from PATH (a clone without cortex lists the server as failed).
-
-    No `${CLAUDE_PROJECT_DIR}` in it: Claude Code does not expand it in a project's `.mcp.json`, but
-    passes it to the server's environment, where `cortex mcp` looks for it.
-    """
+    """`cortex mcp` from PATH; no `${CLAUDE_PROJECT_DIR}`: Claude Code passes it in the environment instead."""
     return {"type": "stdio", "command": "cortex", "args": ["mcp"]}
 
 
@@ -152,8 +148,7 @@ def _check_shapes(project_root: Path) -> None:
 
 
 def _install_hook(settings_path: Path, hooks: dict[str, Any], event: str, name: str) -> str | None:
-    """Make cortex's handler for `event` the portable command, once: "added", "updated" (an older cortex entry,
-    e.g. one with this machine's interpreter path, rewritten in place and any second one dropped), or None."""
+    """Make cortex's handler for `event` the portable command, once: "added", "updated" or None."""
     groups = hooks.setdefault(event, [])
     if not isinstance(groups, list):
         from cortex.errors import CortexError

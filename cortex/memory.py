@@ -85,8 +85,7 @@ class Link:
 
 
 def link_problems(memory_id: str, links: list[Link]) -> tuple[list[Link], list[str]]:
-    """The links worth keeping (the first of each (rel, to), none to the memory itself) and what was left out: a
-    repeated link would count twice in centrality."""
+    """The links worth keeping and why the others were left out: a repeated link would count twice in centrality."""
     kept: list[Link] = []
     seen: set[tuple[str, str]] = set()
     dropped: list[str] = []
@@ -130,8 +129,7 @@ class Memory:
         """A JSON-ready dict (what `--json` prints)."""
         from copy import deepcopy
 
-        # Field by field (`dataclasses.asdict` recursed through every value: 15 % of a reindex); only the
-        # free-form `source` and `extra` may nest, so only they are copied deeply.
+        # Not `dataclasses.asdict`: only the free-form `source` and `extra` nest, so only they are copied deeply.
         out = {name: getattr(self, name) for name in _FIELD_NAMES}
         out["tags"], out["files"] = list(self.tags), list(self.files)
         out["source"], out["extra"] = deepcopy(self.source), deepcopy(self.extra)
@@ -153,8 +151,7 @@ _FIELD_NAMES = tuple(f.name for f in fields(Memory))
 
 
 def new_id() -> str:
-    """12 random hex characters: unique across clones without coordination. Ids YAML would read as a number are
-    skipped, so an id is always a plain string."""
+    """12 random hex characters, unique across clones; never one YAML would read as a number."""
     import secrets  # lazily: a hook that writes nothing never needs it
 
     while True:
@@ -208,8 +205,7 @@ def slugify(title: str, max_len: int = 48) -> str:
 
 
 def file_name(memory: Memory) -> str:
-    """`<slug of the title>-<id>.md`; a secret in the title is named in the slug, never spelled (the name is
-    shown in messages, in `git status` and on the remote)."""
+    """`<slug of the title>-<id>.md`; a secret in the title is named, never spelled (names are shown and pushed)."""
     from cortex.guard import redacted
 
     return f"{slugify(redacted(memory.title))}-{memory.id}.md"
@@ -514,11 +510,7 @@ class AnchorFound(Exception):
 
 
 def load_front_matter(yaml_text: str, path: Path | None = None) -> dict[str, Any]:
-    """Front matter as plain Python data, via the fast reader or ruamel.yaml; raises `MalformedMemory` only.
-
-    Anchors and aliases are refused before ruamel expands anything; the fast reader never accepts them
-    (a value starting with `&` or `*` is not simple).
-    """
+    """Front matter as plain data, by the fast reader or ruamel.yaml (no anchors); raises `MalformedMemory` only."""
     try:
         return _read_simple(yaml_text)
     except (_NotSimple, ValueError):  # ValueError: a timestamp-shaped value that is no date; ruamel decides
@@ -756,18 +748,8 @@ def _timestamp_node(iso: str) -> Any:
     return _yaml().load(f"t: {iso}\n")["t"]
 
 
-def _flow_seq(items: list[Any]) -> Any:
-    from ruamel.yaml.comments import CommentedSeq
-
-    seq = CommentedSeq(items)
-    seq.fa.set_flow_style()
-    return seq
-
-
-def _flow_map(mapping: dict[str, Any]) -> Any:
-    from ruamel.yaml.comments import CommentedMap
-
-    node = CommentedMap(mapping)
+def _flow(node: Any) -> Any:
+    """A ruamel sequence or mapping written on one line (`[a, b]`, `{kind: manual}`)."""
     node.fa.set_flow_style()
     return node
 
@@ -812,23 +794,25 @@ def _safe_scalar(value: Any) -> Any:
 
 def _link_node(item: dict[str, Any]) -> Any:
     """One link as a flow map, its `created` a bare timestamp like the memory's own."""
+    from ruamel.yaml.comments import CommentedMap
+
     if item.get("created"):
         item = dict(item, created=_timestamp_node(item["created"]))
-    return _flow_map(item)
+    return _flow(CommentedMap(item))
 
 
 def _node(key: str, value: Any) -> Any:
     """The ruamel node cortex writes for a field: flow lists and maps, bare timestamps."""
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
     if key in ("created", "updated") and value:
         return _timestamp_node(value)
     if key == "links":
-        from ruamel.yaml.comments import CommentedSeq
-
         return CommentedSeq([_link_node(item) for item in value])
     if isinstance(value, list):
-        return _flow_seq([_safe_scalar(item) for item in value])
+        return _flow(CommentedSeq([_safe_scalar(item) for item in value]))
     if isinstance(value, dict):
-        return _flow_map({k: _safe_scalar(v) for k, v in value.items()})
+        return _flow(CommentedMap({k: _safe_scalar(v) for k, v in value.items()}))
     return _safe_scalar(value)
 
 
@@ -857,8 +841,7 @@ def render_new(memory: Memory) -> str:
 
 
 def edit_text(text: str, changes: dict[str, Any], body: str | None = None, path: Path | None = None) -> str:
-    """Apply field changes (and optionally a new body) to a memory file's text, round-trip: only the changed keys'
-    lines differ. A value of None removes the key."""
+    """Apply field changes (None removes a key) and maybe a new body, round-trip: only the changed lines differ."""
     yaml_text, old_body = split_front_matter(text, path)
     yaml = _yaml()
     try:

@@ -47,8 +47,7 @@ def ask(store_root: str, request: dict[str, object], timeout: float = 0.5) -> di
 
 
 def serve(store: Store, idle: float = 900.0, debounce: float = 0.3) -> str:
-    """Serve until idle; returns why it stopped. Raises CortexError when another server holds the store. The
-    socket answers at once; the indexes are synced and the models loaded in a thread (`_Warm`)."""
+    """Serve until idle and say why it stopped; CortexError when another server holds the store."""
     for name in ONE_THREAD:  # one BLAS thread: a matrix-vector product per query spins, not speeds up, on 2 cores
         os.environ.setdefault(name, "1")
     from cortex.errors import CortexError
@@ -153,8 +152,7 @@ class _Warm(threading.Thread):
                 last_look, due = time.monotonic(), False
 
     def follow(self) -> bool:
-        """Sync each store whose observer saw a change or that cortex wrote to since its last sync, as `cortex
-        watch` does (the caller holds `busy`); True when one was synced."""
+        """Sync each store its observer or a cortex write changed, as `cortex watch` does (under `busy`)."""
         from cortex.watch import account, fence, rewatch, written_stamp
 
         synced = False
@@ -219,8 +217,7 @@ FIELDS: dict[str, dict[str, Any]] = {
 
 
 def _checked(request: object) -> dict[str, Any]:
-    """The request when it is one this server answers, with every field of the right type and range (a prompt
-    cut to `wire.PROMPT_CHARS`); RequestRefused naming what is wrong otherwise."""
+    """The request with every field checked (a prompt cut to `wire.PROMPT_CHARS`), else RequestRefused."""
     from cortex.memory import TYPES
 
     if not isinstance(request, dict):
