@@ -604,6 +604,14 @@ def _control_in(value: Any) -> str | None:
     return None
 
 
+def _one_line(value: Any, key: str, expected: str, path: Path | None) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise MalformedMemory(path, f"{key}: expected {expected}")
+    if "\n" in str(value) or "\r" in str(value):
+        raise MalformedMemory(path, f"{key}: must be a single line")
+    return str(value)
+
+
 def from_data(data: dict[str, Any], body: str, path: Path | None = None) -> Memory:
     """Validate front-matter data and build a `Memory`; raises `MalformedMemory`."""
     problem = control_problem(data, body)
@@ -618,20 +626,8 @@ def from_data(data: dict[str, Any], body: str, path: Path | None = None) -> Memo
     memory_type = data["type"]
     if memory_type not in TYPES:
         raise MalformedMemory(path, f"type: unknown type {memory_type!r} (one of: {', '.join(TYPES)})")
-    title = data["title"]
-    if isinstance(title, bool) or not isinstance(title, (str, int, float)):
-        raise MalformedMemory(path, "title: expected text")
-    title = str(title)
-    if "\n" in title or "\r" in title:
-        raise MalformedMemory(path, "title: must be a single line")
-    summary = data.get("summary")
-    if summary is None:
-        summary = ""
-    if isinstance(summary, bool) or not isinstance(summary, (str, int, float)):
-        raise MalformedMemory(path, "summary: expected one line of text")
-    summary = str(summary)
-    if "\n" in summary or "\r" in summary:
-        raise MalformedMemory(path, "summary: must be a single line")
+    title = _one_line(data["title"], "title", "text", path)
+    summary = _one_line("" if data.get("summary") is None else data["summary"], "summary", "one line of text", path)
     project = data.get("project")
     if project is not None and (isinstance(project, bool) or not isinstance(project, (str, int, float))):
         raise MalformedMemory(path, "project: expected a project name")
