@@ -10,24 +10,16 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cortex.claude import RULES, _hook_event
-from cortex.claude import _load as load_json  # noqa: F401 - one reader of a settings file, for codex, gemini, cursor
+from cortex import claude
+from cortex.claude import RULES, _hook_event, is_our_server
 from cortex.errors import CortexError
 from cortex.files import atomic_write
 
+# One of each for Claude Code, Codex, Gemini and Cursor (the reader of a settings file, the hook command, the removal).
+load_json, hook_command, remove_hooks = claude._load, claude.hook_command, claude.remove_hooks
+
 RULES_BEGIN = "<!-- cortex:rules:begin (written by cortex init; cortex uninstall removes it) -->"
 RULES_END = "<!-- cortex:rules:end -->"
-
-
-def hook_command(event: str, config: str) -> str:
-    """The shell command of a hook: `cortex hook EVENT` when cortex is on PATH, else one line on stderr and exit 0.
-
-    The same form `cortex.claude` writes (so `cortex.claude._hook_event` recognises it), naming the file the
-    person would edit to remove it.
-    """
-    missing = f"cortex: not installed; skipping the {event} hook (install cortex-git-memory, or remove the cortex " \
-              f"hooks from {config})"
-    return f"command -v cortex >/dev/null 2>&1 || {{ echo '{missing}' >&2; exit 0; }}; exec cortex hook {event}"
 
 
 def is_ours(handler: Any) -> bool:
@@ -50,11 +42,7 @@ def object_at(path: Path, data: dict[str, Any], key: str) -> dict[str, Any]:
 
 
 def merge_hooks(path: Path, hooks: dict[str, Any], wanted: dict[str, dict[str, Any]], grouped: bool = True) -> list[str]:
-    """Make `hooks[event]` hold exactly one cortex handler, `wanted[event]`, for each event; returns what changed.
-
-    `grouped`: Claude Code's shape, `[{"matcher"?, "hooks": [handler, …]}]` (Codex CLI, Gemini CLI); otherwise
-    a flat list of handlers (Cursor). Other handlers are kept in place; older cortex handlers are rewritten.
-    """
+    """Make `hooks[event]` hold one cortex handler, `wanted[event]`, others kept (`grouped`: as `remove_hooks`)."""
     done = []
     for event, handler in wanted.items():
         entries = hooks.setdefault(event, [])
@@ -96,42 +84,7 @@ def merge_hooks(path: Path, hooks: dict[str, Any], wanted: dict[str, dict[str, A
     return done
 
 
-def remove_hooks(path: Path, hooks: dict[str, Any], grouped: bool = True) -> list[str]:
-    """Take every cortex handler out of `hooks` (in place); events and groups left empty are removed."""
-    done = []
-    for event in list(hooks):
-        entries = hooks[event]
-        if not isinstance(entries, list):
-            continue
-        kept_entries = []
-        for entry in entries:
-            if grouped and isinstance(entry, dict) and isinstance(entry.get("hooks"), list):
-                kept = [h for h in entry["hooks"] if not is_ours(h)]
-                if len(kept) != len(entry["hooks"]):
-                    done.append(f"removed the {event} hook from {path}")
-                if kept:
-                    kept_entries.append(entry | {"hooks": kept})
-            elif not grouped and is_ours(entry):
-                done.append(f"removed the {event} hook from {path}")
-            else:
-                kept_entries.append(entry)
-        if kept_entries:
-            hooks[event] = kept_entries
-        else:
-            del hooks[event]
-    return done
-
-
 # ---------------------------------------------------------------- MCP servers in JSON files
-
-
-def is_our_server(entry: Any) -> bool:
-    """`cortex mcp` (what cortex writes), or `<a python> -m cortex mcp`."""
-    if not isinstance(entry, dict) or not isinstance(entry.get("args"), list):
-        return False
-    command, args = str(entry.get("command", "")), [str(a) for a in entry["args"]]
-    name = command.rsplit("/", 1)[-1]
-    return (name == "cortex" and args == ["mcp"]) or (name.startswith("python") and args == ["-m", "cortex", "mcp"])
 
 
 def merge_server(path: Path, servers: dict[str, Any], entry: dict[str, Any], name: str = "cortex") -> list[str]:

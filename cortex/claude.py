@@ -46,22 +46,18 @@ ends. Help it:
 """
 
 
-MISSING = ("cortex: not installed; skipping the {event} hook "
-           "(install cortex-git-memory, or remove the cortex hooks from .claude/settings.json)")
 _EVENT_NAMES = "|".join(HOOK_EVENTS.values())
 # This version's command, whatever its message says; and the two shapes older versions wrote.
 _PORTABLE = re.compile(rf"command -v cortex >/dev/null 2>&1 \|\| \{{ .* \}}; exec cortex hook ({_EVENT_NAMES})")
 _OLDER = re.compile(rf'(?:cortex|"(?:[^"]*[/\\])?python[^"/\\]*" -m cortex) hook ({_EVENT_NAMES})')
 
 
-def _command(event: str) -> str:
-    """The hook's shell command (Claude Code runs it with `sh -c`): `cortex hook EVENT` when cortex is on PATH,
-    else one line on stderr and exit 0.
-
-    `exec` hands cortex the hook's stdin and leaves its exit status unmasked; only a missing command skips.
-    """
-    return f"command -v cortex >/dev/null 2>&1 || {{ echo '{MISSING.format(event=event)}' >&2; exit 0; }}; " \
-           f"exec cortex hook {event}"
+def hook_command(event: str, config: str = ".claude/settings.json") -> str:
+    """The hook's shell command (run with `sh -c`): `cortex hook EVENT` when cortex is on PATH, else one line on
+    stderr naming the file `config` to edit, and exit 0. `exec` hands cortex the hook's stdin and its exit status."""
+    missing = f"cortex: not installed; skipping the {event} hook (install cortex-git-memory, or remove the cortex " \
+              f"hooks from {config})"
+    return f"command -v cortex >/dev/null 2>&1 || {{ echo '{missing}' >&2; exit 0; }}; exec cortex hook {event}"
 
 
 def _hook_event(handler: Any) -> str | None:
@@ -74,15 +70,11 @@ def _hook_event(handler: Any) -> str | None:
 
 
 def _mcp_server() -> dict[str, Any]:
-    """The `.mcp.json` entry: `cortex mcp` from PATH (a clone without cortex lists the server as failed).
-
-    No `${CLAUDE_PROJECT_DIR}` in it: Claude Code does not expand it in a project's `.mcp.json`, but
-    passes it to the server's environment, where `cortex mcp` looks for it.
-    """
+    """`cortex mcp` from PATH; no `${CLAUDE_PROJECT_DIR}`: Claude Code passes it in the environment instead."""
     return {"type": "stdio", "command": "cortex", "args": ["mcp"]}
 
 
-def _is_our_server(entry: Any) -> bool:
+def is_our_server(entry: Any) -> bool:
     """What `_mcp_server` writes, or what older versions wrote: `cortex mcp`, or `<a python> -m cortex mcp`."""
     if not isinstance(entry, dict) or not isinstance(entry.get("args"), list):
         return False
@@ -103,7 +95,7 @@ def _install_mcp(project_root: Path) -> list[str]:
     if MCP_NAME in servers:
         if servers[MCP_NAME] == _mcp_server():
             return []
-        if not _is_our_server(servers[MCP_NAME]):
+        if not is_our_server(servers[MCP_NAME]):
             return [f"left the other {MCP_NAME!r} server in {path} as it is (cortex's MCP server not added)"]
         done = f"updated the {MCP_NAME} MCP server in {path} to run `cortex mcp` from PATH"
     servers[MCP_NAME] = _mcp_server()
@@ -115,7 +107,7 @@ def _uninstall_mcp(project_root: Path) -> list[str]:
     path = project_root / ".mcp.json"
     data = _load(path)
     servers = data.get("mcpServers")
-    if not isinstance(servers, dict) or not _is_our_server(servers.get(MCP_NAME)):
+    if not isinstance(servers, dict) or not is_our_server(servers.get(MCP_NAME)):
         return []
     del servers[MCP_NAME]
     if not servers:
@@ -156,14 +148,13 @@ def _check_shapes(project_root: Path) -> None:
 
 
 def _install_hook(settings_path: Path, hooks: dict[str, Any], event: str, name: str) -> str | None:
-    """Make cortex's handler for `event` the portable command, once: "added", "updated" (an older cortex entry,
-    e.g. one with this machine's interpreter path, rewritten in place and any second one dropped), or None."""
+    """Make cortex's handler for `event` the portable command, once: "added", "updated" or None."""
     groups = hooks.setdefault(event, [])
     if not isinstance(groups, list):
         from cortex.errors import CortexError
 
         raise CortexError(f"{settings_path}: hooks.{event} is not a list; fix it and run again")
-    wanted, found, changed, emptied = _command(name), False, False, []
+    wanted, found, changed, emptied = hook_command(name), False, False, []
     for group in groups:
         if not isinstance(group, dict) or not isinstance(group.get("hooks"), list):
             continue
@@ -219,6 +210,37 @@ def _path_note() -> list[str]:
             f"{fix}"]
 
 
+def remove_hooks(path: Path | None, hooks: dict[str, Any], grouped: bool = True) -> list[str]:
+    """Take every cortex handler out of `hooks` (in place); events and groups left empty are removed.
+
+    `grouped`: Claude Code's shape, `[{"matcher"?, "hooks": [handler, …]}]`; otherwise a flat list (Cursor).
+    `path` is named in what is said (None: Claude Code's own settings, named by the command).
+    """
+    done = []
+    said = f" from {path}" if path is not None else ""
+    for event in list(hooks):
+        entries = hooks[event]
+        if not isinstance(entries, list):
+            continue
+        kept_entries = []
+        for entry in entries:
+            if grouped and isinstance(entry, dict) and isinstance(entry.get("hooks"), list):
+                kept = [h for h in entry["hooks"] if _hook_event(h) is None]
+                if len(kept) != len(entry["hooks"]):
+                    done.append(f"removed the {event} hook{said}")
+                if kept:
+                    kept_entries.append(entry | {"hooks": kept})
+            elif not grouped and _hook_event(entry) is not None:
+                done.append(f"removed the {event} hook{said}")
+            else:
+                kept_entries.append(entry)
+        if kept_entries:
+            hooks[event] = kept_entries
+        else:
+            del hooks[event]
+    return done
+
+
 def uninstall(project_root: Path) -> list[str]:
     settings_path = project_root / ".claude" / "settings.json"
     _check_shapes(project_root)  # nothing removed from one file when the other cannot be read
@@ -226,24 +248,7 @@ def uninstall(project_root: Path) -> list[str]:
     done = []
     hooks = settings.get("hooks")
     if isinstance(hooks, dict):
-        for event in list(hooks):
-            groups = hooks[event]
-            if not isinstance(groups, list):
-                continue
-            kept_groups = []
-            for group in groups:
-                if isinstance(group, dict) and isinstance(group.get("hooks"), list):
-                    kept = [h for h in group["hooks"] if _hook_event(h) is None]
-                    if len(kept) != len(group["hooks"]):
-                        done.append(f"removed the {event} hook")
-                    if kept:
-                        kept_groups.append(group | {"hooks": kept})
-                else:
-                    kept_groups.append(group)
-            if kept_groups:
-                hooks[event] = kept_groups
-            else:
-                del hooks[event]
+        done = remove_hooks(None, hooks)
         if not hooks:
             del settings["hooks"]
     if done:

@@ -285,8 +285,7 @@ def _shown(value: Any) -> str:
 
 
 def load_config(path: Path, cache_dir: Path | None = None) -> Config:
-    """Read a config file; a missing file means all defaults. With `cache_dir`, the merged result is kept there
-    keyed by the file's stat, so a hook need not import ruamel.yaml."""
+    """Read a config file (missing: all defaults), cached in `cache_dir` by stat so a hook skips ruamel.yaml."""
     try:
         stat = path.stat()
     except FileNotFoundError:
@@ -316,15 +315,11 @@ SCHEMA = 14  # bump when DEFAULTS change shape, so cached configs are re-read
 MAX_CONFIG_BYTES = 1 << 20  # a config.yaml is a few kilobytes
 
 
-def _cache_file(cache_dir: Path) -> Path:
-    return cache_dir / "config.json"
-
-
 def _read_cached(cache_dir: Path, key: tuple[int, ...]) -> Config | None:
     import json
 
     try:
-        stored_key, data, warnings, invalid = json.loads(_cache_file(cache_dir).read_bytes())
+        stored_key, data, warnings, invalid = json.loads((cache_dir / "config.json").read_bytes())
     except (OSError, ValueError, TypeError):
         return None
     return Config(data, list(warnings), list(invalid)) if tuple(stored_key) == key else None
@@ -338,7 +333,7 @@ def _write_cached(cache_dir: Path, key: tuple[int, ...], config: Config) -> None
     try:
         text = json.dumps([key, config.data, config.warnings, config.invalid])
         if json.loads(text)[1] == config.data:  # only what JSON gives back as it was (no dates, no tuples)
-            atomic_write(_cache_file(cache_dir), text)
+            atomic_write(cache_dir / "config.json", text)
     except (OSError, ValueError, TypeError):
         pass  # not cacheable (read-only store, odd values): read it each time
 

@@ -14,9 +14,7 @@ if TYPE_CHECKING:  # the hook fast paths import this module: not even `typing` a
 
 
 def atomic_write(path: Path, data: str | bytes | Iterable[bytes], durable: bool = True) -> None:
-    """Write `data` (bytes, or an iterable of byte strings written as they come) to `path` so a reader sees the old
-    file or the new one, never half. `durable=False` skips the fsync (caches, rebuilt if lost). An OSError names
-    `path`, and leaves no temp file."""
+    """Write `data` (text, bytes or byte chunks) so a reader sees the old file or the new one, never half."""
     import tempfile
 
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -66,10 +64,6 @@ def _umask() -> int:
 _held: dict[int, set[str]] = {}  # thread id -> lock files it holds: a nested `file_lock` on one is a no-op
 
 
-def _held_paths() -> set[str]:
-    return _held.setdefault(_thread.get_ident(), set())
-
-
 # A folder a lock file cannot be made in: a read-only store (a CI checkout, a mounted volume) or one owned by
 # someone else. Readers then read without the lock; a writer fails at its first write, naming the file.
 CANNOT_WRITE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
@@ -82,8 +76,7 @@ _lock_wait = [LOCK_WAIT]
 
 
 def lock_wait() -> float:
-    """How long this process waits for a store's write lock or a transcript's capture lock (docs/store.md);
-    `CORTEX_LOCK_WAIT` (seconds) sets it for commands and hooks alike (a slow shared disk, a test)."""
+    """Seconds this process waits for a store's write lock; `CORTEX_LOCK_WAIT` sets it (docs/store.md)."""
     chosen = os.environ.get("CORTEX_LOCK_WAIT", "")
     try:
         return float(chosen) if chosen else _lock_wait[0]
@@ -103,7 +96,7 @@ def file_lock(path: Path, timeout: float | None = None) -> Iterator[None]:
     at its write, naming the file. With `timeout`, a lock held that long by another process raises `LockBusy`, naming
     the lock and its holder."""
     key = os.path.realpath(path)
-    held = _held_paths()
+    held = _held.setdefault(_thread.get_ident(), set())
     if key in held:
         yield
         return
@@ -144,8 +137,7 @@ def _open_lock(path: Path) -> IO[bytes]:
 
 
 def stand_in_lock(path: Path | str) -> str:
-    """Where the lock `path` is taken when its own folder is read-only: a file in this user's private temp
-    folder keyed by the lock's real path (two processes of theirs still queue)."""
+    """The lock file used for `path` when its folder is read-only, keyed by its real path (docs/store.md)."""
     import hashlib
 
     digest = hashlib.sha256(os.path.realpath(path).encode()).hexdigest()[:32]
@@ -153,8 +145,7 @@ def stand_in_lock(path: Path | str) -> str:
 
 
 def private_folder(name: str) -> str:
-    """`<temp>/cortex-<uid>/<name>`, made when missing, in a folder only this user can write: where cortex
-    keeps what a read-only store cannot hold (its locks, its cache). Raises OSError when that cannot be."""
+    """`<temp>/cortex-<uid>/<name>`, this user's alone: what a read-only store cannot hold; OSError if unsafe."""
     import stat
     import tempfile
 
@@ -175,26 +166,17 @@ def try_lock(path: Path, wait: bool = False) -> Iterator[bool]:
     """Yield True holding an exclusive lock on `path`, or False at once if another process has it. With `wait` it
     waits instead, unless the lock cannot be made (a read-only or full folder): then False, and the caller works from
     what is on disk."""
-    import fcntl
-
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(path, "a+b")
+        handle = hold_lock(path, wait)
     except OSError as exc:
         if exc.errno not in CANNOT_WRITE | NO_SPACE:
             raise
-        yield False
-        return
+        handle = None
     try:
-        if not _flock(handle.fileno(), wait):
-            yield False
-            return
-        try:
-            yield True
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+        yield handle is not None
     finally:
-        handle.close()
+        if handle is not None:
+            handle.close()  # the flock goes with it
 
 
 def _flock(fd: int, wait: bool = False) -> bool:
@@ -225,8 +207,7 @@ def _flock_within(fd: int, seconds: float) -> bool:
 
 
 def lock_holder(fd: int) -> str | None:
-    """Who holds the flock on the file open as `fd`, for a person: "another cortex process (pid 7, `cortex
-    maintain`)", from /proc/locks (Linux); None where that cannot be told."""
+    """Who holds the flock on `fd`, for a person ("another cortex process (pid 7, `cortex maintain`)"), or None."""
     try:
         info = os.fstat(fd)
         with open("/proc/locks", encoding="ascii", errors="replace") as handle:
@@ -256,11 +237,7 @@ def _process(pid: int) -> str:
 
 
 def hold_lock(path: Path, wait: bool = False) -> IO[str] | None:
-    """Take an exclusive lock on `path` and keep it until the returned handle is closed.
-
-    Without `wait`, None when another process holds it: how one `cortex serve` or `cortex watch` per store
-    is kept.
-    """
+    """Hold an exclusive lock on `path` until the handle is closed; without `wait`, None when it is taken."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle = open(path, "a+")
     if not _flock(handle.fileno(), wait):

@@ -12,7 +12,7 @@ import math
 import re
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, Callable, Iterator, TypeVar, cast
 
 _Data = TypeVar("_Data")
 
@@ -52,70 +52,24 @@ def redacted(text: str) -> str:
 
 
 _SHORTEST = 8  # no rule finds a secret in fewer characters (a name, a sign and a 6-character value at least)
-_SEPARATOR_LINE = "\n\x00\n"  # no rule runs over a line holding only a NUL: many texts are scanned as one
-
-
-def redacted_many(texts: list[str]) -> list[str]:
-    """`redacted` of each text, scanned as one (the fixed cost of a scan paid once, not per text)."""
-    chosen = [i for i, text in enumerate(texts) if len(text) >= _SHORTEST]
-    if not chosen:
-        return list(texts)
-    starts, pieces, at = [], [], 0
-    for i in chosen:
-        starts.append(at)
-        pieces.append(texts[i])
-        at += len(texts[i]) + len(_SEPARATOR_LINE)
-    joined = _SEPARATOR_LINE.join(pieces)
-    out = list(texts)
-    found: dict[int, list[Finding]] = {}
-    for finding in scan_text(joined):
-        n = bisect_right(starts, finding.start) - 1
-        found.setdefault(n, []).append(finding)
-    for n, findings in found.items():
-        text, base, parts, last = pieces[n], starts[n], [], 0
-        for finding in sorted(findings, key=lambda f: f.start):
-            start, end = max(finding.start - base, last), min(finding.end - base, len(text))
-            if start >= end:
-                continue
-            parts += [text[last:start], f"[REDACTED:{finding.kind}]"]
-            last = end
-        out[chosen[n]] = "".join(parts) + text[last:]
-    return out
 
 
 def redacted_data(data: _Data) -> _Data:
     """`data` (JSON-like: dicts, lists, tuples, strings, numbers) with every string passed through `redacted`;
     keys are kept as they are (cortex's own field names)."""
-    texts: list[str] = []
+    return cast(_Data, _redacted_value(data))
 
-    def collect(value: Any) -> None:
-        if isinstance(value, str):
-            texts.append(value)
-        elif isinstance(value, dict):
-            for item in value.values():
-                collect(item)
-        elif isinstance(value, (list, tuple)):
-            for item in value:
-                collect(item)
 
-    collect(data)
-    after = redacted_many(texts)
-    if all(new is old for new, old in zip(after, texts)):
-        return data  # nothing to name (the usual case): no copy
-    done = iter(after)
-
-    def rebuild(value: Any) -> Any:
-        if isinstance(value, str):
-            return next(done)
-        if isinstance(value, dict):
-            return {key: rebuild(item) for key, item in value.items()}
-        if isinstance(value, list):
-            return [rebuild(item) for item in value]
-        if isinstance(value, tuple):
-            return tuple(rebuild(item) for item in value)
-        return value
-
-    return rebuild(data)
+def _redacted_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return redacted(value)
+    if isinstance(value, dict):
+        return {key: _redacted_value(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_redacted_value(item) for item in value]
+    if isinstance(value, tuple):
+        return tuple(_redacted_value(item) for item in value)
+    return value
 
 
 # ---------------------------------------------------------------- bytes in any encoding git can hold
@@ -548,7 +502,7 @@ def _providers(text: str) -> Iterator[Span]:
 
 # ---------------------------------------------------------------- assignments to a secret name
 
-_HINT = re.compile(r"pass|pwd|secret|token|key|credential")  # on the text lower-cased (IGNORECASE is 7x slower)
+_HINT = re.compile(r"pass|pwd|secret|token|key|credential")  # on the text lower-cased (`_lower`)
 _NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 _NAME_AFTER = re.compile(r"[A-Za-z0-9_.\-]*")
 _SEPARATOR = re.compile(r"""[*_`"']{0,3}[ \t]*(?::=|=>|[:=])[ \t]*|[ \t]+(?=[^\s=:])""")

@@ -1,7 +1,4 @@
-"""Where things live in a store folder, for the hot paths: the standard library alone.
-
-The hooks' fast paths and the library use these same functions, so they cannot disagree.
-"""
+"""Where things live in a store folder, with the standard library alone: the hooks' fast paths use it too."""
 
 from __future__ import annotations
 
@@ -62,14 +59,12 @@ SETTLE_NS = 50_000_000
 
 
 def signature(store_root: str) -> str:
-    """The stat of what a briefing depends on: the cache's last commit, cortex's own writes, config, the memory
-    folders."""
+    """The stat of what a briefing depends on: cache commit, cortex's own writes, config, memory folders."""
     return _signature(store_root)[0]
 
 
 def _signature(store_root: str, files_only: bool = False) -> tuple[str, int]:
-    """(`signature`, the newest time in it); `files_only`: the memory folders alone (another process's cache
-    commits move nothing)."""
+    """(`signature`, its newest time); `files_only`: the memory folders alone."""
     parts = []
     newest = 0
     memories = os.path.join(store_root, "memories")
@@ -110,8 +105,7 @@ def briefing_key(store_root: str, version: str, settled: bool = False) -> str:
 
 
 def _global_signature(store_root: str) -> str:
-    """The global store's memory folders: its memories have a section of the briefing. One part of a key (no `|`
-    inside), so `start_briefing` compares it whole."""
+    """The global store's memory folders (its section of the briefing), as one part of a key (no `|`)."""
     home = global_root()
     if not os.path.isdir(os.path.join(home, "memories")) or os.path.realpath(home) == os.path.realpath(store_root):
         return ""
@@ -119,8 +113,7 @@ def _global_signature(store_root: str) -> str:
 
 
 def saved_briefing(store_root: str, name: str = "briefing.json") -> dict | None:
-    """A briefing saved under `state/` (`briefing.json`: the one a session was shown; `briefing.next.json`: the
-    one `cortex serve` built ahead of the next session start), or None when missing or unreadable."""
+    """A briefing saved under `state/` (shown: `briefing.json`; built ahead: `briefing.next.json`), or None."""
     from json import loads
 
     try:
@@ -165,10 +158,9 @@ def start_briefing(store_root: str, version: str, stale_ok: bool = True) -> tupl
         old_parts = old_signature.split("|")
         if then == str(head) and old_parts[3:] == parts[3:]:
             continue  # no memory file added or removed, HEAD where it was: what changed is the cache's, built again
-        # Not after a cortex write (`state/changed`: the next briefing is being built ahead) nor an edited config,
-        # nor once a memory it shows is gone (a deleted memory is never shown; its files are kept since stop 23).
+        # Not after a cortex write (the next briefing is being built ahead), an edited config, a change to the
+        # global store (its section is rebuilt), nor once a memory it shows is gone (never shown once deleted).
         files = (briefing or {}).get("files")
-        # Nor after the global store changed (its section is rebuilt, not caught up at the first prompt).
         if old_parts[1:3] != parts[1:3] or old_parts[-1:] != parts[-1:] or not isinstance(files, list) \
                 or not all(os.path.isfile(os.path.join(store_root, "memories", str(rel))) for rel in files):
             continue
@@ -182,8 +174,7 @@ def start_briefing(store_root: str, version: str, stale_ok: bool = True) -> tupl
 
 
 def catch_up_file(store_root: str, session: str) -> str:
-    """`state/catch-up/<session>.json`: a session shown a briefing older than its store (`start_briefing`),
-    with what its first prompt should add: the memories changed since that briefing was saved."""
+    """`state/catch-up/<session>.json`: what a session shown an older briefing gets at its first prompt."""
     return os.path.join(store_root, "state", "catch-up", os.path.basename(injections_file(store_root, session))[:-1])
 
 
@@ -256,20 +247,13 @@ def lock_held(path: str) -> bool:
         return False
 
 
-def server_running(store_root: str) -> bool:
-    """Whether a `cortex serve` holds the store's serve.lock (it may still be loading its index)."""
+def server_up(store_root: str) -> bool:
+    """Whether a `cortex serve` holds the store's serve.lock (a socket alone may be a killed server's)."""
     return lock_held(os.path.join(store_root, "state", "serve.lock"))
 
 
-def server_up(store_root: str) -> bool:
-    """Whether a `cortex serve` runs for the store (it holds serve.lock from its start to its end): a socket
-    alone may be one a killed server left (then the next SessionStart starts a server, which replaces it)."""
-    return server_running(store_root)
-
-
 def watcher_ready(store_root: str) -> bool:
-    """Whether a live `cortex watch` keeps this store's cache (it holds `state/watch.ready`, taken only after its
-    first full sync, so a reader never trusts a watcher still catching up)."""
+    """Whether a `cortex watch` vouches for this store's cache (`state/watch.ready`, taken after its first sync)."""
     return lock_held(os.path.join(store_root, "state", "watch.ready"))
 
 

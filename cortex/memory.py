@@ -9,6 +9,7 @@ round-trip, so a person's comments and key order survive.
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import json
 import os
 import re
@@ -84,8 +85,7 @@ class Link:
 
 
 def link_problems(memory_id: str, links: list[Link]) -> tuple[list[Link], list[str]]:
-    """The links worth keeping (the first of each (rel, to), none to the memory itself) and what was left out: a
-    repeated link would count twice in centrality."""
+    """The links worth keeping and why the others were left out: a repeated link would count twice in centrality."""
     kept: list[Link] = []
     seen: set[tuple[str, str]] = set()
     dropped: list[str] = []
@@ -129,8 +129,7 @@ class Memory:
         """A JSON-ready dict (what `--json` prints)."""
         from copy import deepcopy
 
-        # Field by field (`dataclasses.asdict` recursed through every value: 15 % of a reindex); only the
-        # free-form `source` and `extra` may nest, so only they are copied deeply.
+        # Not `dataclasses.asdict`: only the free-form `source` and `extra` nest, so only they are copied deeply.
         out = {name: getattr(self, name) for name in _FIELD_NAMES}
         out["tags"], out["files"] = list(self.tags), list(self.files)
         out["source"], out["extra"] = deepcopy(self.source), deepcopy(self.extra)
@@ -152,8 +151,7 @@ _FIELD_NAMES = tuple(f.name for f in fields(Memory))
 
 
 def new_id() -> str:
-    """12 random hex characters: unique across clones without coordination. Ids YAML would read as a number are
-    skipped, so an id is always a plain string."""
+    """12 random hex characters, unique across clones; never one YAML would read as a number."""
     import secrets  # lazily: a hook that writes nothing never needs it
 
     while True:
@@ -175,20 +173,12 @@ def now_epoch() -> float:
         return epoch(iso_timestamp(fixed))
 
 
+@functools.lru_cache(maxsize=100_000)  # a briefing reads thousands of stamps
 def epoch(stamp: str) -> float:
     """Epoch seconds of a stamp as written in files (`2026-11-21T20:50:00Z`); 0 for an empty one."""
     if not stamp:
         return 0.0
-    seconds = _EPOCHS.get(stamp)
-    if seconds is None:  # `strptime` is slow, and a briefing reads thousands of stamps
-        if len(_EPOCHS) > 100_000:
-            _EPOCHS.clear()
-        seconds = _EPOCHS[stamp] = _dt.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(
-            tzinfo=_dt.timezone.utc).timestamp()
-    return seconds
-
-
-_EPOCHS: dict[str, float] = {}
+    return _dt.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=_dt.timezone.utc).timestamp()
 
 
 def iso(moment: float) -> str:
@@ -198,14 +188,7 @@ def iso(moment: float) -> str:
 
 def now_iso() -> str:
     """Now, as written in files; `$CORTEX_NOW` (epoch seconds or an ISO timestamp) fixes the clock."""
-    fixed = os.environ.get("CORTEX_NOW", "").strip()
-    if fixed:
-        try:
-            moment = _dt.datetime.fromtimestamp(float(fixed), _dt.timezone.utc)
-        except ValueError:
-            return iso_timestamp(fixed)
-        return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return iso(now_epoch())
 
 
 def slugify(title: str, max_len: int = 48) -> str:
@@ -222,8 +205,7 @@ def slugify(title: str, max_len: int = 48) -> str:
 
 
 def file_name(memory: Memory) -> str:
-    """`<slug of the title>-<id>.md`; a secret in the title is named in the slug, never spelled (the name is
-    shown in messages, in `git status` and on the remote)."""
+    """`<slug of the title>-<id>.md`; a secret in the title is named, never spelled (names are shown and pushed)."""
     from cortex.guard import redacted
 
     return f"{slugify(redacted(memory.title))}-{memory.id}.md"
@@ -261,12 +243,8 @@ _CANONICAL_STAMP = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-
 def iso_timestamp(value: Any) -> str:
     """Normalise a YAML timestamp (datetime, date or ISO string) to `YYYY-MM-DDTHH:MM:SSZ`."""
     if isinstance(value, str) and _CANONICAL_STAMP.match(value):
-        if "01" <= value[5:7] <= "12" and "01" <= value[8:10] <= "28" and value[11:13] <= "23" \
-                and value[14:16] <= "59" and value[17:19] <= "59" and value[:4] != "0000":
-            return value  # plainly a real moment: string comparisons, 20x cheaper than building a datetime
         try:  # the pattern lets 2026-02-30 through; later readers (decay, epoch) would fail on it
-            _dt.datetime(int(value[:4]), int(value[5:7]), int(value[8:10]), int(value[11:13]), int(value[14:16]),
-                         int(value[17:19]))
+            _dt.datetime.fromisoformat(value[:-1])
         except ValueError:
             raise ValueError(f"not a timestamp: {value!r}") from None
         return value
@@ -532,11 +510,7 @@ class AnchorFound(Exception):
 
 
 def load_front_matter(yaml_text: str, path: Path | None = None) -> dict[str, Any]:
-    """Front matter as plain Python data, via the fast reader or ruamel.yaml; raises `MalformedMemory` only.
-
-    Anchors and aliases are refused before ruamel expands anything; the fast reader never accepts them
-    (a value starting with `&` or `*` is not simple).
-    """
+    """Front matter as plain data, by the fast reader or ruamel.yaml (no anchors); raises `MalformedMemory` only."""
     try:
         return _read_simple(yaml_text)
     except (_NotSimple, ValueError):  # ValueError: a timestamp-shaped value that is no date; ruamel decides
@@ -630,6 +604,14 @@ def _control_in(value: Any) -> str | None:
     return None
 
 
+def _one_line(value: Any, key: str, expected: str, path: Path | None) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise MalformedMemory(path, f"{key}: expected {expected}")
+    if "\n" in str(value) or "\r" in str(value):
+        raise MalformedMemory(path, f"{key}: must be a single line")
+    return str(value)
+
+
 def from_data(data: dict[str, Any], body: str, path: Path | None = None) -> Memory:
     """Validate front-matter data and build a `Memory`; raises `MalformedMemory`."""
     problem = control_problem(data, body)
@@ -644,20 +626,8 @@ def from_data(data: dict[str, Any], body: str, path: Path | None = None) -> Memo
     memory_type = data["type"]
     if memory_type not in TYPES:
         raise MalformedMemory(path, f"type: unknown type {memory_type!r} (one of: {', '.join(TYPES)})")
-    title = data["title"]
-    if isinstance(title, bool) or not isinstance(title, (str, int, float)):
-        raise MalformedMemory(path, "title: expected text")
-    title = str(title)
-    if "\n" in title or "\r" in title:
-        raise MalformedMemory(path, "title: must be a single line")
-    summary = data.get("summary")
-    if summary is None:
-        summary = ""
-    if isinstance(summary, bool) or not isinstance(summary, (str, int, float)):
-        raise MalformedMemory(path, "summary: expected one line of text")
-    summary = str(summary)
-    if "\n" in summary or "\r" in summary:
-        raise MalformedMemory(path, "summary: must be a single line")
+    title = _one_line(data["title"], "title", "text", path)
+    summary = _one_line("" if data.get("summary") is None else data["summary"], "summary", "one line of text", path)
     project = data.get("project")
     if project is not None and (isinstance(project, bool) or not isinstance(project, (str, int, float))):
         raise MalformedMemory(path, "project: expected a project name")
@@ -774,18 +744,8 @@ def _timestamp_node(iso: str) -> Any:
     return _yaml().load(f"t: {iso}\n")["t"]
 
 
-def _flow_seq(items: list[Any]) -> Any:
-    from ruamel.yaml.comments import CommentedSeq
-
-    seq = CommentedSeq(items)
-    seq.fa.set_flow_style()
-    return seq
-
-
-def _flow_map(mapping: dict[str, Any]) -> Any:
-    from ruamel.yaml.comments import CommentedMap
-
-    node = CommentedMap(mapping)
+def _flow(node: Any) -> Any:
+    """A ruamel sequence or mapping written on one line (`[a, b]`, `{kind: manual}`)."""
     node.fa.set_flow_style()
     return node
 
@@ -830,23 +790,25 @@ def _safe_scalar(value: Any) -> Any:
 
 def _link_node(item: dict[str, Any]) -> Any:
     """One link as a flow map, its `created` a bare timestamp like the memory's own."""
+    from ruamel.yaml.comments import CommentedMap
+
     if item.get("created"):
         item = dict(item, created=_timestamp_node(item["created"]))
-    return _flow_map(item)
+    return _flow(CommentedMap(item))
 
 
 def _node(key: str, value: Any) -> Any:
     """The ruamel node cortex writes for a field: flow lists and maps, bare timestamps."""
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
     if key in ("created", "updated") and value:
         return _timestamp_node(value)
     if key == "links":
-        from ruamel.yaml.comments import CommentedSeq
-
         return CommentedSeq([_link_node(item) for item in value])
     if isinstance(value, list):
-        return _flow_seq([_safe_scalar(item) for item in value])
+        return _flow(CommentedSeq([_safe_scalar(item) for item in value]))
     if isinstance(value, dict):
-        return _flow_map({k: _safe_scalar(v) for k, v in value.items()})
+        return _flow(CommentedMap({k: _safe_scalar(v) for k, v in value.items()}))
     return _safe_scalar(value)
 
 
@@ -865,11 +827,7 @@ def render_new(memory: Memory) -> str:
     validate(memory)
     front = CommentedMap()
     for key, value in _front_matter_data(memory).items():
-        if key in ("branch", "project") and value is None:
-            continue
-        if key == "summary" and not value:
-            continue
-        if key == "links" and not value:
+        if value is None and key in ("branch", "project") or not value and key in ("summary", "links"):
             continue
         front[key] = _node(key, value)
     body = memory.body
@@ -879,8 +837,7 @@ def render_new(memory: Memory) -> str:
 
 
 def edit_text(text: str, changes: dict[str, Any], body: str | None = None, path: Path | None = None) -> str:
-    """Apply field changes (and optionally a new body) to a memory file's text, round-trip: only the changed keys'
-    lines differ. A value of None removes the key."""
+    """Apply field changes (None removes a key) and maybe a new body, round-trip: only the changed lines differ."""
     yaml_text, old_body = split_front_matter(text, path)
     yaml = _yaml()
     try:

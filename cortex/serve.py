@@ -35,6 +35,7 @@ QUIET = 1.0  # seconds without a request before the next briefing is built (comm
 BRIEFING_CHECK = 2.0  # seconds between looks at whether the saved briefing still matches branch, HEAD and store
 COMMAND_WAIT = 5.0  # seconds a recall waits for a sync in progress before the command searches itself
 MAX_WAIT = 5.0  # seconds a prompt may ask the server to wait until it is ready
+DEBOUNCE = 0.3  # seconds a burst of file changes has to end before one sync
 
 
 class RequestRefused(Exception):
@@ -46,9 +47,8 @@ def ask(store_root: str, request: dict[str, object], timeout: float = 0.5) -> di
     return wire.ask(socket_path(store_root), request, timeout)
 
 
-def serve(store: Store, idle: float = 900.0, debounce: float = 0.3) -> str:
-    """Serve until idle; returns why it stopped. Raises CortexError when another server holds the store. The
-    socket answers at once; the indexes are synced and the models loaded in a thread (`_Warm`)."""
+def serve(store: Store, idle: float = 900.0) -> str:
+    """Serve until idle and say why it stopped; CortexError when another server holds the store."""
     for name in ONE_THREAD:  # one BLAS thread: a matrix-vector product per query spins, not speeds up, on 2 cores
         os.environ.setdefault(name, "1")
     from cortex.errors import CortexError
@@ -71,7 +71,7 @@ def serve(store: Store, idle: float = 900.0, debounce: float = 0.3) -> str:
     os.chmod(path, 0o600)  # whatever the umask: the owner's alone (its folder already keeps others out)
     server.listen(8)
     server.settimeout(0.25)
-    warm = _Warm(store, debounce)
+    warm = _Warm(store)
     warm.start()
     try:
         return _loop(store, server, warm, idle)
@@ -88,11 +88,11 @@ def serve(store: Store, idle: float = 900.0, debounce: float = 0.3) -> str:
 class _Warm(threading.Thread):
     """The server's indexes, synced at the start and after each change its observers see; each use holds `busy`."""
 
-    def __init__(self, store: Store, debounce: float) -> None:
+    def __init__(self, store: Store) -> None:
         super().__init__(daemon=True, name="cortex-serve-warm")
         from cortex.index import Indexes
 
-        self.store, self.debounce = store, debounce
+        self.store = store
         self.indexes = Indexes()
         self.busy = threading.Lock()
         self.ready = threading.Event()  # synced and loaded: answering
@@ -140,8 +140,8 @@ class _Warm(threading.Thread):
         last_look, due = time.monotonic(), False
         while not self.stopping.wait(0.25):
             try:
-                if self.debounce and any(watched[1].is_set() for watched in self.watched):
-                    time.sleep(self.debounce)  # a burst of changes becomes one sync; not holding `busy` meanwhile
+                if any(watched[1].is_set() for watched in self.watched):
+                    time.sleep(DEBOUNCE)  # a burst of changes becomes one sync; not holding `busy` meanwhile
                 with self.busy:
                     due = self.follow() or due
             except Exception as exc:  # a sync that failed: no longer vouch for files this server may miss
@@ -153,8 +153,7 @@ class _Warm(threading.Thread):
                 last_look, due = time.monotonic(), False
 
     def follow(self) -> bool:
-        """Sync each store whose observer saw a change or that cortex wrote to since its last sync, as `cortex
-        watch` does (the caller holds `busy`); True when one was synced."""
+        """Sync each store its observer or a cortex write changed, as `cortex watch` does (under `busy`)."""
         from cortex.watch import account, fence, rewatch, written_stamp
 
         synced = False
@@ -219,8 +218,7 @@ FIELDS: dict[str, dict[str, Any]] = {
 
 
 def _checked(request: object) -> dict[str, Any]:
-    """The request when it is one this server answers, with every field of the right type and range (a prompt
-    cut to `wire.PROMPT_CHARS`); RequestRefused naming what is wrong otherwise."""
+    """The request with every field checked (a prompt cut to `wire.PROMPT_CHARS`), else RequestRefused."""
     from cortex.memory import TYPES
 
     if not isinstance(request, dict):

@@ -23,7 +23,6 @@ from cortex.layout import STORE_DIRNAME, global_root, linked_folder
 from cortex.memory import Link, Memory
 
 STALE_TEMP_SECONDS = 600
-_swept: dict[str, float] = {}  # store root -> when this process last removed its stale temp files
 CODE_IGNORED = ("# code outlines (`cortex index-code`): derived from the code at any commit, never committed\n"
                 "memories/code/\nmemories/code_description/\n")
 GITIGNORE = ("# derived and private state: rebuilt by cortex, never committed\ncache/\nstate/\n"
@@ -54,23 +53,19 @@ class Scan:
     problems: list[Problem] = field(default_factory=list)
 
 
-# memories folder -> (its folders' mtimes, the ids in its file names): `Store._ids_named`, kept for the process
-_NAMED: dict[str, tuple[tuple[tuple[str, int], ...], set[str]]] = {}
 # state folder -> (store, ids read) while a resident process defers its access counts (`defer_access`)
 _DEFERRED_ACCESS: dict[str, tuple[Store, list[str]]] | None = None
 
 
 def defer_access() -> None:
-    """Hold `Store.record_access` writes in memory until `flush_access`: a resident server answers first and
-    counts after."""
+    """Hold `Store.record_access` writes until `flush_access`: a resident server answers first, counts after."""
     global _DEFERRED_ACCESS
     if _DEFERRED_ACCESS is None:
         _DEFERRED_ACCESS = {}
 
 
 def flush_access(stop: bool = False) -> None:
-    """Write the access counts held since the last flush (each store's in one locked rewrite); with `stop`,
-    later counts are written as they come again."""
+    """Write the counts held since the last flush; with `stop`, later counts are written as they come."""
     global _DEFERRED_ACCESS
     held, _DEFERRED_ACCESS = _DEFERRED_ACCESS, None
     try:
@@ -150,8 +145,7 @@ class Store:
 
     @classmethod
     def init(cls, root: Path, label: str = "project") -> Store:
-        """Create the store layout (config.yaml, .gitignore, memories/, cache/, state/); existing files are
-        left as they are. The same for a project store and the global one."""
+        """Create the store layout (config.yaml, .gitignore, memories/, cache/, state/); existing files are kept."""
         from cortex.config import TEMPLATE
 
         if label == "project":
@@ -216,20 +210,16 @@ class Store:
     def lock(self) -> Iterator[None]:
         """The store's write lock (`state/write.lock`): hold it to read-modify-write memory files.
 
-        When a process takes it (at most once every STALE_TEMP_SECONDS), temp files a killed writer left
-        under memories/ are removed. Held by another process longer than `lock_wait()` (10 s for a command, 5 s
-        for a hook), it raises `LockBusy` naming the lock and its holder: nothing is written.
+        Taking it removes, at most every STALE_TEMP_SECONDS, the temp files a killed writer left under memories/.
+        Held by another process longer than `lock_wait()` (10 s for a command, 5 s for a hook), it raises
+        `LockBusy` naming the lock and its holder: nothing is written.
         """
         with file_lock(self.state_dir / "write.lock", timeout=lock_wait()):
-            now = time.monotonic()
-            if now - _swept.get(str(self.root), -STALE_TEMP_SECONDS) >= STALE_TEMP_SECONDS:
-                _swept[str(self.root)] = now
-                self._sweep_when_due()
+            self._sweep_when_due()
             yield
 
     def _sweep_when_due(self) -> None:
-        """`_remove_stale_temp_files` when no process did it for STALE_TEMP_SECONDS (`state/swept`'s time): the
-        walk over every memory folder is too much for each `remember` to pay."""
+        """`_remove_stale_temp_files` at most every STALE_TEMP_SECONDS (`state/swept`): it walks every folder."""
         stamp = self.state_dir / "swept"
         try:
             if time.time() - stamp.stat().st_mtime < STALE_TEMP_SECONDS:
@@ -243,9 +233,7 @@ class Store:
             pass  # a read-only state folder: the next writer sweeps again
 
     def _remove_stale_temp_files(self) -> None:
-        """`.<name>.<random>.tmp` files (`atomic_write`'s) older than STALE_TEMP_SECONDS: a writer killed
-        between writing and renaming. Only a writer holding the lock calls this; a live write lasts
-        milliseconds, so nothing that old is still being written."""
+        """Remove `atomic_write` temp files older than STALE_TEMP_SECONDS: a writer killed before its rename."""
         cutoff = time.time() - STALE_TEMP_SECONDS
         for dirpath, _dirnames, filenames in os.walk(self.memories_dir):
             for name in filenames:
@@ -296,8 +284,7 @@ class Store:
         return parse_bytes(raw, path, universal_newlines=True)
 
     def scan(self) -> Scan:
-        """Read every memory; malformed files become problems, not errors. Files sharing an id are all skipped
-        (`duplicate_ids`)."""
+        """Read every memory; malformed files and files sharing an id (`duplicate_ids`) become problems."""
         result = Scan()
         paths, result.problems = self.walk()
         read: list[Memory] = []
@@ -395,53 +382,18 @@ class Store:
         return self.memories_dir / item.type / fmt.file_name(item)
 
     def ids_on_disk(self) -> set[str]:
-        """The ids of the memory files there are, by their names: what a link may point to (a link to an id not
-        among them, its memory deleted, is skipped by readers and dropped by gc)."""
-        return set(self._ids_named())
-
-    def _ids_named(self) -> set[str]:
-        """The ids in the memory files' names (`<slug>-<id>.md`), from folder listings alone: no path objects, no
-        stat, no parse (a create must not walk and check every file)."""
-        named = _NAMED.get(str(self.memories_dir))
-        if named is not None and named[0] == _folder_marks(named[0]):
-            return named[1]  # no folder changed since the last look (a Stop writing ten memories, a server's remembers)
-        found: set[str] = set()
-        folders: list[str] = []
-        stack = [str(self.memories_dir)]
-        while stack:
-            folder = stack.pop()
-            try:
-                entries = list(os.scandir(folder))
-            except OSError:
-                continue
-            folders.append(folder)
-            for entry in entries:
-                if entry.name.startswith("."):
-                    continue
-                if entry.name.endswith(".md"):
-                    found.add(entry.name.rsplit("-", 1)[-1][:-3])
-                elif entry.is_dir(follow_symlinks=False):
-                    stack.append(entry.path)
-        _NAMED[str(self.memories_dir)] = (_folder_marks(tuple((folder, 0) for folder in folders)), found)
-        return found
-
-    def _listing_kept(self, named: tuple[tuple[tuple[str, int], ...], set[str]]) -> None:
-        """`_ids_named`'s listing still holds after our own write: its folders' marks taken again."""
-        _NAMED[str(self.memories_dir)] = (_folder_marks(named[0]), named[1])
+        """The ids in the memory files' names (`<slug>-<id>.md`), from folder listings alone: what a link may point
+        to (a link to an id not among them, its memory deleted, is skipped by readers and dropped by gc)."""
+        files, odd = walk_memory_files(str(self.memories_dir))
+        names = [name for _, name, _, _ in files] + [rel.rsplit("/", 1)[-1] for rel, _ in odd]
+        return {name.rsplit("-", 1)[-1][:-3] for name in names if name.endswith(".md")}
 
     def create(self, item: Memory) -> Memory:
         """Write a new memory file. Fills in id, timestamps, branch and scope when empty."""
         with self.lock():
-            if not item.id:
-                # 48 random bits: the chance that one clashes with any of 100,000 memories is ~1 in 3 billion, so
-                # the folders are not listed for it, only checked against a listing
-                # this process has already made; `cortex status` reports a duplicate id if it ever happens.
-                listed = _NAMED.get(str(self.memories_dir))
-                existing = listed[1] if listed is not None else set()
+            if not item.id:  # 48 random bits: a clash is for `cortex status` to report, not worth a listing
                 item.id = fmt.new_id()
-                while item.id in existing:
-                    item.id = fmt.new_id()
-            elif item.id in self._ids_named():
+            elif item.id in self.ids_on_disk():
                 raise CortexError(f"a memory with id {item.id} already exists in {self.root}")
             stamp = fmt.now_iso()
             item.created = item.created or stamp
@@ -466,24 +418,13 @@ class Store:
             guard_text(text, path)
             atomic_write(path, text)
             self.mark_changed()
-            named = _NAMED.get(str(self.memories_dir))
-            if named is not None and str(path.parent) in dict(named[0]):
-                named[1].add(item.id)  # our own file: the listing stays good (we hold the write lock)
-                self._listing_kept(named)
-            else:
-                _NAMED.pop(str(self.memories_dir), None)  # a new folder: list again next time
         return self.read(path)
 
     def update(self, id_or_prefix: str, changes: dict[str, Any], body: str | None = None, touch: bool = True,
                path: Path | None = None) -> Memory:
-        """Change fields of a memory in place; only those lines of the file change.
-
-        `path`, when the caller knows the file (from the cache), skips the lookup by id.
-        """
+        """Change fields of a memory in place (only their lines change); `path`, when known, skips the lookup."""
         with self.lock():
-            current = self.read(path) if path is not None and path.is_file() else None
-            if current is None or current.id != id_or_prefix:
-                current = self.get(id_or_prefix)
+            current = self._current(id_or_prefix, path)
             assert current.path is not None
             text = current.path.read_text(encoding="utf-8")
             changes = dict(changes)
@@ -496,14 +437,14 @@ class Store:
             fmt.parse(new_text, current.path)  # validate before anything is written
             if body is not None or {"title", "tags", "files", "source"} & set(changes):
                 guard_text(new_text, current.path)
-            named = _NAMED.get(str(self.memories_dir))
-            listed = named is not None and str(current.path.parent) in dict(named[0]) \
-                and named[0] == _folder_marks(named[0])
             atomic_write(current.path, new_text)
-            if listed and named is not None:  # the same name rewritten (we hold the write lock): the listing holds
-                self._listing_kept(named)
             self.mark_changed()
         return self.read(current.path)
+
+    def _current(self, memory_id: str, path: Path | None) -> Memory:
+        """The memory as its file holds it now: read from `path` when that is still its file, else looked up."""
+        current = self.read(path) if path is not None and path.is_file() else None
+        return current if current is not None and current.id == memory_id else self.get(memory_id)
 
     def _check_size(self, text: str, path: Path) -> None:
         """Refuse a memory over `store.max_memory_bytes` (before the secret scan, which a 10 MB text would stall)."""
@@ -515,9 +456,7 @@ class Store:
     def add_links(self, memory_id: str, links: builtins.list[Link], path: Path | None = None) -> Memory:
         """Add links a memory does not have yet, read and written under the lock (two writers lose none)."""
         with self.lock():
-            current = self.read(path) if path is not None and path.is_file() else None
-            if current is None or current.id != memory_id:
-                current = self.get(memory_id)
+            current = self._current(memory_id, path)
             have = {(link.rel, link.to) for link in current.links}
             added = []
             stamp = fmt.now_iso()
@@ -535,12 +474,9 @@ class Store:
 
     def drop_links(self, memory_id: str, drop: Callable[[Link], bool], path: Path | None = None
                    ) -> builtins.list[Link]:
-        """Remove the links of one memory that `drop` picks, read and written under the lock; returns them (the
-        file is not touched when none is picked)."""
+        """Remove (under the lock) and return the links of one memory that `drop` picks."""
         with self.lock():
-            current = self.read(path) if path is not None and path.is_file() else None
-            if current is None or current.id != memory_id:
-                current = self.get(memory_id)
+            current = self._current(memory_id, path)
             dropped = [link for link in current.links if drop(link)]
             if dropped:
                 kept = [link for link in current.links if not drop(link)]
@@ -559,7 +495,6 @@ class Store:
                 assert item.path is not None
                 item.path.unlink(missing_ok=True)
             if found:
-                _NAMED.pop(str(self.memories_dir), None)  # a listing of names kept in memory no longer holds
                 self.mark_changed()
         return builtins.list(found.values())
 
@@ -618,8 +553,7 @@ class Store:
         return {k: int(v.get("count", 0)) for k, v in data.items() if isinstance(v, dict)}
 
     def record_access(self, ids: Iterable[str]) -> None:
-        """Count reads under state/ (never in the tracked files). Best effort. While a resident process defers
-        them (`defer_access`), they are written by its `flush_access`, after it has answered."""
+        """Count reads in state/access.json, best effort (deferred by a resident server: `defer_access`)."""
         ids = list(ids)
         if not ids:
             return
@@ -660,14 +594,13 @@ class Store:
     def status(self, scan: Scan | None = None) -> dict[str, Any]:
         """Counts by type and status, paths, and every problem found."""
         scan = scan or self.scan()
-        return self.status_of([(item.path, item.id, item.type, item.status, item.pinned, item.links)
-                               for item in scan.memories], [str(p) for p in scan.problems])
+        return self.status_of([(item.path, item.id, item.type, item.status, item.pinned,
+                                [(link.rel, link.to) for link in item.links]) for item in scan.memories],
+                              [str(p) for p in scan.problems])
 
     def status_of(self, rows: builtins.list[tuple[Any, str, str, str, bool, builtins.list[Any]]],
                   problems: builtins.list[str]) -> dict[str, Any]:
-        """`status` from (path, id, type, status, pinned, links) of each memory (the path absolute, or relative to
-        memories/ and links as (rel, to, strength) tuples: what the cache's manifest holds) and the problems
-        already found."""
+        """`status` from (path, id, type, status, pinned, [(rel, to, …)]) of each memory and the problems found."""
         by_type: dict[str, int] = {}
         by_status: dict[str, int] = {}
         for _, _, kind, status, _, _ in rows:
@@ -679,7 +612,7 @@ class Store:
             if not links:
                 continue
             # a link to a memory that no longer exists (deleted, `git rm`) is no problem: readers skip it, gc drops it
-            pairs = [(link.rel, link.to) if isinstance(link, fmt.Link) else (link[0], link[1]) for link in links]
+            pairs = [(link[0], link[1]) for link in links]
             if len(set(pairs)) == len(pairs) and all(to != memory_id for _, to in pairs):
                 continue  # nothing to say (the path is made only when something is)
             if isinstance(path, str):  # relative to memories/, as the cache's manifest names it
@@ -688,8 +621,7 @@ class Store:
                 memory_id, [fmt.Link(rel, to) for rel, to in pairs])[1]]
         replaces: dict[str, builtins.list[str]] = {}
         for _, memory_id, _, _, _, links in rows:
-            targets = [link.to if isinstance(link, fmt.Link) else link[1] for link in links or ()
-                       if (link.rel if isinstance(link, fmt.Link) else link[0]) == "supersedes"]
+            targets = [link[1] for link in links or () if link[0] == "supersedes"]
             if targets:
                 replaces[memory_id] = targets
         for group in fmt.supersession_cycles(replaces):  # hand-edited: `forget --replaced-by` refuses to make one
@@ -717,8 +649,7 @@ class Store:
 
 
 def revive_cycles(memories: builtins.list[Memory]) -> None:
-    """Set active the memory of each supersession cycle among `memories` that every reader takes as active
-    (`cortex.memory.revived_in_cycles`: the most recently updated, when none of the cycle is)."""
+    """Set active the memory of each supersession cycle that every reader takes as active (`revived_in_cycles`)."""
     replaces = {m.id: [link.to for link in m.links if link.rel == "supersedes"] for m in memories
                 if any(link.rel == "supersedes" for link in m.links)}
     if not replaces:
@@ -754,20 +685,8 @@ def duplicate_reason(ident: str, path: Any, holders: builtins.list[Any]) -> str:
             f"a new id")
 
 
-def _folder_marks(folders: tuple[tuple[str, int], ...]) -> tuple[tuple[str, int], ...]:
-    """(folder, mtime_ns) of each folder: a file added, removed or renamed in one changes its mtime."""
-    marks = []
-    for folder, _ in folders:
-        try:
-            marks.append((folder, os.stat(folder).st_mtime_ns))
-        except OSError:
-            marks.append((folder, -1))
-    return tuple(marks)
-
-
 def guard_text(text: str, path: Path) -> None:
-    """Refuse to write text that looks like it holds a secret (see cortex.guard). The text alone is scanned:
-    `path` only names the file in the error, so no file name can change the rules."""
+    """Refuse text holding a secret (`cortex.guard`); `path` only names the file, so no name changes the rules."""
     from cortex.errors import SecretDetected
     from cortex.guard import scan_text
 
@@ -792,8 +711,7 @@ def walk_memory_files(root: str, keep: Callable[[str], bool] | None = None) -> t
 
 
 def walk_memory_stats(root: str) -> tuple[dict[str, os.stat_result], builtins.list[tuple[str, str]]]:
-    """The same walk, with the stat of each memory file as it is listed: {relative path: stat} and the odd
-    entries (the cache's check of every file: one loop, not a list of entries and a second loop over it)."""
+    """`walk_memory_files` with each file's stat as listed: {relative path: stat} and the odd entries."""
     stats: dict[str, os.stat_result] = {}
     odd: builtins.list[tuple[str, str]] = []
     _walk_folder(root, "", None, [], odd, stats)
