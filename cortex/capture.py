@@ -972,7 +972,7 @@ def write_candidates(store: Store, candidates: list[Candidate], session: str, co
     def encode() -> Any:
         if not encoder:
             index = indexes.synced(store)
-            encoder.append(index.query_encoder() if index.vector_matrix() is not None else None)
+            encoder.append(index.encoder() if index.vector_matrix() is not None else None)
         return encoder[0]
 
     cosine_duplicate = float(store.config().get("capture.dedup_cosine"))

@@ -129,7 +129,7 @@ class Similarity:
     def _reference(self) -> Any:
         import numpy as np
 
-        encoder = self.index.query_encoder()
+        encoder = self.index.encoder()
         if encoder is None:
             return np.zeros(self.vectors[0].shape[1], dtype=np.float32) if self.vectors else 0.0
         return np.mean([np.asarray(encoder.encode_one(text), dtype=np.float32) for text in REFERENCE_TEXTS], axis=0)

@@ -510,7 +510,7 @@ def static_scores(index: Any, query: str, key: Any, allowed: frozenset[str]) -> 
     import cortex.index.vectors as vectors
 
     loaded = index.vector_matrix()
-    encoder = index.query_encoder() if loaded is not None else None
+    encoder = index.encoder() if loaded is not None else None
     if encoder is None:
         return None
     matrix, row_of = loaded

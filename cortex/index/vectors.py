@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any, Callable
 import cortex.index.db as db
 from cortex.index.manifest import Manifest, embed_text, memory_from_meta
 
-SMALL_BATCH = 16  # up to this many new texts are embedded one at a time
 EMBED_CHUNK = 4096  # texts embedded and stored at a time
 VECTOR_TOLERANCE = 1e-4  # largest difference `check` accepts between a cached vector and one computed now
 
@@ -53,10 +52,6 @@ class VectorsPart:
                 self._encoder = None
         return self._encoder
 
-    def query_encoder(self) -> Any:
-        """The encoder for one query or a few texts: the embedding model itself (`encoder`)."""
-        return self.encoder()
-
     def sync_vectors(self, conn: sqlite3.Connection, manifest: Manifest, report: Any, progress: Callable[[int], Any] | None
                      ) -> bool:
         """Embed every text hash of the manifest without a vector (inside the sync's write transaction); True
@@ -82,9 +77,7 @@ class VectorsPart:
         if not first:
             return reset
         wanted = dict(sorted(first.items(), key=lambda item: item[1]))
-        # A handful of changed memories (the usual incremental sync) are embedded one at a time.
-        few = len(wanted) <= SMALL_BATCH and self.query_encoder() is not None
-        encoder = self.query_encoder() if few else self.encoder()
+        encoder = self.encoder()
         if encoder is None:
             return reset
         import numpy as np
@@ -94,12 +87,10 @@ class VectorsPart:
         for start in range(0, len(keys), EMBED_CHUNK):  # in chunks: the texts of 100,000 at once weigh
             chunk = keys[start:start + EMBED_CHUNK]
             texts = [self._text(manifest, wanted[vhash]) for vhash in chunk]
-            matrix = np.asarray([encoder.encode_one(text) for text in texts], dtype=np.float32) if few \
-                else encoder.encode(texts)
-            db.add_vectors(conn, identity, chunk, matrix)
+            db.add_vectors(conn, identity, chunk, np.asarray(encoder.encode(texts), dtype=np.float32))
             if progress:
                 progress(start + len(chunk))
-        if self.rebuilding and not few:  # `reindex`: the model is not needed again
+        if self.rebuilding:  # `reindex`: the model is not needed again
             self._encoder, self._encoder_tried = None, False
         manifest.vector_keys.extend(keys)
         report.embedded = len(wanted)
@@ -160,7 +151,7 @@ class VectorsPart:
         rels, sub = view
         if not rels:
             return []
-        encoder = self.query_encoder()
+        encoder = self.encoder()
         if encoder is None:
             return None
         scores = cosines(sub, np.asarray(encoder.encode_one(query), dtype=np.float32))
