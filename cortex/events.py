@@ -179,13 +179,12 @@ def forget(store: Store, memory_id: str, indexes: Indexes | None = None, replace
 
 def delete(store: Store, ids: Iterable[str], indexes: Indexes | None = None) -> list[Memory]:
     """Remove memory files (`forget --delete`, the MCP tool): all of them or, an id unknown, none. Links to them
-    stay in other files until gc drops them (readers skip them); the pages follow at the next Stop."""
+    stay in other files until gc drops them (readers skip them); the pages are refreshed at once."""
     from cortex.graph import clear_flags
 
     removed = store.delete(ids)
     clear_flags(store, [m.id for m in removed])
-    memories_changed(store, indexes or Indexes(), [m.path for m in removed if m.path is not None], pages=False,
-                     upkeep="none")
+    memories_changed(store, indexes or Indexes(), [m.path for m in removed if m.path is not None], upkeep="none")
     return removed
 
 

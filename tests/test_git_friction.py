@@ -273,3 +273,59 @@ def _week(tmp_path: Path, *, months_old: bool, outlines: bool, fresh_clone: bool
     fresh.settle()
     assert kept <= fresh.active(), sorted(kept - fresh.active())  # item 3: a fresh clone archives nothing
     fresh.clean()
+
+
+def test_the_push_right_after_init_names_no_stale_page(tmp_path):
+    """`cortex init` writes the pages it creates the store with: the first push, and one after a context memory
+    (on no page), says nothing and `project --check` passes."""
+    repo = make_repo(tmp_path / "repo")
+    git(repo, "init", "-q", "--bare", str(tmp_path / "remote.git"))
+    git(repo, "remote", "add", "origin", str(tmp_path / "remote.git"))
+    cortex("init", "--claude", "--git-hooks", cwd=repo)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "init")
+    pushed = git(repo, "push", "-u", "origin", "main")
+    assert "cortex:" not in pushed.stderr, pushed.stderr
+    cortex("remember", "The staging database is reset every night", cwd=repo)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "a context memory")
+    pushed = git(repo, "push")
+    assert "cortex:" not in pushed.stderr, pushed.stderr
+    assert "projections are up to date" in cortex("project", "--check", cwd=repo).stdout
+    assert git(repo, "status", "--porcelain", "--untracked-files=all").stdout == ""
+
+
+def test_forget_delete_refreshes_the_pages_at_once(project):
+    gone = cortex("remember", "Tenants are isolated by schema", "--type", "decision", cwd=project).stdout.strip()
+    cortex("remember", "Invoices are numbered per tenant", "--type", "decision", cwd=project)
+    cortex("forget", "--delete", gone, "--yes", cwd=project)
+    assert "isolated by schema" not in (project / ".cortex" / "decisions.md").read_text(encoding="utf-8")
+    assert "projections are up to date" in cortex("project", "--check", cwd=project).stdout
+
+
+def test_a_rebase_whose_union_page_is_not_its_regeneration_leaves_the_tree_clean(tmp_path):
+    """One branch archives the last decision of a section, the other adds one after it: git's union merge keeps
+    the archived entry. The post-rewrite and post-merge hooks name the page and write nothing, so the next
+    checkout and merge succeed; `cortex project` then makes it right for the person's commit."""
+    repo = Clone(make_repo(tmp_path / "repo"), "alice", set())
+    repo.cortex("init", "--git-hooks")
+    repo.cortex("remember", "Invoices are numbered per tenant", "--type", "decision")
+    last = repo.cortex("remember", "The export is written as CSV with a BOM", "--type", "decision").strip()
+    repo.commit("base")
+    repo.checkout("-b", "feature")
+    repo.cortex("remember", "Webhooks are retried five times", "--type", "decision")
+    repo.commit("a decision after the last one")
+    repo.checkout("main")
+    repo.cortex("forget", last, "--yes")
+    repo.commit("the last one archived")
+    repo.checkout("feature")
+    rebased = git(repo.path, "rebase", "main")
+    repo.clean()  # nothing rewritten behind the person's back
+    assert "decisions.md is not its regeneration after the rebase" in rebased.stderr, rebased.stderr
+    repo.checkout("main")
+    merged = git(repo.path, "merge", "-q", "feature")
+    repo.clean()
+    assert "decisions.md is not its regeneration after the merge" in merged.stderr, merged.stderr
+    assert "decisions.md" in cortex("project", cwd=repo.path).stdout
+    repo.commit("pages regenerated")
+    _page_check(repo)
