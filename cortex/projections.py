@@ -326,11 +326,15 @@ def _inputs_digests(store: Store, index: Any = None) -> dict[str, str] | None:
                 stat = path.stat()
                 common.update(f"{path}\0{stat.st_mtime_ns}\0{stat.st_size}\0".encode())
     by_kinds = {kinds: common.copy() for kinds in set(PAGE_KINDS.values())}
-    for rel, kind, error, digest in sorted(index.manifest.files.column("type", "error", "hash")):
+    rows = sorted(index.manifest.files.column("type", "error", "hash", "id", "links"))
+    # A page also names the memories its entries link to, of any type (title, file): those count too.
+    linked = {kinds: {link[1] for _rel, kind, _error, _digest, _id, links in rows if kind in kinds
+                      for link in links or ()} for kinds in by_kinds}
+    for rel, kind, error, digest, ident, _links in rows:
         if kind == "architecture" and not any(f'"{tag}"' in index.manifest.files.value(rel, "meta") for tag in RECORD_TAGS):
-            continue  # not a decision record (no `decision`/`adr` tag, nor the word in its metadata): on no page
+            kind = None  # not a decision record (no `decision`/`adr` tag, nor the word in its metadata): on no page
         for kinds, h in by_kinds.items():
-            if error is not None or kind in kinds:
+            if error is not None or kind in kinds or ident in linked[kinds]:
                 h.update(f"{rel}\0{digest}\0".encode())
     return {name: by_kinds[kinds].hexdigest() for name, kinds in PAGE_KINDS.items()}
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from cortex.layout import lock_held
 from cortex.store import Store
-from tests.helpers import REPO_ROOT, cortex, git, hook, make_repo
+from tests.helpers import REPO_ROOT, cortex, git, hook, make_repo, remember
 
 TRANSCRIPTS = sorted((REPO_ROOT / "tests" / "data" / "transcripts").glob("*.jsonl"))
 MONTHS_AGO = str(int(time.time()) - 120 * 86400)  # `$CORTEX_NOW`: the memories of the week's first day are old
@@ -329,3 +329,19 @@ def test_a_rebase_whose_union_page_is_not_its_regeneration_leaves_the_tree_clean
     assert "decisions.md" in cortex("project", cwd=repo.path).stdout
     repo.commit("pages regenerated")
     _page_check(repo)
+
+
+def test_a_page_follows_a_removed_memory_its_decisions_link_to(project):
+    """A decision's page entry names the memories it links to, whatever their type: removing a linked gotcha
+    (`forget --delete`, or gc) changes the page, though no decision changed."""
+    from cortex.memory import Link
+
+    gotcha = remember(project, "Excel drops leading zeros of invoice numbers", type="gotcha", link=False)
+    remember(project, "Invoice numbers in CSV exports are quoted", type="decision", link=False,
+             links=[Link("relates_to", gotcha.id, 0.5)])
+    cortex("project", cwd=project)
+    page = project / ".cortex" / "decisions.md"
+    assert "Excel drops leading zeros" in page.read_text(encoding="utf-8")  # under **Related:**
+    cortex("forget", "--delete", gotcha.id, "--yes", cwd=project)
+    assert "Excel drops leading zeros" not in page.read_text(encoding="utf-8")
+    assert "projections are up to date" in cortex("project", "--check", cwd=project).stdout
