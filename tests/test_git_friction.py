@@ -77,17 +77,20 @@ class Clone:
         self.git("checkout", "-q", *args)
         self.clean()
 
-    def session(self, *tags: str) -> None:
-        """A Claude Code session ends: a real transcript plus a turn carrying `tags`, then the Stop hook."""
+    def session(self, *tags: str, untagged: tuple[str, ...] = ()) -> None:
+        """A Claude Code session ends: a real transcript plus a turn carrying `tags` and a turn for each of
+        `untagged` (what capture's gate only proposes), then the Stop hook."""
         self.sessions += 1
         transcript = self.path.parent / f"{self.name}-{self.sessions}.jsonl"
         shutil.copy(TRANSCRIPTS[self.sessions % len(TRANSCRIPTS)], transcript)
-        turn = {"type": "assistant", "uuid": f"{self.name}-{self.sessions}",
-                "sessionId": f"{self.name}-{self.sessions}",
-                "message": {"id": f"msg-{self.name}-{self.sessions}", "role": "assistant",
-                            "content": [{"type": "text", "text": " ".join(f"[MEMORY: {tag}]" for tag in tags)}]}}
+        texts = [" ".join(f"[MEMORY: {tag}]" for tag in tags), *untagged]
         with open(transcript, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(turn) + "\n")
+            for n, text in enumerate(texts):
+                turn = {"type": "assistant", "uuid": f"{self.name}-{self.sessions}-{n}",
+                        "sessionId": f"{self.name}-{self.sessions}",
+                        "message": {"id": f"msg-{self.name}-{self.sessions}-{n}", "role": "assistant",
+                                    "content": [{"type": "text", "text": text}]}}
+                handle.write(json.dumps(turn) + "\n")
         result = hook("stop", self.path, {"session_id": f"{self.name}-{self.sessions}",
                                           "transcript_path": str(transcript), "cwd": str(self.path),
                                           "hook_event_name": "Stop", "stop_hook_active": False})
@@ -108,6 +111,10 @@ class Clone:
 
     def active(self) -> set[str]:
         return {m.id for m in Store.locate(self.path).list()}
+
+    def proposals(self) -> dict[str, str]:
+        """id -> title of what waits in `cortex inbox`."""
+        return {m["id"]: m["title"] for m in json.loads(self.cortex("inbox", "--json"))}
 
 
 def _page_check(clone: Clone) -> None:
@@ -163,7 +170,17 @@ def _week(tmp_path: Path, *, months_old: bool, outlines: bool, fresh_clone: bool
     bob.checkout("-b", "feat/export")
     bob.session("decision: The export job streams rows to the CSV file instead of building it in memory, so "
                 "tenants with a million invoices do not run the worker out of memory.",
-                "gotcha: Excel drops leading zeros of invoice numbers unless the CSV column is quoted.")
+                "gotcha: Excel drops leading zeros of invoice numbers unless the CSV column is quoted.",
+                untagged=("We decided to write the export header row in English for every tenant, because the "
+                          "import scripts of the accountants match on those names.",
+                          "I chose to compress exports larger than 50 MB with gzip, because the mail gateway "
+                          "rejects bigger attachments."))
+    proposed = bob.proposals()  # the gate: found without a tag, so proposed
+    assert len(proposed) == 2, proposed
+    staged = git(bob.path, "diff", "--cached", "--name-only").stdout
+    page = (bob.path / ".cortex" / "decisions.md").read_text(encoding="utf-8")
+    for memory_id, title in proposed.items():
+        assert memory_id in staged and title not in page, (memory_id, staged)  # staged with the rest; on no page
     bob.commit("Stream the export", code="export.py")
     bob.settle()
     bob.clean()  # the upkeep the Stop started wrote nothing into the tree after the commit (item 5)
@@ -186,11 +203,14 @@ def _week(tmp_path: Path, *, months_old: bool, outlines: bool, fresh_clone: bool
     new = alice.cortex("remember", "Retry the payment webhook at most eight times, backing off to one hour",
                        "--type", "decision").strip()
     alice.cortex("forget", retry.id, "--replaced-by", new, "--yes")
+    accepted, rejected = sorted(alice.proposals())
+    alice.cortex("inbox", "accept", accepted)  # the inbox on one branch only: the other branch leaves it alone
     alice.commit("Eight retries")
     alice.git("push", "-q", "-u", "origin", "feat/retries")
     pool = next(m for m in Store.locate(bob.path).list(types=["context"]) if "worker pool" in m.title)
     bob.checkout("-b", "feat/pool")
     bob.cortex("forget", pool.id, "--yes")
+    bob.cortex("inbox", "reject", rejected)
     bob.commit("PDF pool note is stale")
     bob.git("push", "-q", "-u", "origin", "feat/pool")
     alice.checkout("main")  # alice (hooks) merges bob's branch, carol the other: every kind of clone merges
@@ -251,6 +271,8 @@ def _week(tmp_path: Path, *, months_old: bool, outlines: bool, fresh_clone: bool
     carol.pull()
     made = set(git(carol.path, "log", "--all", "--format=%s").stdout.strip().split("\n"))
     assert made <= messages, sorted(made - messages)  # cortex authored no commit (item 1, 2)
+    assert alice.proposals() == {} and accepted in alice.active() and rejected not in alice.active()
+    assert accepted in (alice.path / ".cortex" / "decisions.md").read_text(encoding="utf-8")
     agents = (alice.path / "AGENTS.md").read_text(encoding="utf-8")
     assert "feat/" not in agents and str(tmp_path) not in agents  # no branch name or machine path (item 4)
 
