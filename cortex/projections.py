@@ -27,6 +27,7 @@ class Projection:
     name: str
     path: Path
     text: str
+    named: frozenset[str] = frozenset()  # the ids of the memories its entries link to (their titles and files)
 
     def is_current(self) -> bool:
         """The page on disk says what this one says: the same bytes, or what git's union merge makes of them."""
@@ -214,7 +215,10 @@ def build(store: Store, memories: list[Memory] | None = None, index: Any = None,
             if link.rel == "supersedes":
                 superseded_by.setdefault(link.to, []).append(m)
 
+    named: set[str] = set()
+
     def ref(memory: Memory, rel: str = "") -> dict[str, str]:
+        named.add(memory.id)
         return {"id": memory.id, "title": memory.title, "link": _link(store, memory), "rel": rel.replace("_", " ")}
 
     def decision(m: Memory) -> dict[str, Any]:
@@ -246,8 +250,12 @@ def build(store: Store, memories: list[Memory] | None = None, index: Any = None,
     env = _environment(store)
     context = {"decisions.md": current, "decisions-archive.md": archive,
                "active-plan.md": lambda: {"branches": _branches(store, memories)}}
-    return [Projection(name, store.root / name, _tidy(env.get_template(f"{name}.j2").render(**context[name]())))
-            for name in names]
+    pages = []
+    for name in names:
+        named.clear()
+        text = _tidy(env.get_template(f"{name}.j2").render(**context[name]()))
+        pages.append(Projection(name, store.root / name, text, frozenset(named)))
+    return pages
 
 
 def _branches(store: Store, memories: list[Memory]) -> list[dict[str, Any]]:
@@ -307,8 +315,8 @@ def stale(store: Store, index: Any = None) -> list[Path]:
 
 
 # A stamp in the cache lets a check with nothing changed skip rendering: for each page, a hash of what it
-# depends on (the content hashes of the memories of its types and of those they link to, the templates, cortex's
-# version) and its stat as last rendered, so a Stop that writes a progress note re-renders `active-plan.md` alone.
+# depends on (the content hashes of the memories of its types, the templates, cortex's version, and of the
+# memories of other types it named as linked when rendered) and its stat as last rendered, so a Stop that writes a progress note re-renders `active-plan.md` alone.
 
 def _inputs_digests(store: Store, index: Any = None) -> dict[str, str] | None:
     import hashlib
@@ -326,15 +334,11 @@ def _inputs_digests(store: Store, index: Any = None) -> dict[str, str] | None:
                 stat = path.stat()
                 common.update(f"{path}\0{stat.st_mtime_ns}\0{stat.st_size}\0".encode())
     by_kinds = {kinds: common.copy() for kinds in set(PAGE_KINDS.values())}
-    rows = sorted(index.manifest.files.column("type", "error", "hash", "id", "links"))
-    # A page also names the memories its entries link to, of any type (title, file): those count too.
-    linked = {kinds: {link[1] for _rel, kind, _error, _digest, _id, links in rows if kind in kinds
-                      for link in links or ()} for kinds in by_kinds}
-    for rel, kind, error, digest, ident, _links in rows:
+    for rel, kind, error, digest in sorted(index.manifest.files.column("type", "error", "hash")):
         if kind == "architecture" and not any(f'"{tag}"' in index.manifest.files.value(rel, "meta") for tag in RECORD_TAGS):
-            kind = None  # not a decision record (no `decision`/`adr` tag, nor the word in its metadata): on no page
+            continue  # not a decision record (no `decision`/`adr` tag, nor the word in its metadata): on no page
         for kinds, h in by_kinds.items():
-            if error is not None or kind in kinds or ident in linked[kinds]:
+            if error is not None or kind in kinds:
                 h.update(f"{rel}\0{digest}\0".encode())
     return {name: by_kinds[kinds].hexdigest() for name, kinds in PAGE_KINDS.items()}
 
@@ -362,13 +366,19 @@ def _save_stamp(store: Store, pages: list[Projection], index: Any = None) -> Non
     """Record the pages that are current (the others keep what they had: checked again next time)."""
     import json
 
+    from cortex.index import Index
+
     current = [page for page in pages if page.is_current()]
-    digests = _inputs_digests(store, index) if current else None
+    if not current:
+        return
+    index = (index or Index(store)).ensure()
+    digests = _inputs_digests(store, index)
     if digests is None:
         return
     stamp = _read_stamp(store)
     for page in current:
-        stamp[page.name] = {"inputs": digests[page.name], "stat": _page_stat(store, page.name)}
+        stamp[page.name] = {"inputs": digests[page.name] + _named_digest(index, page.named),
+                            "named": sorted(page.named), "stat": _page_stat(store, page.name)}
     try:
         atomic_write(store.cache_dir / "projections.stamp", json.dumps({"pages": stamp}), durable=False)
     except OSError:
@@ -380,9 +390,24 @@ def _known(store: Store, index: Any = None) -> set[str]:
     stamp = _read_stamp(store)
     if not stamp:
         return set()
+    from cortex.index import Index
+
+    index = (index or Index(store)).ensure()
     digests = _inputs_digests(store, index) or {}
-    return {name for name in PAGES if name in stamp and stamp[name].get("inputs") == digests.get(name)
-            and stamp[name].get("stat") == _page_stat(store, name)}
+    return {name for name in PAGES if name in stamp and name in digests and stamp[name].get("stat") == _page_stat(
+        store, name) and stamp[name].get("inputs") == digests[name] + _named_digest(index, stamp[name].get("named"))}
+
+
+def _named_digest(index: Any, ids: Any) -> str:
+    """The state of the memories a page named as linked (a linked gotcha removed or retitled changes the page)."""
+    import hashlib
+
+    rel_of = index.rel_of_id() if ids else {}
+    h = hashlib.sha1()
+    for memory_id in sorted(ids or ()):
+        rel = rel_of.get(str(memory_id))
+        h.update(f"{memory_id}\0{rel}\0{index.manifest.files.value(rel, 'hash') if rel else ''}\0".encode())
+    return ":" + h.hexdigest()
 
 
 def known_current(store: Store, index: Any = None) -> bool:
