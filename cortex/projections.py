@@ -316,7 +316,8 @@ def stale(store: Store, index: Any = None) -> list[Path]:
 
 # A stamp in the cache lets a check with nothing changed skip rendering: for each page, a hash of what it
 # depends on (the content hashes of the memories of its types, the templates, cortex's version, and of the
-# memories of other types it named as linked when rendered) and its stat as last rendered, so a Stop that writes a progress note re-renders `active-plan.md` alone.
+# memories it named as linked when rendered, whatever their type) and its stat as last rendered, so a Stop that
+# writes a progress note re-renders `active-plan.md` alone.
 
 def _inputs_digests(store: Store, index: Any = None) -> dict[str, str] | None:
     import hashlib
