@@ -225,6 +225,10 @@ def init(use_global: bool, directory: Path | None, git_hooks: bool, claude_code:
         click.echo(f"cortex store already set up at {store.root}")
     else:
         click.echo(f"created {store.root} (config.yaml, memories/, .gitignore)")
+        if not use_global:  # the pages exist from the first commit: a push right after init finds none stale
+            from cortex import projections
+
+            projections.refresh(store)
         if not use_global and find_worktree_root(root.parent) is None:
             click.echo("not a git repository: branch tracking and git features are off")
     from cortex.errors import NotARepository

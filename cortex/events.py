@@ -158,13 +158,12 @@ def forget(store: Store, memory_id: str, indexes: Indexes | None = None, replace
 
 
 def delete(store: Store, ids: Iterable[str], indexes: Indexes | None = None) -> list[Memory]:
-    """Remove memory files, all or none; links to them stay until gc, the pages follow at the next Stop."""
+    """Remove memory files, all or none; links to them stay until gc, and the pages are refreshed at once."""
     from cortex.graph import clear_flags
 
     removed = store.delete(ids)
     clear_flags(store, [m.id for m in removed])
-    memories_changed(store, indexes or Indexes(), [m.path for m in removed if m.path is not None], pages=False,
-                     upkeep="none")
+    memories_changed(store, indexes or Indexes(), [m.path for m in removed if m.path is not None], upkeep="none")
     return removed
 
 

@@ -94,7 +94,8 @@ def git_pre_push(args: list[str], stdin: str) -> int:
 
 
 def git_refresh(event: str, args: list[str]) -> int:
-    """post-merge, post-rewrite: sync the cache and regenerate tracked pages a merge left stale. Always 0."""
+    """post-merge, post-rewrite: sync the cache and name a tracked page the union merge left stale; write no
+    tracked file (it would stop the next checkout, pull or rebase). Always 0."""
     rebased = event == "post-rewrite" and bool(args) and args[0] == "rebase"  # not `commit --amend`
     store = _store_here()
     if store is None:
@@ -105,7 +106,7 @@ def git_refresh(event: str, args: list[str]) -> int:
         index = Index(store)
         index.sync(full=True, progress=False)
         if event == "post-merge" or rebased:
-            _refresh_tracked_pages(store, index, "merge" if event == "post-merge" else "rebase")
+            _name_stale_pages(store, index, "merge" if event == "post-merge" else "rebase")
         from cortex.spawn import briefing_ahead
 
         briefing_ahead(str(store.root))  # another branch or new memories: the next session start's briefing
@@ -114,7 +115,7 @@ def git_refresh(event: str, args: list[str]) -> int:
     return 0
 
 
-def _refresh_tracked_pages(store: Store, index: Any, after: str) -> None:
+def _name_stale_pages(store: Store, index: Any, after: str) -> None:
     from cortex import projections
     from cortex.gitops import open_repository
 
@@ -125,19 +126,15 @@ def _refresh_tracked_pages(store: Store, index: Any, after: str) -> None:
     tree = repo.head.peel().tree
     stale = []
     for page in projections.build(store, index=index):
-        rel = page.path.relative_to(workdir).as_posix()
         try:
-            tree[rel]
+            tree[page.path.relative_to(workdir).as_posix()]
         except KeyError:
-            continue  # never committed: not ours to create here
+            continue  # never committed: nothing merged it
         if not page.is_current():
-            stale.append((rel, page))
-    if not stale:
-        return
-    projections.write(store, [page for _rel, page in stale], index)
-    names = ", ".join(page.name for _rel, page in stale)
-    print(f"cortex: {names} regenerated after the {after} (the merged page was not its regeneration); "
-          "commit it with your next change", file=sys.stderr)
+            stale.append(page.name)
+    if stale:
+        print(f"cortex: {', '.join(stale)} is not its regeneration after the {after}; "
+              "`cortex project` rewrites it, for your next commit", file=sys.stderr)
 
 
 # ---------------------------------------------------------------- Claude Code hooks

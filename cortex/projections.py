@@ -27,6 +27,7 @@ class Projection:
     name: str
     path: Path
     text: str
+    named: frozenset[str] = frozenset()  # the ids of the memories its entries link to (their titles and files)
 
     def is_current(self) -> bool:
         """The page on disk says what this one says: the same bytes, or what git's union merge makes of them."""
@@ -201,7 +202,10 @@ def build(store: Store, memories: list[Memory] | None = None, index: Any = None,
             if link.rel == "supersedes":
                 superseded_by.setdefault(link.to, []).append(m)
 
+    named: set[str] = set()
+
     def ref(memory: Memory, rel: str = "") -> dict[str, str]:
+        named.add(memory.id)
         return {"id": memory.id, "title": memory.title, "link": _link(store, memory), "rel": rel.replace("_", " ")}
 
     def decision(m: Memory) -> dict[str, Any]:
@@ -233,8 +237,12 @@ def build(store: Store, memories: list[Memory] | None = None, index: Any = None,
     env = _environment(store)
     context = {"decisions.md": current, "decisions-archive.md": archive,
                "active-plan.md": lambda: {"branches": _branches(store, memories)}}
-    return [Projection(name, store.root / name, _tidy(env.get_template(f"{name}.j2").render(**context[name]())))
-            for name in names]
+    pages = []
+    for name in names:
+        named.clear()
+        text = _tidy(env.get_template(f"{name}.j2").render(**context[name]()))
+        pages.append(Projection(name, store.root / name, text, frozenset(named)))
+    return pages
 
 
 def _branches(store: Store, memories: list[Memory]) -> list[dict[str, Any]]:
@@ -293,8 +301,8 @@ def stale(store: Store, index: Any = None) -> list[Path]:
     return [p.path for p in pages if not p.is_current()]
 
 
-# A stamp in the cache lets a check with nothing changed skip rendering: per page, a hash of its inputs and its
-# stat as last rendered.
+# A stamp in the cache lets a check with nothing changed skip rendering: per page, a hash of its inputs (its
+# types' memories, the memories it links to, templates, version) and its stat as last rendered.
 
 def _inputs_digests(store: Store, index: Any = None) -> dict[str, str] | None:
     import hashlib
@@ -344,13 +352,19 @@ def _save_stamp(store: Store, pages: list[Projection], index: Any = None) -> Non
     """Record the pages that are current (the others keep what they had: checked again next time)."""
     import json
 
+    from cortex.index import Index
+
     current = [page for page in pages if page.is_current()]
-    digests = _inputs_digests(store, index) if current else None
+    if not current:
+        return
+    index = (index or Index(store)).ensure()
+    digests = _inputs_digests(store, index)
     if digests is None:
         return
     stamp = _read_stamp(store)
     for page in current:
-        stamp[page.name] = {"inputs": digests[page.name], "stat": _page_stat(store, page.name)}
+        stamp[page.name] = {"inputs": digests[page.name] + _named_digest(index, page.named),
+                            "named": sorted(page.named), "stat": _page_stat(store, page.name)}
     try:
         atomic_write(store.cache_dir / "projections.stamp", json.dumps({"pages": stamp}), durable=False)
     except OSError:
@@ -362,9 +376,24 @@ def _known(store: Store, index: Any = None) -> set[str]:
     stamp = _read_stamp(store)
     if not stamp:
         return set()
+    from cortex.index import Index
+
+    index = (index or Index(store)).ensure()
     digests = _inputs_digests(store, index) or {}
-    return {name for name in PAGES if name in stamp and stamp[name].get("inputs") == digests.get(name)
-            and stamp[name].get("stat") == _page_stat(store, name)}
+    return {name for name in PAGES if name in stamp and name in digests and stamp[name].get("stat") == _page_stat(
+        store, name) and stamp[name].get("inputs") == digests[name] + _named_digest(index, stamp[name].get("named"))}
+
+
+def _named_digest(index: Any, ids: Any) -> str:
+    """The state of the memories a page named as linked (a linked gotcha removed or retitled changes the page)."""
+    import hashlib
+
+    rel_of = index.rel_of_id() if ids else {}
+    h = hashlib.sha1()
+    for memory_id in sorted(ids or ()):
+        rel = rel_of.get(str(memory_id))
+        h.update(f"{memory_id}\0{rel}\0{index.manifest.files.value(rel, 'hash') if rel else ''}\0".encode())
+    return ":" + h.hexdigest()
 
 
 def known_current(store: Store, index: Any = None) -> bool:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from cortex.layout import lock_held
 from cortex.store import Store
-from tests.helpers import REPO_ROOT, cortex, git, hook, make_repo
+from tests.helpers import REPO_ROOT, cortex, git, hook, make_repo, remember
 
 TRANSCRIPTS = sorted((REPO_ROOT / "tests" / "data" / "transcripts").glob("*.jsonl"))
 MONTHS_AGO = str(int(time.time()) - 120 * 86400)  # `$CORTEX_NOW`: the memories of the week's first day are old
@@ -77,17 +77,20 @@ class Clone:
         self.git("checkout", "-q", *args)
         self.clean()
 
-    def session(self, *tags: str) -> None:
-        """A Claude Code session ends: a real transcript plus a turn carrying `tags`, then the Stop hook."""
+    def session(self, *tags: str, untagged: tuple[str, ...] = ()) -> None:
+        """A Claude Code session ends: a real transcript plus a turn carrying `tags` and a turn for each of
+        `untagged` (what capture's gate only proposes), then the Stop hook."""
         self.sessions += 1
         transcript = self.path.parent / f"{self.name}-{self.sessions}.jsonl"
         shutil.copy(TRANSCRIPTS[self.sessions % len(TRANSCRIPTS)], transcript)
-        turn = {"type": "assistant", "uuid": f"{self.name}-{self.sessions}",
-                "sessionId": f"{self.name}-{self.sessions}",
-                "message": {"id": f"msg-{self.name}-{self.sessions}", "role": "assistant",
-                            "content": [{"type": "text", "text": " ".join(f"[MEMORY: {tag}]" for tag in tags)}]}}
+        texts = [" ".join(f"[MEMORY: {tag}]" for tag in tags), *untagged]
         with open(transcript, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(turn) + "\n")
+            for n, text in enumerate(texts):
+                turn = {"type": "assistant", "uuid": f"{self.name}-{self.sessions}-{n}",
+                        "sessionId": f"{self.name}-{self.sessions}",
+                        "message": {"id": f"msg-{self.name}-{self.sessions}-{n}", "role": "assistant",
+                                    "content": [{"type": "text", "text": text}]}}
+                handle.write(json.dumps(turn) + "\n")
         result = hook("stop", self.path, {"session_id": f"{self.name}-{self.sessions}",
                                           "transcript_path": str(transcript), "cwd": str(self.path),
                                           "hook_event_name": "Stop", "stop_hook_active": False})
@@ -108,6 +111,10 @@ class Clone:
 
     def active(self) -> set[str]:
         return {m.id for m in Store.locate(self.path).list()}
+
+    def proposals(self) -> dict[str, str]:
+        """id -> title of what waits in `cortex inbox`."""
+        return {m["id"]: m["title"] for m in json.loads(self.cortex("inbox", "--json"))}
 
 
 def _page_check(clone: Clone) -> None:
@@ -163,7 +170,17 @@ def _week(tmp_path: Path, *, months_old: bool, outlines: bool, fresh_clone: bool
     bob.checkout("-b", "feat/export")
     bob.session("decision: The export job streams rows to the CSV file instead of building it in memory, so "
                 "tenants with a million invoices do not run the worker out of memory.",
-                "gotcha: Excel drops leading zeros of invoice numbers unless the CSV column is quoted.")
+                "gotcha: Excel drops leading zeros of invoice numbers unless the CSV column is quoted.",
+                untagged=("We decided to write the export header row in English for every tenant, because the "
+                          "import scripts of the accountants match on those names.",
+                          "I chose to compress exports larger than 50 MB with gzip, because the mail gateway "
+                          "rejects bigger attachments."))
+    proposed = bob.proposals()  # the gate: found without a tag, so proposed
+    assert len(proposed) == 2, proposed
+    staged = git(bob.path, "diff", "--cached", "--name-only").stdout
+    page = (bob.path / ".cortex" / "decisions.md").read_text(encoding="utf-8")
+    for memory_id, title in proposed.items():
+        assert memory_id in staged and title not in page, (memory_id, staged)  # staged with the rest; on no page
     bob.commit("Stream the export", code="export.py")
     bob.settle()
     bob.clean()  # the upkeep the Stop started wrote nothing into the tree after the commit (item 5)
@@ -186,11 +203,14 @@ def _week(tmp_path: Path, *, months_old: bool, outlines: bool, fresh_clone: bool
     new = alice.cortex("remember", "Retry the payment webhook at most eight times, backing off to one hour",
                        "--type", "decision").strip()
     alice.cortex("forget", retry.id, "--replaced-by", new, "--yes")
+    accepted, rejected = sorted(alice.proposals())
+    alice.cortex("inbox", "accept", accepted)  # the inbox on one branch only: the other branch leaves it alone
     alice.commit("Eight retries")
     alice.git("push", "-q", "-u", "origin", "feat/retries")
     pool = next(m for m in Store.locate(bob.path).list(types=["context"]) if "worker pool" in m.title)
     bob.checkout("-b", "feat/pool")
     bob.cortex("forget", pool.id, "--yes")
+    bob.cortex("inbox", "reject", rejected)
     bob.commit("PDF pool note is stale")
     bob.git("push", "-q", "-u", "origin", "feat/pool")
     alice.checkout("main")  # alice (hooks) merges bob's branch, carol the other: every kind of clone merges
@@ -251,6 +271,8 @@ def _week(tmp_path: Path, *, months_old: bool, outlines: bool, fresh_clone: bool
     carol.pull()
     made = set(git(carol.path, "log", "--all", "--format=%s").stdout.strip().split("\n"))
     assert made <= messages, sorted(made - messages)  # cortex authored no commit (item 1, 2)
+    assert alice.proposals() == {} and accepted in alice.active() and rejected not in alice.active()
+    assert accepted in (alice.path / ".cortex" / "decisions.md").read_text(encoding="utf-8")
     agents = (alice.path / "AGENTS.md").read_text(encoding="utf-8")
     assert "feat/" not in agents and str(tmp_path) not in agents  # no branch name or machine path (item 4)
 
@@ -273,3 +295,75 @@ def _week(tmp_path: Path, *, months_old: bool, outlines: bool, fresh_clone: bool
     fresh.settle()
     assert kept <= fresh.active(), sorted(kept - fresh.active())  # item 3: a fresh clone archives nothing
     fresh.clean()
+
+
+def test_the_push_right_after_init_names_no_stale_page(tmp_path):
+    """`cortex init` writes the pages it creates the store with: the first push, and one after a context memory
+    (on no page), says nothing and `project --check` passes."""
+    repo = make_repo(tmp_path / "repo")
+    git(repo, "init", "-q", "--bare", str(tmp_path / "remote.git"))
+    git(repo, "remote", "add", "origin", str(tmp_path / "remote.git"))
+    cortex("init", "--claude", "--git-hooks", cwd=repo)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "init")
+    pushed = git(repo, "push", "-u", "origin", "main")
+    assert "cortex:" not in pushed.stderr, pushed.stderr
+    cortex("remember", "The staging database is reset every night", cwd=repo)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "a context memory")
+    pushed = git(repo, "push")
+    assert "cortex:" not in pushed.stderr, pushed.stderr
+    assert "projections are up to date" in cortex("project", "--check", cwd=repo).stdout
+    assert git(repo, "status", "--porcelain", "--untracked-files=all").stdout == ""
+
+
+def test_forget_delete_refreshes_the_pages_at_once(project):
+    gone = cortex("remember", "Tenants are isolated by schema", "--type", "decision", cwd=project).stdout.strip()
+    cortex("remember", "Invoices are numbered per tenant", "--type", "decision", cwd=project)
+    cortex("forget", "--delete", gone, "--yes", cwd=project)
+    assert "isolated by schema" not in (project / ".cortex" / "decisions.md").read_text(encoding="utf-8")
+    assert "projections are up to date" in cortex("project", "--check", cwd=project).stdout
+
+
+def test_a_rebase_whose_union_page_is_not_its_regeneration_leaves_the_tree_clean(tmp_path):
+    """One branch archives the last decision of a section, the other adds one after it: git's union merge keeps
+    the archived entry. The post-rewrite and post-merge hooks name the page and write nothing, so the next
+    checkout and merge succeed; `cortex project` then makes it right for the person's commit."""
+    repo = Clone(make_repo(tmp_path / "repo"), "alice", set())
+    repo.cortex("init", "--git-hooks")
+    repo.cortex("remember", "Invoices are numbered per tenant", "--type", "decision")
+    last = repo.cortex("remember", "The export is written as CSV with a BOM", "--type", "decision").strip()
+    repo.commit("base")
+    repo.checkout("-b", "feature")
+    repo.cortex("remember", "Webhooks are retried five times", "--type", "decision")
+    repo.commit("a decision after the last one")
+    repo.checkout("main")
+    repo.cortex("forget", last, "--yes")
+    repo.commit("the last one archived")
+    repo.checkout("feature")
+    rebased = git(repo.path, "rebase", "main")
+    repo.clean()  # nothing rewritten behind the person's back
+    assert "decisions.md is not its regeneration after the rebase" in rebased.stderr, rebased.stderr
+    repo.checkout("main")
+    merged = git(repo.path, "merge", "-q", "feature")
+    repo.clean()
+    assert "decisions.md is not its regeneration after the merge" in merged.stderr, merged.stderr
+    assert "decisions.md" in cortex("project", cwd=repo.path).stdout
+    repo.commit("pages regenerated")
+    _page_check(repo)
+
+
+def test_a_page_follows_a_removed_memory_its_decisions_link_to(project):
+    """A decision's page entry names the memories it links to, whatever their type: removing a linked gotcha
+    (`forget --delete`, or gc) changes the page, though no decision changed."""
+    from cortex.memory import Link
+
+    gotcha = remember(project, "Excel drops leading zeros of invoice numbers", type="gotcha", link=False)
+    remember(project, "Invoice numbers in CSV exports are quoted", type="decision", link=False,
+             links=[Link("relates_to", gotcha.id, 0.5)])
+    cortex("project", cwd=project)
+    page = project / ".cortex" / "decisions.md"
+    assert "Excel drops leading zeros" in page.read_text(encoding="utf-8")  # under **Related:**
+    cortex("forget", "--delete", gotcha.id, "--yes", cwd=project)
+    assert "Excel drops leading zeros" not in page.read_text(encoding="utf-8")
+    assert "projections are up to date" in cortex("project", "--check", cwd=project).stdout
