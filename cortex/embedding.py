@@ -179,4 +179,20 @@ def load_encoder(name: str | None = "bundled") -> StaticEncoder | Model2VecEncod
         return Model2VecEncoder(str(path))
     if str(name).startswith(("/", ".", "~")):
         raise EncoderUnavailable(f"embedding.model: no model folder at {path}")
+    if not _own_choice(str(name)):
+        raise EncoderUnavailable(f"embedding.model {name!r} is a model to download, which only your own config may "
+                                 "ask for: set it in $CORTEX_HOME/config.yaml to allow it on this machine")
     return Model2VecEncoder(str(name))
+
+
+def _own_choice(name: str) -> bool:
+    """Whether the person's own config ($CORTEX_HOME/config.yaml) names this hub model: a repository's never
+    makes a machine download."""
+    from cortex.config import load_config
+    from cortex.errors import CortexError
+    from cortex.layout import global_root
+
+    try:
+        return load_config(Path(global_root()) / "config.yaml", None).get("embedding.model") == name
+    except (CortexError, OSError):
+        return False

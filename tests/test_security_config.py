@@ -128,6 +128,18 @@ def test_the_command_in_the_persons_own_config_runs(project, tmp_path):
     assert not [w for w in status["warnings"] if "llm" in w.lower()]
 
 
+def test_a_committed_hub_model_is_not_downloaded_and_says_how_to_allow_it(project):
+    """Before: a repository's `embedding.model: some/hub-model` made every clone's first recall download it."""
+    config = project / ".cortex" / "config.yaml"
+    text = config.read_text(encoding="utf-8")
+    assert "model: bundled" in text
+    config.write_text(text.replace("model: bundled", "model: someone/their-model"), encoding="utf-8")
+    remember(project, "Deploys go through the release train.", link=False)
+    status = cortex_json("status", cwd=project)
+    assert not status["semantic"]["on"] and "$CORTEX_HOME/config.yaml" in status["semantic"]["problem"]
+    assert [hit["title"] for hit in cortex_json("recall", "release train", cwd=project)]  # full text still answers
+
+
 def test_the_environment_allows_the_llm_and_names_the_command(project, tmp_path):
     marker = tmp_path / "ENV"
     config = project / ".cortex" / "config.yaml"
