@@ -51,10 +51,9 @@ def render(store: Store, index: Any = None) -> str:
 
 def neutralised(text: str) -> str:
     """Memory text as it may stand inside a marked section, as data: control and bidi characters off, and every
-    `<` that opens or closes a tag made `‹` (`hotpath.untagged`), so no title can end the section early (the rest
+    `<` that opens or closes a tag made `‹` (`text.untagged`), so no title can end the section early (the rest
     would grow on every refresh) nor speak as a `<system>` turn to the agent reading the file."""
-    from cortex.hotpath import untagged
-    from cortex.text import strip_controls
+    from cortex.text import strip_controls, untagged
 
     return untagged(strip_controls(text))
 

@@ -8,6 +8,7 @@ BM25 alone. docs/recall.md.
 
 from __future__ import annotations
 
+import datetime
 import heapq
 import math
 import re
@@ -581,8 +582,12 @@ def time_window(since: str | None, until: str | None) -> tuple[str, str] | None:
             ends.append(open_end)
             continue
         stamp = value.strip() + (day_part if _DAY.fullmatch(value.strip()) else "")
-        if not _STAMP.fullmatch(stamp):
-            raise ValueError(f"{name}: {value!r} is not a date (YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ)")
+        try:
+            if not _STAMP.fullmatch(stamp):
+                raise ValueError
+            datetime.datetime.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")  # a day of the calendar, not 9999-99-99
+        except ValueError:
+            raise ValueError(f"{name}: {value!r} is not a date (YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ)") from None
         ends.append(stamp)
     return ends[0], ends[1]
 

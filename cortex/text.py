@@ -65,6 +65,14 @@ def strip_controls(text: str) -> str:
     return _CONTROLS.sub("", text)
 
 
+def untagged(text: str) -> str:
+    """`text` with every `<` that could open or close a tag (`</x`, `<x`, `<!`, `<?`) made `‹`: memory text never
+    closes a frame or cortex's marks, nor speaks as a `<system>` turn (hook context, AGENTS.md)."""
+    pieces = text.split("<")
+    return pieces[0] + "".join(("‹" if piece[:1].isalpha() or piece[:1] in ("/", "!", "?") else "<") + piece
+                               for piece in pieces[1:])
+
+
 def without_injected(text: str) -> str:
     """`text` without the blocks cortex injected, each from INJECTED_MARK to its INJECTED_END, whatever they hold.
     A mark without its other end (an older cortex's block, or a cut one) is left for the caller to refuse."""

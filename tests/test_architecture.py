@@ -154,7 +154,7 @@ def test_hot_paths_import_only_the_standard_library():
 
     before = loaded("")  # what Python's own start loads (an editable install's import hook loads pathlib, re)
     hot = loaded(", cortex.__main__, cortex.hotpath") - before
-    assert hot == {"cortex", "cortex.__main__", "cortex.gitfacts", "cortex.hotpath", "cortex.layout",
+    assert hot == {"cortex", "cortex.__main__", "cortex.gitfacts", "cortex.hotpath", "cortex.layout", "cortex.text",
                    "cortex.wire"}, hot
 
 

@@ -44,3 +44,6 @@ def test_a_bad_date_is_one_line_naming_the_option(tmp_path):
     bad = cortex("recall", "webhook retries", "--since", "last tuesday", cwd=project, check=False)
     assert bad.returncode != 0 and bad.stdout == ""
     assert bad.stderr.strip().count("\n") == 0 and "--since" in bad.stderr and "last tuesday" in bad.stderr
+    for value in ("9999-99-99", "2026-02-30"):  # shaped like a date, on no calendar
+        bad = cortex("recall", "webhook retries", "--until", value, cwd=project, check=False)
+        assert bad.returncode != 0 and "--until" in bad.stderr and value in bad.stderr
