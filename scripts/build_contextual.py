@@ -62,7 +62,8 @@ def onnx_weights(path: Path) -> dict[str, np.ndarray]:
             continue
         adds = [n for n in consumers.get(node.output[0], []) if n.op_type == "Add"]
         bias = next(name for n in adds for name in n.input if name in raw and name.endswith(".bias"))
-        out[bias[: -len("bias")] + "weight"] = np.ascontiguousarray(raw[weight].T)  # save_file writes the buffer as laid out
+        # contiguous: save_file writes the array's buffer as it is laid out, and a transpose is a view
+        out[bias[: -len("bias")] + "weight"] = np.ascontiguousarray(raw[weight].T)
     for name, tensor in raw.items():
         if not name.startswith("onnx::"):
             out[name] = tensor

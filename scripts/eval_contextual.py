@@ -10,9 +10,10 @@ that folder, the default): recall loads the model from there. Prints JSON:
   bench/recall_paths.py ranks its sets) on LoCoMo conversations `--convs`: recall@3 and @10 as
   bench/recall_command.py defines them, categories 1-4;
 - `timing`: one short query (`sentence_vectors`, median of 50, the process's BLAS threads: set
-  OPENBLAS_NUM_THREADS=1 for one), bulk fill (texts/s over the 1,000 texts of bench/data/consolidate.json,
-  median of 3), a fresh process importing cortex.contextual, loading the model and embedding one query
-  (median of 5, the user's float32 cache already written), and the size of the folder's files.
+  OPENBLAS_NUM_THREADS=1 for one), bulk fill (texts/s over the first `--fill` texts of
+  bench/data/consolidate.json, once), a fresh process importing cortex.contextual, loading the model and
+  embedding one query (median of 5, the user's float32 cache already written), and the size of the folder's
+  files. Each time is given as wall time and as CPU time: on a loaded machine only the CPU time means much.
 
 Note `uptime` beside the timings: the machine is shared.
 """
@@ -60,35 +61,44 @@ def locomo(path: Path, convs: range) -> dict[str, float]:
             "questions": len(tops)}
 
 
-def timing(folder: Path) -> dict[str, float]:
+def timing(folder: Path, fill: int) -> dict[str, float]:
+    """Wall and CPU time (the CPU figure holds on a shared, loaded machine; the wall one does not)."""
+    import resource
+
     from cortex.contextual import Encoder
 
     encoder = Encoder(folder)
     encoder.sentence_vectors([QUERY], max_tokens=64)
-    one = []
+    one, one_cpu = [], []
     for _ in range(50):
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         encoder.sentence_vectors([QUERY], max_tokens=64)
         one.append(time.perf_counter() - started)
+        one_cpu.append(time.process_time() - cpu)
     data = json.loads((ROOT / "bench" / "data" / "consolidate.json").read_text(encoding="utf-8"))
-    texts = [*data["background"], *(p[k] for p in data["pairs"] for k in ("a", "b"))][:1000]
-    fills = []
-    for _ in range(3):
-        started = time.perf_counter()
-        encoder.sentence_vectors(texts)
-        fills.append(time.perf_counter() - started)
+    texts = [text for pair in data["pairs"] for text in (pair["a"], pair["b"])] + [m["text"] for m in data["background"]]
+    texts = texts[:fill]
+    started, cpu = time.perf_counter(), time.process_time()
+    encoder.sentence_vectors(texts)
+    fill_wall, fill_cpu = time.perf_counter() - started, time.process_time() - cpu
     code = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); from pathlib import Path; from cortex.contextual import Encoder; "
             f"Encoder(Path({str(folder)!r})).sentence_vectors([{QUERY!r}], max_tokens=64)")
-    procs, bare = [], []
+    runs: dict[str, list[tuple[float, float]]] = {"load": [], "bare": []}
     for _ in range(5):
-        for argv, into in (([sys.executable, "-c", code], procs), ([sys.executable, "-c", "pass"], bare)):
+        for argv, key in (([sys.executable, "-c", code], "load"), ([sys.executable, "-c", "pass"], "bare")):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             started = time.perf_counter()
             subprocess.run(argv, check=True)
-            into.append(time.perf_counter() - started)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            runs[key].append((time.perf_counter() - started,
+                              after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime))
     size = sum((folder / name).stat().st_size for name in ("model.safetensors", "tokenizer.json", "config.json"))
-    return {"query ms": 1000 * statistics.median(one), "fill texts/s": len(texts) / statistics.median(fills),
-            "process ms": 1000 * statistics.median(procs), "python -c pass ms": 1000 * statistics.median(bare),
-            "size MB": size / 1e6}
+    return {"query ms": 1000 * statistics.median(one), "query cpu ms": 1000 * statistics.median(one_cpu),
+            "fill texts/s": len(texts) / fill_wall, "fill texts/cpu-s": len(texts) / fill_cpu,
+            "process ms": 1000 * statistics.median(r[0] for r in runs["load"]),
+            "process cpu ms": 1000 * statistics.median(r[1] for r in runs["load"]),
+            "python -c pass ms": 1000 * statistics.median(r[0] for r in runs["bare"]),
+            "python -c pass cpu ms": 1000 * statistics.median(r[1] for r in runs["bare"]), "size MB": size / 1e6}
 
 
 def main() -> None:
@@ -99,13 +109,14 @@ def main() -> None:
     parser.add_argument("--model", type=Path, default=model_path())
     parser.add_argument("--locomo", type=Path, default=DEFAULT_LOCOMO)
     parser.add_argument("--convs", default="0-4")
+    parser.add_argument("--fill", type=int, default=1000, help="texts for the fill rate")
     parser.add_argument("--skip-quality", action="store_true")
     parser.add_argument("--skip-timing", action="store_true")
     args = parser.parse_args()
     out: dict[str, object] = {"model": str(args.model)}
     if not args.skip_timing:
         out["uptime before timing"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-        out["timing"] = timing(args.model)
+        out["timing"] = timing(args.model, args.fill)
         out["uptime after timing"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     if not args.skip_quality:
         lo, hi = (int(x) for x in args.convs.split("-"))
