@@ -160,7 +160,7 @@ def load(conn: sqlite3.Connection) -> Manifest | None:
         # In table order: ordered by path, SQLite walks the path index and looks up every row.
         rows = conn.execute(f"SELECT path, {', '.join(FIELDS)} FROM files ORDER BY rowid").fetchall()
         model = state.get("model")
-        keys = [key for (key,) in conn.execute("SELECT hash FROM vectors WHERE model = ? ORDER BY rowid", (model,))]
+        keys = [key for (key,) in conn.execute("SELECT hash FROM vectors WHERE model = ?", (model,))]
         parts = {name: (size, mtime, digest) for name, size, mtime, digest in conn.execute("SELECT * FROM parts")}
         pending = [path for (path,) in conn.execute("SELECT path FROM pending")]
     finally:
@@ -218,11 +218,11 @@ def add_vectors(conn: sqlite3.Connection, model: str, keys: list[str], matrix: A
 
 
 def vectors(conn: sqlite3.Connection, model: str | None, dim: int) -> tuple[Any, dict[str, int]] | None:
-    """(matrix, row of each text hash) of a model's vectors, in the order they were added; None when it has none
-    (or a row is not `dim` floats long)."""
+    """(matrix, row of each text hash) of a model's vectors, in the index's order (no sort: the rows are found by
+    hash); None when it has none (or a row is not `dim` floats long)."""
     import numpy as np
 
-    rows = conn.execute("SELECT hash, vector FROM vectors WHERE model = ? ORDER BY rowid", (model,)).fetchall()
+    rows = conn.execute("SELECT hash, vector FROM vectors WHERE model = ?", (model,)).fetchall()
     if not rows or any(len(blob) != dim * 4 for _, blob in rows):
         return None
     matrix = np.frombuffer(b"".join(blob for _, blob in rows), dtype="<f4").reshape(len(rows), dim)

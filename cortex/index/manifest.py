@@ -169,7 +169,7 @@ class Manifest:
     synced_ns: int = 0  # the file-system time the last walk began
     model: str | None = None  # identity of the model the static vectors came from
     dim: int = 0
-    vector_keys: list[str] = field(default_factory=list)  # the text hashes with a static vector, in row order
+    vector_keys: list[str] = field(default_factory=list)  # the text hashes with a static vector
     pending_deletes: list[str] = field(default_factory=list)  # paths still to remove from Whoosh
     parts: dict[str, Any] = field(default_factory=dict)  # Whoosh file name -> (size, mtime, digest) its writer left
     generation: int = 0  # the database's commit this was loaded from or written as
