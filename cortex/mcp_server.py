@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import sys
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, AsyncIterator, Callable, Literal, cast
@@ -119,9 +120,6 @@ class Backend:
                 self.store().log(f"mcp: warm-up failed: {exc!r}")
             except CortexError:
                 pass
-
-    def close(self) -> None:
-        self.indexes.close()
 
 
 # ---------------------------------------------------------------- results
@@ -754,11 +752,17 @@ def run(directory: Path | None = None, use_global: bool = False) -> None:
         os.environ.setdefault(name, "1")  # before numpy loads: a query's matrix-vector product spins on more
     backend = Backend(directory, use_global)
     server = build_server(backend)
-    threading.Thread(target=backend.warm, name="cortex-mcp-warm", daemon=True).start()
+    warm = threading.Thread(target=backend.warm, name="cortex-mcp-warm", daemon=True)
+    warm.start()
     try:
         server.run("stdio")
     except KeyboardInterrupt:
         pass
-    finally:
-        backend.close()
+    # The client closed the connection. Closing the indexes (or tearing the interpreter down) under the warm-up or
+    # a background fill of contextual vectors crashed the process at exit: let the warm-up end, then leave as a
+    # read-only command does (the cache is SQLite's and survives an exit mid-write).
+    warm.join(timeout=30)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
