@@ -197,6 +197,7 @@ class _Pool:
         self._made: dict[str, Candidate | None] = {}
         self._reads: dict[str, int] | None = None
         self._central: dict[str, float] | None = None
+        self._stale: dict[str, str] | None = None
 
     @staticmethod
     def _least(row: _Row) -> int:
@@ -212,7 +213,6 @@ class _Pool:
         if row.rel in self._made:
             return self._made[row.rel]
         from cortex.lifecycle import decayed_confidence, present_files, setting_drift
-        from cortex.memory import epoch
 
         item = self.index.memory(row.rel)
         stale: bool | str = False
@@ -224,9 +224,8 @@ class _Pool:
         if present is not None and not present:
             stale = "files gone"  # pinned memories are always shown, flagged
         elif present is not None and root is not None and not self.stable:
-            updated = epoch(item.updated)
-            stale = any(p.stat().st_mtime > updated + 1 for p in present)
-            stale = setting_drift(item, root) or stale  # a setting it names has another value now
+            # a setting it names has another value now, or later commits rewrote or deleted a file it names
+            stale = setting_drift(item, root) or self._stale_reasons().get(item.id) or False
         made: Candidate = (item, self.ranking(item), stale, self.touches(row))
         if not self.stable:  # the committed form (AGENTS.md) marks the confidence as written: decay alone would change it
             if self._reads is None:
@@ -236,6 +235,18 @@ class _Pool:
                                                                self._central.get(item.id, 0.0))
         self._made[row.rel] = made
         return made
+
+    def _stale_reasons(self) -> dict[str, str]:
+        """`cortex.staleness.reasons` for every row naming files, worked out once."""
+        if self._stale is None:
+            from types import SimpleNamespace
+
+            from cortex.staleness import reasons
+
+            folder = self.store.memories_dir
+            self._stale = reasons(self.store, [SimpleNamespace(id=row.id, path=folder / row.rel, files=row.files)
+                                               for row in self.rows if row.files])
+        return self._stale
 
     def fill(self, section: str, keep: Any, capped: bool, order: Any = None) -> None:
         """Offer the page every row `keep` accepts, best prior first (or by `order`)."""

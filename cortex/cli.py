@@ -983,6 +983,9 @@ def recall(store: Any, query: str, limit: int | None, types: tuple[str, ...], br
     if below and not hits:  # said only when it explains an empty answer: a shown answer needs no footnote
         click.echo(f"cortex: {below} weaker hits below the relevance line left out (--all shows them)", err=True)
     result.hits = hits
+    from cortex.staleness import mark
+
+    mark(stores, hits)  # in this process, served or not: the working tree's git says
     if as_json:
         from cortex.guard import redacted_data
 
@@ -998,6 +1001,7 @@ def recall(store: Any, query: str, limit: int | None, types: tuple[str, ...], br
         label = "" if hit.store == "project" else f" [{hit.store}{project}]"
         via = f"  (via {hit.via})" if hit.via else ""
         via += "  (below the relevance line)" if hit.relevant is False else ""
+        via += f"  (possibly stale: {hit.stale})" if hit.stale else ""
         click.echo(_safe_body(f"{hit.score:5.3f}  " + medium(hit.memory, hit.snippet, hit.spans, label + via,
                                                               indent="       ")))
 

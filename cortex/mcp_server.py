@@ -534,6 +534,9 @@ def _add_search_tools(tool: Register, backend: Backend) -> None:
                         window=time_window(since, until))  # the pattern above has checked both
         # The one relevance rule `cortex recall` and the prompt hook use (`cortex.recall.mark_relevant`).
         hits = [hit for hit in result.hits if hit.relevant is not False]
+        from cortex.staleness import mark
+
+        mark(stores, hits)
         rows, used, omitted = _hit_rows(hits, budget_tokens)
         count_reads(stores, hits[:len(rows)])  # what is shown and relevant is read
         notes = result.notes + ([] if rows else ["nothing relevant"])

@@ -50,6 +50,7 @@ class Hit:
     root: str | None = None  # a linked hit: the id of the direct hit it was reached from (one or two hops)
     relevant: bool | None = None  # by the one relevance rule (`mark_relevant`); None: not judged (no contextual match)
     spans: list[tuple[int, int]] = field(default_factory=list)  # the query's words in `snippet`
+    stale: str | None = None  # why later commits may have made it stale (`cortex.staleness.mark`)
 
     def to_dict(self) -> dict[str, Any]:
         m = self.memory
@@ -71,6 +72,7 @@ class Hit:
             "tags": m.tags,
             "via": self.via,
             "relevant": self.relevant,
+            "stale": self.stale,
         }
 
 

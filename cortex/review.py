@@ -114,6 +114,7 @@ def build(repo: Any, base_rev: str, head_rev: str, store_prefix: str) -> dict[st
         _malformed(new, changed_ids)
         + _contradictions(old, new, changed_ids)
         + _deleted_files(repo, fork, head, new, paths)
+        + _made_stale(repo, fork, head, new, paths, memories_prefix)
         + _secrets(repo, head, store_prefix, paths)
     )
     from cortex.guard import redacted_data
@@ -362,6 +363,25 @@ def _deleted_files(repo: Any, fork: Any, head: Any, new: _Side, changes: list[gi
     return found
 
 
+def _made_stale(repo: Any, fork: Any, head: Any, new: _Side, changes: list[gitops.PathChange], folder: str
+                ) -> list[dict[str, Any]]:
+    """Active memories at `head` that this branch's commits make possibly stale (`cortex.staleness`): a file
+    they name rewritten (a deleted one is a `deleted-file` warning)."""
+    from cortex import staleness
+
+    modified = {change.new_path for change in changes if change.status == "M"}
+    if not modified:
+        return []
+    active = new.active_where(lambda data: _may_name(data, modified))
+    wanted = {mid: (new.blobs[mid][0], list(m.files)) for mid, m in active.items()}
+    before = staleness.at(repo, fork, folder, wanted)
+    found = []
+    for mid, why in staleness.at(repo, head, folder, wanted).items():
+        if mid not in before and " deleted since " not in why:
+            found.append({"kind": "stale", "id": mid, "title": active[mid].title, "reason": why})
+    return sorted(found, key=lambda row: (row["title"], row["id"]))
+
+
 _FILES_LINE = re.compile(rb"^files:[ \t]*(.*?)[ \t]*\r?$", re.M)
 
 
@@ -481,6 +501,9 @@ def _warning_line(warning: dict[str, Any]) -> str:
                           for p in warning["files"][:3])
         return (f"- **Deleted file:** **{_md(warning['title'])}** ({_code(warning['id'])}) names {files}, "
                 f"which this branch deletes. Update its `files` or archive it.")
+    if kind == "stale":
+        return (f"- **Possibly stale:** **{_md(warning['title'])}** ({_code(warning['id'])}): "
+                f"{_md(warning['reason'], 160)} on this branch. Check that it still holds; update or archive it.")
     if kind == "secret":
         return (f"- **Possible secret** ({_md(warning['rule'], 60)}) in {_code(warning['path'])} line "
                 f"{warning['line']}. Remove it and rotate it: it stays in the branch's history.")

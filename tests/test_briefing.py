@@ -42,17 +42,15 @@ def test_reality_check_and_branch_scope(project):
     commit_all(project, "code")
     fresh = _remember(project, "Billing totals are computed in cents", type="gotcha", files=["billing.py"])
     gone = _remember(project, "gone.py parses the legacy feed", type="context", files=["gone.py"])
-    import os
-    import time
-
-    later = time.time() + 120
-    os.utime(project / "billing.py", (later, later))
+    commit_all(project, "memories")
+    (project / "billing.py").write_text("TOTAL_IN_CENTS = True\n", encoding="utf-8")  # rewritten by a later commit
+    commit_all(project, "billing in cents")
     _remember(project, "Main-branch progress: migrated the billing job", type="progress")
     checkout_new_branch(project, "feature/search")
     feature = _remember(project, "Search index built; ranking next", type="progress")
     (project / "gone.py").unlink()
     text = cortex("briefing", "--fresh", cwd=project).stdout
-    assert f"`{fresh}` (may be stale: file changed)" in text
+    assert f"`{fresh}` (may be stale: billing.py changed (1 of 1 lines) since" in text
     assert gone not in text
     assert feature in text and "Main-branch progress" not in text
 
