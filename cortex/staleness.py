@@ -1,4 +1,4 @@
-"""Memories made possibly stale by later commits, from git alone (docs/lifecycle.md, "Stale from git").
+"""Memories made possibly stale by later commits, from git alone (docs/recall.md, "Stale from git").
 
 A memory that names files (`files:`) was written about those files as they were in the commit that last
 changed the memory. When a later commit on the first-parent line deleted such a file, or removed or rewrote
