@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from cortex.index import Index
-from cortex.store import Store
+from cortex.store import Store, status_of
 
 
 def report(store: Store, index: Index) -> dict[str, Any]:
@@ -18,8 +18,8 @@ def report(store: Store, index: Index) -> dict[str, Any]:
         index.sync(full=True, progress=False)
     # From the manifest's columns: no `Memory`, `Path` or dict for each of 100,000 entries (paths relative to
     # memories/ until a problem names one).
-    out = store.status_of(index.records().column("id", "type", "status", "pinned", "links"),
-                          [f"{path}: {reason}" for path, reason in index.problems()])
+    out = status_of(store, index.records().column("id", "type", "status", "pinned", "links"),
+                    [f"{path}: {reason}" for path, reason in index.problems()])
     from cortex.embedding import model_identity
 
     # The model's files are enough to say semantic search is on: loading it (~30 % of a status) only when not.

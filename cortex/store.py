@@ -594,59 +594,58 @@ class Store:
     def status(self, scan: Scan | None = None) -> dict[str, Any]:
         """Counts by type and status, paths, and every problem found."""
         scan = scan or self.scan()
-        return self.status_of([(item.path, item.id, item.type, item.status, item.pinned,
+        return status_of(self, [(item.path, item.id, item.type, item.status, item.pinned,
                                 [(link.rel, link.to) for link in item.links]) for item in scan.memories],
-                              [str(p) for p in scan.problems])
+                         [str(p) for p in scan.problems])
 
-    def status_of(self, rows: builtins.list[tuple[Any, str, str, str, bool, builtins.list[Any]]],
-                  problems: builtins.list[str]) -> dict[str, Any]:
-        """`status` from (path, id, type, status, pinned, [(rel, to, …)]) of each memory and the problems found."""
-        by_type: dict[str, int] = {}
-        by_status: dict[str, int] = {}
-        for _, _, kind, status, _, _ in rows:
-            by_type[kind] = by_type.get(kind, 0) + 1
-            by_status[status] = by_status.get(status, 0) + 1
-        problems = list(problems)
-        warnings: list[str] = []
-        for path, memory_id, _, _, _, links in rows:
-            if not links:
-                continue
-            # a link to a memory that no longer exists (deleted, `git rm`) is no problem: readers skip it, gc drops it
-            pairs = [(link[0], link[1]) for link in links]
-            if len(set(pairs)) == len(pairs) and all(to != memory_id for _, to in pairs):
-                continue  # nothing to say (the path is made only when something is)
-            if isinstance(path, str):  # relative to memories/, as the cache's manifest names it
-                path = self.memories_dir / path
-            warnings += [f"{path}: {problem} (ignored; remove the line)" for problem in fmt.link_problems(
-                memory_id, [fmt.Link(rel, to) for rel, to in pairs])[1]]
-        replaces: dict[str, builtins.list[str]] = {}
-        for _, memory_id, _, _, _, links in rows:
-            targets = [link[1] for link in links or () if link[0] == "supersedes"]
-            if targets:
-                replaces[memory_id] = targets
-        for group in fmt.supersession_cycles(replaces):  # hand-edited: `forget --replaced-by` refuses to make one
-            problems.append(f"supersession cycle: {', '.join(group)} replace each other; every reader takes only "
-                            f"the most recently updated as active (remove one supersedes link)")
-        try:
-            warnings = list(self.config().warnings) + warnings
-        except CortexError as exc:
-            problems.append(str(exc))
-        return {
-            "store": self.label,
-            "root": str(self.root),
-            "memories_dir": str(self.memories_dir),
-            "cache_dir": str(self.cache_dir),
-            "state_dir": str(self.state_dir),
-            "branch": self.current_branch() if self.label == "project" else None,
-            "git": self.worktree is not None,
-            "total": len(rows),
-            "by_type": dict(sorted(by_type.items())),
-            "by_status": dict(sorted(by_status.items())),
-            "pinned": sum(1 for row in rows if row[4]),
-            "problems": problems,
-            "warnings": warnings,
-        }
 
+def status_of(store: Store, rows: list[tuple[Any, str, str, str, bool, list[Any]]], problems: list[str]) -> dict[str, Any]:
+    """`Store.status` from (path, id, type, status, pinned, [(rel, to, …)]) of each memory and the problems found."""
+    by_type: dict[str, int] = {}
+    by_status: dict[str, int] = {}
+    for _, _, kind, status, _, _ in rows:
+        by_type[kind] = by_type.get(kind, 0) + 1
+        by_status[status] = by_status.get(status, 0) + 1
+    problems = list(problems)
+    warnings: list[str] = []
+    for path, memory_id, _, _, _, links in rows:
+        if not links:
+            continue
+        # a link to a memory that no longer exists (deleted, `git rm`) is no problem: readers skip it, gc drops it
+        pairs = [(link[0], link[1]) for link in links]
+        if len(set(pairs)) == len(pairs) and all(to != memory_id for _, to in pairs):
+            continue  # nothing to say (the path is made only when something is)
+        if isinstance(path, str):  # relative to memories/, as the cache's manifest names it
+            path = store.memories_dir / path
+        warnings += [f"{path}: {problem} (ignored; remove the line)" for problem in fmt.link_problems(
+            memory_id, [fmt.Link(rel, to) for rel, to in pairs])[1]]
+    replaces: dict[str, list[str]] = {}
+    for _, memory_id, _, _, _, links in rows:
+        targets = [link[1] for link in links or () if link[0] == "supersedes"]
+        if targets:
+            replaces[memory_id] = targets
+    for group in fmt.supersession_cycles(replaces):  # hand-edited: `forget --replaced-by` refuses to make one
+        problems.append(f"supersession cycle: {', '.join(group)} replace each other; every reader takes only "
+                        f"the most recently updated as active (remove one supersedes link)")
+    try:
+        warnings = list(store.config().warnings) + warnings
+    except CortexError as exc:
+        problems.append(str(exc))
+    return {
+        "store": store.label,
+        "root": str(store.root),
+        "memories_dir": str(store.memories_dir),
+        "cache_dir": str(store.cache_dir),
+        "state_dir": str(store.state_dir),
+        "branch": store.current_branch() if store.label == "project" else None,
+        "git": store.worktree is not None,
+        "total": len(rows),
+        "by_type": dict(sorted(by_type.items())),
+        "by_status": dict(sorted(by_status.items())),
+        "pinned": sum(1 for row in rows if row[4]),
+        "problems": problems,
+        "warnings": warnings,
+    }
 
 def revive_cycles(memories: builtins.list[Memory]) -> None:
     """Set active the memory of each supersession cycle that every reader takes as active (`revived_in_cycles`)."""
