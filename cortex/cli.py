@@ -375,9 +375,12 @@ def show(store: Any, memory_id: str, as_json: bool, at: str | None, raw: bool) -
     store.record_access([item.id])
     ranking = _ranking(store, item) if not at else None
     from cortex.guard import redacted, redacted_data
+    from cortex.history import generations, lines
 
+    history = generations(_index(store), item.id)  # every generation, through `supersedes` links both ways
     if as_json:  # every form passes the one secret rule: a hand-committed secret is named, never shown
-        _print_json(redacted_data(item.to_dict() | {"store": store.label} | ({"ranking": ranking} if ranking else {})))
+        _print_json(redacted_data(item.to_dict() | {"store": store.label, "history": history}
+                                  | ({"ranking": ranking} if ranking else {})))
         return
     assert item.path is not None
     click.echo(_safe(str(item.path)))
@@ -387,6 +390,10 @@ def show(store: Any, memory_id: str, as_json: bool, at: str | None, raw: bool) -
         from cortex.render import full
 
         click.echo(_safe_body(full(item).rstrip("\n")))
+    if len(history) > 1:
+        click.echo("")
+        for line in lines(history, item.id):
+            click.echo(_safe(redacted(line)))
     if ranking:
         from cortex.salience import explain_lines
 

@@ -239,8 +239,10 @@ def _memory_view(backend: Backend, memory_id: str) -> dict[str, Any]:
     from cortex.lifecycle import present_files
 
     present = present_files(item.files, store.worktree) if store.worktree is not None else item.files
+    from cortex.history import generations
+
     data.update(code=code, links=links, described_by=described_by,
-                missing_files=[f for f in item.files if f not in present])
+                missing_files=[f for f in item.files if f not in present], history=generations(index, item.id))
     store.record_access([item.id])
     return data
 
