@@ -377,7 +377,10 @@ def show(store: Any, memory_id: str, as_json: bool, at: str | None, raw: bool) -
     from cortex.guard import redacted, redacted_data
     from cortex.history import generations, lines
 
-    history = generations(_index(store), item.id)  # every generation, through `supersedes` links both ways
+    # Every generation, through `supersedes` links both ways; one that replaced nothing and stands needs no sync.
+    replaced = item.status == "superseded" or any(link.rel == "supersedes" for link in item.links)
+    history = generations(_index(store), item.id) if replaced else [
+        {"id": item.id, "title": item.title, "status": item.status, "updated": item.updated}]
     if as_json:  # every form passes the one secret rule: a hand-committed secret is named, never shown
         _print_json(redacted_data(item.to_dict() | {"store": store.label, "history": history}
                                   | ({"ranking": ranking} if ranking else {})))
