@@ -535,7 +535,7 @@ def _add_search_tools(tool: Register, backend: Backend) -> None:
         file (naming it in `files`, describing its code, naming its folder), each with `why`."""
         if path is not None:
             return _by_path(backend, path, limit, budget_tokens)
-        if not query.strip():
+        if not query:
             raise CortexError("give a query, or a path")
         stores = backend.stores(scope)
         result = recall(stores, query, limit=limit, types=types or (), branch=branch,
