@@ -949,12 +949,11 @@ def recall(store: Any, query: str | None, limit: int | None, types: tuple[str, .
     relevant". With --path FILE: the active memories bound to that file."""
     if path is not None:
         if query is not None:
-            _fail("give QUERY or --path FILE, not both")
+            raise click.UsageError("give QUERY or --path FILE, not both", click.get_current_context())
         _recall_path(store, path, limit or int(store.config().get("recall.limit")), budget, as_json)
         return
     if query is None:
-        _fail("give QUERY (what to look for) or --path FILE")
-        return
+        raise click.UsageError("missing argument 'QUERY' (or --path FILE)", click.get_current_context())
     from cortex.recall import NARROWED_NOTE, count_reads, use_contextual
     from cortex.recall import recall as run_recall
     from cortex.store import iter_stores
