@@ -1416,7 +1416,8 @@ def hook(event: str, args: tuple[str, ...]) -> None:
     EVENT is an assistant's hook, JSON on stdin:
       session-start, prompt, stop, pre-compact, session-end
         (Claude Code; Codex CLI, Gemini CLI and Cursor too),
-      pre-tool-use, subagent-start, subagent-stop (Claude Code's sub-agents);
+      pre-tool-use (a sub-agent's task; the memories bound to a file about to be edited),
+      subagent-start, subagent-stop (Claude Code's sub-agents);
     or a git hook, git's arguments following:
       git-pre-push, git-post-merge, git-post-checkout, git-post-rewrite.
     """
