@@ -950,7 +950,12 @@ def recall(store: Any, query: str | None, limit: int | None, types: tuple[str, .
     if path is not None:
         if query is not None:
             raise click.UsageError("give QUERY or --path FILE, not both", click.get_current_context())
-        _recall_path(store, path, limit or int(store.config().get("recall.limit")), budget, as_json)
+        other = [name for name, given in (("--branch", branch), ("--all", include_all), ("--keyword", keyword),
+                                          ("--at", at), ("--since", since), ("--until", until)) if given]
+        if other:
+            raise click.UsageError(f"--path takes --type, --limit, --budget and --json, not {other[0]}",
+                                   click.get_current_context())
+        _recall_path(store, path, types, limit or int(store.config().get("recall.limit")), budget, as_json)
         return
     if query is None:
         raise click.UsageError("missing argument 'QUERY' (or --path FILE)", click.get_current_context())
@@ -1011,7 +1016,7 @@ def recall(store: Any, query: str | None, limit: int | None, types: tuple[str, .
 
 
 
-def _recall_path(store: Any, path: str, limit: int, budget: int, as_json: bool) -> None:
+def _recall_path(store: Any, path: str, types: tuple[str, ...], limit: int, budget: int, as_json: bool) -> None:
     """`cortex recall --path FILE`: the project's active memories bound to FILE (`cortex.bypath`), in budget."""
     from cortex.bypath import lookup
     from cortex.text import estimate_tokens
@@ -1024,6 +1029,7 @@ def _recall_path(store: Any, path: str, limit: int, budget: int, as_json: bool) 
         _fail(f"--path {exc}")
     kept: list[dict[str, Any]] = []
     used = 0
+    rows = [row for row in rows if not types or row["type"] in types]
     for row in rows[:limit]:
         cost = estimate_tokens(json.dumps(row, ensure_ascii=False))
         if kept and used + cost > budget:

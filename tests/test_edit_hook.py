@@ -103,6 +103,10 @@ def test_recall_path_says_nothing_relevant_for_an_unbound_file_and_refuses_one_o
         assert refused.stderr.count("\n") == 1 and f"{outside}: outside the repository" in refused.stderr
     both = cortex("recall", "invoices", "--path", "app.py", cwd=project, check=False)
     assert both.returncode == 1 and "not both" in both.stderr
+    unsupported = cortex("recall", "--path", "app.py", "--since", "2026-01-01", cwd=project, check=False)
+    assert unsupported.returncode == 1 and "not --since" in unsupported.stderr
+    gotchas = cortex_json("recall", "--path", "billing/invoice.py", "--type", "gotcha", cwd=project)
+    assert [row["id"] for row in gotchas] == [billing["folder"]]
 
 
 def test_the_edit_hook_adds_the_bound_memories_once_per_file_per_session(project, billing):
