@@ -165,7 +165,8 @@ def _install_hook(settings_path: Path, hooks: dict[str, Any], event: str, name: 
             if _hook_event(handler) != name:
                 kept.append(handler)
             elif not found and (matcher is None or group.get("matcher") == matcher or len(group["hooks"]) == 1):
-                found, changed = True, handler.get("command") != wanted or group.get("matcher") != matcher
+                found, changed = True, handler.get("command") != wanted or matcher is not None and \
+                    group.get("matcher") != matcher
                 kept.append(handler | {"command": wanted})
                 if matcher is not None:
                     group["matcher"] = matcher  # an older install's narrower one (PreToolUse: `Task|Agent`)

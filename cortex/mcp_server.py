@@ -532,9 +532,10 @@ def _add_search_tools(tool: Register, backend: Backend) -> None:
         Results reached through a link (code behind a description) are marked `via`; capture's proposals, not
         yet accepted by a person, are marked `"proposed": true`. Only relevant memories come back: none when
         nothing in memory bears on the query. With `path` instead of a query: the active memories bound to that
-        file (naming it in `files`, describing its code, naming its folder), each with `why`."""
+        file (naming it in `files`, describing its code, naming its folder), each with `why` (`types`, `limit`
+        and `budget_tokens` apply)."""
         if path is not None:
-            return _by_path(backend, path, limit, budget_tokens)
+            return _by_path(backend, path, types or [], limit, budget_tokens)
         if not query:
             raise CortexError("give a query, or a path")
         stores = backend.stores(scope)
@@ -576,7 +577,7 @@ def _add_search_tools(tool: Register, backend: Backend) -> None:
                         "notes": result.notes})
 
 
-def _by_path(backend: Backend, path: str, limit: int, budget_tokens: int) -> CallToolResult:
+def _by_path(backend: Backend, path: str, types: list[str], limit: int, budget_tokens: int) -> CallToolResult:
     """`cortex_search` with `path`: the project's memories bound to the file (`cortex.bypath`), in budget."""
     from cortex.bypath import lookup, worktree_of
 
@@ -584,6 +585,7 @@ def _by_path(backend: Backend, path: str, limit: int, budget_tokens: int) -> Cal
     if store.label != "project":
         raise CortexError("path: looks in a project's store (files are a repository's)")
     rel, found = lookup(store, path, worktree_of(store), backend.index(store, full=False))
+    found = [row for row in found if not types or row["type"] in types]
     rows: list[dict[str, Any]] = []
     used = 0
     for row in found[:limit]:

@@ -248,6 +248,7 @@ def test_mcp_search_with_a_path_gives_the_memories_bound_to_the_file(mcp):
     whys = {row["id"]: row["why"] for row in outline["results"]}
     assert whys["407cf71b5a22"] == "describes its code" and "281cc644d441" not in whys  # the code: the file itself
     assert list(whys.values()) == sorted(whys.values(), key=["names this file", "describes its code"].index)
+    assert mcp.call("cortex_search", path="tallyho/db/tx.py", types=["pattern"])["results"][0]["id"] == "bc92f3e7d46c"
     celery = {row["id"] for row in mcp.call("cortex_search", path="tallyho/worker/celery_app.py")["results"]}
     assert "1a11c3e4f523" in celery  # the progress note: the migration off it finished
     assert not {"f4a9463fdddd", "b7e0267ad073"} & celery  # the superseded decision, the archived gotcha
