@@ -196,8 +196,10 @@ def _lines(row: dict[str, Any]) -> list[str]:
 
 
 def answer(index: Any, paths: list[str], exclude: list[str]) -> dict[str, Any]:
-    """What the edit hook is told (`cortex serve`'s `path` op, or `answer_here`): context and shown."""
+    """What the edit hook is told (`cortex serve`'s `path` op, or `answer_here`): context and shown; what it
+    shows counts as read, as the prompt hook's does."""
     context, shown = edit_context(index, paths, frozenset(exclude))
+    index.store.record_access(i for ids in shown.values() for i in ids)
     return {"context": context, "shown": shown}
 
 

@@ -121,6 +121,8 @@ def test_the_edit_hook_adds_the_bound_memories_once_per_file_per_session(project
     for key in ("old", "archived", "proposed", "other"):
         assert billing[key] not in first, key
     assert first.index(billing["file"]) < first.index(billing["many"]) < first.index(billing["folder"])
+    reads = json.loads((project / ".cortex" / "state" / "access.json").read_text(encoding="utf-8"))
+    assert reads[billing["file"]]["count"] >= 1 and billing["other"] not in reads  # shown: read
     _silent(hook("pre-tool-use", project, _edit(project, "billing/invoice.py", tool="MultiEdit")))
     again = _context(hook("pre-tool-use", project, _edit(project, "billing/invoice.py", session="s2")))
     assert again == first
