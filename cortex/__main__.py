@@ -10,7 +10,8 @@ import sys
 
 CLAUDE_EVENTS = {"stop": "claude_stop", "pre-compact": "claude_stop", "session-start": "claude_session_start",
                  "prompt": "claude_prompt", "session-end": "claude_session_end",
-                 "subagent-start": "claude_subagent_start", "subagent-stop": "claude_subagent_stop"}
+                 "subagent-start": "claude_subagent_start", "subagent-stop": "claude_subagent_stop",
+                 "pre-tool-use": "claude_pre_tool_use"}
 
 
 # Commands whose matrix products are big enough for numpy's BLAS threads to pay (a rebuild, consolidation and the
@@ -51,14 +52,6 @@ def run() -> None:
 
         for name in ONE_THREAD:
             os.environ.setdefault(name, "1")
-    if len(args) >= 2 and args[0] == "hook" and args[1] == "pre-tool-use":
-        from cortex import hotpath
-
-        try:
-            hotpath.pre_tool_use(sys.stdin.read() if not sys.stdin.isatty() else "")
-        except Exception:
-            pass  # a hook never breaks the session
-        _leave(0)
     if len(args) >= 2 and args[0] == "hook" and args[1] == "git-post-checkout":
         try:
             post_checkout(args[2:])
@@ -67,11 +60,12 @@ def run() -> None:
         _leave(0)
     if len(args) >= 2 and args[0] == "hook" and args[1] in CLAUDE_EVENTS:
         raw = sys.stdin.read() if not sys.stdin.isatty() else ""
-        if args[1] in ("session-start", "prompt"):
+        if args[1] in ("session-start", "prompt", "pre-tool-use"):
             from cortex import hotpath
 
             try:
-                fast = hotpath.session_start if args[1] == "session-start" else hotpath.prompt
+                fast = {"session-start": hotpath.session_start, "prompt": hotpath.prompt,
+                        "pre-tool-use": hotpath.pre_tool_use}[args[1]]
                 if fast(raw):  # the cached briefing, or the resident server's answer: no store, no click
                     _leave(0)  # and no interpreter teardown (what it wrote is closed)
             except Exception:

@@ -41,14 +41,17 @@ def object_at(path: Path, data: dict[str, Any], key: str) -> dict[str, Any]:
 # ---------------------------------------------------------------- hooks
 
 
-def merge_hooks(path: Path, hooks: dict[str, Any], wanted: dict[str, dict[str, Any]], grouped: bool = True) -> list[str]:
-    """Make `hooks[event]` hold one cortex handler, `wanted[event]`, others kept (`grouped`: as `remove_hooks`)."""
+def merge_hooks(path: Path, hooks: dict[str, Any], wanted: dict[str, dict[str, Any]], grouped: bool = True,
+                matchers: dict[str, str] | None = None) -> list[str]:
+    """Make `hooks[event]` hold one cortex handler, `wanted[event]`, others kept (`grouped`: as `remove_hooks`,
+    its group with `matchers[event]` when the event has one)."""
     done = []
     for event, handler in wanted.items():
         entries = hooks.setdefault(event, [])
         if not isinstance(entries, list):
             raise CortexError(f"{path}: hooks.{event} is not a list; fix it and run again")
         found, changed = False, False
+        matcher = (matchers or {}).get(event)
         if grouped:
             for group in entries:
                 if not isinstance(group, dict) or not isinstance(group.get("hooks"), list):
@@ -57,15 +60,17 @@ def merge_hooks(path: Path, hooks: dict[str, Any], wanted: dict[str, dict[str, A
                 for existing in group["hooks"]:
                     if not is_ours(existing):
                         kept.append(existing)
-                    elif not found:
-                        found, changed = True, existing != handler
+                    elif not found and (matcher is None or group.get("matcher") == matcher or len(group["hooks"]) == 1):
+                        found, changed = True, existing != handler or matcher is not None and group.get("matcher") != matcher
                         kept.append(handler)
+                        if matcher is not None:
+                            group["matcher"] = matcher
                     else:
-                        changed = True  # a second cortex handler for the event: it would run twice
+                        changed = True  # a second cortex handler for the event (it would run twice), or one moved
                 group["hooks"] = kept
             hooks[event] = [g for g in entries if not (isinstance(g, dict) and g.get("hooks") == [])]
             if not found:
-                hooks[event].append({"hooks": [handler]})
+                hooks[event].append(({"matcher": matcher} if matcher is not None else {}) | {"hooks": [handler]})
         else:
             kept = []
             for existing in entries:

@@ -18,8 +18,9 @@ from cortex.files import atomic_write
 HOOK_EVENTS = {"SessionStart": "session-start", "UserPromptSubmit": "prompt", "Stop": "stop", "PreCompact": "pre-compact",
                "SessionEnd": "session-end", "PreToolUse": "pre-tool-use", "SubagentStart": "subagent-start",
                "SubagentStop": "subagent-stop"}
-# PreToolUse only for the tools that start a sub-agent (it records the task for the sub-agent's briefing).
-HOOK_MATCHERS = {"PreToolUse": "Task|Agent"}
+# PreToolUse only for the tools that start a sub-agent (it records the task for the sub-agent's briefing) and
+# those that change a file (the memories bound to it: `cortex.bypath`).
+HOOK_MATCHERS = {"PreToolUse": "Task|Agent|Edit|Write|MultiEdit|NotebookEdit"}
 MCP_NAME = "cortex"
 RULES = """# cortex: project memory
 
@@ -155,6 +156,7 @@ def _install_hook(settings_path: Path, hooks: dict[str, Any], event: str, name: 
 
         raise CortexError(f"{settings_path}: hooks.{event} is not a list; fix it and run again")
     wanted, found, changed, emptied = hook_command(name), False, False, []
+    matcher = HOOK_MATCHERS.get(event)
     for group in groups:
         if not isinstance(group, dict) or not isinstance(group.get("hooks"), list):
             continue
@@ -162,11 +164,14 @@ def _install_hook(settings_path: Path, hooks: dict[str, Any], event: str, name: 
         for handler in group["hooks"]:
             if _hook_event(handler) != name:
                 kept.append(handler)
-            elif not found:
-                found, changed = True, handler.get("command") != wanted
+            elif not found and (matcher is None or group.get("matcher") == matcher or len(group["hooks"]) == 1):
+                found, changed = True, handler.get("command") != wanted or matcher is not None and \
+                    group.get("matcher") != matcher
                 kept.append(handler | {"command": wanted})
+                if matcher is not None:
+                    group["matcher"] = matcher  # an older install's narrower one (PreToolUse: `Task|Agent`)
             else:
-                changed = True  # a second cortex entry for the event: Claude Code would run both
+                changed = True  # a second cortex entry for the event, or one sharing another matcher: moved
         if group["hooks"] and not kept:
             emptied.append(group)
         group["hooks"] = kept

@@ -937,7 +937,8 @@ def _served_recall(stores: list[Any], query: str, **options: Any) -> Any:
 
 
 @main.command()
-@click.argument("query")
+@click.argument("query", required=False)
+@click.option("--path", "path", metavar="FILE", help="Instead of QUERY: the memories bound to FILE (its `files:`, its code's outline, its folder), most specific first.")
 @click.option("--limit", "-n", type=click.IntRange(1, 1000), help="How many results (default: recall.limit, 10).")
 @click.option("--type", "types", type=TYPE_CHOICE, multiple=True, help="Only this type (repeatable).")
 @click.option("--branch", help="Only memories made on this branch.")
@@ -951,11 +952,23 @@ def _served_recall(stores: list[Any], query: str, **options: Any) -> Any:
 @click.option("--budget", "budget", type=click.IntRange(50, 100_000), default=RECALL_BUDGET, show_default=True,
               help="Token budget of the answer (~4 characters a token): results past it are left out, and said so.")
 @store_options
-def recall(store: Any, query: str, limit: int | None, types: tuple[str, ...], branch: str | None, include_all: bool,
-           keyword: bool, no_global: bool, as_json: bool, at: str | None, budget: int, since: str | None,
-           until: str | None) -> None:
+def recall(store: Any, query: str | None, limit: int | None, types: tuple[str, ...], branch: str | None,
+           include_all: bool, keyword: bool, no_global: bool, as_json: bool, at: str | None, budget: int,
+           since: str | None, until: str | None, path: str | None) -> None:
     """Find memories by meaning and by words (hybrid full-text + semantic): the relevant ones, or "nothing
-    relevant"."""
+    relevant". With --path FILE: the active memories bound to that file."""
+    if path is not None:
+        if query is not None:
+            raise click.UsageError("give QUERY or --path FILE, not both", click.get_current_context())
+        other = [name for name, given in (("--branch", branch), ("--all", include_all), ("--keyword", keyword),
+                                          ("--at", at), ("--since", since), ("--until", until)) if given]
+        if other:
+            raise click.UsageError(f"--path takes --type, --limit, --budget and --json, not {other[0]}",
+                                   click.get_current_context())
+        _recall_path(store, path, types, limit or int(store.config().get("recall.limit")), budget, as_json)
+        return
+    if query is None:
+        raise click.UsageError("missing argument 'QUERY' (or --path FILE)", click.get_current_context())
     from cortex.recall import NARROWED_NOTE, count_reads, use_contextual
     from cortex.recall import recall as run_recall
     from cortex.store import iter_stores
@@ -1015,6 +1028,43 @@ def recall(store: Any, query: str, limit: int | None, types: tuple[str, ...], br
         click.echo(_safe_body(f"{hit.score:5.3f}  " + medium(hit.memory, hit.snippet, hit.spans, label + via,
                                                               indent="       ")))
 
+
+
+def _recall_path(store: Any, path: str, types: tuple[str, ...], limit: int, budget: int, as_json: bool) -> None:
+    """`cortex recall --path FILE`: the project's active memories bound to FILE (`cortex.bypath`), in budget."""
+    from cortex.bypath import lookup
+    from cortex.text import estimate_tokens
+
+    if store.label != "project":
+        _fail("--path looks in a project's store (files are a repository's)")
+    try:
+        rel, rows = lookup(store, path, os.getcwd())
+    except CortexError as exc:
+        _fail(f"--path {exc}")
+    kept: list[dict[str, Any]] = []
+    used = 0
+    rows = [row for row in rows if not types or row["type"] in types]
+    for row in rows[:limit]:
+        cost = estimate_tokens(json.dumps(row, ensure_ascii=False))
+        if kept and used + cost > budget:
+            break
+        kept.append(row)
+        used += cost
+    if len(kept) < len(rows):
+        click.echo(f"cortex: {len(rows) - len(kept)} more memories bound to {rel} left out (--limit, --budget)", err=True)
+    store.record_access(row["id"] for row in kept)  # what is shown is read
+    if as_json:
+        from cortex.guard import redacted_data
+
+        _print_json(redacted_data(kept))
+        return
+    if not kept:
+        click.echo("nothing relevant")
+        return
+    for row in kept:
+        click.echo(_safe_body(f"{row['id']}  [{row['type']}] {row['title']}  ({row['why']})"))
+        if row["summary"] and row["summary"] != row["title"]:
+            click.echo(_safe_body(f"              {row['summary']}"))
 
 @main.command()
 @click.option("--hard", is_flag=True, help="Also remove the transcript cursors and the LLM capture queue (asks first).")
@@ -1386,7 +1436,8 @@ def hook(event: str, args: tuple[str, ...]) -> None:
     EVENT is an assistant's hook, JSON on stdin:
       session-start, prompt, stop, pre-compact, session-end
         (Claude Code; Codex CLI, Gemini CLI and Cursor too),
-      pre-tool-use, subagent-start, subagent-stop (Claude Code's sub-agents);
+      pre-tool-use (a sub-agent's task; the memories bound to a file about to be edited),
+      subagent-start, subagent-stop (Claude Code's sub-agents);
     or a git hook, git's arguments following:
       git-pre-push, git-post-merge, git-post-checkout, git-post-rewrite.
     """
@@ -1398,11 +1449,6 @@ def hook(event: str, args: tuple[str, ...]) -> None:
     handler = getattr(hooks, "claude_" + ("stop" if event == "pre-compact" else event).replace("-", "_"), None)
     if handler is not None:  # an assistant's event: `cortex.hooks.claude_<event>`
         sys.exit(handler(stdin()))
-    if event == "pre-tool-use":
-        from cortex.hotpath import pre_tool_use
-
-        pre_tool_use(stdin())
-        sys.exit(0)
     if event == "git-pre-push":
         sys.exit(hooks.git_pre_push(list(args), stdin()))
     sys.exit(hooks.git_refresh(event[len("git-"):], list(args)))

@@ -17,7 +17,9 @@ from cortex.errors import CortexError
 from cortex.files import atomic_write
 
 HOOKS = {"SessionStart": ("session-start", 30), "UserPromptSubmit": ("prompt", 30), "Stop": ("stop", 60),
-         "PreCompact": ("pre-compact", 60), "SessionEnd": ("session-end", 3)}
+         "PreCompact": ("pre-compact", 60), "SessionEnd": ("session-end", 3), "PreToolUse": ("pre-tool-use", 10)}
+# PreToolUse on Codex's file edits (`apply_patch`, the files named in the patch): the memories bound to them.
+MATCHERS = {"PreToolUse": "apply_patch|Edit|Write"}
 MCP_MARK = "# cortex: memory MCP server (added by `cortex init --codex`; `cortex uninstall --codex` removes it)"
 # startup_timeout_sec: `cortex mcp` loads the MCP SDK, slow on a busy machine; Codex's default wait is 10 s.
 MCP_TABLE = '[mcp_servers.cortex]\ncommand = "cortex"\nargs = ["mcp"]\ndefault_tools_approval_mode = "approve"\n' \
@@ -95,7 +97,7 @@ def install(project_root: Path) -> list[str]:
     _check(project_root)  # a broken file stops the install before anything is written
     data = load_json(hooks_path)
     done = merge_hooks(hooks_path, object_at(hooks_path, data, "hooks"),
-                       {event: _handler(name, timeout) for event, (name, timeout) in HOOKS.items()})
+                       {event: _handler(name, timeout) for event, (name, timeout) in HOOKS.items()}, matchers=MATCHERS)
     if done:
         write_json(hooks_path, data)
     done += _install_mcp(config_path)

@@ -14,7 +14,9 @@ from cortex.assistants import check_section, hook_command, load_json, merge_hook
 from cortex.errors import CortexError
 
 HOOKS = {"SessionStart": ("session-start", 30000), "BeforeAgent": ("prompt", 30000), "AfterAgent": ("stop", 60000),
-         "SessionEnd": ("session-end", 5000)}
+         "SessionEnd": ("session-end", 5000), "AfterTool": ("pre-tool-use", 10000)}
+# BeforeTool cannot add context: the memories bound to a file come with the result of its first edit (AfterTool).
+MATCHERS = {"AfterTool": "^(replace|write_file)$"}
 MCP_SERVER = {"command": "cortex", "args": ["mcp"]}
 TRUST_NOTE = "note: Gemini CLI reads a project's .gemini/settings.json only in a trusted folder (it asks once)"
 
@@ -42,7 +44,7 @@ def install(project_root: Path) -> list[str]:
     settings_path, context = _paths(project_root)
     data = _check(settings_path, context)  # a broken file stops the install before anything is written
     done = merge_hooks(settings_path, object_at(settings_path, data, "hooks"),
-                       {event: _handler(name, timeout) for event, (name, timeout) in HOOKS.items()})
+                       {event: _handler(name, timeout) for event, (name, timeout) in HOOKS.items()}, matchers=MATCHERS)
     done += merge_server(settings_path, object_at(settings_path, data, "mcpServers"), dict(MCP_SERVER))
     if done:
         write_json(settings_path, data)

@@ -267,6 +267,21 @@ def claude_prompt(raw: str) -> int:
     return _claude_hook("prompt", raw, body)
 
 
+def claude_pre_tool_use(raw: str) -> int:
+    """PreToolUse that no server answered: a sub-agent's task recorded, or the memories bound to the files an
+    edit changes looked up in this process (`cortex.hotpath.edit`)."""
+
+    def body(store: Store, payload: dict[str, Any]) -> None:
+        from cortex.hotpath import edit, pre_tool_use
+
+        if payload.get("tool_name") in ("Task", "Agent"):
+            pre_tool_use(raw)
+        else:
+            edit(payload, store)
+
+    return _claude_hook("pre-tool-use", raw, body)
+
+
 def claude_session_end(raw: str) -> int:
     """SessionEnd (1.5 s budget): hand the last capture of the transcript to a detached process and return."""
 

@@ -16,6 +16,7 @@ from cortex.text import FRAME, INJECTED_END, INJECTED_MARK, strip_controls, unta
 
 MAX_PROMPT_CHARS = 65536  # what a hook reads of a prompt for recall; the rest is ignored
 PROMPT_WAIT = 2.0  # seconds the prompt hook lets a warming server take before it recalls in its own process
+EDIT_WAIT = 1.0  # seconds the edit hook lets a warming server take before it looks up in its own process
 
 
 def _payload(raw: str) -> dict[str, object] | None:
@@ -46,7 +47,8 @@ def emit(event: str, text: str) -> None:
     sys.stdout.flush()
 
 
-_EVENT_NAMES = {"SessionStart": ("SessionStart", "sessionStart"), "UserPromptSubmit": ("UserPromptSubmit", "BeforeAgent")}
+_EVENT_NAMES = {"SessionStart": ("SessionStart", "sessionStart"), "UserPromptSubmit": ("UserPromptSubmit", "BeforeAgent"),
+                "PreToolUse": ("PreToolUse", "AfterTool")}
 
 
 def event_name(payload: dict[str, object], event: str) -> str:
@@ -180,12 +182,16 @@ def prompt(raw: str) -> bool:
 
 
 def pre_tool_use(raw: str) -> bool:
-    """PreToolUse on Task/Agent: record the sub-agent's task for its SubagentStart briefing; prints nothing."""
+    """PreToolUse: on Task/Agent, record the sub-agent's task for its SubagentStart briefing (prints nothing); on
+    a tool that changes files, the memories bound to them, answered by a running `cortex serve` (`edit`). False
+    when the hook's own process must answer."""
     if os.environ.get("CORTEX_NESTED") == "1":
         return True
     payload = _payload(raw)
-    if not payload or payload.get("tool_name") not in ("Task", "Agent") or payload.get("agent_id"):
+    if not payload or payload.get("agent_id") and payload.get("tool_name") in ("Task", "Agent"):
         return True
+    if payload.get("tool_name") not in ("Task", "Agent"):
+        return edit(payload)
     given = payload.get("tool_input")
     session = str(payload.get("session_id") or "")
     store_root = layout.find_store(str(payload.get("cwd") or os.getcwd()))
@@ -198,3 +204,41 @@ def pre_tool_use(raw: str) -> bool:
             "prompt": str(given.get("prompt") or "")[:4000]}
     append_line(layout.subagent_tasks_file(store_root, session), task)
     return True
+
+
+def edit(payload: dict[str, object], store: object = None) -> bool:
+    """A tool about to change files (`cortex.bypath.EDIT_TOOLS`): the memories bound to each file not shown yet
+    this session, as additionalContext, and the files noted as shown. Answered by a running `cortex serve`, or
+    with `store` (the hook's own process) looked up here; False when no server answers."""
+    from cortex import bypath
+
+    named = bypath.edited_files(payload)
+    cwd = payload_cwd(payload)
+    store_root = layout.find_store(cwd) if named else None
+    if store_root is None:
+        return True
+    if store is None and os.environ.get("CORTEX_DIR"):
+        return False  # a store outside its repository: the hook's own process knows the worktree
+    base = bypath.worktree_of(store) if store is not None else os.path.dirname(store_root)
+    session = str(payload.get("session_id") or "")[:200]
+    done = bypath.delivered(store_root, session)
+    paths = [p for p in dict.fromkeys(bypath.repo_path(n, base, cwd) for n in named) if p and p not in done]
+    if not paths:
+        return True  # outside the repository, or shown already this session
+    exclude = sorted({i for ids in done.values() for i in ids})
+    found = bypath.answer_here(store, paths, exclude) if store is not None else _served_edit(store_root, paths, exclude)
+    if found is None:
+        return False
+    shown = found.get("shown")
+    if found.get("context") and isinstance(shown, dict):
+        emit(event_name(payload, "PreToolUse"), str(found["context"]))
+        note_injected(store_root, payload, "PreToolUse", "", [str(i) for ids in shown.values() for i in ids])
+        bypath.note_delivered(store_root, session, {str(k): [str(i) for i in v] for k, v in shown.items()})
+    return True
+
+
+def _served_edit(store_root: str, paths: list[str], exclude: list[str]) -> dict[str, object] | None:
+    """`cortex serve`'s answer to the edit hook; None when none runs or it is still warming."""
+    answer = wire.ask(layout.socket_path(store_root), {"op": "path", "paths": paths, "exclude": exclude,
+                                                       "wait": EDIT_WAIT}, timeout=EDIT_WAIT + 0.5)
+    return answer if answer is not None and "shown" in answer else None

@@ -510,7 +510,8 @@ def _add_search_tools(tool: Register, backend: Backend) -> None:
 
     @tool("cortex_search", READ_ONLY, "Search project memory")
     def search(
-        query: Annotated[str, Field(min_length=1, description="A question or keywords, e.g. 'why SQLite and not Postgres?'")],
+        query: Annotated[str, Field(description=(
+            "A question or keywords, e.g. 'why SQLite and not Postgres?' (or empty, with `path`)."))] = "",
         types: Annotated[list[MemoryType] | None, Field(description="Only these memory types (default: all).")] = None,
         branch: Annotated[str | None, Field(description="Only memories made on this git branch.")] = None,
         limit: Annotated[int, Field(ge=1, le=50, description="At most this many results.")] = 10,
@@ -523,13 +524,22 @@ def _add_search_tools(tool: Register, backend: Backend) -> None:
             "Only memories created on or after this date (YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ)."))] = None,
         until: Annotated[str | None, Field(pattern=DATE, description=(
             "Only memories created on or before this date (a day counts whole)."))] = None,
+        path: Annotated[str | None, Field(min_length=1, max_length=4096, description=(
+            "Instead of a query: a file of the repository (relative to its root, or absolute); the active "
+            "memories bound to it come back, most specific first."))] = None,
     ) -> CallToolResult:
         """Search the project's memory (decisions, gotchas, patterns, architecture, plans, code notes) by meaning
         and by words (hybrid full-text + semantic), best first. Each result has the memory's id (for
         cortex_get_memory / cortex_forget), type, title, score, the store it came from, and its text or a snippet.
         Results reached through a link (code behind a description) are marked `via`; capture's proposals, not
         yet accepted by a person, are marked `"proposed": true`. Only relevant memories come back: none when
-        nothing in memory bears on the query."""
+        nothing in memory bears on the query. With `path` instead of a query: the active memories bound to that
+        file (naming it in `files`, describing its code, naming its folder), each with `why` (`types`, `limit`
+        and `budget_tokens` apply)."""
+        if path is not None:
+            return _by_path(backend, path, types or [], limit, budget_tokens)
+        if not query:
+            raise CortexError("give a query, or a path")
         stores = backend.stores(scope)
         result = recall(stores, query, limit=limit, types=types or (), branch=branch,
                         indexes=backend.synced(stores), count=False, proposed=True,
@@ -570,6 +580,27 @@ def _add_search_tools(tool: Register, backend: Backend) -> None:
             used += _row_tokens(row)
         return _result({"query": query, "decisions": kept, "tokens": used, "omitted": len(rows) - len(kept),
                         "notes": result.notes})
+
+
+def _by_path(backend: Backend, path: str, types: list[str], limit: int, budget_tokens: int) -> CallToolResult:
+    """`cortex_search` with `path`: the project's memories bound to the file (`cortex.bypath`), in budget."""
+    from cortex.bypath import lookup, worktree_of
+
+    store = backend.store()
+    if store.label != "project":
+        raise CortexError("path: looks in a project's store (files are a repository's)")
+    rel, found = lookup(store, path, worktree_of(store), backend.index(store, full=False))
+    found = [row for row in found if not types or row["type"] in types]
+    rows: list[dict[str, Any]] = []
+    used = 0
+    for row in found[:limit]:
+        if rows and used + _row_tokens(row) > budget_tokens:
+            break
+        rows.append(row)
+        used += _row_tokens(row)
+    store.record_access(row["id"] for row in rows)
+    return _result({"path": rel, "results": rows, "tokens": used, "omitted": len(found) - len(rows),
+                    "notes": [] if rows else ["nothing relevant"]})
 
 
 def _add_read_tools(tool: Register, backend: Backend) -> None:

@@ -8,7 +8,8 @@ recalls in its own process, by the same relevance rule (`cortex.events.prompt_co
 
 Protocol, one JSON line each way: `{"op": "prompt", "prompt", "session", "wait"}` gets `{"context", "ids"}`,
 or `{"warming": true}` when the server is not ready `wait` seconds later; `{"op": "recall", "query", …}` gets
-`cortex recall`'s `{"hits", "notes"}`; `ping` is answered once ready, `state` at once. Anything else (an
+`cortex recall`'s `{"hits", "notes"}`; `{"op": "path", "paths", "exclude", "wait"}` (the edit hook) gets
+`{"context", "shown"}` (`cortex.bypath.answer`); `ping` is answered once ready, `state` at once. Anything else (an
 unknown op or field, a wrong type or range, a line over `wire.MAX_REQUEST`) gets `{"error"}` and runs nothing.
 Only its owner reaches it: the socket is in the user's private folder (`cortex.layout.private_dir`), mode
 0600, and each side checks the other's uid (`SO_PEERCRED`) first (docs/security.md).
@@ -214,7 +215,9 @@ FIELDS: dict[str, dict[str, Any]] = {
     "state": {}, "ping": {}, "prompt": {"prompt": str, "session": str, "wait": (int, float)},
     "recall": {"query": str, "limit": int, "types": list, "branch": (str, type(None)), "include_all": bool,
                "keyword": bool, "global": bool, "proposed": bool},
+    "path": {"paths": list, "exclude": list, "wait": (int, float)},
 }
+MAX_PATHS, MAX_EXCLUDED = 20, 10_000  # of a `path` request: the files looked up, the ids left out
 
 
 def _checked(request: object) -> dict[str, Any]:
@@ -249,6 +252,10 @@ def _checked(request: object) -> dict[str, Any]:
         raise RequestRefused(f"field 'types' may hold only {', '.join(TYPES)}")
     if len(checked.get("branch") or "") > 1000:
         raise RequestRefused("field 'branch' is over 1000 characters")
+    for name, most in (("paths", MAX_PATHS), ("exclude", MAX_EXCLUDED)):
+        if len(checked.get(name, ())) > most or any(not isinstance(item, str) or len(item) > 4096
+                                                     for item in checked.get(name, ())):
+            raise RequestRefused(f"field {name!r} holds at most {most} strings of at most 4096 characters")
     return checked
 
 
@@ -279,9 +286,10 @@ def _answer(store: Store, warm: _Warm, request: dict[str, Any]) -> dict[str, obj
     if op == "ping":
         return {"ok": True, "pid": os.getpid(), "ready": True} if warm.ready.is_set() else None
     # A prompt waits for the warm-up within its `wait` (a recall does not), then for a sync in progress.
-    deadline = time.monotonic() + float(request.get("wait", 0) if op == "prompt" else 0)
+    waits = op in ("prompt", "path")
+    deadline = time.monotonic() + float(request.get("wait", 0) if waits else 0)
     if not warm.ready.wait(max(0.0, deadline - time.monotonic())) or not warm.busy.acquire(
-            timeout=max(0.3, deadline - time.monotonic()) if op == "prompt" else COMMAND_WAIT):
+            timeout=max(0.3, deadline - time.monotonic()) if waits else COMMAND_WAIT):
         return {"warming": True}  # the client searches in its own process
     from cortex.errors import QueryRefused
     from cortex.events import prompt_context, take_catch_up
@@ -295,6 +303,10 @@ def _answer(store: Store, warm: _Warm, request: dict[str, Any]) -> dict[str, obj
             context = prompt_context(store, request.get("prompt", ""), warm.indexes,
                                      take_catch_up(store, request.get("session", "")))
             return {"context": context, "ids": injected_ids(context or "")}
+        if op == "path":  # the edit hook: the memories bound to the files a tool call changes (`cortex.bypath`)
+            from cortex.bypath import answer
+
+            return answer(warm.indexes.synced(store), request.get("paths", []), request.get("exclude", []))
         # `cortex recall`'s search, of the project's store and the global one unless `"global": false`
         stores = list(iter_stores(store, include_global=request.get("global", True) and store.label == "project"))
         found = recall(stores, request.get("query", ""), limit=request.get("limit", 10),

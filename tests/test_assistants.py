@@ -70,11 +70,12 @@ def test_init_codex_merges_runs_twice_the_same_and_uninstall_restores(repo):
     out = cortex("init", "--codex", cwd=repo).stdout
     assert "added the SessionStart hook" in out and "trust" in out  # says hooks stay off until trusted
     data = json.loads(hooks.read_text(encoding="utf-8"))
-    assert data["hooks"]["PreToolUse"] == theirs["hooks"]["PreToolUse"]
+    assert data["hooks"]["PreToolUse"][0] == theirs["hooks"]["PreToolUse"][0]  # theirs kept; cortex's beside it
+    assert data["hooks"]["PreToolUse"][1]["matcher"] == "apply_patch|Edit|Write"
     stop = [h for g in data["hooks"]["Stop"] for h in g["hooks"]]
     assert stop[0]["command"] == "./notify.sh" and stop[1]["command"].endswith("exec cortex hook stop")
     wanted = {"SessionStart": "session-start", "UserPromptSubmit": "prompt", "Stop": "stop",
-              "PreCompact": "pre-compact", "SessionEnd": "session-end"}
+              "PreCompact": "pre-compact", "SessionEnd": "session-end", "PreToolUse": "pre-tool-use"}
     for event, name in wanted.items():
         handler = [h for g in data["hooks"][event] for h in g["hooks"] if "cortex hook" in h["command"]]
         assert len(handler) == 1 and handler[0]["command"].endswith(f"cortex hook {name}")

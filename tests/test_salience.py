@@ -375,7 +375,9 @@ def test_installed_settings_send_sub_agent_events_and_only_agent_tool_uses(repo)
     cortex("init", "--claude", cwd=repo)
     hooks = json.loads((repo / ".claude" / "settings.json").read_text())["hooks"]
     assert {"PreToolUse", "SubagentStart", "SubagentStop"} <= set(hooks)
-    assert hooks["PreToolUse"][0]["matcher"] == "Task|Agent"
+    # The sub-agent tools, and the edit tools (the memories bound to a file: issue 42); no other tool use.
+    assert set(hooks["PreToolUse"][0]["matcher"].split("|")) == {"Task", "Agent", "Edit", "Write", "MultiEdit",
+                                                                  "NotebookEdit"}
     again = cortex("init", "--claude", cwd=repo)
     assert again.returncode == 0
     assert len(json.loads((repo / ".claude" / "settings.json").read_text())["hooks"]["PreToolUse"]) == 1
