@@ -1,22 +1,15 @@
 """`cortex serve`: a resident query process per store, so prompt-time recall costs a socket round trip.
 
 It keeps one index per store (the project's and the global one), synced at its start and then by a watchdog
-observer as `cortex watch` does (and like it vouches for the files, so other processes skip their stat of
-every file), keeps the next SessionStart briefing built, and exits after `--idle` seconds without a request.
-One per store (`state/serve.lock`). The SessionStart hook starts it; the prompt hook asks it and otherwise
-recalls in its own process, by the same relevance rule (`cortex.events.prompt_context`).
-
-Protocol, one JSON line each way: `{"op": "prompt", "prompt", "session", "wait"}` gets `{"context", "ids"}`,
-or `{"warming": true}` when the server is not ready `wait` seconds later; `{"op": "recall", "query", …}` gets
-`cortex recall`'s `{"hits", "notes"}`; `{"op": "path", "paths", "exclude", "wait"}` (the edit hook) gets
-`{"context", "shown"}` (`cortex.bypath.answer`); `ping` is answered once ready, `state` at once. Anything else (an
-unknown op or field, a wrong type or range, a line over `wire.MAX_REQUEST`) gets `{"error"}` and runs nothing.
-Only its owner reaches it: the socket is in the user's private folder (`cortex.layout.private_dir`), mode
-0600, and each side checks the other's uid (`SO_PEERCRED`) first (docs/security.md).
+observer as `cortex watch` does (vouching for the files, so other processes skip their stat of every file),
+keeps the next SessionStart briefing built, and exits after `--idle` seconds without a request. One per store
+(`state/serve.lock`); the SessionStart hook starts it. Its protocol (one JSON line each way: `prompt`,
+`recall`, `path`, `ping`, `state`; anything else gets `{"error"}` and runs nothing) is in docs/cache.md. Only
+its owner reaches it: a private folder, a 0600 socket and the peer's uid checked (docs/security.md).
 """
-
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -64,7 +57,7 @@ def serve(store: Store, idle: float = 900.0) -> str:
         lock.close()
         raise CortexError("no private folder for the server's socket (`$XDG_RUNTIME_DIR/cortex` or `cortex-<uid>` "
                           "in the temp folder, this user's, mode 0700): prompts are answered in the hook's process")
-    if os.path.lexists(path):
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(path)  # a stale socket from a server that died (`kill -9`); the lock says none runs
     stop_on_sigterm()
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -81,7 +74,7 @@ def serve(store: Store, idle: float = 900.0) -> str:
     finally:
         warm.stop()
         server.close()
-        if os.path.lexists(path):
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
         lock.close()
 
@@ -125,10 +118,8 @@ class _Warm(threading.Thread):
                     self.indexes.synced(each, full=True)
                 use_contextual("background")
                 recall(stores, "warm up", limit=1, indexes=self.indexes, links=False)  # models and searchers loaded
-            for each in stores:
-                vouch = hold_lock(each.state_dir / "watch.ready")  # None: a `cortex watch` vouches already
-                if vouch is not None:
-                    self.vouches.append(vouch)
+            vouches = [hold_lock(each.state_dir / "watch.ready") for each in stores]  # None: `cortex watch` vouches
+            self.vouches = [vouch for vouch in vouches if vouch is not None]
             self.ready.set()
         except Exception as exc:  # the hook recalls in its own process
             self.store.log(f"serve: warming failed: {exc!r}")
@@ -198,19 +189,17 @@ class _Warm(threading.Thread):
             self.store.log(f"serve: briefing not rebuilt: {exc!r}")
 
     def _release(self) -> None:  # no longer vouch for the files: other processes walk them again
-        for vouch in self.vouches:
-            vouch.close()
-        self.vouches = []
+        while self.vouches:
+            self.vouches.pop().close()
 
     def stop(self) -> None:
         self.stopping.set()
-        for watched in self.watched:
-            watched[3].stop()
+        for *_watched, observer in self.watched:
+            observer.stop()
         self._release()
 
 
-# The fields each request may carry, and what each must be (`_checked`): a request names nothing beyond its
-# query and their options (no store, path, file or command), and these are all the ops there are.
+# Every op and the fields each may carry (`_checked`): a query and its options; never a store or a command.
 FIELDS: dict[str, dict[str, Any]] = {
     "state": {}, "ping": {}, "prompt": {"prompt": str, "session": str, "wait": (int, float)},
     "recall": {"query": str, "limit": int, "types": list, "branch": (str, type(None)), "include_all": bool,
@@ -253,8 +242,8 @@ def _checked(request: object) -> dict[str, Any]:
     if len(checked.get("branch") or "") > 1000:
         raise RequestRefused("field 'branch' is over 1000 characters")
     for name, most in (("paths", MAX_PATHS), ("exclude", MAX_EXCLUDED)):
-        if len(checked.get(name, ())) > most or any(not isinstance(item, str) or len(item) > 4096
-                                                     for item in checked.get(name, ())):
+        values = checked.get(name, ())
+        if len(values) > most or not all(isinstance(value, str) and len(value) <= 4096 for value in values):
             raise RequestRefused(f"field {name!r} holds at most {most} strings of at most 4096 characters")
     return checked
 
