@@ -70,12 +70,8 @@ def store_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """Add --global / --dir to a command and hand it an opened `store`."""
 
     @click.option("--global", "use_global", is_flag=True, help="Use the global store ($CORTEX_HOME, default ~/.cortex).")
-    @click.option(
-        "--dir",
-        "directory",
-        type=click.Path(file_okay=False, path_type=Path),
-        help="Use this store folder (also $CORTEX_DIR), e.g. .cortex-example.",
-    )
+    @click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
+                  help="Use this store folder (also $CORTEX_DIR), e.g. .cortex-example.")
     @functools.wraps(func)
     def wrapper(use_global: bool, directory: Path | None, **kwargs: Any) -> Any:
         from cortex.store import Store
@@ -178,9 +174,6 @@ def _at(store: Any, rev: str | None) -> Any:
     return Store(materialize_at(store.root, rev), f"project@{rev}")
 
 
-# ---------------------------------------------------------------- init
-
-
 @main.command()
 @click.option("--global", "use_global", is_flag=True, help="Create the global store instead ($CORTEX_HOME).")
 @click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), help="Create the store in this folder.")
@@ -267,9 +260,6 @@ def _assistant_modules(codex: bool, gemini: bool, cursor: bool) -> list[Any]:
             (("codex", codex), ("gemini", gemini), ("cursor", cursor)) if wanted]
 
 
-# ---------------------------------------------------------------- remember
-
-
 @main.command()
 @click.argument("text")
 @click.option("--type", "memory_type", type=TYPE_CHOICE, default="context", show_default=True, help="Kind of memory.")
@@ -297,9 +287,6 @@ def remember(store: Any, text: str, memory_type: str, title: str | None, priorit
         click.echo(created.id)
 
 
-# ---------------------------------------------------------------- list / show
-
-
 @main.command(name="list")
 @click.option("--type", "types", type=TYPE_CHOICE, multiple=True, help="Only this type (repeatable).")
 @click.option("--status", "statuses", type=click.Choice(["active", "superseded", "archived", "proposed"]), multiple=True,
@@ -314,25 +301,20 @@ def remember(store: Any, text: str, memory_type: str, title: str | None, priorit
 def list_command(store: Any, types: tuple[str, ...], statuses: tuple[str, ...], show_all: bool, tags: tuple[str, ...],
                  branch: str | None, pinned: bool, as_json: bool, at: str | None) -> None:
     """List memories (active ones unless --status or --all)."""
-
     store = _at(store, at)
     wanted_status = set() if show_all else set(statuses or ("active",))
     root = str(store.memories_dir)
     wanted = set(tags)
-
-    def listed(index: Any) -> tuple[list[tuple[Path, str]], list[Any]]:
-        # The records' fields read as columns: no dict per memory.
-        fields = ("pinned", "priority", "type", "title", "id", "status", "branch", "tags") + (
-            ("confidence", "files", "created", "updated") if as_json else ())
-        rows = [row for row in index.records().column(*fields)
-                if not ((types and row[3] not in types) or (wanted_status and row[6] not in wanted_status)
-                        or (branch is not None and row[7] != branch) or (pinned and not row[1])
-                        or (wanted and not wanted & set(row[8])))]
-        rows.sort(key=lambda row: (not row[1], -row[2], row[3], row[4].lower(), row[5]))
-        return list(index.problems()), rows
-
-    problems, rows = listed(_index(store))
-    for path, reason in problems:
+    index = _index(store)
+    # The records' fields read as columns: no dict per memory.
+    fields = ("pinned", "priority", "type", "title", "id", "status", "branch", "tags") + (
+        ("confidence", "files", "created", "updated") if as_json else ())
+    rows = [row for row in index.records().column(*fields)
+            if not ((types and row[3] not in types) or (wanted_status and row[6] not in wanted_status)
+                    or (branch is not None and row[7] != branch) or (pinned and not row[1])
+                    or (wanted and not wanted & set(row[8])))]
+    rows.sort(key=lambda row: (not row[1], -row[2], row[3], row[4].lower(), row[5]))
+    for path, reason in index.problems():
         click.echo(f"cortex: skipped {_safe(str(path))}: {_safe(reason)}", err=True)
     if as_json:
         _print_json([{"id": ident, "type": kind, "title": title, "status": status, "priority": priority,
@@ -412,10 +394,9 @@ def _refuse_shared_id(store: Any, item: Any) -> None:
 def _ranking(store: Any, item: Any) -> dict[str, Any] | None:
     """Why a memory ranks where it does (the prior's terms, its salience and tier); None when unknown."""
     from cortex import salience
+    from cortex.index import Index
     from cortex.memory import now_epoch
     from cortex.recall import Prior
-
-    from cortex.index import Index
 
     try:
         # The centralities kept for the committed cache when there are some: one memory needs no sync.
@@ -449,9 +430,6 @@ def feedback(store: Any, memory_id: str, rating: str, note: str | None, as_json:
         return
     click.echo(_safe(f"rated {result['id']} {rating}: salience {result['salience']:.2f}, tier {result['tier']} "
                      f"({result['title']})" + ("; accepted (was proposed)" if result.get("accepted") else "")))
-
-
-# ---------------------------------------------------------------- edit
 
 
 @main.command()
@@ -525,9 +503,6 @@ def _edit(store: Any, memory_id: str) -> None:
     click.echo(f"saved {item.path}")
 
 
-# ---------------------------------------------------------------- inbox
-
-
 @main.command()
 @click.argument("action", required=False, type=click.Choice(["accept", "reject", "edit"]))
 @click.argument("ids", nargs=-1, metavar="[ID]...")
@@ -569,9 +544,6 @@ def inbox(store: Any, action: str | None, ids: tuple[str, ...], as_json: bool) -
     else:
         for m in changed:
             _echo(f"{m.id} {verb}")
-
-
-# ---------------------------------------------------------------- forget
 
 
 @main.command()
@@ -740,9 +712,6 @@ def sync_command(use_global: bool, remote: str | None, resolve: tuple[str, ...],
         click.echo("`cortex status --global` lists the conflicts and what to do", err=True)
 
 
-# ---------------------------------------------------------------- status
-
-
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--strict", is_flag=True, help="Exit 1 when any problem is found.")
@@ -872,9 +841,6 @@ def report_command(store: Any, output: Path | None, as_json: bool) -> None:
     click.echo(f"wrote {_safe(str(written))}\nopen {_safe(written.resolve().as_uri())}")
 
 
-# ---------------------------------------------------------------- recall and the cache
-
-
 RECALL_BUDGET = 2000  # tokens `cortex recall` prints at most (every recall path has a budget)
 
 
@@ -946,17 +912,14 @@ def recall(store: Any, query: str, limit: int | None, types: tuple[str, ...], br
            until: str | None) -> None:
     """Find memories by meaning and by words (hybrid full-text + semantic): the relevant ones, or "nothing
     relevant"."""
-    from cortex.recall import NARROWED_NOTE, count_reads, use_contextual
+    from cortex.recall import NARROWED_NOTE, count_reads, time_window, use_contextual
     from cortex.recall import recall as run_recall
     from cortex.store import iter_stores
 
     if at:
         store, no_global = _at(store, at), True
-
     stores = list(iter_stores(store, include_global=not no_global and store.label == "project"))
     asked, limit = limit, limit or int(store.config().get("recall.limit"))
-    from cortex.recall import time_window
-
     try:
         window = time_window(since, until)
     except ValueError as exc:
@@ -1144,9 +1107,6 @@ def watch(store: Any, debounce: float) -> None:
         _fail(str(exc))
 
 
-# ---------------------------------------------------------------- projections
-
-
 @main.command()
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 naming the pages that are out of date.")
 @store_options
@@ -1167,9 +1127,6 @@ def project(store: Any, check: bool) -> None:
         click.echo(f"wrote {path}")
     if not changed:
         click.echo("projections are up to date")
-
-
-# ---------------------------------------------------------------- lifecycle
 
 
 @main.command()
@@ -1320,9 +1277,6 @@ def index_code_command(store: Any, paths: tuple[Path, ...], force: bool, as_json
         click.echo("no files found")
 
 
-# ---------------------------------------------------------------- hooks
-
-
 @main.command()
 @click.option("--git-hooks", is_flag=True, help="Remove cortex's git hooks (restoring any hook they chained) and merge driver.")
 @click.option("--claude", "claude_code", is_flag=True, help="Remove cortex's entries from .claude/settings.json and its rules file.")
@@ -1392,9 +1346,6 @@ def hook(event: str, args: tuple[str, ...]) -> None:
     if event == "git-pre-push":
         sys.exit(hooks.git_pre_push(list(args), stdin()))
     sys.exit(hooks.git_refresh(event[len("git-"):], list(args)))
-
-
-# ---------------------------------------------------------------- history
 
 
 @main.command(name="log")
@@ -1507,7 +1458,6 @@ def scan(paths: tuple[Path, ...]) -> None:
         sys.exit(1)
 
 
-
 @main.command(name="capture")
 @click.argument("transcript", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--from-start", is_flag=True, help="Ignore the cursor: read the whole transcript again (duplicates are still skipped).")
@@ -1549,7 +1499,6 @@ def capture_command(store: Any, transcript: Path, from_start: bool, as_json: boo
         click.echo(f"  {item.id}  {item.type:<10} {_safe(item.title)}")
 
 
-
 @main.command()
 @store_options
 def maintain(store: Any) -> None:
@@ -1577,7 +1526,6 @@ def worker(store: Any) -> None:
     click.echo(f"{counts['done']} jobs done, {counts['failed']} failed (kept for a retry), {counts['written']} memories written")
 
 
-
 @main.command(name="briefing")
 @click.option("--budget", type=click.IntRange(50, 2500), help="Token budget (default: briefing.budget_tokens, 500).")
 @click.option("--fresh", is_flag=True, help="Build it again instead of using the cached one.")
@@ -1596,7 +1544,6 @@ def briefing_command(store: Any, budget: int | None, fresh: bool, as_json: bool,
         _print_json({"text": result.text, "tokens": result.tokens, "ids": result.ids})
     else:
         click.echo(result.text, nl=False)
-
 
 
 @main.command(name="serve")
