@@ -78,9 +78,6 @@ def uninstall(project_root: Path) -> list[str]:
     return done or ["no Cursor integration was installed"]
 
 
-# ---------------------------------------------------------------- hook payloads
-
-
 def workspace_slug(path: str) -> str:
     """Cursor's folder name for a workspace under ~/.cursor/projects/: `/home/ana/app` → `home-ana-app`."""
     return re.sub(r"[^A-Za-z0-9]", "-", path.lstrip("/"))
