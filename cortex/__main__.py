@@ -6,6 +6,7 @@ dispatched here without importing click; everything else goes to `cortex.cli`.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 CLAUDE_EVENTS = {"stop": "claude_stop", "pre-compact": "claude_stop", "session-start": "claude_session_start",
@@ -54,16 +55,12 @@ def run() -> None:
     if len(args) >= 2 and args[0] == "hook" and args[1] == "pre-tool-use":
         from cortex import hotpath
 
-        try:
+        with contextlib.suppress(Exception):  # a hook never breaks the session
             hotpath.pre_tool_use(sys.stdin.read() if not sys.stdin.isatty() else "")
-        except Exception:
-            pass  # a hook never breaks the session
         _leave(0)
     if len(args) >= 2 and args[0] == "hook" and args[1] == "git-post-checkout":
-        try:
+        with contextlib.suppress(Exception):  # never breaks the git command: the next command syncs the cache
             post_checkout(args[2:])
-        except Exception:
-            pass  # never breaks the person's git command; the next command syncs the cache anyway
         _leave(0)
     if len(args) >= 2 and args[0] == "hook" and args[1] in CLAUDE_EVENTS:
         raw = sys.stdin.read() if not sys.stdin.isatty() else ""

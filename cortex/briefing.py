@@ -7,6 +7,7 @@ A memory whose files are gone is left out, one whose file changed is marked stal
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -385,10 +386,8 @@ def get(store: Store) -> Briefing:
     record(store.state_dir, "briefing", {"builds": 1}, {"tokens": briefing.tokens, "chars": len(briefing.text),
            "memories": len(briefing.ids), "ms": round((time.perf_counter() - started) * 1000, 1)})
     if _cache_key(store) == key:
-        try:
+        with contextlib.suppress(OSError):
             atomic_write(store.state_dir / "briefing.json", _saved(key, briefing, index), durable=False)
-        except OSError:
-            pass
     return briefing
 
 

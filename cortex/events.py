@@ -107,9 +107,6 @@ def _link_now(store: Store, index: Any, ids: list[str]) -> int:
     return len(report.linked)
 
 
-# ---------------------------------------------------------------- capture, remember, forget
-
-
 def capture_done(store: Store, report: Any, indexes: Indexes, *, stage: bool = False,
                  upkeep: str = "detached") -> Changes:
     """After a capture: each store it wrote to brought in step; with `stage` the new memories are linked before
@@ -165,9 +162,6 @@ def delete(store: Store, ids: Iterable[str], indexes: Indexes | None = None) -> 
     clear_flags(store, [m.id for m in removed])
     memories_changed(store, indexes or Indexes(), [m.path for m in removed if m.path is not None], upkeep="none")
     return removed
-
-
-# ---------------------------------------------------------------- the inbox: proposals of capture (docs/capture.md)
 
 
 def proposals(store: Store, indexes: Indexes | None = None) -> list[Memory]:
@@ -229,9 +223,6 @@ def promote(store: Store, memory_id: str, indexes: Indexes | None = None, archiv
     return home.get(created.id) if changes.linked else created
 
 
-# ---------------------------------------------------------------- starting the upkeep (`cortex maintain`)
-
-
 def upkeep_due(store: Store) -> bool:
     """Memories queued for links, or (a store outside git) the day's gc not run yet."""
     from cortex.graph import queued_links
@@ -245,9 +236,6 @@ def _spawn_upkeep(store: Store) -> bool:
 
     detached(["maintain", "--dir", str(store.root)], str(store.state_dir), env={"CORTEX_NESTED": "0"})
     return True
-
-
-# ---------------------------------------------------------------- what a prompt gets
 
 
 def prompt_context(store: Store, prompt: str, indexes: Indexes, catch_up: dict[str, Any] | None = None) -> str | None:
@@ -312,8 +300,6 @@ def _fit(lines: list[str], used: int, budget: int, label: str, detail: str) -> i
             return used + cost
     return None
 
-
-# ---------------------------------------------------------------- a briefing older than its store
 
 CATCH_UP_MAX = 8  # memories a catch-up names at most (the rest are counted)
 CATCH_UP_ORDER = ("decision", "plan", "gotcha", "convention", "pattern")  # first; every other type after

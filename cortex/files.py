@@ -151,10 +151,8 @@ def private_folder(name: str) -> str:
 
     top = os.path.join(tempfile.gettempdir(), f"cortex-{os.getuid()}")
     for folder in (top, os.path.join(top, name)):
-        try:
+        with contextlib.suppress(FileExistsError):
             os.mkdir(folder, 0o700)
-        except FileExistsError:
-            pass
         info = os.lstat(folder)
         if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
             raise PermissionError(errno.EACCES, "not a private folder", folder)  # someone else's: never use it

@@ -7,6 +7,7 @@ time. `supersedes` is a person's statement: automation proposes `contradicts` in
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -276,9 +277,6 @@ def connect(store: Store, ids: Iterable[str], index: Any = None) -> LinkReport:
     return report
 
 
-# ---------------------------------------------------------------- suggested links (state/suggested.json)
-
-
 def suggestions(store: Store) -> list[tuple[str, str, float]]:
     """Suggested links as recorded: (new memory, other memory, similarity)."""
     try:
@@ -351,16 +349,11 @@ def unlink(store: Store, a: str, b: str) -> list[tuple[str, Link]]:
     removed = [(first.id, link) for link in store.drop_links(first.id, lambda link: link.to == second_id,
                                                               first.path)]
     if second_id != first.id:
-        try:
+        with contextlib.suppress(MemoryNotFound):
             removed += [(second_id, link) for link in store.drop_links(second_id, lambda link: link.to == first.id)]
-        except MemoryNotFound:
-            pass
     if not removed:
         raise CortexError(f"no link between {first.id} and {second_id} (`cortex links {first.id}` lists its links)")
     return removed
-
-
-# ---------------------------------------------------------------- decay and expansion (read time)
 
 
 class LastReads:
@@ -503,7 +496,6 @@ def clear_flagged_pairs(store: Store, pairs: Iterable[tuple[str, str]]) -> None:
     _unflag(store, lambda a, b: tuple(sorted((a, b))) in judged)
 
 
-# ---------------------------------------------------------------- the link queue
 # Capture queues the ids it wrote (`state/maintain.json`); the detached `cortex maintain` links them.
 
 

@@ -227,8 +227,6 @@ def gc_due(store: Store) -> bool:
         return True
 
 
-# ---------------------------------------------------------------- the reality check of settings
-
 # `key: value` or `key = value` in a code span; in prose only KEY=, dotted.key= or snake_key= (a plain word is not).
 _CODE_SPAN = re.compile(r"`([^`\n]{1,160})`")
 _SPAN_SETTING = re.compile(r"^\s*([A-Za-z_][\w.-]{0,80})\s*(?:=|:)\s*(\S.*?)\s*$")
@@ -318,8 +316,6 @@ def present_files(names: list[str], root: Path) -> list[str]:
             out.append(os.path.relpath(inside, root).replace(os.sep, "/"))
     return out
 
-
-# ---------------------------------------------------------------- reset
 
 KEEP_ALWAYS = (".lock", ".sock", "watch.ready")  # held by live processes (a running serve, watch or hook)
 KEEP_UNLESS_HARD = ("cursors", "queue")  # how far each transcript was read, and LLM work not done yet

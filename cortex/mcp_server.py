@@ -7,6 +7,7 @@ tool result with `isError`. Nothing but protocol goes to stdout. docs/mcp.md.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -116,13 +117,8 @@ class Backend:
         except CortexError:
             pass  # no store yet: the first call says so
         except Exception as exc:
-            try:
+            with contextlib.suppress(CortexError):
                 self.store().log(f"mcp: warm-up failed: {exc!r}")
-            except CortexError:
-                pass
-
-
-# ---------------------------------------------------------------- results
 
 
 def _result(data: dict[str, Any], text: str | None = None) -> CallToolResult:
@@ -311,9 +307,6 @@ def _decisions_page(backend: Backend) -> str:
     return next(p.text for p in projections.build(store, index=index) if p.name == "decisions.md")
 
 
-# ---------------------------------------------------------------- the server
-
-
 class CortexMCPServer(MCPServer):
     """MCPServer whose bad arguments and unknown tools are protocol errors naming the field."""
 
@@ -380,10 +373,8 @@ def _claim_stdin() -> int:
 
 def _release_stdin(private: int) -> None:
     # The private copy stays open: a reader thread may still block on it after the server stops.
-    try:
+    with contextlib.suppress(OSError):
         os.dup2(private, 0)
-    except OSError:
-        pass
 
 
 async def _stdin_lines(fd: int) -> AsyncIterator[str]:
@@ -439,10 +430,8 @@ def _guarded(backend: Backend, fn: Callable[..., Any]) -> Callable[..., Any]:
         except CortexError as exc:
             raise ToolError(str(exc)) from exc
         except Exception as exc:  # a bug or the machine (disk full, ...): say what, and log it
-            try:
+            with contextlib.suppress(Exception):
                 backend.store().log(f"mcp: {fn.__name__} failed: {exc!r}")
-            except Exception:
-                pass
             raise ToolError(f"{fn.__name__} failed: {exc.__class__.__name__}: {exc}") from exc
 
     return wrapper
@@ -754,10 +743,8 @@ def run(directory: Path | None = None, use_global: bool = False) -> None:
     server = build_server(backend)
     warm = threading.Thread(target=backend.warm, name="cortex-mcp-warm", daemon=True)
     warm.start()
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         server.run("stdio")
-    except KeyboardInterrupt:
-        pass
     # The client closed the connection. Closing the indexes (or tearing the interpreter down) under the warm-up or
     # a background fill of contextual vectors crashed the process at exit: let the warm-up end, then leave as a
     # read-only command does (the cache is SQLite's and survives an exit mid-write).

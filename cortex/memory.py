@@ -8,6 +8,7 @@ round-trip, so a person's comments and key order survive.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import functools
 import json
@@ -467,10 +468,8 @@ class AnchorFound(Exception):
 
 def load_front_matter(yaml_text: str, path: Path | None = None) -> dict[str, Any]:
     """Front matter as plain data, by the fast reader or ruamel.yaml (no anchors); raises `MalformedMemory` only."""
-    try:
+    with contextlib.suppress(_NotSimple, ValueError):  # ValueError: a timestamp-shaped non-date; ruamel decides
         return _read_simple(yaml_text)
-    except (_NotSimple, ValueError):  # ValueError: a timestamp-shaped value that is no date; ruamel decides
-        pass
     from ruamel.yaml.error import YAMLError
 
     if _flow_depth(yaml_text) > MAX_FLOW_DEPTH:

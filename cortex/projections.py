@@ -7,6 +7,7 @@ docs/git.md.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from dataclasses import dataclass
@@ -365,10 +366,8 @@ def _save_stamp(store: Store, pages: list[Projection], index: Any = None) -> Non
     for page in current:
         stamp[page.name] = {"inputs": digests[page.name] + _named_digest(index, page.named),
                             "named": sorted(page.named), "stat": _page_stat(store, page.name)}
-    try:
+    with contextlib.suppress(OSError):
         atomic_write(store.cache_dir / "projections.stamp", json.dumps({"pages": stamp}), durable=False)
-    except OSError:
-        pass
 
 
 def _known(store: Store, index: Any = None) -> set[str]:

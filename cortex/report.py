@@ -93,9 +93,6 @@ def write(store: Store, path: Path | None = None, index: Index | None = None) ->
     return target
 
 
-# ---------------------------------------------------------------- embedding
-
-
 def _script_json(data: dict[str, Any]) -> str:
     """JSON that cannot end its `<script>` block: `<`, `>`, `&`, U+2028 and U+2029 as `\\u` escapes."""
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
@@ -106,9 +103,6 @@ def _script_json(data: dict[str, Any]) -> str:
 
 def _hash(text: str) -> str:
     return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode() + "'"
-
-
-# ---------------------------------------------------------------- the graph
 
 
 def _graph(store: Store, index: Index, memories: list[Memory]) -> tuple[list[list[Any]], list[list[Any]],
@@ -266,9 +260,6 @@ def _pack(radii: list[float]) -> list[tuple[float, float]]:
     return centres
 
 
-# ---------------------------------------------------------------- decisions
-
-
 def _timeline(memories: list[Memory]) -> dict[str, Any]:
     """Decisions newest first (row numbers into `nodes`), and supersession chains oldest → newest."""
     from cortex.projections import is_decision
@@ -301,9 +292,6 @@ def _timeline(memories: list[Memory]) -> dict[str, Any]:
     return {"decisions": decisions, "chains": chains,
             "replaces": {str(k): v for k, v in sorted(replaces.items())},
             "replaced_by": {str(k): v for k, v in sorted(replaced_by.items())}}
-
-
-# ---------------------------------------------------------------- this branch
 
 
 def _branch_changes(store: Store, index: Index) -> dict[str, Any]:

@@ -79,9 +79,6 @@ class _Side:
         return out
 
 
-# ---------------------------------------------------------------- building the report
-
-
 def build(repo: Any, base_rev: str, head_rev: str, store_prefix: str) -> dict[str, Any]:
     """What `head_rev` changes in the store at `store_prefix` since it forked from `base_rev` (`--json`'s data)."""
     head = gitops.resolve(repo, head_rev)
@@ -200,9 +197,6 @@ def _ref(memory_id: str, known: Callable[[str], Memory | None]) -> dict[str, str
     return {"id": memory_id, "title": found.title if found is not None else ""}
 
 
-# ---------------------------------------------------------------- settings and pins
-
-
 def _config_changes(repo: Any, fork: Any, head: Any, store_prefix: str) -> list[dict[str, Any]]:
     """Each `config.yaml` setting the branch adds, changes or removes (key, old, new; None: not set)."""
     path = f"{store_prefix}/config.yaml" if store_prefix else "config.yaml"
@@ -282,9 +276,6 @@ def _setting_lines(report: dict[str, Any], limit: int) -> list[str]:
     pins = [f"- {'Pinned' if row['pinned'] else 'Unpinned'}: {_item(row)}" for row in report["pins"][:limit]]
     out += _more(pins, len(report["pins"]), limit) if pins else []
     return ["#### Settings and pins", *out, ""] if out else []
-
-
-# ---------------------------------------------------------------- warnings
 
 
 def _malformed(new: _Side, changed_ids: list[str]) -> list[dict[str, Any]]:
@@ -403,8 +394,6 @@ def _lists(report: dict[str, Any]) -> list[Any]:
     return [*report["decisions"].values(), report["gotchas"], report["conventions"], report["architecture"],
             *report["plan"].values(), report["progress"], report["proposed"]]
 
-
-# ---------------------------------------------------------------- markdown
 
 _MENTION = re.compile(r"@(?=[A-Za-z0-9])")
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|~#])")
@@ -573,9 +562,6 @@ def _plan_lines(report: dict[str, Any], limit: int) -> list[str]:
     return out + [""]
 
 
-# ---------------------------------------------------------------- the command's pieces
-
-
 def parse_range(revisions: str) -> tuple[str, str]:
     """'BASE..HEAD' or 'BASE...HEAD' (both: what HEAD adds since it forked from BASE), or 'BASE' (..HEAD)."""
     text = revisions.strip()
@@ -608,9 +594,6 @@ def store_prefix(repo: Any, directory: Path | None) -> str:
     except ValueError:
         raise CortexError(f"the store {root} is not inside the repository {top}") from None
     return "" if inside == "." else inside
-
-
-# ---------------------------------------------------------------- posting the comment
 
 
 @dataclass
