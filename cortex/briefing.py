@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from cortex.files import atomic_write, file_lock, read_json
 from cortex.guard import redacted
 from cortex.render import short
 from cortex.store import Store
@@ -87,11 +88,8 @@ def _cache_key(store: Store, settled: bool = False) -> str:
 
 def cached(store: Store) -> Briefing | None:
     """The cached briefing when nothing it depends on changed (reads one file)."""
-    try:
-        data = json.loads((store.state_dir / "briefing.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if data.get("key") != _cache_key(store):
+    data = read_json(store.state_dir / "briefing.json")
+    if data is None or data.get("key") != _cache_key(store):
         return None
     return Briefing(data["text"], int(data["tokens"]), list(data.get("ids", [])))
 
@@ -373,7 +371,6 @@ def get(store: Store) -> Briefing:
         return hit
     import time
 
-    from cortex.files import atomic_write
     from cortex.index import Index
     from cortex.metrics import record
 
@@ -407,7 +404,6 @@ def build_next(root: str, commits: bool = False) -> None:
     from pathlib import Path
 
     from cortex import __version__
-    from cortex.files import atomic_write, file_lock
     from cortex.index import Index
     from cortex.layout import briefing_key, saved_briefing
 

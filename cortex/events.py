@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from cortex.errors import CortexError, QueryRefused
+from cortex.files import read_json
 from cortex.guard import redacted
 from cortex.index import Indexes
 from cortex.layout import catch_up_file
@@ -252,10 +253,7 @@ def prompt_context(store: Store, prompt: str, indexes: Indexes, catch_up: dict[s
     limit = int(config.get("prompt.max_memories"))
     budget = int(config.get("prompt.budget_tokens")) - FRAME_TOKENS  # the hook frames it
     min_match = float(config.get("prompt.min_match"))
-    try:
-        shown = set(json.loads((store.state_dir / "briefing.json").read_text(encoding="utf-8")).get("ids", []))
-    except (OSError, ValueError):
-        shown = set()
+    shown = set(read_json(store.state_dir / "briefing.json", {}).get("ids", []))
     from cortex import salience
 
     shown |= salience.muted(store)  # shown often at prompt time and never used: recall still finds them

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cortex.files import atomic_write, file_lock
+from cortex.files import atomic_write, file_lock, read_json
 from cortex.memory import now_iso
 
 FILE = "metrics.json"
@@ -18,10 +18,7 @@ FILE = "metrics.json"
 
 def read(state_dir: Path) -> dict[str, dict[str, Any]]:
     """The metrics so far ({} when none were recorded, or the file is unreadable)."""
-    try:
-        data = json.loads((state_dir / FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
+    data = read_json(state_dir / FILE)
     return {name: dict(section) for name, section in data.items() if isinstance(section, dict)} \
         if isinstance(data, dict) else {}
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cortex.files import atomic_write
+from cortex.files import atomic_write, read_json
 from cortex.memory import Memory
 from cortex.store import Store
 
@@ -339,12 +339,7 @@ def _page_stat(store: Store, name: str) -> list[int] | None:
 
 
 def _read_stamp(store: Store) -> dict[str, Any]:
-    import json
-
-    try:
-        stamp = json.loads((store.cache_dir / "projections.stamp").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
+    stamp = read_json(store.cache_dir / "projections.stamp")
     pages = stamp.get("pages") if isinstance(stamp, dict) else None
     return pages if isinstance(pages, dict) and all(isinstance(v, dict) for v in pages.values()) else {}
 
