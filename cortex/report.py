@@ -15,7 +15,7 @@ import os
 import re
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from cortex.index import Index
 from cortex.index.cache import read_body
@@ -197,25 +197,25 @@ def _short(title: str, limit: int = 40) -> str:
     return title if len(title) <= limit else title[: limit - 1].rstrip() + "…"
 
 
-def _component(start: int, neighbours: list[list[int]], seen: list[bool]) -> list[int]:
-    """The memories linked to `start`, breadth first from the best-linked of them (so neighbours sit close)."""
-    members, queue = [start], deque([start])
-    seen[start] = True
+def _reached(start: int, step: Callable[[int], list[int]]) -> list[int]:
+    """Every row reached from `start` along `step`, breadth first."""
+    order, queue, seen = [start], deque([start]), {start}
     while queue:
-        for other in neighbours[queue.popleft()]:
-            if not seen[other]:
-                seen[other] = True
-                members.append(other)
-                queue.append(other)
-    hub = max(members, key=lambda m: (len(neighbours[m]), -m))
-    order, queue, placed = [hub], deque([hub]), {hub}
-    while queue:
-        for other in sorted(neighbours[queue.popleft()], key=lambda o: -len(neighbours[o])):
-            if other not in placed:
-                placed.add(other)
+        for other in step(queue.popleft()):
+            if other not in seen:
+                seen.add(other)
                 order.append(other)
                 queue.append(other)
     return order
+
+
+def _component(start: int, neighbours: list[list[int]], seen: list[bool]) -> list[int]:
+    """The memories linked to `start`, breadth first from the best-linked of them (so neighbours sit close)."""
+    members = _reached(start, lambda m: neighbours[m])
+    for member in members:
+        seen[member] = True
+    hub = max(members, key=lambda m: (len(neighbours[m]), -m))
+    return _reached(hub, lambda m: sorted(neighbours[m], key=lambda o: -len(neighbours[o])))
 
 
 def _sunflower(count: int) -> list[tuple[float, float]]:
@@ -279,15 +279,8 @@ def _timeline(memories: list[Memory]) -> dict[str, Any]:
     for row in sorted(set(replaces) | set(replaced_by), key=lambda i: (memories[i].created, memories[i].id)):
         if row in seen:
             continue
-        chain, queue = [], deque([row])
-        seen.add(row)
-        while queue:
-            current = queue.popleft()
-            chain.append(current)
-            for other in replaces.get(current, []) + replaced_by.get(current, []):
-                if other not in seen:
-                    seen.add(other)
-                    queue.append(other)
+        chain = _reached(row, lambda current: replaces.get(current, []) + replaced_by.get(current, []))
+        seen.update(chain)
         chains.append(sorted(chain, key=lambda i: (memories[i].created, memories[i].id)))
     return {"decisions": decisions, "chains": chains,
             "replaces": {str(k): v for k, v in sorted(replaces.items())},
