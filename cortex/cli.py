@@ -844,21 +844,6 @@ def report_command(store: Any, output: Path | None, as_json: bool) -> None:
 RECALL_BUDGET = 2000  # tokens `cortex recall` prints at most (every recall path has a budget)
 
 
-def _within_budget(hits: list[Any], budget: int) -> tuple[list[Any], int]:
-    """The best hits whose rows fit in `budget` tokens (the best one always), and how many were left out."""
-    from cortex.text import estimate_tokens
-
-    kept: list[Any] = []
-    used = 0
-    for hit in hits:
-        cost = estimate_tokens(json.dumps(hit.to_dict(), ensure_ascii=False))
-        if kept and used + cost > budget:
-            break
-        kept.append(hit)
-        used += cost
-    return kept, len(hits) - len(kept)
-
-
 def _served_recall(stores: list[Any], query: str, **options: Any) -> Any:
     """A running `cortex serve`'s recall (its models are warm) as a `RecallResult`; None when none answers."""
     from cortex.errors import QueryRefused
@@ -915,6 +900,7 @@ def recall(store: Any, query: str, limit: int | None, types: tuple[str, ...], br
     from cortex.recall import NARROWED_NOTE, count_reads, time_window, use_contextual
     from cortex.recall import recall as run_recall
     from cortex.store import iter_stores
+    from cortex.text import estimate_tokens, within_budget
 
     if at:
         store, no_global = _at(store, at), True
@@ -936,7 +922,9 @@ def recall(store: Any, query: str, limit: int | None, types: tuple[str, ...], br
                             keyword_only=keyword, narrow=asked is None, count=False, window=window, proposed=True)
     # Below the relevance line (`cortex.recall.mark_relevant`): left out, or with --all shown and marked.
     below = 0 if include_all else sum(hit.relevant is False for hit in result.hits)
-    hits, left_out = _within_budget([hit for hit in result.hits if include_all or hit.relevant is not False], budget)
+    shown = [hit for hit in result.hits if include_all or hit.relevant is not False]
+    hits = within_budget(shown, budget, lambda hit: estimate_tokens(json.dumps(hit.to_dict(), ensure_ascii=False)))[0]
+    left_out = len(shown) - len(hits)
     if here:  # what is shown and relevant is read (a server counted its relevant hits itself)
         count_reads(stores, hits)
     for note in result.notes:

@@ -286,9 +286,7 @@ def setting_drift(memory: Any, root: Path) -> str | None:
     for key, claimed in settings:
         last = key.rsplit(".", 1)[-1]
         pattern = re.compile(r"(?<![\w.-])[\"']?" + re.escape(last) + r"[\"']?\s*[:=]\s*" + _VALUE)
-        values: dict[str, list[str]] = {}
-        for name, text in texts.items():
-            values[name] = [_plain_value(v) for v in pattern.findall(text)]
+        values = {name: [_plain_value(v) for v in pattern.findall(text)] for name, text in texts.items()}
         if any(claimed in found for found in values.values()):
             continue
         for name, found in sorted(values.items()):

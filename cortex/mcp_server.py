@@ -494,6 +494,7 @@ def _id_field(description: str | None = None) -> Any:
 
 def _add_search_tools(tool: Register, backend: Backend) -> None:
     from cortex.recall import count_reads, recall, time_window
+    from cortex.text import within_budget
 
     @tool("cortex_search", READ_ONLY, "Search project memory")
     def search(
@@ -545,13 +546,7 @@ def _add_search_tools(tool: Register, backend: Backend) -> None:
         result = recall(stores, query, limit=limit * 2, types=("decision", "architecture"),
                         include_all=include_superseded, indexes=indexes)
         rows = _decision_rows(indexes, stores, result.hits, limit)
-        kept: list[dict[str, Any]] = []
-        used = 0
-        for row in rows:
-            if kept and used + _row_tokens(row) > budget_tokens:
-                break
-            kept.append(row)
-            used += _row_tokens(row)
+        kept, used = within_budget(rows, budget_tokens, _row_tokens)
         return _result({"query": query, "decisions": kept, "tokens": used, "omitted": len(rows) - len(kept),
                         "notes": result.notes})
 
@@ -661,7 +656,6 @@ def _add_write_tools(tool: Register, backend: Backend) -> None:
         old = events.forget(store, item.id, backend.indexes, replaced_by=replaced_by)
         return _result({"id": old.id, "title": old.title, "status": old.status,
                         "replaced_by": store.get(replaced_by).id if replaced_by else None, "store": store.label})
-
 
     @tool("cortex_inbox", DESTRUCTIVE, "Review proposed memories")
     def inbox(
