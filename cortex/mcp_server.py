@@ -77,9 +77,6 @@ class Backend:
         store = self.store()
         return list(iter_stores(store, include_global=scope == "all" and store.label == "project"))
 
-    def global_store(self) -> Store:
-        return Store.locate(use_global=True)
-
     def new_call(self) -> None:
         """A tool call starts: files and config.yaml may have changed since the last one."""
         self._checked.clear()
@@ -320,14 +317,10 @@ class CortexMCPServer(MCPServer):
             cause = exc.__cause__
             if not isinstance(cause, ValidationError):
                 raise
-            problems = []
-            fields = []
-            for error in cause.errors():
-                field = ".".join(str(part) for part in error["loc"]) or "arguments"
-                fields.append(field)
-                problems.append(f"{field}: {error['msg']}")
-            raise MCPError(INVALID_PARAMS, f"{name}: invalid arguments: " + "; ".join(problems),
-                           {"tool": name, "fields": fields}) from None
+            problems = [(".".join(str(part) for part in error["loc"]) or "arguments", error["msg"])
+                        for error in cause.errors()]
+            raise MCPError(INVALID_PARAMS, f"{name}: invalid arguments: " + "; ".join(f"{f}: {m}" for f, m in problems),
+                           {"tool": name, "fields": [field for field, _msg in problems]}) from None
 
     async def run_stdio_async(self) -> None:
         """Serve over stdio, answering the lines the SDK's reader drops without a word: one that is not JSON
@@ -627,7 +620,7 @@ def _add_write_tools(tool: Register, backend: Backend) -> None:
         problem = control_problem({"title": title, "tags": tags, "files": files}, text)
         if problem is not None:  # a NUL would make git call the file binary, an ESC drive a reader's terminal
             raise ToolError(problem.replace("body:", "text:", 1) + "; nothing was written")
-        store = backend.global_store() if scope == "global" else backend.store()
+        store = Store.locate(use_global=True) if scope == "global" else backend.store()
         backend.follow(store)  # files changed by hand are synced before the links and pages are made
         created = events.remember(store, text, backend.indexes, type=type, title=title, priority=priority,
                                   confidence=confidence, tags=tags or (), files=files or (), pinned=pin,
