@@ -75,14 +75,8 @@ def _environment(store: Store) -> Any:
     import jinja2
 
     search = [str(store.root / "templates"), str(_templates_dir())]
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(search),
-        autoescape=False,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-        undefined=jinja2.StrictUndefined,
-    )
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(search), autoescape=False, trim_blocks=True,
+                              lstrip_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
 
 
 def _tidy(text: str) -> str:
@@ -273,15 +267,19 @@ def write(store: Store, projections: list[Projection], index: Any = None) -> lis
     return changed
 
 
-def refresh(store: Store, index: Any = None) -> list[Path]:
-    """Regenerate the pages whose memories changed; returns the paths that changed."""
+def _unknown(store: Store, index: Any) -> tuple[Any, list[Projection]]:
+    """The synced index, and the pages not known to be current, rendered."""
     from cortex.index import Index
 
     index = (index or Index(store)).ensure()
     names = [name for name in PAGES if name not in _known(store, index)]
-    if not names:
-        return []
-    return write(store, build(store, index=index, names=names), index)
+    return index, build(store, index=index, names=names) if names else []
+
+
+def refresh(store: Store, index: Any = None) -> list[Path]:
+    """Regenerate the pages whose memories changed; returns the paths that changed."""
+    index, pages = _unknown(store, index)
+    return write(store, pages, index) if pages else []
 
 
 def affected_by(types: Any) -> bool:
@@ -291,13 +289,9 @@ def affected_by(types: Any) -> bool:
 
 def stale(store: Store, index: Any = None) -> list[Path]:
     """The pages that do not match the memories (what `cortex project --check` reports)."""
-    from cortex.index import Index
-
-    index = (index or Index(store)).ensure()
-    names = [name for name in PAGES if name not in _known(store, index)]
-    if not names:
+    index, pages = _unknown(store, index)
+    if not pages:
         return []
-    pages = build(store, index=index, names=names)
     _save_stamp(store, [p for p in pages if p.is_current()], index)
     return [p.path for p in pages if not p.is_current()]
 
