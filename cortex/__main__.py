@@ -1,7 +1,7 @@
 """`python -m cortex` and the `cortex` console script.
 
-Hooks run as a fresh process on every event, so `cortex hook <event>` is
-dispatched here without importing click; everything else goes to `cortex.cli`.
+Hooks run as a fresh process on every event, so `cortex hook <event>` is dispatched here without importing click;
+everything else goes to `cortex.cli`.
 """
 
 from __future__ import annotations

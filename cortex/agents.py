@@ -1,10 +1,7 @@
 """A marked section of `AGENTS.md` holding the briefing, for agents that read that file (Codex, Cursor, …).
 
-`cortex init --agents` adds the section (creating AGENTS.md when there is
-none); the Stop hook keeps it current; `cortex uninstall --agents` removes
-it. Text outside the markers is never changed. The section holds the stable
-form of the briefing (no HEAD, recent commits or changed files), so the
-committed file changes only when memory does, not with every commit.
+The section holds the stable form of the briefing (no HEAD, recent commits or changed files), so the committed
+file changes only when memory does, not with every commit; text outside the markers is never changed.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The `cortex` command: a thin shell over the library.
 
-Each command opens the store, calls one library function and prints. The
-library's named errors become one-line messages with exit status 1.
+Each command opens the store, calls one library function and prints. The library's named errors become one-line
+messages with exit status 1.
 """
 
 from __future__ import annotations
