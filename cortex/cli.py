@@ -1232,15 +1232,14 @@ def consolidate(store: Any, dry_run: bool, yes: bool, allow_conflicts: bool, thr
 
         events.memories_changed(store, Indexes(), upkeep="none", everything=True)  # the pages, at once
     merged_ids = result.merged if result is not None else []
-    if not as_json:
-        for group in chosen:  # the LLM, asked as the merge was made, stopped it
-            if group.veto:
-                click.echo(f"not merged: {', '.join(m.id for m in group.members)}: {group.veto}")
     if as_json:
         _print_json({"groups": [g.to_dict() for g in groups],
                      "merged": [{"id": new, "from": old} for new, old in merged_ids],
                      "contested": [{"id": a, "other": b, "reason": why} for a, b, why in contested]})
         return
+    for group in chosen:  # the LLM, asked as the merge was made, stopped it
+        if group.veto:
+            click.echo(f"not merged: {', '.join(m.id for m in group.members)}: {group.veto}")
     for new, old in merged_ids:
         click.echo(f"merged {', '.join(old)} into {new}")
 

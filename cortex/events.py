@@ -5,6 +5,7 @@ the upkeep) and **what a prompt gets** (`prompt_context`: recall's one relevance
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -319,12 +320,10 @@ def take_catch_up(store: Store, session: str) -> dict[str, Any] | None:
 
 def _sweep_catch_ups(folder: Path, days: float = 1.0) -> None:
     """Remove the markers of sessions that never sent a prompt (older than `days`)."""
-    try:
+    with contextlib.suppress(OSError):
         for marker in folder.glob("*.json"):
             if marker.stat().st_mtime < time.time() - days * 86400:
                 marker.unlink(missing_ok=True)
-    except OSError:
-        pass
 
 
 def briefing_catch_up(store: Store, marker: dict[str, Any], indexes: Indexes) -> str | None:
