@@ -12,7 +12,7 @@ import contextlib
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -55,9 +55,7 @@ class SyncResult:
     skipped: list[str] = field(default_factory=list)  # the remote's paths never written here (not memories)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"created": self.created, "committed": self.committed, "remote": self.remote, "pulled": self.pulled,
-                "replayed": self.replayed, "conflicts": [c.as_dict() for c in self.conflicts],
-                "pushed": self.pushed, "resolved": self.resolved, "skipped": self.skipped}
+        return asdict(self) | {"conflicts": [c.as_dict() for c in self.conflicts]}
 
 
 def is_repository(store: Store) -> bool:
