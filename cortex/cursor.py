@@ -32,10 +32,9 @@ def _paths(project_root: Path) -> tuple[Path, Path, Path]:
 def _check(project_root: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     hooks_path, mcp_path, _ = _paths(project_root)
     hooks, mcp = load_json(hooks_path), load_json(mcp_path)
-    if not isinstance(hooks.get("hooks", {}), dict):
-        raise CortexError(f"{hooks_path}: hooks is not a JSON object; fix it and run again")
-    if not isinstance(mcp.get("mcpServers", {}), dict):
-        raise CortexError(f"{mcp_path}: mcpServers is not a JSON object; fix it and run again")
+    for path, data, key in ((hooks_path, hooks, "hooks"), (mcp_path, mcp, "mcpServers")):
+        if not isinstance(data.get(key, {}), dict):
+            raise CortexError(f"{path}: {key} is not a JSON object; fix it and run again")
     return hooks, mcp
 
 
