@@ -381,11 +381,9 @@ def materialize_at(store_root: Path, rev: str) -> Path:
     prefix = store_prefix(repo, store_root)
     for _mid, (path, data) in memories_at(repo, str(commit.id), prefix).items():
         atomic_write(target / "memories" / Path(path).relative_to(prefix), data, durable=False)
-    try:
-        config = commit.tree[f"{Path(prefix).parent.as_posix()}/config.yaml"]
-        atomic_write(target / "config.yaml", repo[config.id].data, durable=False)
-    except KeyError:
-        pass
+    config = blob_at(repo, commit, f"{Path(prefix).parent.as_posix()}/config.yaml")
+    if config is not None:
+        atomic_write(target / "config.yaml", config, durable=False)
     (target / "memories").mkdir(parents=True, exist_ok=True)
     done.touch()
     return target
