@@ -227,12 +227,7 @@ def init(use_global: bool, directory: Path | None, git_hooks: bool, claude_code:
     from cortex.errors import NotARepository
 
     try:
-        if claude_code:
-            from cortex import claude
-
-            for line in claude.install(store.root.parent):
-                click.echo(line)
-        for module in _assistant_modules(codex, gemini, cursor):  # cortex.codex, cortex.gemini, cortex.cursor
+        for module in _assistant_modules(claude_code, codex, gemini, cursor):  # cortex.claude, cortex.codex, …
             for line in module.install(store.root.parent):
                 click.echo(line)
         if agents:
@@ -253,11 +248,11 @@ def init(use_global: bool, directory: Path | None, git_hooks: bool, claude_code:
         _fail(str(exc))
 
 
-def _assistant_modules(codex: bool, gemini: bool, cursor: bool) -> list[Any]:
+def _assistant_modules(claude: bool, codex: bool, gemini: bool, cursor: bool) -> list[Any]:
     import importlib
 
     return [importlib.import_module(f"cortex.{name}") for name, wanted in
-            (("codex", codex), ("gemini", gemini), ("cursor", cursor)) if wanted]
+            (("claude", claude), ("codex", codex), ("gemini", gemini), ("cursor", cursor)) if wanted]
 
 
 @main.command()
@@ -1280,7 +1275,7 @@ def uninstall(git_hooks: bool, claude_code: bool, agents: bool, codex: bool, gem
         _fail("say what to remove: --git-hooks, --claude, --agents, --codex, --gemini and/or --cursor")
     root = find_worktree_root(Path.cwd()) or Path.cwd()
     try:
-        for module in _assistant_modules(codex, gemini, cursor):
+        for module in _assistant_modules(False, codex, gemini, cursor):  # Claude Code's entries go last
             for line in module.uninstall(root):
                 click.echo(line)
         if agents:
