@@ -238,25 +238,17 @@ def _memory_view(backend: Backend, memory_id: str) -> dict[str, Any]:
     return data
 
 
-def _plan_memories(store: Store, index: Index, branch: str | None) -> list[Memory]:
-    """The active plan and progress memories of a branch, read in full."""
-    out = []
-    for rel, entry in index.records().items():
-        if entry["type"] in ("plan", "progress") and entry["status"] == "active" and entry["branch"] == branch:
-            try:
-                out.append(store.read(store.memories_dir / rel))
-            except CortexError:
-                continue
-    return out
-
-
 def _plan(backend: Backend, branch: str | None) -> tuple[dict[str, Any], str]:
     """A branch's plans and progress notes, and the `active-plan.md` page they make."""
     store = backend.store()
     branch = branch or store.current_branch()
     from cortex import projections
 
-    memories = _plan_memories(store, backend.index(store, full=False), branch)
+    memories = []  # the branch's active plan and progress memories, read in full
+    for rel, entry in backend.index(store, full=False).records().items():
+        if entry["type"] in ("plan", "progress") and entry["status"] == "active" and entry["branch"] == branch:
+            with contextlib.suppress(CortexError):
+                memories.append(store.read(store.memories_dir / rel))
     page = next(p.text for p in projections.build(store, memories=memories) if p.name == "active-plan.md")
     by_date = sorted(memories, key=lambda m: (m.created, m.id))
 
