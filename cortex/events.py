@@ -83,7 +83,12 @@ def memories_changed(store: Store, indexes: Indexes, written: Iterable[Path] = (
         except Exception as exc:  # the next Stop or `cortex sync --global` commits what is left
             store.log(f"global store not committed: {exc!r}")
     if upkeep == "detached":
-        changes.upkeep = [str(each.root) for each in iter_stores(store) if upkeep_due(each) and _spawn_upkeep(each)]
+        from cortex.spawn import detached
+
+        for each in iter_stores(store):
+            if upkeep_due(each):
+                detached(["maintain", "--dir", str(each.root)], str(each.state_dir), env={"CORTEX_NESTED": "0"})
+                changes.upkeep.append(str(each.root))
     if store.label == "project" and (written or everything or changes.linked):
         from cortex.spawn import briefing_ahead  # a running server builds it itself
 
@@ -231,13 +236,6 @@ def upkeep_due(store: Store) -> bool:
     from cortex.lifecycle import gc_due
 
     return bool(queued_links(store)) or (store.worktree is None and gc_due(store))
-
-
-def _spawn_upkeep(store: Store) -> bool:
-    from cortex.spawn import detached
-
-    detached(["maintain", "--dir", str(store.root)], str(store.state_dir), env={"CORTEX_NESTED": "0"})
-    return True
 
 
 def prompt_context(store: Store, prompt: str, indexes: Indexes, catch_up: dict[str, Any] | None = None) -> str | None:
