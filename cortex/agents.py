@@ -6,6 +6,7 @@ file changes only when memory does, not with every commit; text outside the mark
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -104,11 +105,9 @@ def refresh(store: Store, index: Any = None) -> str | None:
         return None
     stamp = store.state_dir / "agents.key"
     key = f"{store.current_branch()}|{signature(str(store.root))}"
-    try:
+    with contextlib.suppress(OSError):
         if stamp.read_text(encoding="utf-8") == key:
             return None
-    except OSError:
-        pass
     done = update(store, index=index)
     atomic_write(stamp, f"{store.current_branch()}|{signature(str(store.root))}", durable=False)
     return done

@@ -492,11 +492,9 @@ def _note_sync(store: Store, result: SyncResult) -> None:
     from cortex.files import atomic_write
     from cortex.memory import now_iso
 
-    try:
+    with contextlib.suppress(OSError):
         atomic_write(store.state_dir / "sync.json", json.dumps({"last": now_iso(), "pushed": result.pushed,
                                                                "remote": result.remote}), durable=False)
-    except OSError:
-        pass
 
 
 def conflicts(store: Store) -> list[Conflict]:

@@ -77,15 +77,13 @@ def _signature(store_root: str, files_only: bool = False) -> tuple[str, int]:
             newest = max(newest, stat.st_mtime_ns)
         except OSError:
             parts.append("-")
-    try:
+    with contextlib.suppress(OSError):
         for name in sorted(os.listdir(memories)):
             folder = os.path.join(memories, name)
             if os.path.isdir(folder):
                 stamp = os.stat(folder).st_mtime_ns
                 parts.append(f"{name}:{stamp}")
                 newest = max(newest, stamp)
-    except OSError:
-        pass
     return "|".join(parts), newest
 
 
