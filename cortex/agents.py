@@ -67,10 +67,7 @@ def installed(store: Store) -> bool:
 def update(store: Store, create: bool = False, index: Any = None) -> str | None:
     """Write the section when it is out of date; with `create`, add it when missing. Returns what was done."""
     path = path_for(store)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        text = None
+    text = path.read_text(encoding="utf-8") if path.exists() else None
     parts = _split(text, path) if text is not None else None
     if parts is None and not create:
         return None
@@ -121,10 +118,7 @@ def union_attribute(root: Path) -> str | None:
     host's merge button uses it too): the section changes with memory on every branch. Kept when the file
     already says anything about AGENTS.md. Returns what was done."""
     path = root / ".gitattributes"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        text = ""
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
     if any(line.split()[:1] == [FILE] for line in text.splitlines()):
         return None
     atomic_write(path, text + ("\n" if text and not text.endswith("\n") else "") + UNION)
