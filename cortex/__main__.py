@@ -67,12 +67,10 @@ def run() -> None:
         if args[1] in ("session-start", "prompt"):
             from cortex import hotpath
 
-            try:
+            with contextlib.suppress(Exception):  # the full hook below logs whatever is wrong
                 fast = hotpath.session_start if args[1] == "session-start" else hotpath.prompt
                 if fast(raw):  # the cached briefing, or the resident server's answer: no store, no click
                     _leave(0)  # and no interpreter teardown (what it wrote is closed)
-            except Exception:
-                pass  # the full hook below logs whatever is wrong
         from cortex import hooks
 
         handler = getattr(hooks, CLAUDE_EVENTS[args[1]])
@@ -92,11 +90,9 @@ def _leave(code: int) -> None:
     """End the process with `code` once stdout and stderr are out, without tearing down what it loaded."""
     import os
 
-    try:
+    with contextlib.suppress(OSError):  # a closed pipe (`cortex list | head`): nothing more to say
         sys.stdout.flush()
         sys.stderr.flush()
-    except OSError:  # a closed pipe (`cortex list | head`): nothing more to say
-        pass
     os._exit(code)
 
 

@@ -42,7 +42,7 @@ def _git_facts(store: Store, rev: str | None = None) -> dict[str, Any]:
     root = store.worktree
     if root is None:
         return facts
-    try:
+    with contextlib.suppress(Exception):  # a broken repository: a briefing without git facts, never an error
         import pygit2
 
         repo = pygit2.Repository(str(root))
@@ -73,8 +73,6 @@ def _git_facts(store: Store, rev: str | None = None) -> dict[str, Any]:
                 diff = repo[base].peel(pygit2.Commit).tree.diff_to_tree(head.tree)
                 changed |= {d.new_file.path for d in diff.deltas if not d.new_file.path.startswith(".cortex/")}
         facts["changed"] = sorted(changed)
-    except Exception:  # a broken repository gives a briefing without git facts, never an error
-        pass
     return facts
 
 

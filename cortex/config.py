@@ -6,6 +6,7 @@ never names a command to run (`cortex.llm`). docs/configuration.md.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -277,12 +278,10 @@ def _write_cached(cache_dir: Path, key: tuple[int, ...], config: Config) -> None
 
     from cortex.files import atomic_write
 
-    try:
+    with contextlib.suppress(OSError, ValueError, TypeError):  # not cacheable (a read-only store, odd values)
         text = json.dumps([key, config.data, config.warnings, config.invalid])
         if json.loads(text)[1] == config.data:  # only what JSON gives back as it was (no dates, no tuples)
             atomic_write(cache_dir / "config.json", text)
-    except (OSError, ValueError, TypeError):
-        pass  # not cacheable (read-only store, odd values): read it each time
 
 
 def _parse(path: Path, text: str) -> Config:

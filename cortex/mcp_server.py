@@ -218,11 +218,9 @@ def _memory_view(backend: Backend, memory_id: str) -> dict[str, Any]:
         if rel is None:
             continue  # to a memory that no longer exists: skipped, gc drops it
         if link.rel == "source_of":
-            try:
+            with contextlib.suppress(CortexError):
                 code.append(_public(store.read(store.memories_dir / rel), store))
                 continue
-            except CortexError:
-                pass
         title = index.meta(rel)["title"]
         links.append({"rel": link.rel, "to": link.to, "title": title, "strength": link.strength})
     described_by = []

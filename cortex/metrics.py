@@ -6,6 +6,7 @@ never fails the caller.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ def read(state_dir: Path) -> dict[str, dict[str, Any]]:
 def record(state_dir: Path, section: str, add: dict[str, float] | None = None,
            last: dict[str, Any] | None = None) -> None:
     """Add `add` to the section's counters and set its `last_*` values (and `last_at`, now). Best effort."""
-    try:
+    with contextlib.suppress(OSError):
         state_dir.mkdir(parents=True, exist_ok=True)
         with file_lock(state_dir / "metrics.lock"):
             data = read(state_dir)
@@ -38,5 +39,3 @@ def record(state_dir: Path, section: str, add: dict[str, float] | None = None,
                 entry[f"last_{key}"] = value
             entry["last_at"] = now_iso()
             atomic_write(state_dir / FILE, json.dumps(data, sort_keys=True, indent=1) + "\n", durable=False)
-    except OSError:
-        pass
