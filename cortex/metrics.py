@@ -35,7 +35,6 @@ def record(state_dir: Path, section: str, add: dict[str, float] | None = None,
             for key, amount in (add or {}).items():
                 previous = entry.get(key, 0)
                 entry[key] = (previous if isinstance(previous, (int, float)) else 0) + amount
-            for key, value in (last or {}).items():
-                entry[f"last_{key}"] = value
+            entry.update({f"last_{key}": value for key, value in (last or {}).items()})
             entry["last_at"] = now_iso()
             atomic_write(state_dir / FILE, json.dumps(data, sort_keys=True, indent=1) + "\n", durable=False)
