@@ -91,8 +91,6 @@ def transcript_for(payload: dict[str, Any], home: Path | None = None) -> Path | 
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", conversation):
         return None  # never a path out of the transcripts folder
     base = (home or Path(os.path.expanduser("~"))) / ".cursor" / "projects" / workspace_slug(str(roots[0]))
-    for candidate in (base / "agent-transcripts" / f"{conversation}.jsonl",
-                      base / "agent-transcripts" / conversation / f"{conversation}.jsonl"):
-        if candidate.is_file():
-            return candidate
-    return None
+    folder = base / "agent-transcripts"
+    return next((path for path in (folder / f"{conversation}.jsonl", folder / conversation / f"{conversation}.jsonl")
+                 if path.is_file()), None)
