@@ -728,10 +728,8 @@ def status(store: Any, as_json: bool, strict: bool) -> None:
             _echo(f"sync:     {_sync_line(report['sync'])}")
         _echo(f"memories: {report['total']} ({report['pinned']} pinned)")
         semantic = report["semantic"]
-        if semantic["on"]:
-            _echo(f"search:   full-text + semantic ({semantic['model']})")
-        else:
-            _echo(f"search:   full-text only: {semantic['problem']}")
+        _echo(f"search:   full-text + semantic ({semantic['model']})" if semantic["on"]
+              else f"search:   full-text only: {semantic['problem']}")
         for name, count in report["by_status"].items():
             _echo(f"  {name:<18} {count}")
         _echo("by type:")
