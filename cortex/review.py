@@ -549,8 +549,7 @@ def _plan_lines(report: dict[str, Any], limit: int) -> list[str]:
     out = ["#### Plan"]
     for kind, word in (("added", "New plan"), ("changed", "Plan updated"), ("closed", "Plan closed")):
         for row in plan[kind][:limit]:
-            strike = kind == "closed"
-            out.append(f"- {word}: {_item(row, strike=strike)}")
+            out.append(f"- {word}: {_item(row, strike=kind == 'closed')}")
             if kind != "closed" and row["rationale"]:
                 out.append(f"  - {_md(row['rationale'], RATIONALE_CHARS)}")
         if len(plan[kind]) > limit:
