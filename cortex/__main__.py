@@ -1,11 +1,12 @@
 """`python -m cortex` and the `cortex` console script.
 
-Hooks run as a fresh process on every event, so `cortex hook <event>` is
-dispatched here without importing click; everything else goes to `cortex.cli`.
+Hooks run as a fresh process on every event, so `cortex hook <event>` is dispatched here without importing click;
+everything else goes to `cortex.cli`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 CLAUDE_EVENTS = {"stop": "claude_stop", "pre-compact": "claude_stop", "session-start": "claude_session_start",
@@ -53,23 +54,19 @@ def run() -> None:
         for name in ONE_THREAD:
             os.environ.setdefault(name, "1")
     if len(args) >= 2 and args[0] == "hook" and args[1] == "git-post-checkout":
-        try:
+        with contextlib.suppress(Exception):  # never breaks the git command: the next command syncs the cache
             post_checkout(args[2:])
-        except Exception:
-            pass  # never breaks the person's git command; the next command syncs the cache anyway
         _leave(0)
     if len(args) >= 2 and args[0] == "hook" and args[1] in CLAUDE_EVENTS:
         raw = sys.stdin.read() if not sys.stdin.isatty() else ""
         if args[1] in ("session-start", "prompt", "pre-tool-use"):
             from cortex import hotpath
 
-            try:
+            with contextlib.suppress(Exception):  # the full hook below logs whatever is wrong
                 fast = {"session-start": hotpath.session_start, "prompt": hotpath.prompt,
                         "pre-tool-use": hotpath.pre_tool_use}[args[1]]
                 if fast(raw):  # the cached briefing, or the resident server's answer: no store, no click
                     _leave(0)  # and no interpreter teardown (what it wrote is closed)
-            except Exception:
-                pass  # the full hook below logs whatever is wrong
         from cortex import hooks
 
         handler = getattr(hooks, CLAUDE_EVENTS[args[1]])
@@ -89,11 +86,9 @@ def _leave(code: int) -> None:
     """End the process with `code` once stdout and stderr are out, without tearing down what it loaded."""
     import os
 
-    try:
+    with contextlib.suppress(OSError):  # a closed pipe (`cortex list | head`): nothing more to say
         sys.stdout.flush()
         sys.stderr.flush()
-    except OSError:  # a closed pipe (`cortex list | head`): nothing more to say
-        pass
     os._exit(code)
 
 

@@ -1,14 +1,12 @@
 """A marked section of `AGENTS.md` holding the briefing, for agents that read that file (Codex, Cursor, …).
 
-`cortex init --agents` adds the section (creating AGENTS.md when there is
-none); the Stop hook keeps it current; `cortex uninstall --agents` removes
-it. Text outside the markers is never changed. The section holds the stable
-form of the briefing (no HEAD, recent commits or changed files), so the
-committed file changes only when memory does, not with every commit.
+The section holds the stable form of the briefing (no HEAD, recent commits or changed files), so the committed
+file changes only when memory does, not with every commit; text outside the markers is never changed.
 """
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -69,10 +67,7 @@ def installed(store: Store) -> bool:
 def update(store: Store, create: bool = False, index: Any = None) -> str | None:
     """Write the section when it is out of date; with `create`, add it when missing. Returns what was done."""
     path = path_for(store)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        text = None
+    text = path.read_text(encoding="utf-8") if path.exists() else None
     parts = _split(text, path) if text is not None else None
     if parts is None and not create:
         return None
@@ -107,11 +102,9 @@ def refresh(store: Store, index: Any = None) -> str | None:
         return None
     stamp = store.state_dir / "agents.key"
     key = f"{store.current_branch()}|{signature(str(store.root))}"
-    try:
+    with contextlib.suppress(OSError):
         if stamp.read_text(encoding="utf-8") == key:
             return None
-    except OSError:
-        pass
     done = update(store, index=index)
     atomic_write(stamp, f"{store.current_branch()}|{signature(str(store.root))}", durable=False)
     return done
@@ -125,10 +118,7 @@ def union_attribute(root: Path) -> str | None:
     host's merge button uses it too): the section changes with memory on every branch. Kept when the file
     already says anything about AGENTS.md. Returns what was done."""
     path = root / ".gitattributes"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        text = ""
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
     if any(line.split()[:1] == [FILE] for line in text.splitlines()):
         return None
     atomic_write(path, text + ("\n" if text and not text.endswith("\n") else "") + UNION)

@@ -6,6 +6,7 @@ stops the install before anything is written. docs/assistants.md.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -38,9 +39,6 @@ def object_at(path: Path, data: dict[str, Any], key: str) -> dict[str, Any]:
     return value
 
 
-# ---------------------------------------------------------------- hooks
-
-
 def merge_hooks(path: Path, hooks: dict[str, Any], wanted: dict[str, dict[str, Any]], grouped: bool = True,
                 matchers: dict[str, str] | None = None) -> list[str]:
     """Make `hooks[event]` hold one cortex handler, `wanted[event]`, others kept (`grouped`: as `remove_hooks`,
@@ -52,44 +50,40 @@ def merge_hooks(path: Path, hooks: dict[str, Any], wanted: dict[str, dict[str, A
             raise CortexError(f"{path}: hooks.{event} is not a list; fix it and run again")
         found, changed = False, False
         matcher = (matchers or {}).get(event)
+
+        def merged(handlers: list[Any], group: dict[str, Any] | None = None, handler: Any = handler,
+                   matcher: str | None = matcher) -> list[Any]:
+            nonlocal found, changed
+            kept = []
+            for existing in handlers:
+                if not is_ours(existing):
+                    kept.append(existing)
+                elif not found and (group is None or matcher is None or group.get("matcher") == matcher
+                                    or len(handlers) == 1):
+                    moved = group is not None and matcher is not None and group.get("matcher") != matcher
+                    found, changed = True, existing != handler or moved
+                    kept.append(handler)
+                    if moved and group is not None:
+                        group["matcher"] = matcher
+                else:
+                    changed = True  # a second cortex handler for the event (it would run twice), or one moved
+            return kept
+
         if grouped:
             for group in entries:
-                if not isinstance(group, dict) or not isinstance(group.get("hooks"), list):
-                    continue
-                kept = []
-                for existing in group["hooks"]:
-                    if not is_ours(existing):
-                        kept.append(existing)
-                    elif not found and (matcher is None or group.get("matcher") == matcher or len(group["hooks"]) == 1):
-                        found, changed = True, existing != handler or matcher is not None and group.get("matcher") != matcher
-                        kept.append(handler)
-                        if matcher is not None:
-                            group["matcher"] = matcher
-                    else:
-                        changed = True  # a second cortex handler for the event (it would run twice), or one moved
-                group["hooks"] = kept
+                if isinstance(group, dict) and isinstance(group.get("hooks"), list):
+                    group["hooks"] = merged(group["hooks"], group)
             hooks[event] = [g for g in entries if not (isinstance(g, dict) and g.get("hooks") == [])]
             if not found:
                 hooks[event].append(({"matcher": matcher} if matcher is not None else {}) | {"hooks": [handler]})
         else:
-            kept = []
-            for existing in entries:
-                if not is_ours(existing):
-                    kept.append(existing)
-                elif not found:
-                    found, changed = True, existing != handler
-                    kept.append(handler)
-                else:
-                    changed = True
+            kept = merged(entries)
             hooks[event] = kept if found else kept + [handler]
         if not found:
             done.append(f"added the {event} hook to {path}")
         elif changed:
             done.append(f"updated the {event} hook in {path}")
     return done
-
-
-# ---------------------------------------------------------------- MCP servers in JSON files
 
 
 def merge_server(path: Path, servers: dict[str, Any], entry: dict[str, Any], name: str = "cortex") -> list[str]:
@@ -129,38 +123,33 @@ def save_or_remove(path: Path, data: dict[str, Any], done: list[str]) -> list[st
 def prune(*folders: Path) -> None:
     """Remove these folders when an uninstall left them empty (innermost first)."""
     for folder in folders:
-        try:
+        with contextlib.suppress(OSError):  # not empty, or not there
             folder.rmdir()
-        except OSError:
-            pass  # not empty, or not there
 
 
-# ---------------------------------------------------------------- the rules, as a marked section
-
-
-def rules_section() -> str:
-    return f"{RULES_BEGIN}\n{RULES.rstrip()}\n{RULES_END}\n"
+def _section(path: Path) -> tuple[str, int, int]:
+    """The file's text and where cortex's marked section starts and ends (-1, -1: none); no end marker is an error."""
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    start = text.find(RULES_BEGIN)
+    if start < 0:
+        return text, -1, -1
+    end = text.find(RULES_END, start)
+    if end < 0:
+        raise CortexError(f"{path}: '{RULES_BEGIN[:24]} …' has no matching '{RULES_END}'; fix the file and run again")
+    return text, start, end + len(RULES_END)
 
 
 def check_section(path: Path) -> None:
     """Refuse (before anything is written) an instructions file whose cortex section has no end marker."""
-    text = path.read_text(encoding="utf-8") if path.exists() else ""
-    start = text.find(RULES_BEGIN)
-    if start >= 0 and text.find(RULES_END, start) < 0:
-        raise CortexError(f"{path}: '{RULES_BEGIN[:24]} …' has no matching '{RULES_END}'; fix the file and run again")
+    _section(path)
 
 
 def write_section(path: Path) -> list[str]:
     """Add (or bring up to date) cortex's marked rules section in an instructions file; text around it is kept."""
-    text = path.read_text(encoding="utf-8") if path.exists() else ""
-    section = rules_section()
-    start = text.find(RULES_BEGIN)
+    text, start, end = _section(path)
+    section = f"{RULES_BEGIN}\n{RULES.rstrip()}\n{RULES_END}\n"
     if start >= 0:
-        end = text.find(RULES_END, start)
-        if end < 0:
-            raise CortexError(f"{path}: '{RULES_BEGIN[:24]} …' has no matching '{RULES_END}'; fix the file and run again")
-        after = text[end + len(RULES_END):]
-        new = text[:start] + section + after.lstrip("\n")
+        new = text[:start] + section + text[end:].lstrip("\n")
     else:
         new = (text.rstrip("\n") + "\n\n" if text.strip() else "") + section
     if new == text:
@@ -170,18 +159,15 @@ def write_section(path: Path) -> list[str]:
 
 
 def remove_section(path: Path) -> list[str]:
-    if not path.exists():
-        return []
-    text = path.read_text(encoding="utf-8")
-    start = text.find(RULES_BEGIN)
-    if start < 0:
-        return []
-    end = text.find(RULES_END, start)
-    if end < 0:
-        raise CortexError(f"{path}: '{RULES_BEGIN[:24]} …' has no matching '{RULES_END}'; fix the file and run again")
-    rest = (text[:start].rstrip("\n") + "\n\n" + text[end + len(RULES_END):].lstrip("\n")).strip("\n")
+    text, start, end = _section(path)
+    return [] if start < 0 else cut(path, text, start, end, "cortex's memory rules")
+
+
+def cut(path: Path, text: str, start: int, end: int, what: str) -> list[str]:
+    """Write the file without `text[start:end]`, or delete it when nothing else is left."""
+    rest = (text[:start].rstrip("\n") + "\n\n" + text[end:].lstrip("\n")).strip("\n")
     if not rest.strip():
         path.unlink()
         return [f"removed {path}"]
     atomic_write(path, rest + "\n")
-    return [f"removed cortex's memory rules from {path}"]
+    return [f"removed {what} from {path}"]

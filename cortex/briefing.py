@@ -7,10 +7,12 @@ A memory whose files are gone is left out, one whose file changed is marked stal
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from cortex.files import atomic_write, file_lock, read_json
 from cortex.guard import redacted
 from cortex.render import short
 from cortex.store import Store
@@ -40,7 +42,7 @@ def _git_facts(store: Store, rev: str | None = None) -> dict[str, Any]:
     root = store.worktree
     if root is None:
         return facts
-    try:
+    with contextlib.suppress(Exception):  # a broken repository: a briefing without git facts, never an error
         import pygit2
 
         repo = pygit2.Repository(str(root))
@@ -71,8 +73,6 @@ def _git_facts(store: Store, rev: str | None = None) -> dict[str, Any]:
                 diff = repo[base].peel(pygit2.Commit).tree.diff_to_tree(head.tree)
                 changed |= {d.new_file.path for d in diff.deltas if not d.new_file.path.startswith(".cortex/")}
         facts["changed"] = sorted(changed)
-    except Exception:  # a broken repository gives a briefing without git facts, never an error
-        pass
     return facts
 
 
@@ -86,11 +86,8 @@ def _cache_key(store: Store, settled: bool = False) -> str:
 
 def cached(store: Store) -> Briefing | None:
     """The cached briefing when nothing it depends on changed (reads one file)."""
-    try:
-        data = json.loads((store.state_dir / "briefing.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if data.get("key") != _cache_key(store):
+    data = read_json(store.state_dir / "briefing.json")
+    if data is None or data.get("key") != _cache_key(store):
         return None
     return Briefing(data["text"], int(data["tokens"]), list(data.get("ids", [])))
 
@@ -383,7 +380,6 @@ def get(store: Store) -> Briefing:
         return hit
     import time
 
-    from cortex.files import atomic_write
     from cortex.index import Index
     from cortex.metrics import record
 
@@ -396,10 +392,8 @@ def get(store: Store) -> Briefing:
     record(store.state_dir, "briefing", {"builds": 1}, {"tokens": briefing.tokens, "chars": len(briefing.text),
            "memories": len(briefing.ids), "ms": round((time.perf_counter() - started) * 1000, 1)})
     if _cache_key(store) == key:
-        try:
+        with contextlib.suppress(OSError):
             atomic_write(store.state_dir / "briefing.json", _saved(key, briefing, index), durable=False)
-        except OSError:
-            pass
     return briefing
 
 
@@ -419,7 +413,6 @@ def build_next(root: str, commits: bool = False) -> None:
     from pathlib import Path
 
     from cortex import __version__
-    from cortex.files import atomic_write, file_lock
     from cortex.index import Index
     from cortex.layout import briefing_key, saved_briefing
 

@@ -138,14 +138,10 @@ def _check_shapes(project_root: Path) -> None:
     """Refuse before anything is written when a file cortex merges into has a shape it cannot merge into."""
     from cortex.errors import CortexError
 
-    settings_path = project_root / ".claude" / "settings.json"
-    hooks = _load(settings_path).get("hooks", {})
-    if not isinstance(hooks, dict):
-        raise CortexError(f"{settings_path}: hooks is not a JSON object; fix it and run again")
-    mcp_path = project_root / ".mcp.json"
-    servers = _load(mcp_path).get("mcpServers", {})
-    if not isinstance(servers, dict):
-        raise CortexError(f"{mcp_path}: mcpServers is not a JSON object; fix it and run again")
+    for path, key in ((project_root / ".claude" / "settings.json", "hooks"),
+                      (project_root / ".mcp.json", "mcpServers")):
+        if not isinstance(_load(path).get(key, {}), dict):
+            raise CortexError(f"{path}: {key} is not a JSON object; fix it and run again")
 
 
 def _install_hook(settings_path: Path, hooks: dict[str, Any], event: str, name: str) -> str | None:

@@ -1,7 +1,7 @@
 """The `cortex` command: a thin shell over the library.
 
-Each command opens the store, calls one library function and prints. The
-library's named errors become one-line messages with exit status 1.
+Each command opens the store, calls one library function and prints. The library's named errors become one-line
+messages with exit status 1.
 """
 
 from __future__ import annotations
@@ -70,12 +70,8 @@ def store_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """Add --global / --dir to a command and hand it an opened `store`."""
 
     @click.option("--global", "use_global", is_flag=True, help="Use the global store ($CORTEX_HOME, default ~/.cortex).")
-    @click.option(
-        "--dir",
-        "directory",
-        type=click.Path(file_okay=False, path_type=Path),
-        help="Use this store folder (also $CORTEX_DIR), e.g. .cortex-example.",
-    )
+    @click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
+                  help="Use this store folder (also $CORTEX_DIR), e.g. .cortex-example.")
     @functools.wraps(func)
     def wrapper(use_global: bool, directory: Path | None, **kwargs: Any) -> Any:
         from cortex.store import Store
@@ -178,9 +174,6 @@ def _at(store: Any, rev: str | None) -> Any:
     return Store(materialize_at(store.root, rev), f"project@{rev}")
 
 
-# ---------------------------------------------------------------- init
-
-
 @main.command()
 @click.option("--global", "use_global", is_flag=True, help="Create the global store instead ($CORTEX_HOME).")
 @click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), help="Create the store in this folder.")
@@ -234,12 +227,7 @@ def init(use_global: bool, directory: Path | None, git_hooks: bool, claude_code:
     from cortex.errors import NotARepository
 
     try:
-        if claude_code:
-            from cortex import claude
-
-            for line in claude.install(store.root.parent):
-                click.echo(line)
-        for module in _assistant_modules(codex, gemini, cursor):  # cortex.codex, cortex.gemini, cortex.cursor
+        for module in _assistant_modules(claude_code, codex, gemini, cursor):  # cortex.claude, cortex.codex, …
             for line in module.install(store.root.parent):
                 click.echo(line)
         if agents:
@@ -260,14 +248,11 @@ def init(use_global: bool, directory: Path | None, git_hooks: bool, claude_code:
         _fail(str(exc))
 
 
-def _assistant_modules(codex: bool, gemini: bool, cursor: bool) -> list[Any]:
+def _assistant_modules(claude: bool, codex: bool, gemini: bool, cursor: bool) -> list[Any]:
     import importlib
 
     return [importlib.import_module(f"cortex.{name}") for name, wanted in
-            (("codex", codex), ("gemini", gemini), ("cursor", cursor)) if wanted]
-
-
-# ---------------------------------------------------------------- remember
+            (("claude", claude), ("codex", codex), ("gemini", gemini), ("cursor", cursor)) if wanted]
 
 
 @main.command()
@@ -297,9 +282,6 @@ def remember(store: Any, text: str, memory_type: str, title: str | None, priorit
         click.echo(created.id)
 
 
-# ---------------------------------------------------------------- list / show
-
-
 @main.command(name="list")
 @click.option("--type", "types", type=TYPE_CHOICE, multiple=True, help="Only this type (repeatable).")
 @click.option("--status", "statuses", type=click.Choice(["active", "superseded", "archived", "proposed"]), multiple=True,
@@ -314,25 +296,20 @@ def remember(store: Any, text: str, memory_type: str, title: str | None, priorit
 def list_command(store: Any, types: tuple[str, ...], statuses: tuple[str, ...], show_all: bool, tags: tuple[str, ...],
                  branch: str | None, pinned: bool, as_json: bool, at: str | None) -> None:
     """List memories (active ones unless --status or --all)."""
-
     store = _at(store, at)
     wanted_status = set() if show_all else set(statuses or ("active",))
     root = str(store.memories_dir)
     wanted = set(tags)
-
-    def listed(index: Any) -> tuple[list[tuple[Path, str]], list[Any]]:
-        # The records' fields read as columns: no dict per memory.
-        fields = ("pinned", "priority", "type", "title", "id", "status", "branch", "tags") + (
-            ("confidence", "files", "created", "updated") if as_json else ())
-        rows = [row for row in index.records().column(*fields)
-                if not ((types and row[3] not in types) or (wanted_status and row[6] not in wanted_status)
-                        or (branch is not None and row[7] != branch) or (pinned and not row[1])
-                        or (wanted and not wanted & set(row[8])))]
-        rows.sort(key=lambda row: (not row[1], -row[2], row[3], row[4].lower(), row[5]))
-        return list(index.problems()), rows
-
-    problems, rows = listed(_index(store))
-    for path, reason in problems:
+    index = _index(store)
+    # The records' fields read as columns: no dict per memory.
+    fields = ("pinned", "priority", "type", "title", "id", "status", "branch", "tags") + (
+        ("confidence", "files", "created", "updated") if as_json else ())
+    rows = [row for row in index.records().column(*fields)
+            if not ((types and row[3] not in types) or (wanted_status and row[6] not in wanted_status)
+                    or (branch is not None and row[7] != branch) or (pinned and not row[1])
+                    or (wanted and not wanted & set(row[8])))]
+    rows.sort(key=lambda row: (not row[1], -row[2], row[3], row[4].lower(), row[5]))
+    for path, reason in index.problems():
         click.echo(f"cortex: skipped {_safe(str(path))}: {_safe(reason)}", err=True)
     if as_json:
         _print_json([{"id": ident, "type": kind, "title": title, "status": status, "priority": priority,
@@ -422,10 +399,9 @@ def _refuse_shared_id(store: Any, item: Any) -> None:
 def _ranking(store: Any, item: Any) -> dict[str, Any] | None:
     """Why a memory ranks where it does (the prior's terms, its salience and tier); None when unknown."""
     from cortex import salience
+    from cortex.index import Index
     from cortex.memory import now_epoch
     from cortex.recall import Prior
-
-    from cortex.index import Index
 
     try:
         # The centralities kept for the committed cache when there are some: one memory needs no sync.
@@ -459,9 +435,6 @@ def feedback(store: Any, memory_id: str, rating: str, note: str | None, as_json:
         return
     click.echo(_safe(f"rated {result['id']} {rating}: salience {result['salience']:.2f}, tier {result['tier']} "
                      f"({result['title']})" + ("; accepted (was proposed)" if result.get("accepted") else "")))
-
-
-# ---------------------------------------------------------------- edit
 
 
 @main.command()
@@ -535,9 +508,6 @@ def _edit(store: Any, memory_id: str) -> None:
     click.echo(f"saved {item.path}")
 
 
-# ---------------------------------------------------------------- inbox
-
-
 @main.command()
 @click.argument("action", required=False, type=click.Choice(["accept", "reject", "edit"]))
 @click.argument("ids", nargs=-1, metavar="[ID]...")
@@ -579,9 +549,6 @@ def inbox(store: Any, action: str | None, ids: tuple[str, ...], as_json: bool) -
     else:
         for m in changed:
             _echo(f"{m.id} {verb}")
-
-
-# ---------------------------------------------------------------- forget
 
 
 @main.command()
@@ -750,9 +717,6 @@ def sync_command(use_global: bool, remote: str | None, resolve: tuple[str, ...],
         click.echo("`cortex status --global` lists the conflicts and what to do", err=True)
 
 
-# ---------------------------------------------------------------- status
-
-
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--strict", is_flag=True, help="Exit 1 when any problem is found.")
@@ -774,10 +738,8 @@ def status(store: Any, as_json: bool, strict: bool) -> None:
             _echo(f"sync:     {_sync_line(report['sync'])}")
         _echo(f"memories: {report['total']} ({report['pinned']} pinned)")
         semantic = report["semantic"]
-        if semantic["on"]:
-            _echo(f"search:   full-text + semantic ({semantic['model']})")
-        else:
-            _echo(f"search:   full-text only: {semantic['problem']}")
+        _echo(f"search:   full-text + semantic ({semantic['model']})" if semantic["on"]
+              else f"search:   full-text only: {semantic['problem']}")
         for name, count in report["by_status"].items():
             _echo(f"  {name:<18} {count}")
         _echo("by type:")
@@ -882,25 +844,7 @@ def report_command(store: Any, output: Path | None, as_json: bool) -> None:
     click.echo(f"wrote {_safe(str(written))}\nopen {_safe(written.resolve().as_uri())}")
 
 
-# ---------------------------------------------------------------- recall and the cache
-
-
 RECALL_BUDGET = 2000  # tokens `cortex recall` prints at most (every recall path has a budget)
-
-
-def _within_budget(hits: list[Any], budget: int) -> tuple[list[Any], int]:
-    """The best hits whose rows fit in `budget` tokens (the best one always), and how many were left out."""
-    from cortex.text import estimate_tokens
-
-    kept: list[Any] = []
-    used = 0
-    for hit in hits:
-        cost = estimate_tokens(json.dumps(hit.to_dict(), ensure_ascii=False))
-        if kept and used + cost > budget:
-            break
-        kept.append(hit)
-        used += cost
-    return kept, len(hits) - len(kept)
 
 
 def _served_recall(stores: list[Any], query: str, **options: Any) -> Any:
@@ -969,17 +913,15 @@ def recall(store: Any, query: str | None, limit: int | None, types: tuple[str, .
         return
     if query is None:
         raise click.UsageError("missing argument 'QUERY' (or --path FILE)", click.get_current_context())
-    from cortex.recall import NARROWED_NOTE, count_reads, use_contextual
+    from cortex.recall import NARROWED_NOTE, count_reads, time_window, use_contextual
     from cortex.recall import recall as run_recall
     from cortex.store import iter_stores
+    from cortex.text import estimate_tokens, within_budget
 
     if at:
         store, no_global = _at(store, at), True
-
     stores = list(iter_stores(store, include_global=not no_global and store.label == "project"))
     asked, limit = limit, limit or int(store.config().get("recall.limit"))
-    from cortex.recall import time_window
-
     try:
         window = time_window(since, until)
     except ValueError as exc:
@@ -996,7 +938,9 @@ def recall(store: Any, query: str | None, limit: int | None, types: tuple[str, .
                             keyword_only=keyword, narrow=asked is None, count=False, window=window, proposed=True)
     # Below the relevance line (`cortex.recall.mark_relevant`): left out, or with --all shown and marked.
     below = 0 if include_all else sum(hit.relevant is False for hit in result.hits)
-    hits, left_out = _within_budget([hit for hit in result.hits if include_all or hit.relevant is not False], budget)
+    shown = [hit for hit in result.hits if include_all or hit.relevant is not False]
+    hits = within_budget(shown, budget, lambda hit: estimate_tokens(json.dumps(hit.to_dict(), ensure_ascii=False)))[0]
+    left_out = len(shown) - len(hits)
     if here:  # what is shown and relevant is read (a server counted its relevant hits itself)
         count_reads(stores, hits)
     for note in result.notes:
@@ -1027,7 +971,6 @@ def recall(store: Any, query: str | None, limit: int | None, types: tuple[str, .
         via += f"  (possibly stale: {hit.stale})" if hit.stale else ""
         click.echo(_safe_body(f"{hit.score:5.3f}  " + medium(hit.memory, hit.snippet, hit.spans, label + via,
                                                               indent="       ")))
-
 
 
 def _recall_path(store: Any, path: str, types: tuple[str, ...], limit: int, budget: int, as_json: bool) -> None:
@@ -1208,9 +1151,6 @@ def watch(store: Any, debounce: float) -> None:
         _fail(str(exc))
 
 
-# ---------------------------------------------------------------- projections
-
-
 @main.command()
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 naming the pages that are out of date.")
 @store_options
@@ -1231,9 +1171,6 @@ def project(store: Any, check: bool) -> None:
         click.echo(f"wrote {path}")
     if not changed:
         click.echo("projections are up to date")
-
-
-# ---------------------------------------------------------------- lifecycle
 
 
 @main.command()
@@ -1351,15 +1288,14 @@ def consolidate(store: Any, dry_run: bool, yes: bool, allow_conflicts: bool, thr
 
         events.memories_changed(store, Indexes(), upkeep="none", everything=True)  # the pages, at once
     merged_ids = result.merged if result is not None else []
-    if not as_json:
-        for group in chosen:  # the LLM, asked as the merge was made, stopped it
-            if group.veto:
-                click.echo(f"not merged: {', '.join(m.id for m in group.members)}: {group.veto}")
     if as_json:
         _print_json({"groups": [g.to_dict() for g in groups],
                      "merged": [{"id": new, "from": old} for new, old in merged_ids],
                      "contested": [{"id": a, "other": b, "reason": why} for a, b, why in contested]})
         return
+    for group in chosen:  # the LLM, asked as the merge was made, stopped it
+        if group.veto:
+            click.echo(f"not merged: {', '.join(m.id for m in group.members)}: {group.veto}")
     for new, old in merged_ids:
         click.echo(f"merged {', '.join(old)} into {new}")
 
@@ -1384,9 +1320,6 @@ def index_code_command(store: Any, paths: tuple[Path, ...], force: bool, as_json
         click.echo("no files found")
 
 
-# ---------------------------------------------------------------- hooks
-
-
 @main.command()
 @click.option("--git-hooks", is_flag=True, help="Remove cortex's git hooks (restoring any hook they chained) and merge driver.")
 @click.option("--claude", "claude_code", is_flag=True, help="Remove cortex's entries from .claude/settings.json and its rules file.")
@@ -1403,7 +1336,7 @@ def uninstall(git_hooks: bool, claude_code: bool, agents: bool, codex: bool, gem
         _fail("say what to remove: --git-hooks, --claude, --agents, --codex, --gemini and/or --cursor")
     root = find_worktree_root(Path.cwd()) or Path.cwd()
     try:
-        for module in _assistant_modules(codex, gemini, cursor):
+        for module in _assistant_modules(False, codex, gemini, cursor):  # Claude Code's entries go last
             for line in module.uninstall(root):
                 click.echo(line)
         if agents:
@@ -1452,9 +1385,6 @@ def hook(event: str, args: tuple[str, ...]) -> None:
     if event == "git-pre-push":
         sys.exit(hooks.git_pre_push(list(args), stdin()))
     sys.exit(hooks.git_refresh(event[len("git-"):], list(args)))
-
-
-# ---------------------------------------------------------------- history
 
 
 @main.command(name="log")
@@ -1567,7 +1497,6 @@ def scan(paths: tuple[Path, ...]) -> None:
         sys.exit(1)
 
 
-
 @main.command(name="capture")
 @click.argument("transcript", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--from-start", is_flag=True, help="Ignore the cursor: read the whole transcript again (duplicates are still skipped).")
@@ -1609,7 +1538,6 @@ def capture_command(store: Any, transcript: Path, from_start: bool, as_json: boo
         click.echo(f"  {item.id}  {item.type:<10} {_safe(item.title)}")
 
 
-
 @main.command()
 @store_options
 def maintain(store: Any) -> None:
@@ -1637,7 +1565,6 @@ def worker(store: Any) -> None:
     click.echo(f"{counts['done']} jobs done, {counts['failed']} failed (kept for a retry), {counts['written']} memories written")
 
 
-
 @main.command(name="briefing")
 @click.option("--budget", type=click.IntRange(50, 2500), help="Token budget (default: briefing.budget_tokens, 500).")
 @click.option("--fresh", is_flag=True, help="Build it again instead of using the cached one.")
@@ -1656,7 +1583,6 @@ def briefing_command(store: Any, budget: int | None, fresh: bool, as_json: bool,
         _print_json({"text": result.text, "tokens": result.tokens, "ids": result.ids})
     else:
         click.echo(result.text, nl=False)
-
 
 
 @main.command(name="serve")

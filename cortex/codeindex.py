@@ -9,6 +9,7 @@ secrets and non-source files are skipped and reported. docs/graph.md.
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import os
 import re
@@ -53,12 +54,10 @@ def _files(paths: list[Path], root: Path) -> Iterator[tuple[Path, bool]]:
     """(file, named by itself) under `paths`, recursing into directories (not hidden ones) and skipping what git
     ignores (and .git, .cortex)."""
     repo = None
-    try:
+    with contextlib.suppress(Exception):
         import pygit2
 
         repo = pygit2.Repository(str(root))
-    except Exception:
-        pass
 
     def ignored(path: Path) -> bool:
         if path.name in (".git", ".cortex"):

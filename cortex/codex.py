@@ -11,7 +11,7 @@ import re
 import tomllib
 from pathlib import Path
 
-from cortex.assistants import check_section, hook_command, load_json, merge_hooks, object_at, prune, \
+from cortex.assistants import check_section, cut, hook_command, load_json, merge_hooks, object_at, prune, \
     remove_hooks, remove_section, save_or_remove, write_json, write_section
 from cortex.errors import CortexError
 from cortex.files import atomic_write
@@ -72,14 +72,7 @@ def _install_mcp(path: Path) -> list[str]:
 def _uninstall_mcp(path: Path) -> list[str]:
     text, _data = _config(path)
     ours = _our_table(text)
-    if ours is None:
-        return []
-    rest = (text[:ours.start()].rstrip("\n") + "\n\n" + text[ours.end():].lstrip("\n")).strip("\n")
-    if not rest.strip():
-        path.unlink()
-        return [f"removed {path}"]
-    atomic_write(path, rest + "\n")
-    return [f"removed the cortex MCP server from {path}"]
+    return [] if ours is None else cut(path, text, ours.start(), ours.end(), "the cortex MCP server")
 
 
 def _check(project_root: Path) -> None:

@@ -6,6 +6,7 @@ never names a command to run (`cortex.llm`). docs/configuration.md.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,75 +16,22 @@ from typing import Any
 from cortex.errors import ConfigError
 
 DEFAULTS: dict[str, Any] = {
-    "store": {
-        "max_memory_bytes": 262144,
-    },
-    "briefing": {
-        "budget_tokens": 500,
-    },
-    "recall": {
-        "limit": 10,
-        "rrf_k": 60,
-        "list_weights": {"bm25": 1.0, "dense": 0.5},
-        "bm25_floor": 0.5,
-        "contextual": True,
-        "prior_weight": 0.1,
-        "weights": {
-            "confidence": 0.5,
-            "priority": 0.2,
-            "centrality": 0.15,
-            "access": 0.15,
-            "same_branch": 0.1,
-        },
-    },
-    "prompt": {
-        "max_memories": 5,
-        "budget_tokens": 300,
-        "min_cosine": 0.48,
-        "min_cosine_with_words": 0.3,
-        "min_match": 0.45,
-    },
-    "salience": {
-        "weight": 0.3,
-        "hot_tokens": 150,
-        "mute_after": 3,
-    },
-    "capture": {
-        "layers": ["structural", "keyword", "self_report"],
-        "llm": "off",
-        "llm_command": "claude -p",
-        "dedup_cosine": 0.9,
-        "max_message_chars": 20_000,
-        "gate": "on",
-    },
-    "graph": {
-        "link_min": 0.1,
-        "link_max": 0.5,
-        "max_links": 5,
-        "suggest_min": 0.07,
-        "link_half_life_days": 90,
-    },
-    "consolidate": {
-        "auto_threshold": 0.64,
-        "manual_threshold": 0.55,
-        "candidate_threshold": 0.5,
-        "max_judged": 500,
-        "max_judged_by_hand": 5000,
-        "every_captures": 10,
-        "max_active": 80,
-    },
-    "gc": {
-        "archive_below": 0.3,
-        "archive_after_days": 14,
-        "remove_after_days": 30,
-    },
-    "git": {
-        "on_stop": "stage",
-        "pre_push": "warn",
-    },
-    "embedding": {
-        "model": "bundled",
-    },
+    "store": {"max_memory_bytes": 262144},
+    "briefing": {"budget_tokens": 500},
+    "recall": {"limit": 10, "rrf_k": 60, "list_weights": {"bm25": 1.0, "dense": 0.5}, "bm25_floor": 0.5,
+               "contextual": True, "prior_weight": 0.1,
+               "weights": {"confidence": 0.5, "priority": 0.2, "centrality": 0.15, "access": 0.15, "same_branch": 0.1}},
+    "prompt": {"max_memories": 5, "budget_tokens": 300, "min_cosine": 0.48, "min_cosine_with_words": 0.3,
+               "min_match": 0.45},
+    "salience": {"weight": 0.3, "hot_tokens": 150, "mute_after": 3},
+    "capture": {"layers": ["structural", "keyword", "self_report"], "llm": "off", "llm_command": "claude -p",
+                "dedup_cosine": 0.9, "max_message_chars": 20_000, "gate": "on"},
+    "graph": {"link_min": 0.1, "link_max": 0.5, "max_links": 5, "suggest_min": 0.07, "link_half_life_days": 90},
+    "consolidate": {"auto_threshold": 0.64, "manual_threshold": 0.55, "candidate_threshold": 0.5, "max_judged": 500,
+                    "max_judged_by_hand": 5000, "every_captures": 10, "max_active": 80},
+    "gc": {"archive_below": 0.3, "archive_after_days": 14, "remove_after_days": 30},
+    "git": {"on_stop": "stage", "pre_push": "warn"},
+    "embedding": {"model": "bundled"},
 }
 
 # The file `cortex init` writes: every default, with a line on what it does.
@@ -330,12 +278,10 @@ def _write_cached(cache_dir: Path, key: tuple[int, ...], config: Config) -> None
 
     from cortex.files import atomic_write
 
-    try:
+    with contextlib.suppress(OSError, ValueError, TypeError):  # not cacheable (a read-only store, odd values)
         text = json.dumps([key, config.data, config.warnings, config.invalid])
         if json.loads(text)[1] == config.data:  # only what JSON gives back as it was (no dates, no tuples)
             atomic_write(cache_dir / "config.json", text)
-    except (OSError, ValueError, TypeError):
-        pass  # not cacheable (read-only store, odd values): read it each time
 
 
 def _parse(path: Path, text: str) -> Config:

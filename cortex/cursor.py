@@ -32,10 +32,9 @@ def _paths(project_root: Path) -> tuple[Path, Path, Path]:
 def _check(project_root: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     hooks_path, mcp_path, _ = _paths(project_root)
     hooks, mcp = load_json(hooks_path), load_json(mcp_path)
-    if not isinstance(hooks.get("hooks", {}), dict):
-        raise CortexError(f"{hooks_path}: hooks is not a JSON object; fix it and run again")
-    if not isinstance(mcp.get("mcpServers", {}), dict):
-        raise CortexError(f"{mcp_path}: mcpServers is not a JSON object; fix it and run again")
+    for path, data, key in ((hooks_path, hooks, "hooks"), (mcp_path, mcp, "mcpServers")):
+        if not isinstance(data.get(key, {}), dict):
+            raise CortexError(f"{path}: {key} is not a JSON object; fix it and run again")
     return hooks, mcp
 
 
@@ -78,9 +77,6 @@ def uninstall(project_root: Path) -> list[str]:
     return done or ["no Cursor integration was installed"]
 
 
-# ---------------------------------------------------------------- hook payloads
-
-
 def workspace_slug(path: str) -> str:
     """Cursor's folder name for a workspace under ~/.cursor/projects/: `/home/ana/app` → `home-ana-app`."""
     return re.sub(r"[^A-Za-z0-9]", "-", path.lstrip("/"))
@@ -95,8 +91,6 @@ def transcript_for(payload: dict[str, Any], home: Path | None = None) -> Path | 
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", conversation):
         return None  # never a path out of the transcripts folder
     base = (home or Path(os.path.expanduser("~"))) / ".cursor" / "projects" / workspace_slug(str(roots[0]))
-    for candidate in (base / "agent-transcripts" / f"{conversation}.jsonl",
-                      base / "agent-transcripts" / conversation / f"{conversation}.jsonl"):
-        if candidate.is_file():
-            return candidate
-    return None
+    folder = base / "agent-transcripts"
+    return next((path for path in (folder / f"{conversation}.jsonl", folder / conversation / f"{conversation}.jsonl")
+                 if path.is_file()), None)

@@ -41,10 +41,8 @@ def read_safetensors(path: Path) -> dict[str, Any]:
         dtype = np.dtype(_DTYPES[info["dtype"]])
         start, end = info["data_offsets"]
         shape = tuple(info["shape"])
-        if end == start:
-            out[name] = np.zeros(shape, dtype=dtype)
-            continue
-        out[name] = np.memmap(path, dtype=dtype, mode="r", offset=base + start, shape=shape)
+        out[name] = np.zeros(shape, dtype=dtype) if end == start else \
+            np.memmap(path, dtype=dtype, mode="r", offset=base + start, shape=shape)
     return out
 
 

@@ -1,7 +1,6 @@
 """The few named exceptions the library raises.
 
-The CLI turns each into a one-line error and a non-zero exit; hooks turn
-them into a log line and exit 0.
+The CLI turns each into a one-line error and a non-zero exit; hooks turn them into a log line and exit 0.
 """
 
 from __future__ import annotations

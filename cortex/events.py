@@ -5,6 +5,7 @@ the upkeep) and **what a prompt gets** (`prompt_context`: recall's one relevance
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from cortex.errors import CortexError, QueryRefused
+from cortex.files import read_json
 from cortex.guard import redacted
 from cortex.index import Indexes
 from cortex.layout import catch_up_file
@@ -81,7 +83,12 @@ def memories_changed(store: Store, indexes: Indexes, written: Iterable[Path] = (
         except Exception as exc:  # the next Stop or `cortex sync --global` commits what is left
             store.log(f"global store not committed: {exc!r}")
     if upkeep == "detached":
-        changes.upkeep = [str(each.root) for each in iter_stores(store) if upkeep_due(each) and _spawn_upkeep(each)]
+        from cortex.spawn import detached
+
+        for each in iter_stores(store):
+            if upkeep_due(each):
+                detached(["maintain", "--dir", str(each.root)], str(each.state_dir), env={"CORTEX_NESTED": "0"})
+                changes.upkeep.append(str(each.root))
     if store.label == "project" and (written or everything or changes.linked):
         from cortex.spawn import briefing_ahead  # a running server builds it itself
 
@@ -105,9 +112,6 @@ def _link_now(store: Store, index: Any, ids: list[str]) -> int:
     touched = {memory_id for pair in report.linked for memory_id in pair[:2]}
     index.note_written(_linked_paths(store, index, sorted(touched)))
     return len(report.linked)
-
-
-# ---------------------------------------------------------------- capture, remember, forget
 
 
 def capture_done(store: Store, report: Any, indexes: Indexes, *, stage: bool = False,
@@ -165,9 +169,6 @@ def delete(store: Store, ids: Iterable[str], indexes: Indexes | None = None) -> 
     clear_flags(store, [m.id for m in removed])
     memories_changed(store, indexes or Indexes(), [m.path for m in removed if m.path is not None], upkeep="none")
     return removed
-
-
-# ---------------------------------------------------------------- the inbox: proposals of capture (docs/capture.md)
 
 
 def proposals(store: Store, indexes: Indexes | None = None) -> list[Memory]:
@@ -229,25 +230,12 @@ def promote(store: Store, memory_id: str, indexes: Indexes | None = None, archiv
     return home.get(created.id) if changes.linked else created
 
 
-# ---------------------------------------------------------------- starting the upkeep (`cortex maintain`)
-
-
 def upkeep_due(store: Store) -> bool:
     """Memories queued for links, or (a store outside git) the day's gc not run yet."""
     from cortex.graph import queued_links
     from cortex.lifecycle import gc_due
 
     return bool(queued_links(store)) or (store.worktree is None and gc_due(store))
-
-
-def _spawn_upkeep(store: Store) -> bool:
-    from cortex.spawn import detached
-
-    detached(["maintain", "--dir", str(store.root)], str(store.state_dir), env={"CORTEX_NESTED": "0"})
-    return True
-
-
-# ---------------------------------------------------------------- what a prompt gets
 
 
 def prompt_context(store: Store, prompt: str, indexes: Indexes, catch_up: dict[str, Any] | None = None) -> str | None:
@@ -264,10 +252,7 @@ def prompt_context(store: Store, prompt: str, indexes: Indexes, catch_up: dict[s
     limit = int(config.get("prompt.max_memories"))
     budget = int(config.get("prompt.budget_tokens")) - FRAME_TOKENS  # the hook frames it
     min_match = float(config.get("prompt.min_match"))
-    try:
-        shown = set(json.loads((store.state_dir / "briefing.json").read_text(encoding="utf-8")).get("ids", []))
-    except (OSError, ValueError):
-        shown = set()
+    shown = set(read_json(store.state_dir / "briefing.json", {}).get("ids", []))
     from cortex import salience
 
     shown |= salience.muted(store)  # shown often at prompt time and never used: recall still finds them
@@ -313,8 +298,6 @@ def _fit(lines: list[str], used: int, budget: int, label: str, detail: str) -> i
     return None
 
 
-# ---------------------------------------------------------------- a briefing older than its store
-
 CATCH_UP_MAX = 8  # memories a catch-up names at most (the rest are counted)
 CATCH_UP_ORDER = ("decision", "plan", "gotcha", "convention", "pattern")  # first; every other type after
 
@@ -335,12 +318,10 @@ def take_catch_up(store: Store, session: str) -> dict[str, Any] | None:
 
 def _sweep_catch_ups(folder: Path, days: float = 1.0) -> None:
     """Remove the markers of sessions that never sent a prompt (older than `days`)."""
-    try:
+    with contextlib.suppress(OSError):
         for marker in folder.glob("*.json"):
             if marker.stat().st_mtime < time.time() - days * 86400:
                 marker.unlink(missing_ok=True)
-    except OSError:
-        pass
 
 
 def briefing_catch_up(store: Store, marker: dict[str, Any], indexes: Indexes) -> str | None:

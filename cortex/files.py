@@ -10,7 +10,7 @@ import os
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # the hook fast paths import this module: not even `typing` at import time
     from pathlib import Path
-    from typing import IO, Iterable, Iterator
+    from typing import IO, Any, Iterable, Iterator
 
 
 def atomic_write(path: Path, data: str | bytes | Iterable[bytes], durable: bool = True) -> None:
@@ -41,6 +41,16 @@ def atomic_write(path: Path, data: str | bytes | Iterable[bytes], durable: bool 
         if isinstance(exc, OSError):
             raise _naming(exc, path) from None
         raise
+
+
+def read_json(path: Path, default: Any = None) -> Any:
+    """What a state or cache file holds, or `default` when it is missing or not JSON (it is rebuilt or started over)."""
+    import json
+
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return default
 
 
 def is_temp_name(name: str) -> bool:
@@ -151,10 +161,8 @@ def private_folder(name: str) -> str:
 
     top = os.path.join(tempfile.gettempdir(), f"cortex-{os.getuid()}")
     for folder in (top, os.path.join(top, name)):
-        try:
+        with contextlib.suppress(FileExistsError):
             os.mkdir(folder, 0o700)
-        except FileExistsError:
-            pass
         info = os.lstat(folder)
         if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
             raise PermissionError(errno.EACCES, "not a private folder", folder)  # someone else's: never use it
@@ -188,7 +196,6 @@ def _flock(fd: int, wait: bool = False) -> bool:
     except BlockingIOError:
         return False
     return True
-
 
 
 def _flock_within(fd: int, seconds: float) -> bool:

@@ -82,10 +82,7 @@ def default_branch(root: str | None) -> str | None:
     directory = git_dir(root) if root is not None else None
     if directory is None:
         return None
-    for name in DEFAULT_BRANCHES:
-        if ref_target(directory, f"refs/heads/{name}") is not None:
-            return name
-    return None
+    return next((name for name in DEFAULT_BRANCHES if ref_target(directory, f"refs/heads/{name}") is not None), None)
 
 
 def path_inside(root: str | os.PathLike[str], name: str) -> str | None:

@@ -5,6 +5,7 @@ The lean readers a hook uses are `cortex.gitfacts`.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import re
@@ -28,8 +29,6 @@ def head_commit(worktree_root: Path | None) -> str | None:
 
     return branch_and_head(str(worktree_root) if worktree_root is not None else None)[1]
 
-
-# ---------------------------------------------------------------- git hooks (installed like pre-commit does)
 
 HOOK_MARK = "# cortex-managed hook"
 HOOK_NAMES = ("pre-push", "post-merge", "post-checkout", "post-rewrite")
@@ -136,10 +135,8 @@ def install_git_hooks(start: Path, python: str | None = None) -> list[str]:
 def _drop_merge_driver(repo: Any) -> None:
     """An older version's merge driver configuration, removed (its attributes are replaced by `union_attributes`)."""
     for key in (f"merge.{MERGE_DRIVER}.name", f"merge.{MERGE_DRIVER}.driver"):
-        try:
+        with contextlib.suppress(KeyError):
             del repo.config[key]
-        except KeyError:
-            pass
 
 
 def union_attributes(store_root: Path) -> list[str]:
@@ -210,9 +207,6 @@ def signature(repo: Any, role: str) -> Any:
                 value = fallback
         found[key] = value
     return pygit2.Signature(found["name"], found["email"])
-
-
-# ---------------------------------------------------------------- history: memory as it was in git
 
 
 FIELDS = ("title", "type", "status", "confidence", "priority", "pinned", "tags", "files", "links", "body")
@@ -387,11 +381,9 @@ def materialize_at(store_root: Path, rev: str) -> Path:
     prefix = store_prefix(repo, store_root)
     for _mid, (path, data) in memories_at(repo, str(commit.id), prefix).items():
         atomic_write(target / "memories" / Path(path).relative_to(prefix), data, durable=False)
-    try:
-        config = commit.tree[f"{Path(prefix).parent.as_posix()}/config.yaml"]
-        atomic_write(target / "config.yaml", repo[config.id].data, durable=False)
-    except KeyError:
-        pass
+    config = blob_at(repo, commit, f"{Path(prefix).parent.as_posix()}/config.yaml")
+    if config is not None:
+        atomic_write(target / "config.yaml", config, durable=False)
     (target / "memories").mkdir(parents=True, exist_ok=True)
     done.touch()
     return target

@@ -8,10 +8,11 @@ remote's version in place and this machine's as a conflict copy under `conflicts
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -54,12 +55,7 @@ class SyncResult:
     skipped: list[str] = field(default_factory=list)  # the remote's paths never written here (not memories)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"created": self.created, "committed": self.committed, "remote": self.remote, "pulled": self.pulled,
-                "replayed": self.replayed, "conflicts": [c.as_dict() for c in self.conflicts],
-                "pushed": self.pushed, "resolved": self.resolved, "skipped": self.skipped}
-
-
-# ---------------------------------------------------------------- the repository
+        return asdict(self) | {"conflicts": [c.as_dict() for c in self.conflicts]}
 
 
 def is_repository(store: Store) -> bool:
@@ -231,16 +227,11 @@ def _tree_with(repo: Any, base: Any, edits: dict[str, Any]) -> Any:
         index.read_tree(base)
     for path, blob in sorted(edits.items()):
         if blob is None:
-            try:
+            with contextlib.suppress(KeyError, OSError):
                 index.remove(path)
-            except (KeyError, OSError):
-                pass
         else:
             index.add(pygit2.IndexEntry(path, blob, pygit2.enums.FileMode.BLOB))
     return index.write_tree(repo)
-
-
-# ---------------------------------------------------------------- the remote
 
 
 def set_remote(store: Store, url: str) -> None:
@@ -322,9 +313,6 @@ def _upstream(repo: Any, branch: str) -> Any:
         return repo.references[f"refs/remotes/{REMOTE}/{branch}"].peel(pygit2.Commit)
     except (KeyError, ValueError):
         return None
-
-
-# ---------------------------------------------------------------- sync
 
 
 def sync(store: Store, remote: str | None = None, resolve: Iterable[str] = ()) -> SyncResult:
@@ -504,14 +492,9 @@ def _note_sync(store: Store, result: SyncResult) -> None:
     from cortex.files import atomic_write
     from cortex.memory import now_iso
 
-    try:
+    with contextlib.suppress(OSError):
         atomic_write(store.state_dir / "sync.json", json.dumps({"last": now_iso(), "pushed": result.pushed,
                                                                "remote": result.remote}), durable=False)
-    except OSError:
-        pass
-
-
-# ---------------------------------------------------------------- conflicts
 
 
 def conflicts(store: Store) -> list[Conflict]:
@@ -547,18 +530,13 @@ def _resolve(store: Store, ids: list[str]) -> list[str]:
     return removed
 
 
-# ---------------------------------------------------------------- what status reports
-
-
 def report(store: Store) -> dict[str, Any]:
     """The global store's sync state for `cortex status` (no network: ahead/behind as of the last fetch)."""
     out: dict[str, Any] = {"repository": is_repository(store), "remote": None, "branch": None, "ahead": 0,
                            "behind": 0, "uncommitted": 0, "conflicts": [c.as_dict() for c in conflicts(store)],
                            "last_sync": None}
-    try:
+    with contextlib.suppress(OSError, ValueError, AttributeError):
         out["last_sync"] = json.loads((store.state_dir / "sync.json").read_text(encoding="utf-8")).get("last")
-    except (OSError, ValueError, AttributeError):
-        pass
     if not out["repository"]:
         return out
     import pygit2
@@ -585,9 +563,6 @@ def problems(state: dict[str, Any], root: Path) -> list[str]:
     return [f"{root / c['copy']}: sync conflict: memory {c['id']} was changed on two machines; "
             f"{c['path']} kept one version, this file the other. Merge what you want into {c['path']}, "
             f"then run `cortex sync --global --resolve {c['id']}`" for c in state["conflicts"]]
-
-
-# ---------------------------------------------------------------- promote
 
 
 def promoted_copy(project: Store, memory_id: str, global_store: Store) -> Any:

@@ -7,12 +7,13 @@ time. `supersedes` is a person's statement: automation proposes `contradicts` in
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from cortex.files import atomic_write, file_lock
+from cortex.files import atomic_write, file_lock, read_json
 from cortex.memory import Link, epoch
 from cortex.store import Store
 from cortex.text import jaccard, words
@@ -60,10 +61,7 @@ class LinkReport:
 
 def automatic_links(links: Iterable[Link]) -> list[Link]:
     """Links proposed by automation: a `supersedes` becomes `contradicts` (only a person may supersede)."""
-    out = []
-    for link in links:
-        out.append(Link("contradicts", link.to, link.strength) if link.rel == "supersedes" else link)
-    return out
+    return [Link("contradicts", link.to, link.strength) if link.rel == "supersedes" else link for link in links]
 
 
 class Similarity:
@@ -276,16 +274,18 @@ def connect(store: Store, ids: Iterable[str], index: Any = None) -> LinkReport:
     return report
 
 
-# ---------------------------------------------------------------- suggested links (state/suggested.json)
+def _state_list(store: Store, name: str) -> list[Any]:
+    data = read_json(store.state_dir / name)
+    return data if isinstance(data, list) else []
+
+
+def _save_state(store: Store, name: str, data: list[Any]) -> None:
+    atomic_write(store.state_dir / name, json.dumps(data), durable=False)
 
 
 def suggestions(store: Store) -> list[tuple[str, str, float]]:
     """Suggested links as recorded: (new memory, other memory, similarity)."""
-    try:
-        data = json.loads((store.state_dir / "suggested.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
-    return [(str(a), str(b), float(s)) for a, b, s in data if isinstance(a, str)] if isinstance(data, list) else []
+    return [(str(a), str(b), float(s)) for a, b, s in _state_list(store, "suggested.json") if isinstance(a, str)]
 
 
 def suggest(store: Store, pairs: list[tuple[str, str, float]]) -> None:
@@ -293,8 +293,7 @@ def suggest(store: Store, pairs: list[tuple[str, str, float]]) -> None:
     with file_lock(store.state_dir / "suggested.lock"):
         known = {(a, b): s for a, b, s in suggestions(store)}
         known.update({(a, b): s for a, b, s in pairs})
-        atomic_write(store.state_dir / "suggested.json",
-                     json.dumps([[a, b, s] for (a, b), s in sorted(known.items())]), durable=False)
+        _save_state(store, "suggested.json", [[a, b, s] for (a, b), s in sorted(known.items())])
 
 
 def pending_suggestions(store: Store, index: Any) -> list[tuple[str, str, float]]:
@@ -326,8 +325,7 @@ def resolve_suggestion(store: Store, a: str, b: str, accept: bool) -> Link | Non
         made = Link("relates_to", b, matching[0][2])
         store.add_links(a, [made])
     with file_lock(store.state_dir / "suggested.lock"):
-        kept = [[x, y, s] for x, y, s in suggestions(store) if {x, y} != {a, b}]
-        atomic_write(store.state_dir / "suggested.json", json.dumps(kept), durable=False)
+        _save_state(store, "suggested.json", [[x, y, s] for x, y, s in suggestions(store) if {x, y} != {a, b}])
     return made
 
 
@@ -351,16 +349,11 @@ def unlink(store: Store, a: str, b: str) -> list[tuple[str, Link]]:
     removed = [(first.id, link) for link in store.drop_links(first.id, lambda link: link.to == second_id,
                                                               first.path)]
     if second_id != first.id:
-        try:
+        with contextlib.suppress(MemoryNotFound):
             removed += [(second_id, link) for link in store.drop_links(second_id, lambda link: link.to == first.id)]
-        except MemoryNotFound:
-            pass
     if not removed:
         raise CortexError(f"no link between {first.id} and {second_id} (`cortex links {first.id}` lists its links)")
     return removed
-
-
-# ---------------------------------------------------------------- decay and expansion (read time)
 
 
 class LastReads:
@@ -468,27 +461,19 @@ def expand(start: str, neighbours: dict[str, list[tuple[str, str, float | None]]
 
 
 def flagged(store: Store) -> list[tuple[str, str, float]]:
-    try:
-        data = json.loads((store.state_dir / "flagged.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
-    return [(str(a), str(b), float(s)) for a, b, s in data if isinstance(a, str)]
+    return [(str(a), str(b), float(s)) for a, b, s in _state_list(store, "flagged.json") if isinstance(a, str)]
 
 
 def flag(store: Store, pairs: list[tuple[str, str, float]]) -> None:
     """Remember near-duplicate pairs for the next consolidation (state/, never committed)."""
     with file_lock(store.state_dir / "flagged.lock"):
-        known = {tuple(sorted((a, b))): s for a, b, s in flagged(store)}
-        for a, b, s in pairs:
-            known[tuple(sorted((a, b)))] = s
-        atomic_write(store.state_dir / "flagged.json",
-                     json.dumps([[a, b, s] for (a, b), s in sorted(known.items())]), durable=False)
+        known = {tuple(sorted((a, b))): s for a, b, s in [*flagged(store), *pairs]}
+        _save_state(store, "flagged.json", [[a, b, s] for (a, b), s in sorted(known.items())])
 
 
 def _unflag(store: Store, drop: Callable[[str, str], bool]) -> None:
     with file_lock(store.state_dir / "flagged.lock"):
-        kept = [[a, b, s] for a, b, s in flagged(store) if not drop(a, b)]
-        atomic_write(store.state_dir / "flagged.json", json.dumps(kept), durable=False)
+        _save_state(store, "flagged.json", [[a, b, s] for a, b, s in flagged(store) if not drop(a, b)])
 
 
 def clear_flags(store: Store, ids: Iterable[str]) -> None:
@@ -503,7 +488,6 @@ def clear_flagged_pairs(store: Store, pairs: Iterable[tuple[str, str]]) -> None:
     _unflag(store, lambda a, b: tuple(sorted((a, b))) in judged)
 
 
-# ---------------------------------------------------------------- the link queue
 # Capture queues the ids it wrote (`state/maintain.json`); the detached `cortex maintain` links them.
 
 
@@ -514,24 +498,18 @@ def queue_links(store: Store, ids: Iterable[str]) -> None:
         return
     with file_lock(store.state_dir / "maintain.lock"):
         pending = queued_links(store)
-        pending.extend(i for i in ids if i not in pending)
-        atomic_write(store.state_dir / "maintain.json", json.dumps(pending), durable=False)
+        _save_state(store, "maintain.json", pending + [i for i in dict.fromkeys(ids) if i not in pending])
 
 
 def queued_links(store: Store) -> list[str]:
-    try:
-        data = json.loads((store.state_dir / "maintain.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
-    return [str(i) for i in data] if isinstance(data, list) else []
+    return [str(i) for i in _state_list(store, "maintain.json")]
 
 
 def unqueue_links(store: Store, done: Iterable[str]) -> None:
     """Drop linked ids from the queue (only once linked: a run killed before keeps its queue)."""
     gone = set(done)
     with file_lock(store.state_dir / "maintain.lock"):
-        left = [i for i in queued_links(store) if i not in gone]
-        atomic_write(store.state_dir / "maintain.json", json.dumps(left), durable=False)
+        _save_state(store, "maintain.json", [i for i in queued_links(store) if i not in gone])
 
 
 def connect_quietly(store: Store, ids: Iterable[str], index: Any = None) -> LinkReport | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 from cortex.gitfacts import branch_and_head, worktree_root
@@ -76,15 +77,13 @@ def _signature(store_root: str, files_only: bool = False) -> tuple[str, int]:
             newest = max(newest, stat.st_mtime_ns)
         except OSError:
             parts.append("-")
-    try:
+    with contextlib.suppress(OSError):
         for name in sorted(os.listdir(memories)):
             folder = os.path.join(memories, name)
             if os.path.isdir(folder):
                 stamp = os.stat(folder).st_mtime_ns
                 parts.append(f"{name}:{stamp}")
                 newest = max(newest, stamp)
-    except OSError:
-        pass
     return "|".join(parts), newest
 
 
@@ -200,11 +199,9 @@ def private_dir(create: bool = False) -> str | None:
                      if (value := os.environ.get(name)) and os.path.isdir(value)), "/tmp")
         folder = os.path.join(temp, f"cortex-{uid}")
     if create:
-        try:
+        with contextlib.suppress(OSError):  # there already (checked below), or not makeable (then no server)
             os.mkdir(folder, 0o700)
             os.chmod(folder, 0o700)  # whatever the umask left of it
-        except OSError:
-            pass  # there already (checked below), or not makeable (then no server)
     try:
         found = os.lstat(folder)
     except OSError:

@@ -227,8 +227,6 @@ def gc_due(store: Store) -> bool:
         return True
 
 
-# ---------------------------------------------------------------- the reality check of settings
-
 # `key: value` or `key = value` in a code span; in prose only KEY=, dotted.key= or snake_key= (a plain word is not).
 _CODE_SPAN = re.compile(r"`([^`\n]{1,160})`")
 _SPAN_SETTING = re.compile(r"^\s*([A-Za-z_][\w.-]{0,80})\s*(?:=|:)\s*(\S.*?)\s*$")
@@ -288,9 +286,7 @@ def setting_drift(memory: Any, root: Path) -> str | None:
     for key, claimed in settings:
         last = key.rsplit(".", 1)[-1]
         pattern = re.compile(r"(?<![\w.-])[\"']?" + re.escape(last) + r"[\"']?\s*[:=]\s*" + _VALUE)
-        values: dict[str, list[str]] = {}
-        for name, text in texts.items():
-            values[name] = [_plain_value(v) for v in pattern.findall(text)]
+        values = {name: [_plain_value(v) for v in pattern.findall(text)] for name, text in texts.items()}
         if any(claimed in found for found in values.values()):
             continue
         for name, found in sorted(values.items()):
@@ -318,8 +314,6 @@ def present_files(names: list[str], root: Path) -> list[str]:
             out.append(os.path.relpath(inside, root).replace(os.sep, "/"))
     return out
 
-
-# ---------------------------------------------------------------- reset
 
 KEEP_ALWAYS = (".lock", ".sock", "watch.ready")  # held by live processes (a running serve, watch or hook)
 KEEP_UNLESS_HARD = ("cursors", "queue")  # how far each transcript was read, and LLM work not done yet

@@ -7,6 +7,7 @@ cortex's hooks off. docs/security.md.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from cortex.errors import CortexError
+from cortex.files import atomic_write, read_json
 from cortex.store import Store
 
 LEVELS = ("off", "auto", "on")
@@ -112,20 +114,13 @@ def notice(store: Store, place: str) -> str | None:
     if line is None:
         return None
     path = store.state_dir / NOTICES
-    try:
-        said = json.loads(path.read_text(encoding="utf-8"))
-        said = said if isinstance(said, dict) else {}
-    except (OSError, ValueError):
-        said = {}
+    said = read_json(path, {})
+    said = said if isinstance(said, dict) else {}
     if said.get(place) == line:
         return None
     said[place] = line
-    try:
-        from cortex.files import atomic_write
-
+    with contextlib.suppress(OSError):  # a read-only store: said again next time
         atomic_write(path, json.dumps(said, sort_keys=True), durable=False)
-    except OSError:
-        pass  # a read-only store: said again next time
     return line
 
 

@@ -7,6 +7,7 @@ tool result with `isError`. Nothing but protocol goes to stdout. docs/mcp.md.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -76,9 +77,6 @@ class Backend:
         store = self.store()
         return list(iter_stores(store, include_global=scope == "all" and store.label == "project"))
 
-    def global_store(self) -> Store:
-        return Store.locate(use_global=True)
-
     def new_call(self) -> None:
         """A tool call starts: files and config.yaml may have changed since the last one."""
         self._checked.clear()
@@ -116,13 +114,8 @@ class Backend:
         except CortexError:
             pass  # no store yet: the first call says so
         except Exception as exc:
-            try:
+            with contextlib.suppress(CortexError):
                 self.store().log(f"mcp: warm-up failed: {exc!r}")
-            except CortexError:
-                pass
-
-
-# ---------------------------------------------------------------- results
 
 
 def _result(data: dict[str, Any], text: str | None = None) -> CallToolResult:
@@ -225,11 +218,9 @@ def _memory_view(backend: Backend, memory_id: str) -> dict[str, Any]:
         if rel is None:
             continue  # to a memory that no longer exists: skipped, gc drops it
         if link.rel == "source_of":
-            try:
+            with contextlib.suppress(CortexError):
                 code.append(_public(store.read(store.memories_dir / rel), store))
                 continue
-            except CortexError:
-                pass
         title = index.meta(rel)["title"]
         links.append({"rel": link.rel, "to": link.to, "title": title, "strength": link.strength})
     described_by = []
@@ -247,25 +238,17 @@ def _memory_view(backend: Backend, memory_id: str) -> dict[str, Any]:
     return data
 
 
-def _plan_memories(store: Store, index: Index, branch: str | None) -> list[Memory]:
-    """The active plan and progress memories of a branch, read in full."""
-    out = []
-    for rel, entry in index.records().items():
-        if entry["type"] in ("plan", "progress") and entry["status"] == "active" and entry["branch"] == branch:
-            try:
-                out.append(store.read(store.memories_dir / rel))
-            except CortexError:
-                continue
-    return out
-
-
 def _plan(backend: Backend, branch: str | None) -> tuple[dict[str, Any], str]:
     """A branch's plans and progress notes, and the `active-plan.md` page they make."""
     store = backend.store()
     branch = branch or store.current_branch()
     from cortex import projections
 
-    memories = _plan_memories(store, backend.index(store, full=False), branch)
+    memories = []  # the branch's active plan and progress memories, read in full
+    for rel, entry in backend.index(store, full=False).records().items():
+        if entry["type"] in ("plan", "progress") and entry["status"] == "active" and entry["branch"] == branch:
+            with contextlib.suppress(CortexError):
+                memories.append(store.read(store.memories_dir / rel))
     page = next(p.text for p in projections.build(store, memories=memories) if p.name == "active-plan.md")
     by_date = sorted(memories, key=lambda m: (m.created, m.id))
 
@@ -313,9 +296,6 @@ def _decisions_page(backend: Backend) -> str:
     return next(p.text for p in projections.build(store, index=index) if p.name == "decisions.md")
 
 
-# ---------------------------------------------------------------- the server
-
-
 class CortexMCPServer(MCPServer):
     """MCPServer whose bad arguments and unknown tools are protocol errors naming the field."""
 
@@ -329,14 +309,10 @@ class CortexMCPServer(MCPServer):
             cause = exc.__cause__
             if not isinstance(cause, ValidationError):
                 raise
-            problems = []
-            fields = []
-            for error in cause.errors():
-                field = ".".join(str(part) for part in error["loc"]) or "arguments"
-                fields.append(field)
-                problems.append(f"{field}: {error['msg']}")
-            raise MCPError(INVALID_PARAMS, f"{name}: invalid arguments: " + "; ".join(problems),
-                           {"tool": name, "fields": fields}) from None
+            problems = [(".".join(str(part) for part in error["loc"]) or "arguments", error["msg"])
+                        for error in cause.errors()]
+            raise MCPError(INVALID_PARAMS, f"{name}: invalid arguments: " + "; ".join(f"{f}: {m}" for f, m in problems),
+                           {"tool": name, "fields": [field for field, _msg in problems]}) from None
 
     async def run_stdio_async(self) -> None:
         """Serve over stdio, answering the lines the SDK's reader drops without a word: one that is not JSON
@@ -382,10 +358,8 @@ def _claim_stdin() -> int:
 
 def _release_stdin(private: int) -> None:
     # The private copy stays open: a reader thread may still block on it after the server stops.
-    try:
+    with contextlib.suppress(OSError):
         os.dup2(private, 0)
-    except OSError:
-        pass
 
 
 async def _stdin_lines(fd: int) -> AsyncIterator[str]:
@@ -441,10 +415,8 @@ def _guarded(backend: Backend, fn: Callable[..., Any]) -> Callable[..., Any]:
         except CortexError as exc:
             raise ToolError(str(exc)) from exc
         except Exception as exc:  # a bug or the machine (disk full, ...): say what, and log it
-            try:
+            with contextlib.suppress(Exception):
                 backend.store().log(f"mcp: {fn.__name__} failed: {exc!r}")
-            except Exception:
-                pass
             raise ToolError(f"{fn.__name__} failed: {exc.__class__.__name__}: {exc}") from exc
 
     return wrapper
@@ -507,6 +479,7 @@ def _id_field(description: str | None = None) -> Any:
 
 def _add_search_tools(tool: Register, backend: Backend) -> None:
     from cortex.recall import count_reads, recall, time_window
+    from cortex.text import within_budget
 
     @tool("cortex_search", READ_ONLY, "Search project memory")
     def search(
@@ -571,13 +544,7 @@ def _add_search_tools(tool: Register, backend: Backend) -> None:
         result = recall(stores, query, limit=limit * 2, types=("decision", "architecture"),
                         include_all=include_superseded, indexes=indexes)
         rows = _decision_rows(indexes, stores, result.hits, limit)
-        kept: list[dict[str, Any]] = []
-        used = 0
-        for row in rows:
-            if kept and used + _row_tokens(row) > budget_tokens:
-                break
-            kept.append(row)
-            used += _row_tokens(row)
+        kept, used = within_budget(rows, budget_tokens, _row_tokens)
         return _result({"query": query, "decisions": kept, "tokens": used, "omitted": len(rows) - len(kept),
                         "notes": result.notes})
 
@@ -679,7 +646,7 @@ def _add_write_tools(tool: Register, backend: Backend) -> None:
         problem = control_problem({"title": title, "tags": tags, "files": files}, text)
         if problem is not None:  # a NUL would make git call the file binary, an ESC drive a reader's terminal
             raise ToolError(problem.replace("body:", "text:", 1) + "; nothing was written")
-        store = backend.global_store() if scope == "global" else backend.store()
+        store = Store.locate(use_global=True) if scope == "global" else backend.store()
         backend.follow(store)  # files changed by hand are synced before the links and pages are made
         created = events.remember(store, text, backend.indexes, type=type, title=title, priority=priority,
                                   confidence=confidence, tags=tags or (), files=files or (), pinned=pin,
@@ -708,7 +675,6 @@ def _add_write_tools(tool: Register, backend: Backend) -> None:
         old = events.forget(store, item.id, backend.indexes, replaced_by=replaced_by)
         return _result({"id": old.id, "title": old.title, "status": old.status,
                         "replaced_by": store.get(replaced_by).id if replaced_by else None, "store": store.label})
-
 
     @tool("cortex_inbox", DESTRUCTIVE, "Review proposed memories")
     def inbox(
@@ -790,10 +756,8 @@ def run(directory: Path | None = None, use_global: bool = False) -> None:
     server = build_server(backend)
     warm = threading.Thread(target=backend.warm, name="cortex-mcp-warm", daemon=True)
     warm.start()
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         server.run("stdio")
-    except KeyboardInterrupt:
-        pass
     # The client closed the connection. Closing the indexes (or tearing the interpreter down) under the warm-up or
     # a background fill of contextual vectors crashed the process at exit: let the warm-up end, then leave as a
     # read-only command does (the cache is SQLite's and survives an exit mid-write).

@@ -8,6 +8,7 @@ round-trip, so a person's comments and key order survive.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import functools
 import json
@@ -20,49 +21,14 @@ from typing import Any
 
 from cortex.errors import MalformedMemory
 
-TYPES = (
-    "architecture",
-    "decision",
-    "pattern",
-    "gotcha",
-    "context",
-    "progress",
-    "plan",
-    "code_description",
-    "code",
-)
+TYPES = ("architecture", "decision", "pattern", "gotcha", "context", "progress", "plan", "code_description", "code")
 CAPTURE_TYPES = TYPES[:7]  # what capture and the LLM may write: code memories come from `cortex index-code` only
 STATUSES = ("active", "superseded", "archived", "proposed")  # proposed: captured, waiting in `cortex inbox`
 SCOPES = ("project", "global")
-RELATIONS = (
-    "relates_to",
-    "derived_from",
-    "contradicts",
-    "exemplifies",
-    "refines",
-    "supersedes",
-    "source_of",
-)
+RELATIONS = ("relates_to", "derived_from", "contradicts", "exemplifies", "refines", "supersedes", "source_of")
 # Key order of a file cortex writes; unknown keys a person adds are kept.
-KEYS = (
-    "id",
-    "type",
-    "title",
-    "summary",
-    "status",
-    "confidence",
-    "priority",
-    "pinned",
-    "scope",
-    "project",
-    "branch",
-    "tags",
-    "files",
-    "created",
-    "updated",
-    "source",
-    "links",
-)
+KEYS = ("id", "type", "title", "summary", "status", "confidence", "priority", "pinned", "scope", "project", "branch",
+        "tags", "files", "created", "updated", "source", "links")
 ID_RE = re.compile(r"^[0-9a-f]{12}$")
 TITLE_MAX = 200
 SUMMARY_MAX = 160  # characters of the one-line `summary` cortex fills in
@@ -145,9 +111,6 @@ class Memory:
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(Memory))
-
-
-# ---------------------------------------------------------------- helpers
 
 
 def new_id() -> str:
@@ -266,9 +229,6 @@ def iso_timestamp(value: Any) -> str:
     return moment.astimezone(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-# ---------------------------------------------------------------- splitting
-
-
 def split_front_matter(text: str, path: Path | None = None) -> tuple[str, str]:
     """Return (front matter YAML, body); the delimiter lines are not included."""
     if text.startswith("\ufeff"):
@@ -286,9 +246,6 @@ def split_front_matter(text: str, path: Path | None = None) -> tuple[str, str]:
         if end == -1:
             raise MalformedMemory(path, "front matter is not closed (no second '---' line)")
         pos = end + 1
-
-
-# ---------------------------------------------------------------- fast reader
 
 
 class _NotSimple(Exception):
@@ -511,10 +468,8 @@ class AnchorFound(Exception):
 
 def load_front_matter(yaml_text: str, path: Path | None = None) -> dict[str, Any]:
     """Front matter as plain data, by the fast reader or ruamel.yaml (no anchors); raises `MalformedMemory` only."""
-    try:
+    with contextlib.suppress(_NotSimple, ValueError):  # ValueError: a timestamp-shaped non-date; ruamel decides
         return _read_simple(yaml_text)
-    except (_NotSimple, ValueError):  # ValueError: a timestamp-shaped value that is no date; ruamel decides
-        pass
     from ruamel.yaml.error import YAMLError
 
     if _flow_depth(yaml_text) > MAX_FLOW_DEPTH:
@@ -539,9 +494,6 @@ def load_front_matter(yaml_text: str, path: Path | None = None) -> dict[str, Any
         raise MalformedMemory(path, f"front matter holds {exc}") from None
     except ValueError as exc:  # a constructor refusing a value (a date that does not exist, ...)
         raise MalformedMemory(path, f"front matter is not valid YAML: {exc}") from None
-
-
-# ---------------------------------------------------------------- validation
 
 
 def _text_list(data: dict[str, Any], key: str, path: Path | None) -> list[str]:
@@ -689,28 +641,12 @@ def from_data(data: dict[str, Any], body: str, path: Path | None = None) -> Memo
         links.append(Link(str(item["rel"]), str(item["to"]), None if strength is None else float(strength),
                           created or None))
     extra = {k: v for k, v in data.items() if k not in KEYS}
-    return Memory(
-        id=memory_id,
-        type=memory_type,
-        title=title,
-        body=body,
-        summary=summary,
-        status=status,
-        confidence=float(confidence),
-        priority=priority,
-        pinned=pinned,
-        scope=scope,
-        project=None if project is None else str(project),
-        branch=branch,
-        tags=_text_list(data, "tags", path),
-        files=_text_list(data, "files", path),
-        created=stamps["created"],
-        updated=stamps["updated"],
-        source=source,
-        links=links,
-        extra=extra,
-        path=path,
-    )
+    return Memory(id=memory_id, type=memory_type, title=title, body=body, summary=summary, status=status,
+                  confidence=float(confidence), priority=priority, pinned=pinned, scope=scope,
+                  project=None if project is None else str(project), branch=branch,
+                  tags=_text_list(data, "tags", path), files=_text_list(data, "files", path),
+                  created=stamps["created"], updated=stamps["updated"], source=source, links=links, extra=extra,
+                  path=path)
 
 
 def parse(text: str, path: Path | None = None) -> Memory:
@@ -723,9 +659,6 @@ def parse(text: str, path: Path | None = None) -> Memory:
 def validate(memory: Memory) -> Memory:
     """Check a `Memory` built in code the same way a file is checked."""
     return from_data(_front_matter_data(memory), memory.body, memory.path)
-
-
-# ---------------------------------------------------------------- writing
 
 
 def _yaml() -> Any:
@@ -751,25 +684,9 @@ def _flow(node: Any) -> Any:
 
 
 def _front_matter_data(memory: Memory) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "id": memory.id,
-        "type": memory.type,
-        "title": memory.title,
-        "summary": memory.summary,
-        "status": memory.status,
-        "confidence": memory.confidence,
-        "priority": memory.priority,
-        "pinned": memory.pinned,
-        "scope": memory.scope,
-        "project": memory.project,
-        "branch": memory.branch,
-        "tags": list(memory.tags),
-        "files": list(memory.files),
-        "created": memory.created,
-        "updated": memory.updated,
-        "source": dict(memory.source),
-        "links": [link.as_dict() for link in memory.links],
-    }
+    data: dict[str, Any] = {key: getattr(memory, key) for key in KEYS}  # in KEYS order: the file's key order
+    data.update(tags=list(memory.tags), files=list(memory.files), source=dict(memory.source),
+                links=[link.as_dict() for link in memory.links])
     data.update(memory.extra)
     return data
 
@@ -850,16 +767,13 @@ def edit_text(text: str, changes: dict[str, Any], body: str | None = None, path:
             continue
         if key == "links" and key in front and isinstance(front[key], list):
             existing = front[key]
-            wanted = [dict(item) for item in value]
-            while len(existing) > len(wanted):
+            while len(existing) > len(value):
                 existing.pop()
-            for i, item in enumerate(wanted):
-                if i < len(existing) and _to_plain(existing[i]) == item:
-                    continue
-                if i < len(existing):
-                    existing[i] = _link_node(item)
-                else:
+            for i, item in enumerate(dict(each) for each in value):
+                if i >= len(existing):
                     existing.append(_link_node(item))
+                elif _to_plain(existing[i]) != item:
+                    existing[i] = _link_node(item)
             continue
         if key in front and _to_plain(front[key]) == _to_plain(value):
             continue
@@ -869,9 +783,6 @@ def edit_text(text: str, changes: dict[str, Any], body: str | None = None, path:
     if head.startswith("\ufeff"):
         head = head[1:]
     return f"{head}{_dump(front)}---\n{new_body}"
-
-
-# ---------------------------------------------------------------- supersession cycles
 
 
 def supersession_cycles(replaces: dict[str, list[str]]) -> list[list[str]]:

@@ -7,13 +7,14 @@ docs/git.md.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cortex.files import atomic_write
+from cortex.files import atomic_write, read_json
 from cortex.memory import Memory
 from cortex.store import Store
 
@@ -74,14 +75,8 @@ def _environment(store: Store) -> Any:
     import jinja2
 
     search = [str(store.root / "templates"), str(_templates_dir())]
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(search),
-        autoescape=False,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-        undefined=jinja2.StrictUndefined,
-    )
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(search), autoescape=False, trim_blocks=True,
+                              lstrip_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
 
 
 def _tidy(text: str) -> str:
@@ -272,15 +267,19 @@ def write(store: Store, projections: list[Projection], index: Any = None) -> lis
     return changed
 
 
-def refresh(store: Store, index: Any = None) -> list[Path]:
-    """Regenerate the pages whose memories changed; returns the paths that changed."""
+def _unknown(store: Store, index: Any) -> tuple[Any, list[Projection]]:
+    """The synced index, and the pages not known to be current, rendered."""
     from cortex.index import Index
 
     index = (index or Index(store)).ensure()
     names = [name for name in PAGES if name not in _known(store, index)]
-    if not names:
-        return []
-    return write(store, build(store, index=index, names=names), index)
+    return index, build(store, index=index, names=names) if names else []
+
+
+def refresh(store: Store, index: Any = None) -> list[Path]:
+    """Regenerate the pages whose memories changed; returns the paths that changed."""
+    index, pages = _unknown(store, index)
+    return write(store, pages, index) if pages else []
 
 
 def affected_by(types: Any) -> bool:
@@ -290,13 +289,9 @@ def affected_by(types: Any) -> bool:
 
 def stale(store: Store, index: Any = None) -> list[Path]:
     """The pages that do not match the memories (what `cortex project --check` reports)."""
-    from cortex.index import Index
-
-    index = (index or Index(store)).ensure()
-    names = [name for name in PAGES if name not in _known(store, index)]
-    if not names:
+    index, pages = _unknown(store, index)
+    if not pages:
         return []
-    pages = build(store, index=index, names=names)
     _save_stamp(store, [p for p in pages if p.is_current()], index)
     return [p.path for p in pages if not p.is_current()]
 
@@ -338,12 +333,7 @@ def _page_stat(store: Store, name: str) -> list[int] | None:
 
 
 def _read_stamp(store: Store) -> dict[str, Any]:
-    import json
-
-    try:
-        stamp = json.loads((store.cache_dir / "projections.stamp").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
+    stamp = read_json(store.cache_dir / "projections.stamp")
     pages = stamp.get("pages") if isinstance(stamp, dict) else None
     return pages if isinstance(pages, dict) and all(isinstance(v, dict) for v in pages.values()) else {}
 
@@ -365,10 +355,8 @@ def _save_stamp(store: Store, pages: list[Projection], index: Any = None) -> Non
     for page in current:
         stamp[page.name] = {"inputs": digests[page.name] + _named_digest(index, page.named),
                             "named": sorted(page.named), "stat": _page_stat(store, page.name)}
-    try:
+    with contextlib.suppress(OSError):
         atomic_write(store.cache_dir / "projections.stamp", json.dumps({"pages": stamp}), durable=False)
-    except OSError:
-        pass
 
 
 def _known(store: Store, index: Any = None) -> set[str]:

@@ -104,18 +104,11 @@ def medium(memory: Memory, snippet: str = "", spans: Iterable[tuple[int, int]] =
             rest = ""  # a short body: the summary said all of it
     if rest:
         lines.append(f"{indent}{highlight(rest, [(a - moved, b - moved) for a, b in spans if a >= moved])}")
-    facts = [f"confidence {memory.confidence:.2f}", f"priority {memory.priority}"]
-    if memory.pinned:
-        facts.append("pinned")
-    if memory.branch:
-        facts.append(f"branch {memory.branch}")
-    if memory.project:
-        facts.append(f"project {memory.project}")
-    if memory.tags:
-        facts.append("tags " + ", ".join(memory.tags))
-    if memory.files:
-        facts.append("files " + ", ".join(memory.files))
-    lines.append(indent + " · ".join(facts))
+    facts = [f"confidence {memory.confidence:.2f}", f"priority {memory.priority}", "pinned" if memory.pinned else "",
+             f"branch {memory.branch}" if memory.branch else "", f"project {memory.project}" if memory.project else "",
+             "tags " + ", ".join(memory.tags) if memory.tags else "",
+             "files " + ", ".join(memory.files) if memory.files else ""]
+    lines.append(indent + " · ".join(fact for fact in facts if fact))
     return "\n".join(map(redacted, lines))  # the one secret rule, line by line: what recall shows names a secret
 
 
@@ -142,8 +135,7 @@ def full(memory: Memory) -> str:
         if key in ("summary", "project", "branch") and not value:
             continue
         lines.append(f"{key}: {_value(value)}")
-    for key in sorted(memory.extra):
-        lines.append(f"{key}: {_value(memory.extra[key])}")
+    lines += [f"{key}: {_value(memory.extra[key])}" for key in sorted(memory.extra)]
     if memory.links:
         lines.append("links:")
         for link in memory.links:

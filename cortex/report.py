@@ -15,7 +15,7 @@ import os
 import re
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from cortex.index import Index
 from cortex.index.cache import read_body
@@ -93,9 +93,6 @@ def write(store: Store, path: Path | None = None, index: Index | None = None) ->
     return target
 
 
-# ---------------------------------------------------------------- embedding
-
-
 def _script_json(data: dict[str, Any]) -> str:
     """JSON that cannot end its `<script>` block: `<`, `>`, `&`, U+2028 and U+2029 as `\\u` escapes."""
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
@@ -106,9 +103,6 @@ def _script_json(data: dict[str, Any]) -> str:
 
 def _hash(text: str) -> str:
     return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode() + "'"
-
-
-# ---------------------------------------------------------------- the graph
 
 
 def _graph(store: Store, index: Index, memories: list[Memory]) -> tuple[list[list[Any]], list[list[Any]],
@@ -203,25 +197,25 @@ def _short(title: str, limit: int = 40) -> str:
     return title if len(title) <= limit else title[: limit - 1].rstrip() + "…"
 
 
-def _component(start: int, neighbours: list[list[int]], seen: list[bool]) -> list[int]:
-    """The memories linked to `start`, breadth first from the best-linked of them (so neighbours sit close)."""
-    members, queue = [start], deque([start])
-    seen[start] = True
+def _reached(start: int, step: Callable[[int], list[int]]) -> list[int]:
+    """Every row reached from `start` along `step`, breadth first."""
+    order, queue, seen = [start], deque([start]), {start}
     while queue:
-        for other in neighbours[queue.popleft()]:
-            if not seen[other]:
-                seen[other] = True
-                members.append(other)
-                queue.append(other)
-    hub = max(members, key=lambda m: (len(neighbours[m]), -m))
-    order, queue, placed = [hub], deque([hub]), {hub}
-    while queue:
-        for other in sorted(neighbours[queue.popleft()], key=lambda o: -len(neighbours[o])):
-            if other not in placed:
-                placed.add(other)
+        for other in step(queue.popleft()):
+            if other not in seen:
+                seen.add(other)
                 order.append(other)
                 queue.append(other)
     return order
+
+
+def _component(start: int, neighbours: list[list[int]], seen: list[bool]) -> list[int]:
+    """The memories linked to `start`, breadth first from the best-linked of them (so neighbours sit close)."""
+    members = _reached(start, lambda m: neighbours[m])
+    for member in members:
+        seen[member] = True
+    hub = max(members, key=lambda m: (len(neighbours[m]), -m))
+    return _reached(hub, lambda m: sorted(neighbours[m], key=lambda o: -len(neighbours[o])))
 
 
 def _sunflower(count: int) -> list[tuple[float, float]]:
@@ -266,9 +260,6 @@ def _pack(radii: list[float]) -> list[tuple[float, float]]:
     return centres
 
 
-# ---------------------------------------------------------------- decisions
-
-
 def _timeline(memories: list[Memory]) -> dict[str, Any]:
     """Decisions newest first (row numbers into `nodes`), and supersession chains oldest → newest."""
     from cortex.projections import is_decision
@@ -288,22 +279,12 @@ def _timeline(memories: list[Memory]) -> dict[str, Any]:
     for row in sorted(set(replaces) | set(replaced_by), key=lambda i: (memories[i].created, memories[i].id)):
         if row in seen:
             continue
-        chain, queue = [], deque([row])
-        seen.add(row)
-        while queue:
-            current = queue.popleft()
-            chain.append(current)
-            for other in replaces.get(current, []) + replaced_by.get(current, []):
-                if other not in seen:
-                    seen.add(other)
-                    queue.append(other)
+        chain = _reached(row, lambda current: replaces.get(current, []) + replaced_by.get(current, []))
+        seen.update(chain)
         chains.append(sorted(chain, key=lambda i: (memories[i].created, memories[i].id)))
     return {"decisions": decisions, "chains": chains,
             "replaces": {str(k): v for k, v in sorted(replaces.items())},
             "replaced_by": {str(k): v for k, v in sorted(replaced_by.items())}}
-
-
-# ---------------------------------------------------------------- this branch
 
 
 def _branch_changes(store: Store, index: Index) -> dict[str, Any]:

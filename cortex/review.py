@@ -79,9 +79,6 @@ class _Side:
         return out
 
 
-# ---------------------------------------------------------------- building the report
-
-
 def build(repo: Any, base_rev: str, head_rev: str, store_prefix: str) -> dict[str, Any]:
     """What `head_rev` changes in the store at `store_prefix` since it forked from `base_rev` (`--json`'s data)."""
     head = gitops.resolve(repo, head_rev)
@@ -201,9 +198,6 @@ def _ref(memory_id: str, known: Callable[[str], Memory | None]) -> dict[str, str
     return {"id": memory_id, "title": found.title if found is not None else ""}
 
 
-# ---------------------------------------------------------------- settings and pins
-
-
 def _config_changes(repo: Any, fork: Any, head: Any, store_prefix: str) -> list[dict[str, Any]]:
     """Each `config.yaml` setting the branch adds, changes or removes (key, old, new; None: not set)."""
     path = f"{store_prefix}/config.yaml" if store_prefix else "config.yaml"
@@ -283,9 +277,6 @@ def _setting_lines(report: dict[str, Any], limit: int) -> list[str]:
     pins = [f"- {'Pinned' if row['pinned'] else 'Unpinned'}: {_item(row)}" for row in report["pins"][:limit]]
     out += _more(pins, len(report["pins"]), limit) if pins else []
     return ["#### Settings and pins", *out, ""] if out else []
-
-
-# ---------------------------------------------------------------- warnings
 
 
 def _malformed(new: _Side, changed_ids: list[str]) -> list[dict[str, Any]]:
@@ -423,8 +414,6 @@ def _lists(report: dict[str, Any]) -> list[Any]:
     return [*report["decisions"].values(), report["gotchas"], report["conventions"], report["architecture"],
             *report["plan"].values(), report["progress"], report["proposed"]]
 
-
-# ---------------------------------------------------------------- markdown
 
 _MENTION = re.compile(r"@(?=[A-Za-z0-9])")
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|~#])")
@@ -583,8 +572,7 @@ def _plan_lines(report: dict[str, Any], limit: int) -> list[str]:
     out = ["#### Plan"]
     for kind, word in (("added", "New plan"), ("changed", "Plan updated"), ("closed", "Plan closed")):
         for row in plan[kind][:limit]:
-            strike = kind == "closed"
-            out.append(f"- {word}: {_item(row, strike=strike)}")
+            out.append(f"- {word}: {_item(row, strike=kind == 'closed')}")
             if kind != "closed" and row["rationale"]:
                 out.append(f"  - {_md(row['rationale'], RATIONALE_CHARS)}")
         if len(plan[kind]) > limit:
@@ -594,9 +582,6 @@ def _plan_lines(report: dict[str, Any], limit: int) -> list[str]:
         out.append(f"- {len(progress)} progress note{'s' if len(progress) > 1 else ''}: {titles}"
                    + ("; …" if len(progress) > 3 else ""))
     return out + [""]
-
-
-# ---------------------------------------------------------------- the command's pieces
 
 
 def parse_range(revisions: str) -> tuple[str, str]:
@@ -631,9 +616,6 @@ def store_prefix(repo: Any, directory: Path | None) -> str:
     except ValueError:
         raise CortexError(f"the store {root} is not inside the repository {top}") from None
     return "" if inside == "." else inside
-
-
-# ---------------------------------------------------------------- posting the comment
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from cortex.index import Index
@@ -78,12 +79,10 @@ def activity(store: Store, index: Index) -> dict[str, Any]:
     if "last_tokens" in briefing:
         last_briefing = {key: briefing.get(f"last_{key}") for key in ("tokens", "chars", "memories", "ms", "at")}
     else:
-        try:
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
             cached = json.loads((store.state_dir / "briefing.json").read_text(encoding="utf-8"))
             last_briefing = {"tokens": int(cached["tokens"]), "chars": len(cached["text"]),
                              "memories": len(cached.get("ids", [])), "ms": None, "at": None}
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
     queue = store.state_dir / "queue"
     return {
         "last_capture": last_capture,

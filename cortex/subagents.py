@@ -79,11 +79,7 @@ def mentioned_files(text: str, worktree: Path | None) -> list[str]:
 
 
 def _touches(files: list[str], named: list[str]) -> bool:
-    for f in files:
-        for n in named:
-            if f == n or (n.endswith("/") and f.startswith(n)) or f.endswith("/" + n):
-                return True
-    return False
+    return any(f == n or (n.endswith("/") and f.startswith(n)) or f.endswith("/" + n) for f in files for n in named)
 
 
 def _relevant(hit: Any, config: Any) -> bool:

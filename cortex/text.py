@@ -5,6 +5,10 @@ from __future__ import annotations
 import math
 import re
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # the hooks' fast paths import this module: not even `typing` at import time
+    from typing import Any, Callable
+
 # Briefings and prompt-time recall open with this mark and, as a hook gives them to the assistant
 # (`cortex.hotpath.framed`), end with INJECTED_END; capture skips text carrying either (cortex never re-captures
 # what it injected itself). Memory text inside cannot hold either: every `<!` in it is neutralised.
@@ -36,6 +40,19 @@ def jaccard(a: set[str], b: set[str]) -> float:
 def estimate_tokens(text: str) -> int:
     """~4 characters a token (English prose and code average); rounded up."""
     return math.ceil(len(text) / 4)
+
+
+def within_budget(items: list[Any], budget: int, cost: Callable[[Any], int]) -> tuple[list[Any], int]:
+    """The first `items` whose costs add up to at most `budget` (the first one always), and the tokens they use."""
+    kept: list[Any] = []
+    used = 0
+    for item in items:
+        spent = cost(item)
+        if kept and used + spent > budget:
+            break
+        kept.append(item)
+        used += spent
+    return kept, used
 
 
 def query_problem(query: str) -> str | None:

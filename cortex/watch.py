@@ -1,8 +1,7 @@
 """`cortex watch`: keep a store's cache in step with its files while running.
 
-A watchdog observer on `memories/`; events are debounced (a burst of
-changes — a `git checkout`, a capture writing five files — becomes one
-sync). One watcher per store: `state/watch.lock` refuses a second one.
+A watchdog observer on `memories/`; events are debounced (a burst of changes — a `git checkout`, a capture writing
+five files — becomes one sync). One watcher per store: `state/watch.lock` refuses a second one.
 """
 
 from __future__ import annotations
