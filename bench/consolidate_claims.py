@@ -168,7 +168,7 @@ def main() -> None:
             kept = claims_module.claims(f"{merged_memory.title}\n{merged_memory.body}")
             best = max(group.members, key=lambda m: (m.priority, m.confidence, len(m.body.strip()), m.id))
             members = [claims_module.claims(f"{m.title}\n{m.body}") for m in group.members]
-            if all(consolidate._present(item, kept) for said in members for item in said.items
+            if all(claims_module.present(item, kept) for said in members for item in said.items
                    if not (item.kind == "name" and item.initial)):
                 complete += 1
             grew += merged_memory.body.strip() != best.body.strip()

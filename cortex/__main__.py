@@ -15,9 +15,10 @@ CLAUDE_EVENTS = {"stop": "claude_stop", "pre-compact": "claude_stop", "session-s
                  "pre-tool-use": "claude_pre_tool_use"}
 
 
-# Commands whose matrix products are big enough for numpy's BLAS threads to pay (a rebuild, consolidation and the
-# upkeep compare thousands of memories at once); every other command and hook runs numpy on one BLAS thread.
-BULK = frozenset({"reindex", "consolidate", "maintain", "gc", "verify", "index-code", "report", "sync"})
+# Commands whose matrix products are big enough for numpy's BLAS threads to pay (a rebuild and the upkeep compare
+# thousands of memories at once); every other command and hook runs numpy on one BLAS thread. Not `consolidate`:
+# the contextual model's attention is thousands of small products, on which a second thread spins.
+BULK = frozenset({"reindex", "maintain", "gc", "verify", "index-code", "report", "sync"})
 
 
 def post_checkout(args: list[str]) -> None:

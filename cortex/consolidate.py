@@ -141,7 +141,7 @@ class Judge:
     """The duplicate score of two memories: idf-weighted BERTScore F1 on the contextual model, over a text's first and
     last `TOKENS` tokens; kept in `cache/duplicate-scores.json` by text hash until the store halves or doubles."""
 
-    TOKENS = 128
+    TOKENS = 64
     CACHE = "duplicate-scores.json"
     IDF_SAMPLE = 4000
     CHUNK = 256  # memories encoded at a time by `judge`

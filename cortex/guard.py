@@ -159,8 +159,14 @@ def _line_starts(text: str) -> list[int]:
 _TOKEN_RUN = re.compile(r"[A-Za-z0-9+/=_\-]{40}")
 _WRAP_NEXT = re.compile(r"[ \t>]*(?=[A-Za-z0-9+/=_])")
 # A provider's token cut by a line break wherever it falls (a short line too, right after its prefix).
-_PREFIXED_END = re.compile(r"(?<![A-Za-z0-9])(?:gh[pousr]_|github_pat_|gl(?:pat|dt|rt|ptt)-|xox[abposre]-|sk-ant-|"
-                           r"sk-|(?:sk|rk)_(?:live|test)_|AIza|npm_|pypi-|hf_|A(?:KIA|SIA))[A-Za-z0-9_\-]*$")
+_PREFIXES = r"gh[pousr]_|github_pat_|gl(?:pat|dt|rt|ptt)-|xox[abposre]-|sk-ant-|sk-|(?:sk|rk)_(?:live|test)_|AIza|npm_|" \
+    r"pypi-|hf_|A(?:KIA|SIA)"
+_PREFIXED_END = re.compile(rf"(?<![A-Za-z0-9])(?:{_PREFIXES})[A-Za-z0-9_\-]*$")
+# A line ending inside a provider's prefix ("gh" / "p_…", "AK" / "IA…"): its last word and the next line's first,
+# joined, must open a token (the prefix, then 16 or more token characters with a digit).
+_PREFIX_PIECE = re.compile(r"(?<![A-Za-z0-9_\-])[A-Za-z0-9_\-]{1,10}$")
+_PREFIX_JOINED = re.compile(rf"(?:{_PREFIXES})(?=[A-Za-z0-9_\-]*[0-9])[A-Za-z0-9_\-]{{16,}}")
+_INDENT = re.compile(r"[ \t>]*")
 
 
 def _unwrapped(text: str) -> tuple[str, Callable[[int, bool], int] | None]:
@@ -175,9 +181,10 @@ def _unwrapped(text: str) -> tuple[str, Callable[[int, bool], int] | None]:
         line, line_start = line_start, newline.end()
         if (start - line < 60 or not _TOKEN_RUN.fullmatch(text, start - 40, start)) \
                 and not _PREFIXED_END.search(text, max(line, start - 300), start):
-            continue  # a short line (a sha in front matter) is not a wrapped one, nor one ending in a word
-        follow = _WRAP_NEXT.match(text, newline.end())
-        if follow is None:
+            follow = _prefix_cut(text, max(line, start - 11), start, newline.end())
+        else:
+            follow = _WRAP_NEXT.match(text, newline.end())
+        if follow is None:  # a short line (a sha in front matter) is not a wrapped one, nor one ending in a word
             continue
         end = follow.end()
         pieces.append(text[last:start])
@@ -194,6 +201,16 @@ def _unwrapped(text: str) -> tuple[str, Callable[[int, bool], int] | None]:
         return position + (removed[count - 1] if count else 0)
 
     return "".join(pieces), to_original
+
+
+def _prefix_cut(text: str, line_end_from: int, line_end: int, next_line: int) -> re.Match[str] | None:
+    """The next line's indentation when the line ends inside a provider's prefix, else None."""
+    piece = _PREFIX_PIECE.search(text, line_end_from, line_end)
+    if piece is None or piece.group()[0] not in "gxsrAnph":  # the first letters of `_PREFIXES`
+        return None
+    follow = _INDENT.match(text, next_line)
+    at = follow.end()  # type: ignore[union-attr]
+    return follow if _PREFIX_JOINED.match(piece.group() + text[at:at + 300]) else None
 
 
 # ---------------------------------------------------------------- values

@@ -133,12 +133,24 @@ _plant("token split on a short line", f"CI pushes with {_value[:18]}\n{_value[18
 _value = "ghp_" + _token(36)
 _plant("token split right after its prefix", f"2026-11-28T09:14:02Z push rejected for token ghp_\n{_value[4:]} (expired)",
        f"ghp_\n{_value[4:]}")
+# A line break inside the prefix itself, as a terminal's hard wrap leaves it in a pasted log (issue 40).
+_value = "ghp_" + _token(36)
+_plant("token split inside its prefix", f"CI pushes tags with gh\n{_value[2:]} since Monday.", f"gh\n{_value[2:]}")
+_value = "sk-" + "proj-" + _token(74)
+_plant("OpenAI key split before its hyphen", f"Set the eval key to sk\n{_value[2:]} first.", f"sk\n{_value[2:]}")
+_value = f"xoxb-{_RANDOM.randrange(10**11, 10**12)}-{_RANDOM.randrange(10**12, 10**13)}-{_token(24)}"
+_plant("Slack token split inside its prefix", f"The bot posts with xo\n  {_value[2:]} to #deploys.",
+       f"xo\n  {_value[2:]}")
+_value = "AKIA" + "".join(_RANDOM.choice(string.ascii_uppercase + string.digits) for _ in range(16))
+_plant("AWS key split inside its prefix", f"The runner's access key AK\n{_value[2:]} is read-only.", f"AK\n{_value[2:]}")
+CUT_IN_PREFIX = ["token split inside its prefix", "OpenAI key split before its hyphen",
+                 "Slack token split inside its prefix", "AWS key split inside its prefix"]
 # `password: …` said in a sentence (the assignment rule took the words after it for prose).
 _plant("password: X in prose", "Staging password: correct-horse-battery-staple for now, rotate it after the demo.",
        "correct-horse-battery-staple")
 # Issue 40's forms, through the real commands (remember, the Stop hook, scan, pre-push).
 ISSUE_40 = ["a passphrase mid-sentence", "password: X in prose", "token split on a short line",
-            "token split right after its prefix"]
+            "token split right after its prefix", *CUT_IN_PREFIX]
 
 # What memories are full of: none of it may be refused or changed.
 ORDINARY: dict[str, str] = {
@@ -161,6 +173,10 @@ ORDINARY: dict[str, str] = {
     "hyphenated prose after password is": "The password is set-by-the-admin daily, and longer-than-eight characters.",
     "password: prose after the colon": "Password: required for admins, optional for the read-only role.",
     "password: a policy": "password: must-be-rotated-monthly for every service account.",
+    # Lines broken where a provider's prefix could start: only a token after the joined prefix makes a secret.
+    "hard-wrapped prose": "Open it with gh\npr create --fill --base release-2024-11-28; keep s\nk-learn-estimators-v2 "
+                          "and hf\n_hub_download(revision=v2) pinned; option A\nKIA2024 is the ticket; xo\nxo from Ann.",
+    "code broken over lines": "total = (sk\n-proj_count_2024_total + AK\nIA_2024_FACTOR)\nuse = gh\np_2024_threshold",
 }
 
 
@@ -285,8 +301,9 @@ def test_the_llm_queue_holds_it_redacted_and_without_private_text(project, name)
     assert not _leaks(plant, {"slice": queued["slice"], "context": queued["context"]})
 
 
-# Not the token cut right after its prefix: its second line alone as a title is a bare random string, a secret to no rule.
-@pytest.mark.parametrize("name", [name for name in PLANTED if name != "token split right after its prefix"])
+# Not a token cut at or inside its prefix: its second line alone as a title is a bare random string, a secret to no rule.
+@pytest.mark.parametrize("name", [name for name in PLANTED
+                                  if name not in ("token split right after its prefix", *CUT_IN_PREFIX)])
 def test_agents_md_never_copies_it(project, name):
     from cortex import agents
 
