@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import itertools
 import json
 import re
 import time
@@ -370,11 +371,12 @@ def structural(items: list[Event], session: str, root: Path | None) -> Iterator[
     yield from compaction_summaries(items)
     yield from subagent_findings(items)
     yield from command_gotchas(items)
+    yield from hook_refusals(items)
 
 
 # Looking around (listing, reading, searching) fails all the time without teaching anything.
-INSPECTION = {"ls", "cat", "find", "grep", "rg", "head", "tail", "echo", "pwd", "which", "wc", "sed", "awk", "tree",
-              "file", "stat", "du", "df", "ps", "type", "command", "test", "[", "diff", "jq", "sleep", "kill", "true"}
+INSPECTION = ("ls", "cat", "find", "grep", "rg", "head", "tail", "echo", "pwd", "which", "wc", "sed", "awk", "tree",
+              "file", "stat", "du", "df", "ps", "type", "command", "test", "[", "diff", "jq", "sleep", "kill", "true")
 
 
 def command_gotchas(items: list[Event]) -> Iterator[Candidate]:
@@ -392,26 +394,59 @@ def command_gotchas(items: list[Event]) -> Iterator[Candidate]:
         if not error:
             continue
         fix = None
+        missing = NOT_FOUND.search(error)
         for later in commands[i + 1:i + 9]:
             text = str(later.tool_input.get("command", "")).strip()
+            runner = _command_identity(text).split()[:1]
+            if missing and not later.failed and runner and runner[0] not in INSPECTION + (identity.split()[0],) \
+                    and re.search(rf"\s{re.escape(identity.split()[0])}\s", f" {text} "):
+                fix = later  # the program was not on PATH: it runs through another (`nix develop --command go …`)
+                break
             if _command_identity(text) != identity:
                 continue
-            if later.failed:
+            if later.failed and (text == command or not USAGE.search(error) or _error_line(later.result) == error):
                 if text != command:
                     break  # another form failed too: not a clean failure and fix
                 continue
             if text != command:
-                fix = later
+                fix = later  # a changed form that works, or that the program accepts (a usage error gone)
             break
         if fix is None:
             continue
         fixed = str(fix.tool_input.get("command", "")).strip()
-        if _wrong_folder(command, fixed, error):
+        if not missing and _wrong_folder(command, fixed, error):
             continue
         reported.add(identity)
         body = (f"`{command[:300]}` fails with:\n\n    {error[:300]}\n\nWhat works instead: `{fixed[:300]}`\n")
         title = title_from_text(f"{identity} fails with \"{error}\"", 110).rstrip("…\"") + ("\"" if len(error) < 70 else "…\"")
         yield Candidate("gotcha", title, body, "structural", 0.55, 5, branch=failed.branch, **_origin(failed))
+
+
+USAGE = re.compile(r"(?i)unknown (?:flag|option|shorthand flag|command)|unrecognized (?:option|argument)|no such option|"
+                   r"invalid (?:option|flag|argument)")
+NOT_FOUND = re.compile(r"(?i)command not found|not found: \S+$|: not found$|is not recognized as")
+HOOK_BLOCK = re.compile(r"(?i)\bhook\b.*\b(?:blocked|denied|prevented|refused)\b|\b(?:blocked|denied|prevented|refused)\b.*\bhook\b")
+
+
+def hook_refusals(items: list[Event]) -> Iterator[Candidate]:
+    """A tool call a hook refused: the project's guard rails bite every session that tries it again."""
+    said: set[str] = set()
+    for event in items:
+        if event.kind != "tool" or not event.failed:
+            continue
+        lines = [line.strip() for line in event.result.splitlines() if line.strip()]
+        at = next((n for n, line in enumerate(lines) if HOOK_BLOCK.search(line)), None)
+        if at is None:
+            continue
+        refusal = " ".join(lines[at:at + 2])[:400]  # the hook's own message often follows on the next line
+        reason = re.split(r"(?i)\bblocked:\s*|\]:\s*", refusal)[-1].strip(" -")
+        if reason in said:
+            continue
+        said.add(reason)
+        what = str(event.tool_input.get("command") or event.tool_input.get("file_path") or event.tool).strip()
+        title = title_from_text(f"A hook refuses {event.tool} calls: {reason}", 110)
+        body = f"`{what.splitlines()[0][:300]}` was refused by a hook:\n\n    {refusal}\n"
+        yield Candidate("gotcha", title, body, "structural", 0.6, 5, branch=event.branch, **_origin(event))
 
 
 def _wrong_folder(command: str, fixed: str, error: str) -> bool:
@@ -542,20 +577,12 @@ def request_reports(items: list[Event], session: str, root: Path | None) -> Iter
                 continue
             # Files changed and the reply says little (or only tags): the work itself is the progress.
             report, tagged = replace(last, text=TAG.sub("", _clean(last.text)).strip()), True
-        if not (edited or commits or tagged) and _run_outcome(report.text):
-            continue  # "All 42 tests pass and ruff is clean": true of one run, not lasting
         text = _capped(_clean(report.text).strip(), 6000)
-        # Redacted before its lines are folded: a key wrapped over lines, folded onto one, no longer reads as one.
-        asked = " ".join(redact(_clean(prompt.text))[0].split()) if prompt is not None else ""
-        body = (f"Asked: {_capped(asked, 400)}{' […]' if len(asked) > 400 else ''}\n\n" if asked else "") + text + "\n"
-        if edited:
-            body += "\nFiles changed:\n" + "\n".join(f"- {path}" for path in edited[:30]) + "\n"
-        if commits:
-            body += "\nCommits:\n" + "\n".join(f"- {message}" for message in commits[-10:]) + "\n"
+        asked = " ".join(_clean(prompt.text).split()) if prompt is not None else ""
         key = f"report:{session}:{prompt.uuid or prompt.index}" if prompt is not None else f"report:{session}:{report.uuid}"
         # A tagged message's claims are the tags' memories: its report is titled by the work asked for.
         title = f"Done: {title_from_text(asked, 100)}" if tagged and asked else summary_title(report.text)
-        yield Candidate("progress" if edited or commits else "context", title, body, "structural",
+        yield Candidate("progress" if edited or commits else "context", title, text + "\n", "structural",
                         0.6, 4, files=edited[:30], branch=report.branch, key=key, **_origin(report))
 
 
@@ -582,7 +609,7 @@ def compaction_summaries(items: list[Event]) -> Iterator[Candidate]:
             kind = next((t for word, t in SECTION_TYPES if word in lowered), "context")
             if kind in ("progress", "plan") and event is not summaries[-1]:
                 continue  # the work pending at an earlier compaction: a later one says what is still open
-            body = f"From a compaction summary ({name}):\n\n{_capped(section, 6000)}\n"
+            body = _capped(section, 6000) + "\n"
             title = f"{name}: {summary_title(section, 100)}"
             yield Candidate(kind, title, body, "structural", 0.6, 5, tags=["compaction"], branch=event.branch,
                             **_origin(event))
@@ -766,29 +793,118 @@ def _taken(title: str, taken: list[set[str]] | None) -> bool:
     return bool(mine) and any(len(mine & other) / len(mine | other) >= 0.6 for other in taken or ())
 
 
-REPEAT_REPORT = 400  # characters a report must have to be kept when its title's fact is kept already
+# What outlasts the session, by how it is said: a reason, a choice over another, a change from one thing to another.
+REASON = re.compile(r"\b(?:because|since|so that|due to|caused by|the reason|which means|otherwise|to (?:avoid|prevent)|"
+                    r"instead of|rather than|not\b[^.;]{1,40}\bbut|switch(?:ed|es)? (?:to|from)|chose|prefer|fallback|"
+                    r"from\b[^.;]{1,40}\bto)\b|→|->", re.I)
+# ... a failure.
+FAILURE = re.compile(r"\b(?:fails?|failed|errors?|breaks?|broken|doesn't|does not|isn't|cannot|can't|won't|unknown|"
+                     r"undefined|not found|missing|conflicts?|blocked|rejects?|ignores?)\b", re.I)
+# The assistant telling what it does or did, or how the run went: not knowledge unless it gives a reason.
+NARRATION = re.compile(r"(?i)^(?:let me|let's|now,? (?:i|let|we)|next,? (?:i|we)|first,? (?:i|let)|i(?:'ll| will|'m| am|'ve|"
+                       r" have| had| already| now| just| can| see| notice| found| checked| created| updated| added| made)|"
+                       r"we(?:'ll| will) now|you(?:'re| are) (?:absolutely )?right|you (?:confirmed|asked|want)|perfect|great|"
+                       r"excellent|awesome|good|ok(?:ay)?|sure|absolutely|done|all done|yes|got it|thanks?|here(?:'s| is| are)|"
+                       r"based on|looking at|makes sense|the (?:issue|problem|fix|answer) is clear|this is (?:a|an|the)\b)\b")
+PAST_ACTION = re.compile(r"^(?:[A-Z][a-z]{2,}ed|Made|Ran|Wrote|Rewrote|Built|Found|Set|Put|Took|Got|Did|Kept|Left|Split|Moved)\b")
+STATUS = re.compile(r"[✅✓✔🎉🚀☑🏆]|\b(?:successfully|production[- ]ready|ready (?:for|to)|is (?:now )?complete|"
+                    r"completed?|all (?:tests|checks) pass)\b", re.I)
+HOW = re.compile(r"\s(?:by|with|using|via|to|into|so)\s\S+\s\S+|\s[-—:]\s\S+\s\S+")
+MAX_TABLE = 10  # rows: a short table (before/after, options weighed) is kept; a longer one is data
+MAX_BLOCK = 20  # lines of a code block kept under a kept sentence
+MIN_LASTING = 80  # characters of lasting sentences a report needs
+MIN_CUE = 40  # ... and a sentence the keyword layer picked by its cue
+
+
+def _said(text: str) -> str:
+    """Prose as the reader sees it: markup, list marks and leading symbols out."""
+    text = re.sub(r"\*\*|__|^#+\s*|^(?:[-*•]|\d+[.)])\s+", "", text.strip())
+    return re.sub(r"^[^\w\"'`(\[~/.]+", "", text).strip()
+
+
+def _keeps(sentence: str) -> bool:
+    """True for a sentence that states something lasting (not narration, a run's status, a question or a label)."""
+    plain = re.sub(r"`[^`]*`", "code", sentence)  # a cue word inside a code span is data, not the sentence's claim
+    plain = re.sub(r"\S*://\S*", "link", plain)
+    if len(re.sub(r"[\W\d_]", "", plain)) < 20 or plain.endswith("?"):
+        return False
+    if STATUS.search(plain) or "✅" in sentence:
+        return bool(FAILURE.search(plain))  # "… done, but the script reported conflicts" is the conflicts
+    if NARRATION.match(plain) or RUN_OUTCOME.match(plain):
+        return bool(REASON.search(plain))
+    # "Removed the old worktree" is this run's log; "Fixed X by Y", "Moved X to Y" also say how, which lasts.
+    return not PAST_ACTION.match(plain) or bool(REASON.search(plain) or HOW.search(plain))
+
+
+def lasting(text: str, said: list[set[str]], least: int = MIN_LASTING) -> str:
+    """What of `text` outlasts the session, in its order: its lasting sentences (each once across the capture,
+    `said`), with the headings, short tables and code blocks that go with them."""
+    kept: list[str] = []
+    prose = 0
+    headings: list[str] = []
+    lines = _clean(text).splitlines()
+    fence: list[str] = []
+    for n, raw in enumerate(lines):
+        line = raw.strip()
+        if fence:
+            fence.append(raw.rstrip())
+            if line.startswith(fence[0].strip()[:3]):
+                if (kept or headings) and len(fence) <= MAX_BLOCK:  # under a kept sentence or heading: what it names
+                    prose += sum(len(h) for h in headings)
+                    kept += [h.rstrip(":") + ":" for h in headings[-2:]] + ["\n".join(fence)]
+                    headings = []
+                fence = []
+            continue
+        if line.startswith(("```", "~~~")):
+            fence = [raw.rstrip()]
+            continue
+        if line.startswith("|"):
+            if n == 0 or not lines[n - 1].strip().startswith("|"):
+                table = list(itertools.takewhile(lambda x: x.strip().startswith("|"), lines[n:]))
+                rows = [x for x in table if not re.fullmatch(r"[|:\-\s]+", x.strip())]
+                if len(rows) <= MAX_TABLE and not STATUS.search(" ".join(rows)):
+                    kept.append("\n".join(x.strip() for x in table))
+            continue
+        if not line or line.startswith(">"):
+            continue
+        if line.startswith("#") or re.fullmatch(r"\W*\*\*[^*]+\*\*\W*", line):
+            if not STATUS.search(line):
+                headings.append(_said(line))  # shown only above what is kept under it
+            continue
+        bullet = re.match(r"^(?:[-*•]|\d+[.)])\s+", line)
+        good = []
+        for sentence in re.split(r"(?<![A-Z]\.)(?<![ .][a-z]\.)(?<=[.!?])\s+", _said(line)):
+            sentence = _said(sentence)
+            mine = {w for w in words(sentence) if len(w) > 2}
+            if not _keeps(sentence) or len(mine) > 3 and any(len(mine & other) >= 0.8 * len(mine) for other in said):
+                continue
+            said.append(mine)
+            good.append(sentence)
+        if good:
+            kept += [h.rstrip(":") + ":" for h in headings[-2:]] + [("- " if bullet else "") + " ".join(good)]
+            headings = []
+            prose += len(" ".join(good))
+    return "\n".join(kept) if prose >= least else ""
 
 
 def precise(candidates: list[Candidate], items: list[Event], root: Path | None) -> list[Candidate]:
-    """The candidates worth a memory: machine paths and narrating openings out, one memory for a fact said twice."""
+    """The candidates worth a memory: only their lasting sentences, each once, machine paths and narrating openings out."""
     folders = sorted({e.cwd for e in items if e.cwd} | ({str(root)} if root is not None else set()))
     kept: list[Candidate] = []
-    seen: list[set[str]] = []
-    # Of two saying one thing, the one that names its kind (a tag, a gotcha, a decision) is kept, not the report.
+    said: list[set[str]] = []
+    # Of two saying one thing, the one that names its kind (a tag, a gotcha, a decision) keeps it, not the report.
     for candidate in sorted(candidates, key=lambda c: (c.layer != "self-report", (c.key or "").startswith("report:"))):
         candidate.body = machine_free(candidate.body, folders)
+        prose = candidate.layer != "self-report" and candidate.type not in ("plan", "pattern")
+        if prose and not (candidate.type == "gotcha" and candidate.body.startswith("`")):  # a command's own gotcha is kept whole
+            body = lasting(candidate.body, said, MIN_LASTING if candidate.layer == "structural" else MIN_CUE)
+            if not body:
+                continue
+            candidate.body = body + "\n"
+            candidate.title = summary_title(body)
+            if candidate.type == "progress":
+                candidate.type = "gotcha" if GOTCHA.search(body) else "decision" if DECIDED.search(body) else "context"
         candidate.title = fact_title(machine_free(candidate.title, folders))
-        if candidate.layer != "self-report" and _taken(candidate.title, seen):
-            if not (candidate.key or "").startswith("report:"):
-                continue
-            # A long report says more than the sentence kept already; a short one is that sentence again.
-            report = candidate.body.split("\n\n", 1)[-1] if candidate.body.startswith("Asked:") else candidate.body
-            if len(report.split("\nFiles changed:\n")[0].split("\nCommits:\n")[0]) < REPEAT_REPORT:
-                continue
-            candidate.title = fact_title(summary_title(report, taken=seen))
-            if _taken(candidate.title, seen):
-                continue
-        seen.append(_title_words(candidate.title))
         kept.append(candidate)
     return kept
 
