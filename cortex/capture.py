@@ -222,8 +222,11 @@ def events(records: list[dict[str, Any]]) -> list[Event]:
 # ---------------------------------------------------------------- layers
 
 
+REMINDER = re.compile(r"<system-reminder>.*?(?:</system-reminder>|\Z)", re.S)  # Claude Code's note to the model
+
+
 def _clean(text: str) -> str:
-    text = PRIVATE.sub("", text)
+    text = REMINDER.sub("", PRIVATE.sub("", text))
     # Either end of a block cortex injected: the whole message is left out (a piece of a cut block carries one).
     return "" if INJECTED_MARK in text or INJECTED_END in text else text
 
@@ -372,6 +375,7 @@ def structural(items: list[Event], session: str, root: Path | None) -> Iterator[
     yield from subagent_findings(items)
     yield from command_gotchas(items)
     yield from hook_refusals(items)
+    yield from recurring_errors(items)
 
 
 # Looking around (listing, reading, searching) fails all the time without teaching anything.
@@ -426,6 +430,31 @@ USAGE = re.compile(r"(?i)unknown (?:flag|option|shorthand flag|command)|unrecogn
                    r"invalid (?:option|flag|argument)")
 NOT_FOUND = re.compile(r"(?i)command not found|not found: \S+$|: not found$|is not recognized as")
 HOOK_BLOCK = re.compile(r"(?i)\bhook\b.*\b(?:blocked|denied|prevented|refused)\b|\b(?:blocked|denied|prevented|refused)\b.*\bhook\b")
+
+
+RECURRING = 3  # times one error must come back in a session to be a gotcha on its own
+
+
+def recurring_errors(items: list[Event]) -> Iterator[Candidate]:
+    """An error the session's commands ran into again and again: it will bite the next session too."""
+    seen: dict[str, list[Event]] = {}
+    for event in items:
+        if event.kind == "tool" and event.tool in ("Bash", "PowerShell") and event.failed and "<tool_use_error>" not in event.result:
+            error = _first_error(event.result)
+            if error and not HOOK_BLOCK.search(error) and not ROUTINE_FAILURE.search(error):
+                seen.setdefault(re.sub(r"[0-9a-f]{7,}|\d+", "#", error), []).append(event)
+    for hits in seen.values():
+        if len(hits) < RECURRING:
+            continue
+        first = hits[0]
+        lines = [line.strip() for line in first.result.splitlines() if line.strip()]
+        error = _first_error(first.result)
+        at = lines.index(error)
+        command = str(first.tool_input.get("command", "")).strip().splitlines()[0][:200]
+        body = (f"Failed {len(hits)} times in one session, first from `{command}`:\n\n"
+                + "\n".join(f"    {line[:300]}" for line in lines[at:at + 4]) + "\n")
+        yield Candidate("gotcha", title_from_text(f"Recurring error: {error}", 110), body, "structural", 0.6, 5,
+                        branch=first.branch, **_origin(first))
 
 
 def hook_refusals(items: list[Event]) -> Iterator[Candidate]:
@@ -485,6 +514,11 @@ _ERROR_WORDS = re.compile(r"(?i)\b(error|fatal|failed|failure|exception|not foun
 
 def _origin(event: Event) -> dict[str, Any]:
     return {"record": event.uuid, "index": event.index}
+
+
+def _first_error(output: str) -> str:
+    """The first line of a command's output that says what went wrong (git and most tools say it first)."""
+    return next((line.strip() for line in output.splitlines() if _ERROR_WORDS.search(line)), "")
 
 
 def _error_line(output: str) -> str:
@@ -801,15 +835,24 @@ REASON = re.compile(r"\b(?:because|since|so that|due to|caused by|the reason|whi
 FAILURE = re.compile(r"\b(?:fails?|failed|errors?|breaks?|broken|doesn't|does not|isn't|cannot|can't|won't|unknown|"
                      r"undefined|not found|missing|conflicts?|blocked|rejects?|ignores?)\b", re.I)
 # The assistant telling what it does or did, or how the run went: not knowledge unless it gives a reason.
-NARRATION = re.compile(r"(?i)^(?:let me|let's|now,? (?:i|let|we)|next,? (?:i|we)|first,? (?:i|let)|i(?:'ll| will|'m| am|'ve|"
-                       r" have| had| already| now| just| can| see| notice| found| checked| created| updated| added| made)|"
-                       r"we(?:'ll| will) now|you(?:'re| are) (?:absolutely )?right|you (?:confirmed|asked|want)|perfect|great|"
-                       r"excellent|awesome|good|ok(?:ay)?|sure|absolutely|done|all done|yes|got it|thanks?|here(?:'s| is| are)|"
-                       r"based on|looking at|makes sense|the (?:issue|problem|fix|answer) is clear|this is (?:a|an|the)\b)\b")
+# The assistant announcing its next step: kept only when it names what it chose over (a decision).
+NEXT_STEP_SAID = re.compile(r"(?i)^(?:let me|let's|i(?:'ll| will|'m going to| need to)|now,? (?:i|let|we)|next,? (?:i|we)|"
+                            r"first,? (?:i|let)|we(?:'ll| will) now)\b")
+CONTRAST = re.compile(r"(?i)\b(?:instead of|rather than|over)\b|, not\b")
+# The assistant telling what it saw or did, or answering: kept only with a reason.
+NARRATION = re.compile(r"(?i)^(?:i(?:'m| am|'ve| have| had| already| now| just| can| see| notice| found| checked| created|"
+                       r" updated| added| made)|you(?:'re| are) (?:absolutely )?right|you (?:confirmed|asked|want|raise)|perfect|"
+                       r"great|excellent|awesome|good|ok(?:ay)?|sure|absolutely|done|all done|yes|got it|thanks?|"
+                       r"here(?:'s| is| are)|based on|looking at|makes sense|the (?:issue|problem|fix|answer) is clear|"
+                       r"this is (?:a|an|the)\b|(?:the issue is )?on lines? \d)\b")
+RULE_SAID = re.compile(r"(?i)\b(?:must|never|always|don't|do not|make sure)\b")
 PAST_ACTION = re.compile(r"^(?:[A-Z][a-z]{2,}ed|Made|Ran|Wrote|Rewrote|Built|Found|Set|Put|Took|Got|Did|Kept|Left|Split|Moved)\b")
-STATUS = re.compile(r"[✅✓✔🎉🚀☑🏆]|\b(?:successfully|production[- ]ready|ready (?:for|to)|is (?:now )?complete|"
+STATUS = re.compile(r"[✅✓✔🎉🚀☑🏆]|:\s*(?:all\s+)?[a-z]+ed(?: up)?\.?$|\bnow (?:be )?(?:live|open|running|in place)\b|"
+                    r"\b(?:successfully|production[- ]ready|ready (?:for|to)|is (?:now )?complete|"
                     r"completed?|all (?:tests|checks) pass)\b", re.I)
-HOW = re.compile(r"\s(?:by|with|using|via|to|into|so)\s\S+\s\S+|\s[-—:]\s\S+\s\S+")
+HOW = re.compile(r"\s(?:by|using|via)\s|\s[-—]\s\S+\s\S+")
+ESTIMATE = re.compile(r"(?i)\(\s*~?\d+(?:\.\d+)?\s*(?:min|mins|minutes|h|hrs?|hours?|days?)\s*\)")  # a plan's time estimate
+FILE_LABEL = re.compile(r"^(?:code|\S*[./]\S*)\s*[-—:]\s+")  # "`src/app.js` - Added …": a changed file's log line
 MAX_TABLE = 10  # rows: a short table (before/after, options weighed) is kept; a longer one is data
 MAX_BLOCK = 20  # lines of a code block kept under a kept sentence
 MIN_LASTING = 80  # characters of lasting sentences a report needs
@@ -826,14 +869,19 @@ def _keeps(sentence: str) -> bool:
     """True for a sentence that states something lasting (not narration, a run's status, a question or a label)."""
     plain = re.sub(r"`[^`]*`", "code", sentence)  # a cue word inside a code span is data, not the sentence's claim
     plain = re.sub(r"\S*://\S*", "link", plain)
-    if len(re.sub(r"[\W\d_]", "", plain)) < 20 or plain.endswith("?"):
+    if len(re.sub(r"[\W\d_]", "", plain)) < 20 or plain.endswith("?") or ESTIMATE.search(plain):
         return False
-    if STATUS.search(plain) or "✅" in sentence:
-        return bool(FAILURE.search(plain))  # "… done, but the script reported conflicts" is the conflicts
+    if NEXT_STEP_SAID.match(plain):
+        return bool(CONTRAST.search(plain))
     if NARRATION.match(plain) or RUN_OUTCOME.match(plain):
         return bool(REASON.search(plain))
+    if STATUS.search(plain) or "✅" in sentence:
+        return bool(FAILURE.search(plain))  # "… done, but the script reported conflicts" is the conflicts
+    if plain.endswith("!"):  # a cheer ("The theme is now live!"), unless it states a rule or a reason
+        return bool(REASON.search(plain) or RULE_SAID.search(plain))
     # "Removed the old worktree" is this run's log; "Fixed X by Y", "Moved X to Y" also say how, which lasts.
-    return not PAST_ACTION.match(plain) or bool(REASON.search(plain) or HOW.search(plain))
+    action = FILE_LABEL.sub("", plain)
+    return not PAST_ACTION.match(action) or bool(REASON.search(action) or HOW.search(action))
 
 
 def lasting(text: str, said: list[set[str]], least: int = MIN_LASTING) -> str:
@@ -895,8 +943,11 @@ def precise(candidates: list[Candidate], items: list[Event], root: Path | None) 
     # Of two saying one thing, the one that names its kind (a tag, a gotcha, a decision) keeps it, not the report.
     for candidate in sorted(candidates, key=lambda c: (c.layer != "self-report", (c.key or "").startswith("report:"))):
         candidate.body = machine_free(candidate.body, folders)
-        prose = candidate.layer != "self-report" and candidate.type not in ("plan", "pattern")
-        if prose and not (candidate.type == "gotcha" and candidate.body.startswith("`")):  # a command's own gotcha is kept whole
+        # What was said (a report, a summary, a cue's paragraph) is cut to what lasts; a tag, the person's own rule,
+        # a plan and what the tools showed (a command's gotcha: structural, no key, no tags) are kept whole.
+        told = candidate.layer == "keyword" and candidate.type != "pattern" or candidate.layer == "structural" and \
+            candidate.type != "plan" and bool(candidate.key or candidate.tags)
+        if told:
             body = lasting(candidate.body, said, MIN_LASTING if candidate.layer == "structural" else MIN_CUE)
             if not body:
                 continue
