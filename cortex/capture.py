@@ -623,8 +623,10 @@ def request_reports(items: list[Event], session: str, root: Path | None) -> Iter
 SECTION = re.compile(r"(?m)^\s*(\d+)\.\s+([A-Z][A-Za-z /&-]{3,60}):\s*$")
 SECTION_TYPES = (("error", "gotcha"), ("fix", "gotcha"), ("problem", "context"), ("concept", "architecture"),
                  ("pending", "progress"), ("current work", "progress"), ("next step", "plan"), ("intent", "context"))
-# The request restated, the work of that moment and a list of topic names are not lasting knowledge.
-SKIPPED_SECTIONS = ("user messages", "files and code", "optional", "primary request", "current work", "concepts")
+# The request restated, the work of that moment, a list of topic names and the log of what was tried are not
+# lasting knowledge.
+SKIPPED_SECTIONS = ("user messages", "files and code", "optional", "primary request", "current work", "concepts",
+                    "problem solving")
 
 
 def compaction_summaries(items: list[Event]) -> Iterator[Candidate]:
@@ -680,7 +682,7 @@ DECIDED = re.compile(r"(?i)\b(?:we chose|i chose|(?:i|we) decided|"
 CORRECTION = re.compile(r"(?i)^(no[,. !]|nope\b|don't\b|do not\b|stop\b|actually[, ]|instead[, ]|that's (?:wrong|not)|"
                         r"revert\b|wrong\b|not like that)")
 RULE = re.compile(r"(?i)(^(?:no[,.!]|nope\b|don't\b|do not\b|never\b|always\b|stop\b|actually[, ]|instead[, ])|"
-                  r"\b(?:always|never|must(?: not)?|mustn't|should(?:n't| not)?|don't|do not|make sure|"
+                  r"\b(?:always|never|must(?: not)?|mustn't|should(?:n't| not)?|don't|do not|(?<!to )make sure|"
                   r"(?:it|this|that) (?:needs|has) to be|needs to be|has to be|instead of|rather than|"
                   r"i prefer|we (?:use|prefer))\b)")
 QUESTION = re.compile(r"(?i)^(?:should|shall|can|could|would|will|do|does|did|is|are|was|were|what|why|how|where|which|who)"
@@ -844,15 +846,19 @@ NARRATION = re.compile(r"(?i)^(?:i(?:'m| am|'ve| have| had| already| now| just| 
                        r" updated| added| made)|you(?:'re| are) (?:absolutely )?right|you (?:confirmed|asked|want|raise)|perfect|"
                        r"great|excellent|awesome|good|ok(?:ay)?|sure|absolutely|done|all done|yes|got it|thanks?|"
                        r"here(?:'s| is| are)|based on|looking at|makes sense|the (?:issue|problem|fix|answer) is clear|"
-                       r"this is (?:a|an|the)\b|(?:the issue is )?on lines? \d)\b")
+                       r"this is (?:a|an|the)\b|(?:the issue is )?on lines? \d|you can (?:now )?(?:open|explore|see|check|view|try)|"
+                       r"(?:refresh|reload) your)\b")
 RULE_SAID = re.compile(r"(?i)\b(?:must|never|always|don't|do not|make sure)\b")
 PAST_ACTION = re.compile(r"^(?:[A-Z][a-z]{2,}ed|Made|Ran|Wrote|Rewrote|Built|Found|Set|Put|Took|Got|Did|Kept|Left|Split|Moved)\b")
 STATUS = re.compile(r"[✅✓✔🎉🚀☑🏆]|:\s*(?:all\s+)?[a-z]+ed(?: up)?\.?$|\bnow (?:be )?(?:live|open|running|in place)\b|"
                     r"\b(?:successfully|production[- ]ready|ready (?:for|to)|is (?:now )?complete|"
                     r"completed?|all (?:tests|checks) pass)\b", re.I)
-HOW = re.compile(r"\s(?:by|using|via)\s|\s[-—]\s\S+\s\S+")
+CHECKED = re.compile(r"(?i)\b(?:works|working|present|valid|passe[sd]|passing|resolved|configured|in place|done|ready)\W*$")
+BUT = re.compile(r"(?i)\b(?:but|however|although|though|yet)\b")
+HOW = re.compile(r"\s(?:by|using|via|requires?|must|needs? to)\s|\s[-—]\s\S+\s\S+|\sto (?:satisfy|avoid|prevent|allow|ensure|support)\b")
 ESTIMATE = re.compile(r"(?i)\(\s*~?\d+(?:\.\d+)?\s*(?:min|mins|minutes|h|hrs?|hours?|days?)\s*\)")  # a plan's time estimate
-FILE_LABEL = re.compile(r"^(?:code|\S*[./]\S*)\s*[-—:]\s+")  # "`src/app.js` - Added …": a changed file's log line
+LABEL = re.compile(r"^(?:code|\S*[./]\S*)\s*[-—:]\s+")  # "`src/app.js` - Added …": a changed file's log line
+FIX_LABEL = re.compile(r"(?i)^(?:solution|fix|fixed by|cause|root cause|workaround|reason|why)\b")  # a fix said as such
 MAX_TABLE = 10  # rows: a short table (before/after, options weighed) is kept; a longer one is data
 MAX_BLOCK = 20  # lines of a code block kept under a kept sentence
 MIN_LASTING = 80  # characters of lasting sentences a report needs
@@ -875,12 +881,12 @@ def _keeps(sentence: str) -> bool:
         return bool(CONTRAST.search(plain))
     if NARRATION.match(plain) or RUN_OUTCOME.match(plain):
         return bool(REASON.search(plain))
-    if STATUS.search(plain) or "✅" in sentence:
-        return bool(FAILURE.search(plain))  # "… done, but the script reported conflicts" is the conflicts
+    if STATUS.search(plain) or CHECKED.search(plain) or "✅" in sentence:
+        return bool(FAILURE.search(plain) and BUT.search(plain))  # "… done, but it reported conflicts": the conflicts
     if plain.endswith("!"):  # a cheer ("The theme is now live!"), unless it states a rule or a reason
         return bool(REASON.search(plain) or RULE_SAID.search(plain))
     # "Removed the old worktree" is this run's log; "Fixed X by Y", "Moved X to Y" also say how, which lasts.
-    action = FILE_LABEL.sub("", plain)
+    action = "" if FIX_LABEL.match(plain) else LABEL.sub("", plain)
     return not PAST_ACTION.match(action) or bool(REASON.search(action) or HOW.search(action))
 
 
@@ -940,6 +946,7 @@ def precise(candidates: list[Candidate], items: list[Event], root: Path | None) 
     folders = sorted({e.cwd for e in items if e.cwd} | ({str(root)} if root is not None else set()))
     kept: list[Candidate] = []
     said: list[set[str]] = []
+    seen: list[set[str]] = []
     # Of two saying one thing, the one that names its kind (a tag, a gotcha, a decision) keeps it, not the report.
     for candidate in sorted(candidates, key=lambda c: (c.layer != "self-report", (c.key or "").startswith("report:"))):
         candidate.body = machine_free(candidate.body, folders)
@@ -956,6 +963,9 @@ def precise(candidates: list[Candidate], items: list[Event], root: Path | None) 
             if candidate.type == "progress":
                 candidate.type = "gotcha" if GOTCHA.search(body) else "decision" if DECIDED.search(body) else "context"
         candidate.title = fact_title(machine_free(candidate.title, folders))
+        if candidate.layer != "self-report" and _taken(candidate.title, seen):
+            continue  # the same fact under the same words: one memory holds it
+        seen.append(_title_words(candidate.title))
         kept.append(candidate)
     return kept
 
