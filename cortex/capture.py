@@ -319,26 +319,9 @@ def _task_list(items: list[Event]) -> list[dict[str, str]]:
     return tasks
 
 
-HEREDOC = re.compile(r"<<-?\s*['\"]?(\w+)['\"]?[^\n]*\n(.*?)\n\s*\1\b", re.S)
-
-
-def commit_message(command: str) -> str:
-    """The first line of a `git commit`'s `-m` message (quoted or a heredoc); "" from an editor or a file."""
-    heredoc = HEREDOC.search(command)
-    if heredoc and re.search(r"\s-[a-zA-Z]*m\s*[\"']?\$\(cat", command):
-        text = heredoc.group(2)
-    else:
-        match = re.search(r"\s-[a-zA-Z]*m\s*(?:\"((?:[^\"\\]|\\.)+)\"|'([^']+)'|(\S+))", command)
-        text = next((g for g in match.groups() if g), "") if match else ""
-    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
-    return first[:120]
-
-
-def _commits(items: list[Event]) -> list[str]:
-    commands = [str(e.tool_input.get("command", "")) for e in items if e.kind == "tool" and e.tool == "Bash"
-                and not e.failed]
-    return [commit_message(c) or "(message from an editor or file)" for c in commands
-            if re.search(r"\bgit\s+commit\b", c)]
+def _committed(items: list[Event]) -> bool:
+    return any(e.kind == "tool" and e.tool == "Bash" and not e.failed
+               and re.search(r"\bgit\s+commit\b", str(e.tool_input.get("command", ""))) for e in items)
 
 
 def _edited(items: list[Event], root: Path | None) -> list[str]:
@@ -594,29 +577,22 @@ def _report_of(answer: list[Event]) -> tuple[Event | None, bool]:
     return None, False
 
 
-def _run_outcome(text: str, limit: int = 400) -> bool:
-    """True for a message that opens with one run's outcome ("All 42 tests pass. …")."""
-    substance = _substance(re.sub(r"(?m)^#+ .*$|^[^\w\n]+", "", _clean(text)))
-    return len(substance) < limit and bool(RUN_OUTCOME.match(substance))
-
-
 def request_reports(items: list[Event], session: str, root: Path | None) -> Iterator[Candidate]:
     """One memory per request whose final report says something lasting (`progress` when files changed)."""
     for prompt, answer in _turns(items):
-        report, tagged = _report_of(answer)
-        edited, commits = _edited(answer, root), _commits(answer)
+        report, _ = _report_of(answer)
+        edited, committed = _edited(answer, root), _committed(answer)
         if report is None:
             last = next((e for e in reversed(answer) if e.kind == "text" and not e.sidechain), None)
-            if not (edited or commits) or prompt is None or last is None or not TAG.search(_clean(last.text)):
+            if not (edited or committed) or prompt is None or last is None or not TAG.search(_clean(last.text)):
                 continue
             # Files changed and the reply says little (or only tags): the work itself is the progress.
-            report, tagged = replace(last, text=TAG.sub("", _clean(last.text)).strip()), True
+            report = replace(last, text=TAG.sub("", _clean(last.text)).strip())
+        # The report alone: the request restated, the file list (`files:` has it) and the commits (git has them)
+        # are not what a later session needs to read; `precise` keeps what of it lasts.
         text = _capped(_clean(report.text).strip(), 6000)
-        asked = " ".join(_clean(prompt.text).split()) if prompt is not None else ""
         key = f"report:{session}:{prompt.uuid or prompt.index}" if prompt is not None else f"report:{session}:{report.uuid}"
-        # A tagged message's claims are the tags' memories: its report is titled by the work asked for.
-        title = f"Done: {title_from_text(asked, 100)}" if tagged and asked else summary_title(report.text)
-        yield Candidate("progress" if edited or commits else "context", title, text + "\n", "structural",
+        yield Candidate("progress" if edited or committed else "context", summary_title(text), text + "\n", "structural",
                         0.6, 4, files=edited[:30], branch=report.branch, key=key, **_origin(report))
 
 
@@ -846,7 +822,7 @@ NARRATION = re.compile(r"(?i)^(?:i(?:'m| am|'ve| have| had| already| now| just| 
                        r" updated| added| made)|you(?:'re| are) (?:absolutely )?right|you (?:confirmed|asked|want|raise)|perfect|"
                        r"great|excellent|awesome|good|ok(?:ay)?|sure|absolutely|done|all done|yes|got it|thanks?|"
                        r"here(?:'s| is| are)|based on|looking at|makes sense|the (?:issue|problem|fix|answer) is clear|"
-                       r"this is (?:a|an|the)\b|(?:the issue is )?on lines? \d|you can (?:now )?(?:open|explore|see|check|view|try)|"
+                       r"this is (?:a|an|the)\b|(?:the issue is )?on lines? \d+|you can (?:now )?(?:open|explore|see|check|view|try)|"
                        r"(?:refresh|reload) your)\b")
 RULE_SAID = re.compile(r"(?i)\b(?:must|never|always|don't|do not|make sure)\b")
 PAST_ACTION = re.compile(r"^(?:[A-Z][a-z]{2,}ed|Made|Ran|Wrote|Rewrote|Built|Found|Set|Put|Took|Got|Did|Kept|Left|Split|Moved)\b")
@@ -960,8 +936,6 @@ def precise(candidates: list[Candidate], items: list[Event], root: Path | None) 
                 continue
             candidate.body = body + "\n"
             candidate.title = summary_title(body)
-            if candidate.type == "progress":
-                candidate.type = "gotcha" if GOTCHA.search(body) else "decision" if DECIDED.search(body) else "context"
         candidate.title = fact_title(machine_free(candidate.title, folders))
         if candidate.layer != "self-report" and _taken(candidate.title, seen):
             continue  # the same fact under the same words: one memory holds it
