@@ -424,7 +424,8 @@ def recurring_errors(items: list[Event]) -> Iterator[Candidate]:
     for event in items:
         if event.kind == "tool" and event.tool in ("Bash", "PowerShell") and event.failed and "<tool_use_error>" not in event.result:
             error = _first_error(event.result)
-            if error and not HOOK_BLOCK.search(error) and not ROUTINE_FAILURE.search(error):
+            command = _command_identity(str(event.tool_input.get("command", "")))
+            if error and not HOOK_BLOCK.search(error) and not ROUTINE_FAILURE.search(f"{command} {error}"):
                 seen.setdefault(re.sub(r"[0-9a-f]{7,}|\d+", "#", error), []).append(event)
     for hits in seen.values():
         if len(hits) < RECURRING:
