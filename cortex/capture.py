@@ -836,6 +836,7 @@ HOW = re.compile(r"\s(?:by|using|via|requires?|must|needs? to)\s|\s[-—]\s\S+\s
 ESTIMATE = re.compile(r"(?i)\(\s*~?\d+(?:\.\d+)?\s*(?:min|mins|minutes|h|hrs?|hours?|days?)\s*\)")  # a plan's time estimate
 LABEL = re.compile(r"^(?:code|\S*[./]\S*)\s*[-—:]\s+")  # "`src/app.js` - Added …": a changed file's log line
 FIX_LABEL = re.compile(r"(?i)^(?:solution|fix|fixed by|cause|root cause|workaround|reason|why)\b")  # a fix said as such
+HEADING = re.compile(r"\W*\*\*[^*]+\*\*\W*")  # a line that is only bold text: a heading
 MAX_TABLE = 10  # rows: a short table (before/after, options weighed) is kept; a longer one is data
 MAX_BLOCK = 20  # lines of a code block kept under a kept sentence
 MIN_LASTING = 80  # characters of lasting sentences a report needs
@@ -897,8 +898,14 @@ def lasting(text: str, said: list[set[str]], least: int = MIN_LASTING) -> str:
                     kept.append("\n".join(x.strip() for x in table))
             continue
         if not line or line.startswith(">"):
+            above = lines[n - 1].strip() if n else ""
+            if not line and above and not (above.startswith("#") or HEADING.fullmatch(above)):
+                headings = []  # a block under the headings ended with nothing of it kept
             continue
-        if line.startswith("#") or re.fullmatch(r"\W*\*\*[^*]+\*\*\W*", line):
+        if line.startswith("#") or HEADING.fullmatch(line):
+            before = next((x.strip() for x in reversed(lines[:n]) if x.strip()), "#")
+            if not (before.startswith("#") or HEADING.fullmatch(before)):
+                headings = []  # a new section: the last one's heading had nothing kept under it
             if not STATUS.search(line):
                 headings.append(_said(line))  # shown only above what is kept under it
             continue
