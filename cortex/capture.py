@@ -938,8 +938,8 @@ def precise(candidates: list[Candidate], items: list[Event], root: Path | None) 
         # a plan and what the tools showed (a command's gotcha: structural, no key, no tags) are kept whole.
         told = candidate.layer == "keyword" and candidate.type != "pattern" or candidate.layer == "structural" and \
             candidate.type != "plan" and bool(candidate.key or candidate.tags)
-        if told:
-            body = lasting(candidate.body, said, MIN_LASTING if candidate.layer == "structural" else MIN_CUE)
+        if told:  # redacted first: cut into sentences, a private key's lines would no longer read as one
+            body = lasting(redact(candidate.body)[0], said, MIN_LASTING if candidate.layer == "structural" else MIN_CUE)
             if not body:
                 continue
             candidate.body = body + "\n"
