@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import itertools
 import json
 import re
 import time
@@ -221,8 +222,11 @@ def events(records: list[dict[str, Any]]) -> list[Event]:
 # ---------------------------------------------------------------- layers
 
 
+REMINDER = re.compile(r"<system-reminder>.*?(?:</system-reminder>|\Z)", re.S)  # Claude Code's note to the model
+
+
 def _clean(text: str) -> str:
-    text = PRIVATE.sub("", text)
+    text = REMINDER.sub("", PRIVATE.sub("", text))
     # Either end of a block cortex injected: the whole message is left out (a piece of a cut block carries one).
     return "" if INJECTED_MARK in text or INJECTED_END in text else text
 
@@ -315,26 +319,9 @@ def _task_list(items: list[Event]) -> list[dict[str, str]]:
     return tasks
 
 
-HEREDOC = re.compile(r"<<-?\s*['\"]?(\w+)['\"]?[^\n]*\n(.*?)\n\s*\1\b", re.S)
-
-
-def commit_message(command: str) -> str:
-    """The first line of a `git commit`'s `-m` message (quoted or a heredoc); "" from an editor or a file."""
-    heredoc = HEREDOC.search(command)
-    if heredoc and re.search(r"\s-[a-zA-Z]*m\s*[\"']?\$\(cat", command):
-        text = heredoc.group(2)
-    else:
-        match = re.search(r"\s-[a-zA-Z]*m\s*(?:\"((?:[^\"\\]|\\.)+)\"|'([^']+)'|(\S+))", command)
-        text = next((g for g in match.groups() if g), "") if match else ""
-    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
-    return first[:120]
-
-
-def _commits(items: list[Event]) -> list[str]:
-    commands = [str(e.tool_input.get("command", "")) for e in items if e.kind == "tool" and e.tool == "Bash"
-                and not e.failed]
-    return [commit_message(c) or "(message from an editor or file)" for c in commands
-            if re.search(r"\bgit\s+commit\b", c)]
+def _committed(items: list[Event]) -> bool:
+    return any(e.kind == "tool" and e.tool == "Bash" and not e.failed
+               and re.search(r"\bgit\s+commit\b", str(e.tool_input.get("command", ""))) for e in items)
 
 
 def _edited(items: list[Event], root: Path | None) -> list[str]:
@@ -370,11 +357,13 @@ def structural(items: list[Event], session: str, root: Path | None) -> Iterator[
     yield from compaction_summaries(items)
     yield from subagent_findings(items)
     yield from command_gotchas(items)
+    yield from hook_refusals(items)
+    yield from recurring_errors(items)
 
 
 # Looking around (listing, reading, searching) fails all the time without teaching anything.
-INSPECTION = {"ls", "cat", "find", "grep", "rg", "head", "tail", "echo", "pwd", "which", "wc", "sed", "awk", "tree",
-              "file", "stat", "du", "df", "ps", "type", "command", "test", "[", "diff", "jq", "sleep", "kill", "true"}
+INSPECTION = ("ls", "cat", "find", "grep", "rg", "head", "tail", "echo", "pwd", "which", "wc", "sed", "awk", "tree",
+              "file", "stat", "du", "df", "ps", "type", "command", "test", "[", "diff", "jq", "sleep", "kill", "true")
 
 
 def command_gotchas(items: list[Event]) -> Iterator[Candidate]:
@@ -392,26 +381,85 @@ def command_gotchas(items: list[Event]) -> Iterator[Candidate]:
         if not error:
             continue
         fix = None
+        missing = NOT_FOUND.search(error)
         for later in commands[i + 1:i + 9]:
             text = str(later.tool_input.get("command", "")).strip()
+            runner = _command_identity(text).split()[:1]
+            if missing and not later.failed and runner and runner[0] not in INSPECTION + (identity.split()[0],) \
+                    and re.search(rf"\s{re.escape(identity.split()[0])}\s", f" {text} "):
+                fix = later  # the program was not on PATH: it runs through another (`nix develop --command go …`)
+                break
             if _command_identity(text) != identity:
                 continue
-            if later.failed:
+            if later.failed and (text == command or not USAGE.search(error) or _error_line(later.result) == error):
                 if text != command:
                     break  # another form failed too: not a clean failure and fix
                 continue
             if text != command:
-                fix = later
+                fix = later  # a changed form that works, or that the program accepts (a usage error gone)
             break
         if fix is None:
             continue
         fixed = str(fix.tool_input.get("command", "")).strip()
-        if _wrong_folder(command, fixed, error):
+        if not missing and _wrong_folder(command, fixed, error):
             continue
         reported.add(identity)
         body = (f"`{command[:300]}` fails with:\n\n    {error[:300]}\n\nWhat works instead: `{fixed[:300]}`\n")
         title = title_from_text(f"{identity} fails with \"{error}\"", 110).rstrip("…\"") + ("\"" if len(error) < 70 else "…\"")
         yield Candidate("gotcha", title, body, "structural", 0.55, 5, branch=failed.branch, **_origin(failed))
+
+
+USAGE = re.compile(r"(?i)unknown (?:flag|option|shorthand flag|command)|unrecognized (?:option|argument)|no such option|"
+                   r"invalid (?:option|flag|argument)")
+NOT_FOUND = re.compile(r"(?i)command not found|not found: \S+$|: not found$|is not recognized as")
+HOOK_BLOCK = re.compile(r"(?i)\bhook\b.*\b(?:blocked|denied|prevented|refused)\b|\b(?:blocked|denied|prevented|refused)\b.*\bhook\b")
+
+
+RECURRING = 3  # times one error must come back in a session to be a gotcha on its own
+
+
+def recurring_errors(items: list[Event]) -> Iterator[Candidate]:
+    """An error the session's commands ran into again and again: it will bite the next session too."""
+    seen: dict[str, list[Event]] = {}
+    for event in items:
+        if event.kind == "tool" and event.tool in ("Bash", "PowerShell") and event.failed and "<tool_use_error>" not in event.result:
+            error = _first_error(event.result)
+            command = _command_identity(str(event.tool_input.get("command", "")))
+            if error and not HOOK_BLOCK.search(error) and not ROUTINE_FAILURE.search(f"{command} {error}"):
+                seen.setdefault(re.sub(r"[0-9a-f]{7,}|\d+", "#", error), []).append(event)
+    for hits in seen.values():
+        if len(hits) < RECURRING:
+            continue
+        first = hits[0]
+        lines = [line.strip() for line in first.result.splitlines() if line.strip()]
+        error = _first_error(first.result)
+        at = lines.index(error)
+        command = str(first.tool_input.get("command", "")).strip().splitlines()[0][:200]
+        body = (f"Failed {len(hits)} times in one session, first from `{command}`:\n\n"
+                + "\n".join(f"    {line[:300]}" for line in lines[at:at + 4]) + "\n")
+        yield Candidate("gotcha", title_from_text(f"Recurring error: {error}", 110), body, "structural", 0.6, 5,
+                        branch=first.branch, **_origin(first))
+
+
+def hook_refusals(items: list[Event]) -> Iterator[Candidate]:
+    """A tool call a hook refused: the project's guard rails bite every session that tries it again."""
+    said: set[str] = set()
+    for event in items:
+        if event.kind != "tool" or not event.failed:
+            continue
+        lines = [line.strip() for line in event.result.splitlines() if line.strip()]
+        at = next((n for n, line in enumerate(lines) if HOOK_BLOCK.search(line)), None)
+        if at is None:
+            continue
+        refusal = " ".join(lines[at:at + 2])[:400]  # the hook's own message often follows on the next line
+        reason = re.split(r"(?i)\bblocked:\s*|\]:\s*", refusal)[-1].strip(" -")
+        if reason in said:
+            continue
+        said.add(reason)
+        what = str(event.tool_input.get("command") or event.tool_input.get("file_path") or event.tool).strip()
+        title = title_from_text(f"A hook refuses {event.tool} calls: {reason}", 110)
+        body = f"`{what.splitlines()[0][:300]}` was refused by a hook:\n\n    {refusal}\n"
+        yield Candidate("gotcha", title, body, "structural", 0.6, 5, branch=event.branch, **_origin(event))
 
 
 def _wrong_folder(command: str, fixed: str, error: str) -> bool:
@@ -450,6 +498,11 @@ _ERROR_WORDS = re.compile(r"(?i)\b(error|fatal|failed|failure|exception|not foun
 
 def _origin(event: Event) -> dict[str, Any]:
     return {"record": event.uuid, "index": event.index}
+
+
+def _first_error(output: str) -> str:
+    """The first line of a command's output that says what went wrong (git and most tools say it first)."""
+    return next((line.strip() for line in output.splitlines() if _ERROR_WORDS.search(line)), "")
 
 
 def _error_line(output: str) -> str:
@@ -525,45 +578,32 @@ def _report_of(answer: list[Event]) -> tuple[Event | None, bool]:
     return None, False
 
 
-def _run_outcome(text: str, limit: int = 400) -> bool:
-    """True for a message that opens with one run's outcome ("All 42 tests pass. …")."""
-    substance = _substance(re.sub(r"(?m)^#+ .*$|^[^\w\n]+", "", _clean(text)))
-    return len(substance) < limit and bool(RUN_OUTCOME.match(substance))
-
-
 def request_reports(items: list[Event], session: str, root: Path | None) -> Iterator[Candidate]:
     """One memory per request whose final report says something lasting (`progress` when files changed)."""
     for prompt, answer in _turns(items):
-        report, tagged = _report_of(answer)
-        edited, commits = _edited(answer, root), _commits(answer)
+        report, _ = _report_of(answer)
+        edited, committed = _edited(answer, root), _committed(answer)
         if report is None:
             last = next((e for e in reversed(answer) if e.kind == "text" and not e.sidechain), None)
-            if not (edited or commits) or prompt is None or last is None or not TAG.search(_clean(last.text)):
+            if not (edited or committed) or prompt is None or last is None or not TAG.search(_clean(last.text)):
                 continue
             # Files changed and the reply says little (or only tags): the work itself is the progress.
-            report, tagged = replace(last, text=TAG.sub("", _clean(last.text)).strip()), True
-        if not (edited or commits or tagged) and _run_outcome(report.text):
-            continue  # "All 42 tests pass and ruff is clean": true of one run, not lasting
+            report = replace(last, text=TAG.sub("", _clean(last.text)).strip())
+        # The report alone: the request restated, the file list (`files:` has it) and the commits (git has them)
+        # are not what a later session needs to read; `precise` keeps what of it lasts.
         text = _capped(_clean(report.text).strip(), 6000)
-        # Redacted before its lines are folded: a key wrapped over lines, folded onto one, no longer reads as one.
-        asked = " ".join(redact(_clean(prompt.text))[0].split()) if prompt is not None else ""
-        body = (f"Asked: {_capped(asked, 400)}{' […]' if len(asked) > 400 else ''}\n\n" if asked else "") + text + "\n"
-        if edited:
-            body += "\nFiles changed:\n" + "\n".join(f"- {path}" for path in edited[:30]) + "\n"
-        if commits:
-            body += "\nCommits:\n" + "\n".join(f"- {message}" for message in commits[-10:]) + "\n"
         key = f"report:{session}:{prompt.uuid or prompt.index}" if prompt is not None else f"report:{session}:{report.uuid}"
-        # A tagged message's claims are the tags' memories: its report is titled by the work asked for.
-        title = f"Done: {title_from_text(asked, 100)}" if tagged and asked else summary_title(report.text)
-        yield Candidate("progress" if edited or commits else "context", title, body, "structural",
+        yield Candidate("progress" if edited or committed else "context", summary_title(text), text + "\n", "structural",
                         0.6, 4, files=edited[:30], branch=report.branch, key=key, **_origin(report))
 
 
 SECTION = re.compile(r"(?m)^\s*(\d+)\.\s+([A-Z][A-Za-z /&-]{3,60}):\s*$")
 SECTION_TYPES = (("error", "gotcha"), ("fix", "gotcha"), ("problem", "context"), ("concept", "architecture"),
                  ("pending", "progress"), ("current work", "progress"), ("next step", "plan"), ("intent", "context"))
-# The request restated, the work of that moment and a list of topic names are not lasting knowledge.
-SKIPPED_SECTIONS = ("user messages", "files and code", "optional", "primary request", "current work", "concepts")
+# The request restated, the work of that moment, a list of topic names and the log of what was tried are not
+# lasting knowledge.
+SKIPPED_SECTIONS = ("user messages", "files and code", "optional", "primary request", "current work", "concepts",
+                    "problem solving")
 
 
 def compaction_summaries(items: list[Event]) -> Iterator[Candidate]:
@@ -582,7 +622,7 @@ def compaction_summaries(items: list[Event]) -> Iterator[Candidate]:
             kind = next((t for word, t in SECTION_TYPES if word in lowered), "context")
             if kind in ("progress", "plan") and event is not summaries[-1]:
                 continue  # the work pending at an earlier compaction: a later one says what is still open
-            body = f"From a compaction summary ({name}):\n\n{_capped(section, 6000)}\n"
+            body = _capped(section, 6000) + "\n"
             title = f"{name}: {summary_title(section, 100)}"
             yield Candidate(kind, title, body, "structural", 0.6, 5, tags=["compaction"], branch=event.branch,
                             **_origin(event))
@@ -619,7 +659,7 @@ DECIDED = re.compile(r"(?i)\b(?:we chose|i chose|(?:i|we) decided|"
 CORRECTION = re.compile(r"(?i)^(no[,. !]|nope\b|don't\b|do not\b|stop\b|actually[, ]|instead[, ]|that's (?:wrong|not)|"
                         r"revert\b|wrong\b|not like that)")
 RULE = re.compile(r"(?i)(^(?:no[,.!]|nope\b|don't\b|do not\b|never\b|always\b|stop\b|actually[, ]|instead[, ])|"
-                  r"\b(?:always|never|must(?: not)?|mustn't|should(?:n't| not)?|don't|do not|make sure|"
+                  r"\b(?:always|never|must(?: not)?|mustn't|should(?:n't| not)?|don't|do not|(?<!to )make sure|"
                   r"(?:it|this|that) (?:needs|has) to be|needs to be|has to be|instead of|rather than|"
                   r"i prefer|we (?:use|prefer))\b)")
 QUESTION = re.compile(r"(?i)^(?:should|shall|can|could|would|will|do|does|did|is|are|was|were|what|why|how|where|which|who)"
@@ -766,28 +806,147 @@ def _taken(title: str, taken: list[set[str]] | None) -> bool:
     return bool(mine) and any(len(mine & other) / len(mine | other) >= 0.6 for other in taken or ())
 
 
-REPEAT_REPORT = 400  # characters a report must have to be kept when its title's fact is kept already
+# What outlasts the session, by how it is said: a reason, a choice over another, a change from one thing to another.
+REASON = re.compile(r"\b(?:because|since|so that|due to|caused by|the reason|which means|otherwise|to (?:avoid|prevent)|"
+                    r"instead of|rather than|not\b[^.;]{1,40}\bbut|switch(?:ed|es)? (?:to|from)|chose|prefer|fallback|"
+                    r"from\b[^.;]{1,40}\bto)\b|→|->", re.I)
+# ... a failure.
+FAILURE = re.compile(r"\b(?:fails?|failed|errors?|breaks?|broken|doesn't|does not|isn't|cannot|can't|won't|unknown|"
+                     r"undefined|not found|missing|conflicts?|blocked|rejects?|ignores?)\b", re.I)
+# The assistant telling what it does or did, or how the run went: not knowledge unless it gives a reason.
+# The assistant announcing its next step: kept only when it names what it chose over (a decision).
+NEXT_STEP_SAID = re.compile(r"(?i)^(?:let me|let's|i(?:'ll| will|'m going to| need to)|now,? (?:i|let|we)|next,? (?:i|we)|"
+                            r"first,? (?:i|let)|we(?:'ll| will) now)\b")
+CONTRAST = re.compile(r"(?i)\b(?:instead of|rather than|over)\b|, not\b")
+# The assistant telling what it saw or did, or answering: kept only with a reason.
+NARRATION = re.compile(r"(?i)^(?:i(?:'m| am|'ve| have| had| already| now| just| can| see| notice| found| checked| created|"
+                       r" updated| added| made)|you(?:'re| are) (?:absolutely )?right|you (?:confirmed|asked|want|raise)|perfect|"
+                       r"great|excellent|awesome|good|ok(?:ay)?|sure|absolutely|done|all done|yes|got it|thanks?|"
+                       r"here(?:'s| is| are)|based on|looking at|makes sense|the (?:issue|problem|fix|answer) is clear|"
+                       r"this is (?:a|an|the)\b|(?:the issue is )?on lines? \d+|you can (?:now )?(?:open|explore|see|check|view|try)|"
+                       r"(?:refresh|reload) your)\b")
+RULE_SAID = re.compile(r"(?i)\b(?:must|never|always|don't|do not|make sure)\b")
+PAST_ACTION = re.compile(r"^(?:[A-Z][a-z]{2,}ed|Made|Ran|Wrote|Rewrote|Built|Found|Set|Put|Took|Got|Did|Kept|Left|Split|Moved)\b")
+STATUS = re.compile(r"[✅✓✔🎉🚀☑🏆]|:\s*(?:all\s+)?[a-z]+ed(?: up)?\.?$|\bnow (?:be )?(?:live|open|running|in place)\b|"
+                    r"\b(?:successfully|production[- ]ready|ready (?:for|to)|is (?:now )?complete|"
+                    r"completed?|all (?:tests|checks) pass)\b", re.I)
+CHECKED = re.compile(r"(?i)\b(?:works|working|present|valid|passe[sd]|passing|resolved|configured|in place|done|ready)\W*$")
+BUT = re.compile(r"(?i)\b(?:but|however|although|though|yet)\b")
+HOW = re.compile(r"\s(?:by|using|via|requires?|must|needs? to)\s|\s[-—]\s\S+\s\S+|\sto (?:satisfy|avoid|prevent|allow|ensure|support)\b")
+ESTIMATE = re.compile(r"(?i)\(\s*~?\d+(?:\.\d+)?\s*(?:min|mins|minutes|h|hrs?|hours?|days?)\s*\)")  # a plan's time estimate
+LABEL = re.compile(r"^(?:code|\S*[./]\S*)\s*[-—:]\s+")  # "`src/app.js` - Added …": a changed file's log line
+FIX_LABEL = re.compile(r"(?i)^(?:solution|fix|fixed by|cause|root cause|workaround|reason|why)\b")  # a fix said as such
+HEADING = re.compile(r"\W*\*\*[^*]+\*\*\W*")  # a line that is only bold text: a heading
+MAX_TABLE = 10  # rows: a short table (before/after, options weighed) is kept; a longer one is data
+MAX_BLOCK = 20  # lines of a code block kept under a kept sentence
+MIN_LASTING = 80  # characters of lasting sentences a report needs
+MIN_CUE = 40  # ... and a sentence the keyword layer picked by its cue
+
+
+def _said(text: str) -> str:
+    """Prose as the reader sees it: markup, list marks and leading symbols out."""
+    text = re.sub(r"\*\*|__|^#+\s*|^(?:[-*•]|\d+[.)])\s+", "", text.strip())
+    return re.sub(r"^[^\w\"'`(\[~/.]+", "", text).strip()
+
+
+def _keeps(sentence: str) -> bool:
+    """True for a sentence that states something lasting (not narration, a run's status, a question or a label)."""
+    plain = re.sub(r"`[^`]*`", "code", sentence)  # a cue word inside a code span is data, not the sentence's claim
+    plain = re.sub(r"\S*://\S*", "link", plain)
+    if len(re.sub(r"[\W\d_]", "", plain)) < 20 or plain.endswith("?") or ESTIMATE.search(plain):
+        return False
+    if NEXT_STEP_SAID.match(plain):
+        return bool(CONTRAST.search(plain))
+    if NARRATION.match(plain) or RUN_OUTCOME.match(plain):
+        return bool(REASON.search(plain))
+    if STATUS.search(plain) or CHECKED.search(plain) or "✅" in sentence:
+        return bool(FAILURE.search(plain) and BUT.search(plain))  # "… done, but it reported conflicts": the conflicts
+    if plain.endswith("!"):  # a cheer ("The theme is now live!"), unless it states a rule or a reason
+        return bool(REASON.search(plain) or RULE_SAID.search(plain))
+    # "Removed the old worktree" is this run's log; "Fixed X by Y", "Moved X to Y" also say how, which lasts.
+    action = "" if FIX_LABEL.match(plain) else LABEL.sub("", plain)
+    return not PAST_ACTION.match(action) or bool(REASON.search(action) or HOW.search(action))
+
+
+def lasting(text: str, said: list[set[str]], least: int = MIN_LASTING) -> str:
+    """What of `text` outlasts the session, in its order: its lasting sentences (each once across the capture,
+    `said`), with the headings, short tables and code blocks that go with them."""
+    kept: list[str] = []
+    prose = 0
+    headings: list[str] = []
+    lines = _clean(text).splitlines()
+    fence: list[str] = []
+    for n, raw in enumerate(lines):
+        line = raw.strip()
+        if fence:
+            fence.append(raw.rstrip())
+            if line.startswith(fence[0].strip()[:3]):
+                if (kept or headings) and len(fence) <= MAX_BLOCK:  # under a kept sentence or heading: what it names
+                    prose += sum(len(h) for h in headings)
+                    kept += [h.rstrip(":") + ":" for h in headings[-2:]] + ["\n".join(fence)]
+                    headings = []
+                fence = []
+            continue
+        if line.startswith(("```", "~~~")):
+            fence = [raw.rstrip()]
+            continue
+        if line.startswith("|"):
+            if n == 0 or not lines[n - 1].strip().startswith("|"):
+                table = list(itertools.takewhile(lambda x: x.strip().startswith("|"), lines[n:]))
+                rows = [x for x in table if not re.fullmatch(r"[|:\-\s]+", x.strip())]
+                if len(rows) <= MAX_TABLE and not STATUS.search(" ".join(rows)):
+                    kept.append("\n".join(x.strip() for x in table))
+            continue
+        if not line or line.startswith(">"):
+            above = lines[n - 1].strip() if n else ""
+            if not line and above and not (above.startswith("#") or HEADING.fullmatch(above)):
+                headings = []  # a block under the headings ended with nothing of it kept
+            continue
+        if line.startswith("#") or HEADING.fullmatch(line):
+            before = next((x.strip() for x in reversed(lines[:n]) if x.strip()), "#")
+            if not (before.startswith("#") or HEADING.fullmatch(before)):
+                headings = []  # a new section: the last one's heading had nothing kept under it
+            if not STATUS.search(line):
+                headings.append(_said(line))  # shown only above what is kept under it
+            continue
+        bullet = re.match(r"^(?:[-*•]|\d+[.)])\s+", line)
+        good = []
+        for sentence in re.split(r"(?<![A-Z]\.)(?<![ .][a-z]\.)(?<=[.!?])\s+", _said(line)):
+            sentence = _said(sentence)
+            mine = {w for w in words(sentence) if len(w) > 2}
+            if not _keeps(sentence) or len(mine) > 3 and any(len(mine & other) >= 0.8 * len(mine) for other in said):
+                continue
+            said.append(mine)
+            good.append(sentence)
+        if good:
+            kept += [h.rstrip(":") + ":" for h in headings[-2:]] + [("- " if bullet else "") + " ".join(good)]
+            headings = []
+            prose += len(" ".join(good))
+    return "\n".join(kept) if prose >= least else ""
 
 
 def precise(candidates: list[Candidate], items: list[Event], root: Path | None) -> list[Candidate]:
-    """The candidates worth a memory: machine paths and narrating openings out, one memory for a fact said twice."""
+    """The candidates worth a memory: only their lasting sentences, each once, machine paths and narrating openings out."""
     folders = sorted({e.cwd for e in items if e.cwd} | ({str(root)} if root is not None else set()))
     kept: list[Candidate] = []
+    said: list[set[str]] = []
     seen: list[set[str]] = []
-    # Of two saying one thing, the one that names its kind (a tag, a gotcha, a decision) is kept, not the report.
+    # Of two saying one thing, the one that names its kind (a tag, a gotcha, a decision) keeps it, not the report.
     for candidate in sorted(candidates, key=lambda c: (c.layer != "self-report", (c.key or "").startswith("report:"))):
         candidate.body = machine_free(candidate.body, folders)
+        # What was said (a report, a summary, a cue's paragraph) is cut to what lasts; a tag, the person's own rule,
+        # a plan and what the tools showed (a command's gotcha: structural, no key, no tags) are kept whole.
+        told = candidate.layer == "keyword" and candidate.type != "pattern" or candidate.layer == "structural" and \
+            candidate.type != "plan" and bool(candidate.key or candidate.tags)
+        if told:  # redacted first: cut into sentences, a private key's lines would no longer read as one
+            body = lasting(redact(candidate.body)[0], said, MIN_LASTING if candidate.layer == "structural" else MIN_CUE)
+            if not body:
+                continue
+            candidate.body = body + "\n"
+            candidate.title = summary_title(body)
         candidate.title = fact_title(machine_free(candidate.title, folders))
         if candidate.layer != "self-report" and _taken(candidate.title, seen):
-            if not (candidate.key or "").startswith("report:"):
-                continue
-            # A long report says more than the sentence kept already; a short one is that sentence again.
-            report = candidate.body.split("\n\n", 1)[-1] if candidate.body.startswith("Asked:") else candidate.body
-            if len(report.split("\nFiles changed:\n")[0].split("\nCommits:\n")[0]) < REPEAT_REPORT:
-                continue
-            candidate.title = fact_title(summary_title(report, taken=seen))
-            if _taken(candidate.title, seen):
-                continue
+            continue  # the same fact under the same words: one memory holds it
         seen.append(_title_words(candidate.title))
         kept.append(candidate)
     return kept

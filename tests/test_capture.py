@@ -248,7 +248,7 @@ def test_a_transcript_that_shrank_restarts_safely(project, tmp_path):
     assert "a brand new fact" in titles and len(titles) == 4
 
 
-def test_task_tools_build_the_plan_and_commits_land_in_the_progress_note(project, tmp_path):
+def test_task_tools_build_the_plan_and_the_report_is_the_progress_note(project, tmp_path):
     transcript = tmp_path / "t.jsonl"
 
     def tool(uuid: str, name: str, payload: dict) -> list[str]:
@@ -271,7 +271,9 @@ def test_task_tools_build_the_plan_and_commits_land_in_the_progress_note(project
     assert "- [x] Add the BOM test" in body and "- [ ] Strip the BOM in the loader" in body
     [progress] = _list(project, "progress")
     assert progress["files"] == ["loader.py"]
-    assert "- Strip the UTF-8 BOM before parsing CSV" in _show(project, progress["id"])["body"]
+    # the report's own words; the commit list is git's (issue 40: a memory holds what lasts, not the run's log)
+    body = _show(project, progress["id"])["body"]
+    assert "strips the UTF-8 BOM before the CSV reader sees it" in body and "Commits:" not in body
 
 
 HOOK_PAYLOADS = Path(__file__).resolve().parent / "data" / "hook-payloads"  # copies of the shared real payloads
@@ -355,14 +357,12 @@ def test_each_request_gets_its_final_report_with_a_summary_title(project, tmp_pa
                    "for ninety days before the purge job removes it."),
     ])
     _stop(project, transcript)
-    progress = [r for r in _list(project, "progress")]
-    assert [p["title"] for p in progress] == ["Found the root cause! The rate limiter keyed its buckets by the request "
-                                              "path, so every query string got its own bucket and the limit never applied"
-                                              ][:0] or len(progress) == 1
-    assert progress[0]["files"] == ["limiter.py"]
+    # the root cause is written once (the gotcha its cue made); the report adds only "I changed …": too little
+    said = [r for r in _list(project) if "keyed its buckets by the request path" in _show(project, r["id"])["body"]]
+    assert len(said) == 1
     [context] = [r for r in _list(project, "context")]
     assert context["title"].startswith("The nightly export skips archived accounts entirely")  # no filler, no table row
-    assert "Asked: What does the nightly export job do" in _show(project, context["id"])["body"]
+    assert "Asked:" not in _show(project, context["id"])["body"]  # the request restated is not kept (issue 40)
 
 
 def test_claude_style_root_causes_and_choices_are_kept_with_their_paragraph(project, tmp_path):
@@ -437,7 +437,7 @@ def test_a_command_gotcha_needs_the_same_command_not_the_same_program(project, t
     assert "--enable-only bodyclose" in _show(project, gotcha["id"])["body"]
 
 
-def test_heredoc_commits_and_windows_paths(project, tmp_path):
+def test_a_heredoc_commit_and_windows_paths(project, tmp_path):
     transcript = tmp_path / "t.jsonl"
     win = {"cwd": "C:\\Users\\ana\\shop"}
     commit = "git add -A && git commit -m \"$(cat <<'EOF'\nFix the BOM in the CSV loader\n\nLonger text\nEOF\n)\""
@@ -452,7 +452,7 @@ def test_heredoc_commits_and_windows_paths(project, tmp_path):
     [progress] = _list(project, "progress")
     assert progress["files"] == ["README.md", "src/loader.py"]
     body = _show(project, progress["id"])["body"]
-    assert "- Fix the BOM in the CSV loader" in body and "$(cat" not in body and "C:" not in body
+    assert "strips the UTF-8 BOM before parsing" in body and "$(cat" not in body and "C:" not in body
 
 
 def test_dry_run_prints_layer_and_record_and_writes_nothing(project, tmp_path):

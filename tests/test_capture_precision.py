@@ -35,6 +35,20 @@ def _tool(uuid: str, name: str, payload: dict, result: object = "ok") -> list[st
             _record("user", f"r-{uuid}", [{"type": "tool_result", "tool_use_id": f"t-{uuid}", "content": result}])]
 
 
+def _failed(records: list[str]) -> list[str]:
+    """The same records with every tool result marked as an error (is_error), as Claude Code writes a failed call."""
+    out = []
+    for line in records:
+        record = json.loads(line)
+        content = record["message"]["content"]
+        if isinstance(content, list):
+            for block in content:
+                if block.get("type") == "tool_result" and block.get("content") not in ("", "{}"):
+                    block["is_error"] = True
+        out.append(json.dumps(record))
+    return out
+
+
 def _stop(project: Path, tmp_path: Path, records: list[str]) -> list[dict]:
     transcript = tmp_path / "session.jsonl"
     transcript.write_text("\n".join(records) + "\n", encoding="utf-8")
@@ -150,3 +164,93 @@ def test_only_the_last_compactions_pending_work_is_kept(project, tmp_path):
     assert "invoice job" not in text  # pending then, done since
     assert "Move the billing worker" not in text  # the request restated
     assert rows
+
+
+def test_a_report_keeps_its_lasting_sentences_only(project, tmp_path):
+    report = ("Perfect! I've finished the migration. Here's the summary:\n\n"
+              "## ✅ Migration Complete\n\n"
+              "- ✅ Removed the old cron entry\n"
+              "- Updated the worker config\n"
+              "- queue_worker (45 min)\n\n"
+              "The billing worker reads its queue name from BILLING_QUEUE because the staging and production brokers "
+              "use different names, so the name must never be hard-coded.\n\n"
+              "Would you like me to deploy it to staging next?")
+    rows = _stop(project, tmp_path, [
+        _ask("u1", "move the billing worker to the queue service please"),
+        *_tool("1", "Edit", {"file_path": f"{HOME}/worker.py", "old_string": "a", "new_string": "b"}),
+        _say("a1", report),
+    ])
+    [row] = rows
+    text = _texts(project)
+    assert row["title"].startswith("The billing worker reads its queue name from BILLING_QUEUE")
+    assert "must never be hard-coded" in text
+    for noise in ("Perfect", "Migration Complete", "Removed the old cron entry", "Updated the worker config",
+                  "45 min", "Would you like", "move the billing worker to the queue service please"):
+        assert noise not in text, noise
+
+
+def test_a_hook_that_refuses_a_command_is_a_gotcha(project, tmp_path):
+    rows = _stop(project, tmp_path, _failed([
+        _ask("u1", "clean out the build folder"),
+        *_tool("1", "Bash", {"command": "rm -rf build"},
+               [{"type": "text", "text": "PreToolUse:Bash hook error: [uv run .claude/hooks/guard.py]: BLOCKED: "
+                                         "recursive deletes are not allowed"}]),
+    ]))
+    [gotcha] = [row for row in rows if row["type"] == "gotcha"]
+    assert "recursive deletes are not allowed" in gotcha["title"]
+    assert "rm -rf build" in gotcha["body"]
+
+
+def test_an_error_that_comes_back_three_times_is_a_gotcha(project, tmp_path):
+    error = ("error: Your local changes to the following files would be overwritten by merge:\n\tlogs/events.json\n"
+             "Please commit your changes or stash them before you merge.\nAborting")
+    records = [_ask("u1", "merge the three feature branches")]
+    for n, branch in enumerate(("feat-a", "feat-b", "feat-c")):
+        records += _tool(str(n), "Bash", {"command": f"git merge {branch} --no-ff"}, error)
+    rows = _stop(project, tmp_path, _failed(records))
+    [gotcha] = [row for row in rows if row["type"] == "gotcha"]
+    assert "would be overwritten by merge" in gotcha["title"]
+    assert "logs/events.json" in gotcha["body"] and "3 times" in gotcha["body"]
+
+
+def test_a_usage_error_then_the_accepted_flags_is_a_gotcha_even_when_the_run_then_fails(project, tmp_path):
+    records = _failed([
+        _ask("u1", "run only the bodyclose linter"),
+        *_tool("1", "Bash", {"command": "golint run --only-linter bodyclose"}, "Error: unknown flag: --only-linter"),
+        *_tool("2", "Bash", {"command": "golint run --enable-only bodyclose"}, "server_test.go:12:3: response body must be closed"),
+    ])
+    rows = _stop(project, tmp_path, records)
+    [gotcha] = [row for row in rows if row["type"] == "gotcha"]
+    assert "unknown flag: --only-linter" in gotcha["title"] and "--enable-only bodyclose" in gotcha["body"]
+
+
+def test_a_program_missing_from_path_then_run_through_a_wrapper_is_a_gotcha(project, tmp_path):
+    records = [
+        _ask("u1", "tidy the go modules"),
+        *_failed(_tool("1", "Bash", {"command": "go mod tidy"}, "(eval):1: command not found: go")),
+        *_tool("2", "Bash", {"command": "which go"}, ""),
+        *_tool("3", "Bash", {"command": "nix develop --command go mod tidy"}, ""),
+    ]
+    rows = _stop(project, tmp_path, records)
+    [gotcha] = [row for row in rows if row["type"] == "gotcha"]
+    assert "command not found: go" in gotcha["title"] and "nix develop --command go mod tidy" in gotcha["body"]
+
+
+def test_claude_codes_system_reminder_inside_a_reply_is_not_captured(project, tmp_path):
+    _stop(project, tmp_path, [
+        _ask("u1", "why do the nightly exports come out empty?"),
+        _say("a1", "The nightly export reads from the replica, which lags up to an hour because it is rebuilt from the "
+                   "backup each night, so exports must run after 02:00 UTC. The schedule lives in the jobs table, not in cron."
+                   "\n\n<system-reminder>\nNote: logs/app.json was "
+                   "modified, either by the user or by a linter. Don't tell the user this.\n</system-reminder>"),
+    ])
+    text = _texts(project)
+    assert "must run after 02:00 UTC" in text and "Don't tell the user" not in text
+
+
+def test_a_request_to_make_sure_of_something_is_not_a_user_rule(project, tmp_path):
+    rows = _stop(project, tmp_path, [
+        _ask("u1", "review the generated deployment plan to make sure it covers every requirement"),
+        *_tool("1", "Read", {"file_path": f"{HOME}/plan.json"}, "{}"),
+    ])
+    assert not [row for row in rows if row["type"] == "pattern"]

@@ -48,6 +48,20 @@ def log_of(project: Path) -> str:
     return path.read_text(encoding="utf-8") if path.exists() else ""
 
 
+def with_a_lasting_reply(folder: Path) -> Path:
+    """TRANSCRIPT with one more reply that states a lasting fact: its own last report is one run's progress,
+    which capture leaves out (issue 40), and these tests need a capture that writes a memory."""
+    lines = TRANSCRIPT.read_text(encoding="utf-8").splitlines()
+    last = json.loads(next(line for line in reversed(lines) if json.loads(line).get("type") == "assistant"))
+    last["uuid"], last["message"]["id"] = "5e55-lasting-reply", "msg_5e55_lasting"
+    last["message"]["content"] = [{"type": "text", "text": (
+        "The repository's pre-commit hook rewrites test.txt line endings to LF, so a commit made from Windows "
+        "shows the whole file as changed; set core.autocrlf=input before committing here.")}]
+    copy = folder / "lasting.jsonl"
+    copy.write_text("\n".join([*lines, json.dumps(last)]) + "\n", encoding="utf-8")
+    return copy
+
+
 def stop_payload(project: Path, transcript: Path = TRANSCRIPT) -> dict[str, Any]:
     """Claude Code's real Stop payload, about `transcript` in `project`, its last reply the transcript's own."""
     last = ""
@@ -110,7 +124,7 @@ def test_forget_under_a_held_write_lock_fails_and_leaves_the_memory(project, sho
 def test_the_stop_hook_under_a_held_write_lock_logs_exits_0_and_the_next_stop_captures(project, short_wait):
     """Before: the Stop hook waited forever on the write lock. After: it gives up, logs which lock is held,
     exits 0, and keeps its cursor: the next Stop writes what this one could not."""
-    payload = stop_payload(project)
+    payload = stop_payload(project, with_a_lasting_reply(project.parent))
     with held(project / ".cortex" / "state" / "write.lock"):
         result = hook("stop", project, payload)
     assert result.returncode == 0 and result.stdout == "" and "Traceback" not in result.stderr
@@ -128,7 +142,7 @@ def test_the_stop_hook_under_a_held_write_lock_logs_exits_0_and_the_next_stop_ca
 def test_parallel_stop_hooks_on_one_transcript_write_each_memory_once(project, parallel):
     """Before: 2 parallel Stops on one transcript wrote 2 copies of its memory, 8 wrote up to 8. After: the
     captures of one transcript take turns; each memory is written once, and every hook exits 0."""
-    raw = json.dumps(stop_payload(project))
+    raw = json.dumps(stop_payload(project, with_a_lasting_reply(project.parent)))
     runs = [subprocess.Popen([*cortex_command(), "hook", "stop"], cwd=project, stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(parallel)]
     for run in runs:
