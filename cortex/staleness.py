@@ -8,11 +8,14 @@ committed, or changed since its last commit, is as fresh as the working tree.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
 from cortex.files import atomic_write
+from cortex.gitfacts import branch_and_head
 from cortex.store import Store
 
 SHARE = 0.5  # a file is changed substantially when at least this share of its lines was removed or rewritten
@@ -23,33 +26,45 @@ CACHE = "stale.json"  # in state/: the answer for one HEAD and one memories tree
 
 def reasons(store: Store, items: list[Any], rev: str | None = None) -> dict[str, str]:
     """id -> why, for the memories among `items` (objects with `id`, `path`, `files`) made possibly stale by
-    commits after their own, as of `rev` (default HEAD; the working tree decides what is uncommitted)."""
+    commits after their own, as of `rev` (default HEAD; the working tree decides what is uncommitted). At HEAD
+    the answer kept for it is read without pygit2 (what a recall of a few hits costs)."""
     items = [item for item in items if item.files and item.path is not None]
     root = store.worktree
     if not items or root is None:
         return {}
     try:
-        import pygit2
-
-        repo = pygit2.Repository(str(root))
-        if repo.head_is_unborn:
-            return {}
-        head = repo.revparse_single(rev).peel(pygit2.Commit) if rev else repo.head.peel(pygit2.Commit)
-        workdir = Path(repo.workdir).resolve()
-        folder = store.memories_dir.resolve().relative_to(workdir).as_posix()
+        workdir = root.resolve()
         rels = {item.id: Path(item.path).resolve().relative_to(workdir).as_posix() for item in items}
-        found = _cached(store, head, rels) if rev is None else None
+        found = _cached(store, branch_and_head(str(root))[1], rels) if rev is None else None
         if found is None:
-            found = at(repo, head, folder, {item.id: (rels[item.id], list(item.files)) for item in items})
-            if rev is None:
-                _keep(store, head, rels, found)
-        if rev is None:  # a memory edited since its commit was written about the files as they are now
-            edited = {memory_id for memory_id in found if _edited(repo, rels[memory_id])}
-            found = {memory_id: why for memory_id, why in found.items() if memory_id not in edited}
-        return found
+            import pygit2
+
+            repo = pygit2.Repository(str(root))
+            if repo.head_is_unborn:
+                return {}
+            head = repo.revparse_single(rev).peel(pygit2.Commit) if rev else repo.head.peel(pygit2.Commit)
+            folder = store.memories_dir.resolve().relative_to(workdir).as_posix()
+            why = at(repo, head, folder, {item.id: (rels[item.id], list(item.files)) for item in items})
+            if rev is not None:
+                return why
+            found = {memory_id: (reason, str(_blob(head.tree, rels[memory_id]).id))
+                     for memory_id, reason in why.items()}
+            _keep(store, str(head.id), rels, found)
+        # a memory edited since its commit was written about the files as they are now
+        return {memory_id: why for memory_id, (why, blob) in found.items()
+                if _blob_id(workdir / rels[memory_id]) == blob}
     except Exception as exc:  # a broken or shallow repository: nothing is called stale
         store.log(f"staleness: not worked out: {exc!r}")
         return {}
+
+
+def _blob_id(path: Path) -> str | None:
+    """The id git gives the file's content (a blob's sha1), None when it cannot be read."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
 def mark(stores: list[Store], hits: list[Any]) -> None:
@@ -139,35 +154,27 @@ def _blob(tree: Any, name: str) -> Any:
     return found if isinstance(found, pygit2.Blob) else None
 
 
-def _edited(repo: Any, rel: str) -> bool:
-    try:
-        return bool(repo.status_file(rel))
-    except KeyError:
-        return False
-
-
-def _cached(store: Store, head: Any, rels: dict[str, str]) -> dict[str, str] | None:
+def _cached(store: Store, head: str | None, rels: dict[str, str]) -> dict[str, tuple[str, str]] | None:
+    """The kept answer for `head` (id -> (why, the memory file's blob then)), when it covers every one asked."""
     try:
         data = json.loads((store.state_dir / CACHE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if data.get("head") != str(head.id) or not set(rels) <= set(data.get("checked", [])):
+    if head is None or data.get("head") != head or not set(rels) <= set(data.get("checked", [])):
         return None
-    return {memory_id: why for memory_id, why in data.get("reasons", {}).items() if memory_id in rels}
+    return {memory_id: (why, blob) for memory_id, (why, blob) in data.get("reasons", {}).items() if memory_id in rels}
 
 
-def _keep(store: Store, head: Any, rels: dict[str, str], found: dict[str, str]) -> None:
+def _keep(store: Store, head: str, rels: dict[str, str], found: dict[str, tuple[str, str]]) -> None:
     """Keep the answer for this HEAD, with what an earlier call for it found."""
     try:
         data = json.loads((store.state_dir / CACHE).read_text(encoding="utf-8"))
-        if data.get("head") != str(head.id):
+        if data.get("head") != head:
             data = {}
     except (OSError, ValueError):
         data = {}
     checked = sorted(set(data.get("checked", [])) | set(rels))
     kept = {**data.get("reasons", {}), **found}
-    try:
+    with contextlib.suppress(OSError):
         store.state_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write(store.state_dir / CACHE, json.dumps({"head": str(head.id), "checked": checked, "reasons": kept}))
-    except OSError:
-        pass
+        atomic_write(store.state_dir / CACHE, json.dumps({"head": head, "checked": checked, "reasons": kept}))
