@@ -81,12 +81,12 @@ def test_api_fails_mid_turn(sandbox: Callable[[str], Sandbox]) -> None:
     assert_every_hook_exited_0(run)
     wait_for_log(box, 1)
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and len(box.memories()) < 2:
+    while time.monotonic() < deadline and not box.memories():
         time.sleep(0.1)
-    found = {m.type: m for m in (parse(p.read_text(encoding="utf-8"), p) for p in box.memories())}
-    assert found["gotcha"].title == GOTCHA
-    assert found["progress"].files == ["limits.py"]
-    assert "API Error" not in found["progress"].title + found["progress"].body
+    found = [parse(p.read_text(encoding="utf-8"), p) for p in box.memories()]
+    # The tag's memory is what the turn said; a reply of tags alone makes no "Done: <the request>" note (issue 40).
+    assert [m.title for m in found if m.type == "gotcha"] == [GOTCHA]
+    assert not any("API Error" in m.title + m.body for m in found)
 
 
 def test_garbage_state_session_ends_normally(sandbox: Callable[[str], Sandbox]) -> None:
