@@ -42,6 +42,7 @@ RELATIONS = (
     "refines",
     "supersedes",
     "source_of",
+    "because",  # a person's: this memory's reason (a decision's rationale, an open problem's answer) is the other
 )
 # Key order of a file cortex writes; unknown keys a person adds are kept.
 KEYS = (
