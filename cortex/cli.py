@@ -280,22 +280,24 @@ def _assistant_modules(codex: bool, gemini: bool, cursor: bool) -> list[Any]:
 @click.option("--tag", "tags", multiple=True, help="A tag (repeat for more).")
 @click.option("--file", "files", multiple=True, help="A code file this is about (repeat for more).")
 @click.option("--pin", is_flag=True, help="Always include it in briefings.")
+@click.option("--created", metavar="DATE", help="When it was learnt, for notes brought in from elsewhere (YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ; default now).")
 @click.option("--json", "as_json", is_flag=True, help="Print the new record as JSON.")
 @store_options
 def remember(store: Any, text: str, memory_type: str, title: str | None, priority: int, confidence: float,
-             tags: tuple[str, ...], files: tuple[str, ...], pin: bool, as_json: bool, summary: str | None) -> None:
+             tags: tuple[str, ...], files: tuple[str, ...], pin: bool, as_json: bool, summary: str | None,
+             created: str | None = None) -> None:
     """Save a memory. TEXT is its content ('-' reads it from stdin)."""
     from cortex import events
 
     if text == "-":
         text = sys.stdin.read()
     _warn_forgotten(events.forgotten_like(store, text, title))
-    created = events.remember(store, text, None, type=memory_type, title=title, priority=priority,
-                              confidence=confidence, tags=tags, files=files, pinned=pin, summary=summary)
+    made = events.remember(store, text, None, type=memory_type, title=title, priority=priority,
+                           confidence=confidence, tags=tags, files=files, pinned=pin, summary=summary, created=created)
     if as_json:
-        _print_json(created.to_dict() | {"store": store.label})
+        _print_json(made.to_dict() | {"store": store.label})
     else:
-        click.echo(created.id)
+        click.echo(made.id)
 
 
 def _warn_forgotten(traces: list[Any]) -> None:
@@ -1000,8 +1002,8 @@ def recall(store: Any, query: str, limit: int | None, types: tuple[str, ...], br
     if as_json:
         from cortex.guard import redacted_data
 
-        rows = [hit.to_dict() | ({"because": because[hit.memory.id]} if hit.memory.id in because else {})
-                for hit in result.hits]
+        rows = [hit.to_dict() | {"created": hit.memory.created}
+                | ({"because": because[hit.memory.id]} if hit.memory.id in because else {}) for hit in result.hits]
         _print_json(redacted_data(rows))  # the one secret rule, as `medium`
         return
     if not result.hits:

@@ -131,18 +131,32 @@ def capture_done(store: Store, report: Any, indexes: Indexes, *, stage: bool = F
 def remember(store: Store, text: str, indexes: Indexes | None = None, *, type: str = "context",
              title: str | None = None, priority: int = 5, confidence: float = 0.9, tags: Iterable[str] = (),
              files: Iterable[str] = (), pinned: bool = False, source: dict[str, Any] | None = None,
-             summary: str | None = None) -> Memory:
-    """Save a memory from a person's text (CLI and MCP): written through the store's guard, linked, pages refreshed."""
+             summary: str | None = None, created: str | None = None) -> Memory:
+    """Save a memory from a person's text (CLI and MCP): written through the store's guard, linked, pages refreshed.
+    `created`: when it was learnt, for notes brought in from elsewhere (default now)."""
     if not text.strip():
         raise CortexError("nothing to remember: the text is empty")
-    created = store.create(Memory(id="", type=type, title=(title or title_from_text(text)).strip(),
-                                  body=text.strip() + "\n", confidence=confidence, priority=priority, pinned=pinned,
-                                  tags=list(dict.fromkeys(tags)), files=list(dict.fromkeys(files)),
-                                  source=source or {"kind": "manual"}, summary=" ".join((summary or "").split())))
-    assert created.path is not None
-    changes = memories_changed(store, indexes or Indexes(), [created.path], link=[created.id], upkeep="none",
+    stamp = _learnt_at(created) if created else ""
+    made = store.create(Memory(id="", type=type, title=(title or title_from_text(text)).strip(),
+                               body=text.strip() + "\n", confidence=confidence, priority=priority, pinned=pinned,
+                               tags=list(dict.fromkeys(tags)), files=list(dict.fromkeys(files)),
+                               source=source or {"kind": "manual"}, summary=" ".join((summary or "").split()),
+                               created=stamp))
+    assert made.path is not None
+    changes = memories_changed(store, indexes or Indexes(), [made.path], link=[made.id], upkeep="none",
                                types=[type])
-    return store.read(created.path) if changes.linked else created  # its links, as written
+    return store.read(made.path) if changes.linked else made  # its links, as written
+
+
+def _learnt_at(value: str) -> str:
+    """A `created` date as written in files (a bare day at midnight UTC); raises `CortexError` naming the field."""
+    from cortex.memory import iso_timestamp
+
+    try:
+        return iso_timestamp(value.strip())
+    except ValueError:
+        raise CortexError(f"created: {value!r} is not a date (YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ); "
+                          "nothing was written") from None
 
 
 def forgotten_like(store: Store, text: str, title: str | None = None) -> list[Any]:

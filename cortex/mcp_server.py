@@ -654,6 +654,9 @@ def _add_write_tools(tool: Register, backend: Backend) -> None:
         pin: Annotated[bool, Field(description="Always include it in session briefings.")] = False,
         scope: Annotated[Literal["project", "global"], Field(description=(
             "'project' (committed with this repository) or 'global' (this machine, all projects)."))] = "project",
+        created: Annotated[str | None, Field(pattern=DATE, description=(
+            "When it was learnt, for notes brought in from elsewhere (YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ); "
+            "default now."))] = None,
     ) -> CallToolResult:
         """Save a memory as a markdown file in .cortex/memories/ (committed with the code, so teammates get it).
         Text that looks like a secret is refused. Returns the new memory's id and path, and `warnings` when it
@@ -668,11 +671,11 @@ def _add_write_tools(tool: Register, backend: Backend) -> None:
         store = backend.global_store() if scope == "global" else backend.store()
         backend.follow(store)  # files changed by hand are synced before the links and pages are made
         forgotten = events.forgotten_like(store, text, title)
-        created = events.remember(store, text, backend.indexes, type=type, title=title, priority=priority,
-                                  confidence=confidence, tags=tags or (), files=files or (), pinned=pin,
-                                  source={"kind": "mcp"})
-        return _result({"id": created.id, "type": created.type, "title": created.title, "branch": created.branch,
-                        "store": store.label, "path": str(created.path)} | _forgotten_warnings(forgotten))
+        made = events.remember(store, text, backend.indexes, type=type, title=title, priority=priority,
+                               confidence=confidence, tags=tags or (), files=files or (), pinned=pin,
+                               source={"kind": "mcp"}, created=created)
+        return _result({"id": made.id, "type": made.type, "title": made.title, "branch": made.branch,
+                        "store": store.label, "path": str(made.path)} | _forgotten_warnings(forgotten))
 
     @tool("cortex_forget", DESTRUCTIVE, "Archive a memory")
     def forget(

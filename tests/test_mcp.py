@@ -342,7 +342,9 @@ def test_forget_with_a_reason_warns_when_the_same_is_saved_again_and_a_because_l
     [warning] = again["warnings"]
     assert warning["reason"] == "forgotten" and warning["id"] == saved["id"]
     assert warning["why"] == "numbering moved to the billing provider" and warning["how"] == "archived"
-    assert "warnings" not in mcp.call("cortex_remember", text="Tenants are billed on the first of the month.")
+    dated = mcp.call("cortex_remember", text="Tenants are billed on the first of the month.", created="2025-02-03")
+    assert "warnings" not in dated
+    assert Store(mcp.project / ".cortex").get(dated["id"]).created == "2025-02-03T00:00:00Z"  # brought in, dated
     with pytest.raises(MCPError, match="reason"):
         mcp.raw("cortex_forget", id=again["id"], reason="x" * 501)
 
