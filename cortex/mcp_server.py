@@ -513,6 +513,7 @@ def build_server(backend: Backend) -> CortexMCPServer:
     _add_search_tools(tool, backend)
     _add_read_tools(tool, backend)
     _add_write_tools(tool, backend)
+    _add_link_tool(tool, backend)
     _add_resources(_resource_registrar(server, backend), backend)
     return server
 
@@ -707,28 +708,6 @@ def _add_write_tools(tool: Register, backend: Backend) -> None:
                         "replaced_by": store.get(replaced_by).id if replaced_by else None, "store": store.label})
 
 
-    @tool("cortex_link", DESTRUCTIVE, "Link two memories")
-    def link(
-        id: Annotated[str, _id_field("Id (or unique prefix) of the memory the link is written in.")],
-        other: Annotated[str, _id_field("Id (or unique prefix) of the memory it links to.")],
-        rel: Annotated[str | None, Field(max_length=40, description=(
-            "The relation, id REL other: 'because' when other is id's reason (a decision's rationale, an open "
-            "problem's answer; searches then carry it with id), 'relates_to' (default when adding), 'refines', "
-            "'exemplifies', 'contradicts', 'derived_from'. With remove: only links of this relation."))] = None,
-        remove: Annotated[bool, Field(description="Remove the links between the two instead of adding one.")] = False,
-    ) -> CallToolResult:
-        """Link two memories the user names (`cortex links add`), or with remove take the links between them
-        out (either file). Returns the link added (`added` false when it was there already) or those removed."""
-        store, first = _find(backend, id)
-        backend.follow(store)
-        if remove:
-            removed = events.unlink(store, first.id, other, rel, backend.indexes)
-            return _result({"removed": [{"in": owner, "rel": each.rel, "to": each.to} for owner, each in removed],
-                            "store": store.label})
-        linked, made = events.link(store, first.id, other, rel or "relates_to", backend.indexes)
-        return _result({"id": linked.id, "rel": rel or "relates_to", "to": store.get(other).id,
-                        "added": made is not None, "store": store.label})
-
     @tool("cortex_inbox", DESTRUCTIVE, "Review proposed memories")
     def inbox(
         action: Annotated[Literal["list", "accept", "reject"], Field(description=(
@@ -775,6 +754,32 @@ def _add_write_tools(tool: Register, backend: Backend) -> None:
         store, item = _find(backend, id)
         restored = events.restore(store, item.id, backend.indexes)
         return _result({"id": restored.id, "title": restored.title, "status": restored.status, "store": store.label})
+
+
+def _add_link_tool(tool: Register, backend: Backend) -> None:
+    from cortex import events
+
+    @tool("cortex_link", DESTRUCTIVE, "Link two memories")
+    def link(
+        id: Annotated[str, _id_field("Id (or unique prefix) of the memory the link is written in.")],
+        other: Annotated[str, _id_field("Id (or unique prefix) of the memory it links to.")],
+        rel: Annotated[str | None, Field(max_length=40, description=(
+            "The relation, id REL other: 'because' when other is id's reason (a decision's rationale, an open "
+            "problem's answer; searches then carry it with id), 'relates_to' (default when adding), 'refines', "
+            "'exemplifies', 'contradicts', 'derived_from'. With remove: only links of this relation."))] = None,
+        remove: Annotated[bool, Field(description="Remove the links between the two instead of adding one.")] = False,
+    ) -> CallToolResult:
+        """Link two memories the user names (`cortex links add`), or with remove take the links between them
+        out (either file). Returns the link added (`added` false when it was there already) or those removed."""
+        store, first = _find(backend, id)
+        backend.follow(store)
+        if remove:
+            removed = events.unlink(store, first.id, other, rel, backend.indexes)
+            return _result({"removed": [{"in": owner, "rel": each.rel, "to": each.to} for owner, each in removed],
+                            "store": store.label})
+        linked, made = events.link(store, first.id, other, rel or "relates_to", backend.indexes)
+        return _result({"id": linked.id, "rel": rel or "relates_to", "to": store.get(other).id,
+                        "added": made is not None, "store": store.label})
 
 
 def _add_resources(resource: Register, backend: Backend) -> None:
