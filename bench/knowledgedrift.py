@@ -6,8 +6,9 @@ transcript. This adapter is our own code against that protocol (docs/protocol.md
 world's operations, in order, into a fresh git repository made with `cortex init`, through what a person
 or an assistant runs:
 
-- writes, supersessions, archives and deletions through the MCP server (`cortex mcp`, the tools
-  `cortex_remember` and `cortex_forget`), one resident process for the whole world;
+- writes, links, supersessions, archives and deletions through the MCP server (`cortex mcp`, the tools
+  `cortex_remember`, `cortex_link` and `cortex_forget`), one resident process for the whole world, on the
+  world's clock (`CORTEX_NOW` at its base time; each note dated when the world says it was learnt);
 - reads through the `cortex` command: `recall --json` (or, with `--recall-via mcp`, the MCP tool
   `cortex_search`), `show --json` for a history walk, `links --json` and `review BASE..HEAD --json` for
   the disagreements cortex raises, `briefing` for the standing cost.
@@ -41,15 +42,34 @@ TYPE_OF = {"Decision": "decision", "Caution": "gotcha", "Principle": "pattern", 
            "Insight": "context"}
 
 CAPABILITIES = {
-    "link": False,          # no command writes a link between two chosen memories (only suggested ones)
+    "link": True,           # `cortex links add ID OTHER --rel because` (MCP cortex_link); a hit carries its reason
     "history": True,        # `forget --replaced-by` keeps the old one, `show` names what a memory supersedes
-    "trace": False,         # an archived memory leaves recall; no marker is shown, no rewrite is warned
+    "trace": True,          # a forgotten memory leaves a trace; saving the same text again is warned
     "suspects": True,       # `contradicts` links (automatic linking) and `cortex review`'s contradictions
-    "temporal": False,      # recall has no capture-time window
+    "temporal": True,       # `cortex recall --since/--until` (MCP since/until), by the date a note was learnt
     "verdict": False,       # recall has a relevance line ("nothing relevant"), not a decline beside hits
     "write_check": False,   # remember creates, never refuses or warns
     "endorse_retrieval": False, "endorse_assistant": False, "endorse_user": False, "endorse_supervisor": False,
 }
+
+
+# The world's link verbs cortex writes, as `because` links (the reason, or an open problem's answer, is carried
+# with the hit it explains); True: the link runs the other way (X answers P is P because X). The associative
+# verbs (about, builds-on, needs) are left to cortex's automatic relates_to links.
+REASON_VERBS = {"because": False, "answers": True}
+
+
+def stamp(epoch: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
+def epoch_of(stamp_text: str) -> int | None:
+    import calendar
+
+    try:
+        return calendar.timegm(time.strptime(stamp_text, "%Y-%m-%dT%H:%M:%SZ"))
+    except (TypeError, ValueError):
+        return None
 
 
 class Failure(Exception):
@@ -114,11 +134,13 @@ class Mcp:
 class Cortex:
     """One world's replay into a fresh repository."""
 
-    def __init__(self, repo: Path, cortex_cmd: list[str], recall_via: str) -> None:
+    def __init__(self, repo: Path, cortex_cmd: list[str], recall_via: str, now: int | None = None) -> None:
         self.repo = repo
         self.cmd = cortex_cmd
         self.recall_via = recall_via
-        self.env = os.environ | {"CORTEX_HOME": str(repo.parent / "cortex-home"), "GIT_AUTHOR_NAME": "kd",
+        # The world's clock (its notes were learnt over the days before `base_ts`): ages and decay as it means them.
+        clock = {"CORTEX_NOW": str(now)} if now is not None else {}
+        self.env = os.environ | clock | {"CORTEX_HOME": str(repo.parent / "cortex-home"), "GIT_AUTHOR_NAME": "kd",
                                  "GIT_AUTHOR_EMAIL": "kd@example.invalid", "GIT_COMMITTER_NAME": "kd",
                                  "GIT_COMMITTER_EMAIL": "kd@example.invalid"}
         self.env.pop("CORTEX_DIR", None)
@@ -150,25 +172,41 @@ class Cortex:
     def key(self, memory_id: str) -> str | None:
         return self.id_to_key.get(memory_id)
 
-    def remember(self, record: dict[str, Any]) -> str:
-        made = self.mcp.tool("cortex_remember", {"text": record["body"], "title": record["title"][:200],
-                                                 "type": TYPE_OF.get(record["kind"], "context"),
-                                                 "files": list(dict.fromkeys(record.get("code_refs") or []))})
+    def remember(self, record: dict[str, Any]) -> dict[str, Any]:
+        arguments = {"text": record["body"], "title": record["title"][:200],
+                     "type": TYPE_OF.get(record["kind"], "context"),
+                     "files": list(dict.fromkeys(record.get("code_refs") or []))}
+        if record.get("created_at") is not None:  # when the note was learnt, as a person importing notes says
+            arguments["created"] = stamp(int(record["created_at"]))
+        made = self.mcp.tool("cortex_remember", arguments)
         self.key_to_id[record["key"]] = made["id"]
         self.id_to_key[made["id"]] = record["key"]
-        return str(made["id"])
+        return made
 
     # ---- the operations ----------------------------------------------------------------------------
     def inscribe(self, record: dict[str, Any], mode: str) -> dict[str, Any]:
-        self.remember(record)
-        return {}  # remember has no write-time verdict: no match, no warning, nothing queued
+        made = self.remember(record)
+        # remember's only write-time verdict: the text repeats a forgotten memory (saved all the same)
+        warnings = []
+        for warning in made.get("warnings", ()):
+            if warning.get("reason") == "forgotten":
+                key = self.key(str(warning.get("id")))
+                warnings.append({"reason": "tombstoned", **({"key": key} if key else {})})
+        return {"warnings": warnings} if warnings else {}
+
+    def link(self, source: str, target: str, verb: str) -> None:
+        if verb not in REASON_VERBS:
+            return
+        explained, reason = (target, source) if REASON_VERBS[verb] else (source, target)
+        self.mcp.tool("cortex_link", {"id": self.key_to_id[explained], "other": self.key_to_id[reason],
+                                      "rel": "because"})
 
     def supersede(self, old: str, new: dict[str, Any]) -> None:
-        new_id = self.remember(new)
+        new_id = self.remember(new)["id"]
         self.mcp.tool("cortex_forget", {"id": self.key_to_id[old], "replaced_by": new_id})
 
     def release(self, key: str, reason: str) -> None:
-        self.mcp.tool("cortex_forget", {"id": self.key_to_id[key]})  # archived; the reason has nowhere to go
+        self.mcp.tool("cortex_forget", {"id": self.key_to_id[key], "reason": reason[:500]})  # archived, traced
 
     def purge(self, key: str) -> None:
         self.mcp.tool("cortex_forget", {"id": self.key_to_id[key], "delete": True})
@@ -179,23 +217,36 @@ class Cortex:
         self.git("commit", "-q", "--allow-empty", "-m", f"session {len(self.settles) + 1}")
         self.settles.append(self.git("rev-parse", "HEAD").strip())
 
-    def recall(self, query: str, k: int) -> dict[str, Any]:
+    def recall(self, query: str, k: int, window: dict[str, int] | None = None) -> dict[str, Any]:
+        # A window [after, before) as `--since`/`--until` (both ends inclusive, to the second).
+        since = stamp(window["after"]) if window and window.get("after") is not None else None
+        until = stamp(window["before"] - 1) if window and window.get("before") is not None else None
         if self.recall_via == "mcp":
-            found = self.mcp.tool("cortex_search", {"query": query, "limit": k})
+            arguments: dict[str, Any] = {"query": query, "limit": k}
+            arguments |= {name: value for name, value in (("since", since), ("until", until)) if value}
+            found = self.mcp.tool("cortex_search", arguments)
             rows = found.get("results", found.get("hits", [])) if isinstance(found, dict) else found
-            hits = [{"id": row["id"], "title": row.get("title", ""),
-                     "text": row.get("text") or row.get("snippet") or ""} for row in rows]
+            text_of = [row.get("text") or row.get("snippet") or "" for row in rows]
         else:
-            rows = json.loads(self.cli("recall", query, "--json", "-n", str(k)) or "[]")
-            hits = [{"id": row["id"], "title": row.get("title", ""), "text": row.get("snippet") or ""}
-                    for row in rows]
+            span = [*(["--since", since] if since else []), *(["--until", until] if until else [])]
+            rows = json.loads(self.cli("recall", query, "--json", "-n", str(k), *span) or "[]")
+            text_of = [row.get("snippet") or "" for row in rows]
         out = []
-        for hit in hits:
-            shown = hit["title"] + ("\n" + hit["text"] if hit["text"] else "")
+        for row, text in zip(rows, text_of):
+            because = row.get("because") or []
+            # what a person is shown: the title, the text under it, and the reasons the hit carries
+            shown = "\n".join([row.get("title", ""), *([text] if text else []),
+                               *(f"because: {reason['title']}" for reason in because)])
             entry: dict[str, Any] = {"text": shown}
-            key = self.key(hit["id"])
+            key = self.key(row["id"])
             if key is not None:
                 entry["key"] = key
+            created = epoch_of(row.get("created") or "")
+            if created is not None:
+                entry["created_at"] = created
+            neighbours = [self.key(reason["id"]) for reason in because]
+            if any(neighbours):
+                entry["neighbors"] = [n for n in neighbours if n]
             out.append(entry)
         return {"hits": out}
 
@@ -255,7 +306,7 @@ def replay(world: dict[str, Any], work: Path, cortex_cmd: list[str], recall_via:
            progress: bool = True) -> dict[str, Any]:
     repo = work / "repo"
     repo.mkdir(parents=True)
-    system = Cortex(repo, cortex_cmd, recall_via)
+    system = Cortex(repo, cortex_cmd, recall_via, now=world["spec"].get("base_ts"))
     replies: list[dict[str, Any]] = []
     timing: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
     ops = world["ops"]
@@ -272,7 +323,7 @@ def replay(world: dict[str, Any], work: Path, cortex_cmd: list[str], recall_via:
                 m = n
                 while m <= len(ops) and ops[m - 1]["op"] in ("recall", "recall_path"):
                     o = ops[m - 1]
-                    ahead[m] = pool.submit(system.recall, o.get("query") or o["path"], o["k"])
+                    ahead[m] = pool.submit(system.recall, o.get("query") or o["path"], o["k"], o.get("window"))
                     m += 1
             if n in ahead:
                 replies.append({"reply": "recall", "id": op["id"], "result": ahead.pop(n).result()})
@@ -281,7 +332,7 @@ def replay(world: dict[str, Any], work: Path, cortex_cmd: list[str], recall_via:
                 if op.get("id"):
                     replies.append({"reply": "inscribe", "id": op["id"], "result": result})
             elif kind == "link":
-                pass  # no cortex verb links two chosen memories: `link` is declared False
+                system.link(op["from"], op["to"], op["verb"])
             elif kind == "supersede":
                 system.supersede(op["old"], op["new"])
             elif kind == "release":
@@ -293,8 +344,8 @@ def replay(world: dict[str, Any], work: Path, cortex_cmd: list[str], recall_via:
             elif kind == "settle":
                 system.settle()
             elif kind == "recall":
-                # no capture-time window exists: a windowed question is asked as it is
-                replies.append({"reply": "recall", "id": op["id"], "result": system.recall(op["query"], op["k"])})
+                replies.append({"reply": "recall", "id": op["id"],
+                                "result": system.recall(op["query"], op["k"], op.get("window"))})
             elif kind == "recall_path":
                 # no path channel: the path is asked as a query, as the protocol's default does
                 replies.append({"reply": "recall", "id": op["id"], "result": system.recall(op["path"], op["k"])})

@@ -1184,6 +1184,12 @@ def _write_one(existing: _Existing, candidate: Candidate, session: str, commit: 
         report.duplicates += 1
         _refresh(store, duplicate)
         return None
+    from cortex.traces import repeated
+
+    for trace in repeated(store, candidate.title, candidate.body):  # a person forgot it: theirs to bring back
+        propose = True
+        store.log(f"capture: {candidate.title[:80]!r} repeats a forgotten memory: {trace.said()}; written as a "
+                  "proposal (`cortex inbox`)")
     source = {"kind": "transcript", "session": session, "layer": candidate.layer}
     source |= {k: v for k, v in (("commit", commit), ("key", candidate.key)) if v} | candidate.origin
     from cortex.graph import automatic_links

@@ -265,21 +265,30 @@ def _assistant_modules(claude: bool, codex: bool, gemini: bool, cursor: bool) ->
 @click.option("--tag", "tags", multiple=True, help="A tag (repeat for more).")
 @click.option("--file", "files", multiple=True, help="A code file this is about (repeat for more).")
 @click.option("--pin", is_flag=True, help="Always include it in briefings.")
+@click.option("--created", metavar="DATE", help="When it was learnt, for notes brought in from elsewhere (YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ; default now).")
 @click.option("--json", "as_json", is_flag=True, help="Print the new record as JSON.")
 @store_options
 def remember(store: Any, text: str, memory_type: str, title: str | None, priority: int, confidence: float,
-             tags: tuple[str, ...], files: tuple[str, ...], pin: bool, as_json: bool, summary: str | None) -> None:
+             tags: tuple[str, ...], files: tuple[str, ...], pin: bool, as_json: bool, summary: str | None,
+             created: str | None = None) -> None:
     """Save a memory. TEXT is its content ('-' reads it from stdin)."""
     from cortex import events
 
     if text == "-":
         text = sys.stdin.read()
-    created = events.remember(store, text, None, type=memory_type, title=title, priority=priority,
-                              confidence=confidence, tags=tags, files=files, pinned=pin, summary=summary)
+    _warn_forgotten(events.forgotten_like(store, text, title))
+    made = events.remember(store, text, None, type=memory_type, title=title, priority=priority,
+                           confidence=confidence, tags=tags, files=files, pinned=pin, summary=summary, created=created)
     if as_json:
-        _print_json(created.to_dict() | {"store": store.label})
+        _print_json(made.to_dict() | {"store": store.label})
     else:
-        click.echo(created.id)
+        click.echo(made.id)
+
+
+def _warn_forgotten(traces: list[Any]) -> None:
+    """Say on stderr that the text repeats a forgotten memory (it is written all the same: the person asked)."""
+    for trace in traces:
+        click.echo(f"cortex: warning: this repeats a forgotten memory: {_safe(trace.said())}", err=True)
 
 
 @main.command(name="list")
@@ -556,10 +565,11 @@ def inbox(store: Any, action: str | None, ids: tuple[str, ...], as_json: bool) -
 @click.option("--replaced-by", help="Id of the memory that replaces it (records a supersedes link).")
 @click.option("--delete", is_flag=True, help="Remove the files instead of archiving (TARGETs are ids; git history keeps them).")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask (when TARGET is a query, or before --delete on a terminal).")
+@click.option("--reason", help="Why it is forgotten: kept in its trace (.cortex/forgotten/) and said when the same is written again.")
 @click.option("--json", "as_json", is_flag=True, help="Print the changed records as JSON.")
 @store_options
 def forget(store: Any, targets: tuple[str, ...], replaced_by: str | None, delete: bool, yes: bool,
-           as_json: bool) -> None:
+           as_json: bool, reason: str | None = None) -> None:
     """Archive a memory (the file is kept), or with --delete remove memory files. TARGET is an id or a query;
     several ids at once."""
     from cortex import events
@@ -567,6 +577,9 @@ def forget(store: Any, targets: tuple[str, ...], replaced_by: str | None, delete
 
     if delete and replaced_by:
         _fail("--delete removes the memory; --replaced-by keeps it as superseded: pass one of them")
+    if reason is not None and replaced_by:
+        _fail("--reason is kept in a forgotten memory's trace; a superseded one stays in the history "
+              "(say why in the new memory's text): pass one of them")
     if delete or len(targets) > 1:
         if len(targets) > 1 and replaced_by:
             _fail("--replaced-by replaces one memory: name one TARGET")
@@ -581,7 +594,7 @@ def forget(store: Any, targets: tuple[str, ...], replaced_by: str | None, delete
                 if not click.confirm(f"Delete {len(items)} memory file{'s' if len(items) > 1 else ''}?",
                                      default=False, err=True):
                     _fail("nothing changed")
-            removed = events.delete(store, [item.id for item in items])
+            removed = events.delete(store, [item.id for item in items], reason=reason)
             if as_json:
                 _print_json([{"id": m.id, "title": m.title, "path": str(m.path), "status": "deleted",
                               "store": store.label} for m in removed])
@@ -589,7 +602,7 @@ def forget(store: Any, targets: tuple[str, ...], replaced_by: str | None, delete
                 for m in removed:
                     click.echo(f"{m.id} deleted ({_safe(str(m.path))})")
             return
-        changed = [events.forget(store, item.id) for item in items]
+        changed = [events.forget(store, item.id, reason=reason) for item in items]
         if as_json:
             _print_json([m.to_dict() | {"store": store.label} for m in changed])
         else:
@@ -605,7 +618,7 @@ def forget(store: Any, targets: tuple[str, ...], replaced_by: str | None, delete
             item = None
     if item is None:
         item = _forget_match(store, target, yes)
-    result = events.forget(store, item.id, replaced_by=replaced_by)
+    result = events.forget(store, item.id, replaced_by=replaced_by, reason=reason)
     verb = f"superseded by {store.get(replaced_by).id}" if replaced_by else "archived"
     if as_json:
         _print_json(result.to_dict() | {"store": store.label})
@@ -950,17 +963,22 @@ def recall(store: Any, query: str | None, limit: int | None, types: tuple[str, .
     if below and not hits:  # said only when it explains an empty answer: a shown answer needs no footnote
         click.echo(f"cortex: {below} weaker hits below the relevance line left out (--all shows them)", err=True)
     result.hits = hits
+    from cortex.graph import hit_reasons
     from cortex.staleness import mark
 
     mark(stores, hits)  # in this process, served or not: the working tree's git says
+    because = hit_reasons(stores, hits)  # a decision's reason, linked `because`, comes with it
     if as_json:
         from cortex.guard import redacted_data
 
-        _print_json(redacted_data([hit.to_dict() for hit in result.hits]))  # the one secret rule, as `medium`
+        rows = [hit.to_dict() | {"created": hit.memory.created}
+                | ({"because": because[hit.memory.id]} if hit.memory.id in because else {}) for hit in result.hits]
+        _print_json(redacted_data(rows))  # the one secret rule, as `medium`
         return
     if not result.hits:
         click.echo("nothing relevant")
         return
+    from cortex.guard import redacted
     from cortex.render import medium
 
     for hit in result.hits:  # the medium form: heading, what the title does not say, marked words, facts
@@ -971,6 +989,8 @@ def recall(store: Any, query: str | None, limit: int | None, types: tuple[str, .
         via += f"  (possibly stale: {hit.stale})" if hit.stale else ""
         click.echo(_safe_body(f"{hit.score:5.3f}  " + medium(hit.memory, hit.snippet, hit.spans, label + via,
                                                               indent="       ")))
+        for reason in because.get(hit.memory.id, ()):
+            _echo(redacted(f"       because: {reason['title']} `{reason['id']}`"))
 
 
 def _recall_path(store: Any, path: str, types: tuple[str, ...], limit: int, budget: int, as_json: bool) -> None:
@@ -1027,20 +1047,31 @@ def reset(store: Any, hard: bool, yes: bool) -> None:
 
 
 @main.command()
-@click.argument("memory_id", required=False)
+@click.argument("words", nargs=-1, metavar="[ID | add ID OTHER | remove ID OTHER]")
+@click.option("--rel", help="With add: the relation, ID REL OTHER (default relates_to; `because`: OTHER is ID's "
+                            "reason); with remove: only links of this relation.")
 @click.option("--suggested", is_flag=True, help="List the suggested links (similar, just under graph.link_min), for review.")
 @click.option("--accept", nargs=2, metavar="ID OTHER", help="Write a suggested link (relates_to, in ID's file).")
 @click.option("--dismiss", nargs=2, metavar="ID OTHER", help="Drop a suggested link without writing it.")
 @click.option("--remove", nargs=2, metavar="ID OTHER", help="Remove every link between ID and OTHER, in either file.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
 @store_options
-def links(store: Any, memory_id: str | None, suggested: bool, accept: tuple[str, str] | None,
-          dismiss: tuple[str, str] | None, remove: tuple[str, str] | None, as_json: bool) -> None:
+def links(store: Any, words: tuple[str, ...], suggested: bool, accept: tuple[str, str] | None,
+          dismiss: tuple[str, str] | None, remove: tuple[str, str] | None, as_json: bool,
+          rel: str | None = None) -> None:
     """The links of a memory (or of the store), with strength now (decayed) and when made; --suggested for review;
-    --remove to take a link out."""
+    `add ID OTHER --rel REL` links two memories, `remove ID OTHER [--rel REL]` takes links out."""
     from cortex import graph
     from cortex.memory import now_epoch
 
+    if words and words[0] in ("add", "remove"):
+        _links_write(store, words, rel, as_json)
+        return
+    if len(words) > 1:
+        _fail(f"links takes one memory id, or `add ID OTHER` / `remove ID OTHER`; got {' '.join(words)!r}")
+    if rel is not None:
+        _fail("--rel goes with `cortex links add ID OTHER` or `cortex links remove ID OTHER`")
+    memory_id = words[0] if words else None
     if remove:
         removed = graph.unlink(store, *remove)
         if as_json:
@@ -1087,6 +1118,30 @@ def links(store: Any, memory_id: str | None, suggested: bool, accept: tuple[str,
         created = f"  made {row['created']}" if row["created"] else ""
         _echo(f"{row['id']} {row['rel']} {row['to']}{strength}{created}")
     click.echo(f"{len(rows)} links")
+
+
+def _links_write(store: Any, words: tuple[str, ...], rel: str | None, as_json: bool) -> None:
+    """`cortex links add ID OTHER --rel REL` and `cortex links remove ID OTHER [--rel REL]`."""
+    from cortex import events
+
+    verb, ids = words[0], words[1:]
+    if len(ids) != 2:
+        _fail(f"links {verb}: name two memories: cortex links {verb} ID OTHER"
+              + (" --rel REL" if verb == "add" else " [--rel REL]"))
+    if verb == "remove":
+        removed = events.unlink(store, ids[0], ids[1], rel)
+        if as_json:
+            _print_json([{"in": owner, "rel": each.rel, "to": each.to} for owner, each in removed])
+        else:
+            for owner, each in removed:
+                click.echo(f"removed {owner} {each.rel} {each.to}")
+        return
+    first, made = events.link(store, ids[0], ids[1], rel or "relates_to")
+    other = store.get(ids[1]).id
+    if as_json:
+        _print_json({"id": first.id, "rel": rel or "relates_to", "to": other, "added": made is not None})
+    else:
+        click.echo(f"{'linked' if made else 'already linked:'} {first.id} {rel or 'relates_to'} {other}")
 
 
 @main.command()

@@ -17,7 +17,7 @@ from cortex.files import read_json
 from cortex.guard import redacted
 from cortex.index import Indexes
 from cortex.layout import catch_up_file
-from cortex.memory import Memory, title_from_text
+from cortex.memory import Link, Memory, title_from_text
 from cortex.store import Store, iter_stores
 from cortex.text import FRAME_TOKENS, INJECTED_MARK, estimate_tokens
 
@@ -135,41 +135,98 @@ def capture_done(store: Store, report: Any, indexes: Indexes, *, stage: bool = F
 def remember(store: Store, text: str, indexes: Indexes | None = None, *, type: str = "context",
              title: str | None = None, priority: int = 5, confidence: float = 0.9, tags: Iterable[str] = (),
              files: Iterable[str] = (), pinned: bool = False, source: dict[str, Any] | None = None,
-             summary: str | None = None) -> Memory:
-    """Save a memory from a person's text (CLI and MCP): written through the store's guard, linked, pages refreshed."""
+             summary: str | None = None, created: str | None = None) -> Memory:
+    """Save a memory from a person's text (CLI and MCP): written through the store's guard, linked, pages refreshed.
+    `created`: when it was learnt, for notes brought in from elsewhere (default now)."""
     if not text.strip():
         raise CortexError("nothing to remember: the text is empty")
-    created = store.create(Memory(id="", type=type, title=(title or title_from_text(text)).strip(),
-                                  body=text.strip() + "\n", confidence=confidence, priority=priority, pinned=pinned,
-                                  tags=list(dict.fromkeys(tags)), files=list(dict.fromkeys(files)),
-                                  source=source or {"kind": "manual"}, summary=" ".join((summary or "").split())))
-    assert created.path is not None
-    changes = memories_changed(store, indexes or Indexes(), [created.path], link=[created.id], upkeep="none",
+    stamp = _learnt_at(created) if created else ""
+    made = store.create(Memory(id="", type=type, title=(title or title_from_text(text)).strip(),
+                               body=text.strip() + "\n", confidence=confidence, priority=priority, pinned=pinned,
+                               tags=list(dict.fromkeys(tags)), files=list(dict.fromkeys(files)),
+                               source=source or {"kind": "manual"}, summary=" ".join((summary or "").split()),
+                               created=stamp))
+    assert made.path is not None
+    changes = memories_changed(store, indexes or Indexes(), [made.path], link=[made.id], upkeep="none",
                                types=[type])
-    return store.read(created.path) if changes.linked else created  # its links, as written
+    return store.read(made.path) if changes.linked else made  # its links, as written
 
 
-def forget(store: Store, memory_id: str, indexes: Indexes | None = None, replaced_by: str | None = None) -> Memory:
-    """Archive a memory, or mark it superseded by `replaced_by`; the pages it is on refreshed."""
+def _learnt_at(value: str) -> str:
+    """A `created` date as written in files (a bare day at midnight UTC); raises `CortexError` naming the field."""
+    from cortex.memory import iso_timestamp
+
+    try:
+        return iso_timestamp(value.strip())
+    except ValueError:
+        raise CortexError(f"created: {value!r} is not a date (YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ); "
+                          "nothing was written") from None
+
+
+def forgotten_like(store: Store, text: str, title: str | None = None) -> list[Any]:
+    """The traces of forgotten memories that `remember(store, text, title=title)` would write again (same or very
+    close text): the edges warn with each (`Trace.said`), and write."""
+    from cortex import traces
+
+    return traces.repeated(store, (title or title_from_text(text)).strip(), text.strip())
+
+
+def forget(store: Store, memory_id: str, indexes: Indexes | None = None, replaced_by: str | None = None,
+           reason: str | None = None) -> Memory:
+    """Archive a memory, leaving its trace (with `reason`), or mark it superseded by `replaced_by` (it stays in
+    the history: no trace); the pages it is on refreshed."""
+    from cortex import traces
+
     if replaced_by:
         old, new = store.supersede(memory_id, replaced_by)
         paths = [old.path, new.path]
     else:
         old = store.archive(memory_id)
+        traces.leave(store, old, "archived", reason)
         paths = [old.path]
     memories_changed(store, indexes or Indexes(), [p for p in paths if p is not None], upkeep="none")
     return old
 
 
-def delete(store: Store, ids: Iterable[str], indexes: Indexes | None = None) -> list[Memory]:
-    """Remove memory files, all or none; links to them stay until gc, and the pages are refreshed at once."""
+def delete(store: Store, ids: Iterable[str], indexes: Indexes | None = None, reason: str | None = None,
+           trace: bool = True) -> list[Memory]:
+    """Remove memory files, all or none, each leaving its trace (with `reason`; `trace=False`: a rejected
+    proposal, which was never knowledge); links to them stay until gc, and the pages are refreshed at once."""
+    from cortex import traces
     from cortex.graph import clear_flags
 
     removed = store.delete(ids)
+    for memory in removed if trace else ():
+        traces.leave(store, memory, "deleted", reason)
     clear_flags(store, [m.id for m in removed])
     memories_changed(store, indexes or Indexes(), [m.path for m in removed if m.path is not None], upkeep="none")
     return removed
 
+
+def link(store: Store, a: str, b: str, rel: str, indexes: Indexes | None = None) -> tuple[Memory, Link | None]:
+    """A person's link `a REL b` (`graph.link`), the pages refreshed as after any write; (a, the link or None
+    when it was there already)."""
+    from cortex import graph
+
+    first, made = graph.link(store, a, b, rel)
+    if made is not None and first.path is not None:
+        memories_changed(store, indexes or Indexes(), [first.path], upkeep="none", types=[first.type])
+    return first, made
+
+
+def unlink(store: Store, a: str, b: str, rel: str | None = None,
+           indexes: Indexes | None = None) -> list[tuple[str, Link]]:
+    """Remove the links between two memories (of `rel`, when given: `graph.unlink`), the pages refreshed."""
+    from cortex import graph
+
+    removed = graph.unlink(store, a, b, rel)
+    paths = []
+    for owner in dict.fromkeys(owner for owner, _ in removed):
+        path = store.get(owner).path
+        if path is not None:
+            paths.append(path)
+    memories_changed(store, indexes or Indexes(), paths, upkeep="none")
+    return removed
 
 def proposals(store: Store, indexes: Indexes | None = None) -> list[Memory]:
     """The proposed memories (capture's, waiting for a person), newest first."""
@@ -199,7 +256,7 @@ def accept(store: Store, ids: Iterable[str], indexes: Indexes | None = None) -> 
 
 def reject(store: Store, ids: Iterable[str], indexes: Indexes | None = None) -> list[Memory]:
     """Proposals deleted, after checking each id names a proposal."""
-    return delete(store, [item.id for item in proposals_named(store, ids)], indexes)
+    return delete(store, [item.id for item in proposals_named(store, ids)], indexes, trace=False)
 
 
 def restore(store: Store, memory_id: str, indexes: Indexes | None = None) -> Memory:
@@ -209,6 +266,9 @@ def restore(store: Store, memory_id: str, indexes: Indexes | None = None) -> Mem
         return current
     restored = store.restore(current.id)
     assert restored.path is not None
+    from cortex import traces
+
+    traces.drop(store, restored.id)  # live again: writing it once more is no resurrection
     memories_changed(store, indexes or Indexes(), [restored.path], upkeep="none")
     return restored
 
@@ -226,7 +286,7 @@ def promote(store: Store, memory_id: str, indexes: Indexes | None = None, archiv
     changes = memories_changed(home, indexes, [created.path], link=[created.id], pages=False, upkeep="none",
                                stage=True)
     if archive:
-        forget(store, memory_id, indexes)
+        forget(store, memory_id, indexes, reason=f"promoted to the global store as {created.id}")
     return home.get(created.id) if changes.linked else created
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from cortex.files import atomic_write, file_lock, read_json
-from cortex.memory import Link, epoch
+from cortex.memory import Link, Memory, epoch
 from cortex.store import Store
 from cortex.text import jaccard, words
 
@@ -329,10 +329,31 @@ def resolve_suggestion(store: Store, a: str, b: str, accept: bool) -> Link | Non
     return made
 
 
-def unlink(store: Store, a: str, b: str) -> list[tuple[str, Link]]:
-    """Remove every link between two memories, written in either file (`cortex links --remove`); returns (the id
-    of the file it was in, the link). `b` may name a memory that no longer exists (a link left dangling).
-    Raises `CortexError` when there is no such link."""
+PERSON_RELATIONS = ("relates_to", "because", "refines", "exemplifies", "contradicts", "derived_from")
+
+
+def link(store: Store, a: str, b: str, rel: str) -> tuple[Memory, Link | None]:
+    """A person's link `a REL b`, written in `a`'s file (`cortex links add`); (a's memory, the link) or, when it
+    was there already, (a's memory, None). Raises `CortexError` naming a bad id or relation; writes nothing then."""
+    from cortex.errors import CortexError
+
+    if rel not in PERSON_RELATIONS:
+        hint = " (a replacement is `cortex forget OLD --replaced-by NEW`)" if rel == "supersedes" else ""
+        raise CortexError(f"--rel: {rel!r} is not a relation a person links with{hint}; one of: "
+                          f"{', '.join(PERSON_RELATIONS)}")
+    first, second = store.get(a), store.get(b)  # an unknown id fails here
+    if first.id == second.id:
+        raise CortexError(f"{first.id}: a memory cannot be linked to itself")
+    if any(each.rel == rel and each.to == second.id for each in first.links):
+        return first, None
+    made = Link(rel, second.id)
+    return store.add_links(first.id, [made], first.path), made
+
+
+def unlink(store: Store, a: str, b: str, rel: str | None = None) -> list[tuple[str, Link]]:
+    """Remove every link between two memories (of relation `rel`, when given), written in either file
+    (`cortex links remove`); returns (the id of the file it was in, the link). `b` may name a memory that no
+    longer exists (a link left dangling). Raises `CortexError` when there is no such link."""
     from cortex.errors import CortexError, MemoryNotFound
 
     first = store.get(a)
@@ -346,15 +367,59 @@ def unlink(store: Store, a: str, b: str) -> list[tuple[str, Link]]:
         if len(targets) != 1:
             raise CortexError(f"no memory with id {b!r}, and {first.id} has no link to one")
         second_id = targets[0]
-    removed = [(first.id, link) for link in store.drop_links(first.id, lambda link: link.to == second_id,
-                                                              first.path)]
+    removed = [(first.id, link) for link in store.drop_links(
+        first.id, lambda link: link.to == second_id and rel in (None, link.rel), first.path)]
     if second_id != first.id:
         with contextlib.suppress(MemoryNotFound):
-            removed += [(second_id, link) for link in store.drop_links(second_id, lambda link: link.to == first.id)]
+            removed += [(second_id, link) for link in store.drop_links(
+                second_id, lambda link: link.to == first.id and rel in (None, link.rel))]
     if not removed:
-        raise CortexError(f"no link between {first.id} and {second_id} (`cortex links {first.id}` lists its links)")
+        kind = f"{rel} link" if rel else "link"
+        raise CortexError(f"no {kind} between {first.id} and {second_id} (`cortex links {first.id}` lists its links)")
     return removed
 
+
+REASONS_MOST = 3  # reasons a hit carries at most
+
+
+def reasons(store: Store, memory: Memory) -> list[Memory]:
+    """What a hit carries as its reason: the active memories it links `because`, else those the memories it
+    supersedes (back along the chain) linked `because` (a re-decided choice keeps the reason it was first given)."""
+    from cortex.errors import CortexError
+
+    found: dict[str, Memory] = {}
+    seen, todo = {memory.id}, [memory]
+    while todo and not found and len(seen) <= 100:  # the nearest generation that gave a reason
+        generation, todo = todo, []
+        for each in generation:
+            for each_link in each.links:
+                if each_link.to in seen or each_link.rel not in ("because", "supersedes"):
+                    continue
+                try:
+                    other = store.get(each_link.to)
+                except CortexError:  # deleted, or malformed: nothing to carry
+                    continue
+                if each_link.rel == "because" and other.status == "active":
+                    found.setdefault(other.id, other)
+                elif each_link.rel == "supersedes":
+                    seen.add(other.id)
+                    todo.append(other)
+    return list(found.values())[:REASONS_MOST]
+
+
+def hit_reasons(stores: Iterable[Store], hits: Iterable[Any]) -> dict[str, list[dict[str, str]]]:
+    """Each recall hit's reasons (`reasons`) as {memory id: [{"id", "title"}]}, for the hits that have any: what
+    `cortex recall` and MCP `cortex_search` show under the hit."""
+    by_label = {store.label: store for store in stores}
+    out: dict[str, list[dict[str, str]]] = {}
+    for hit in hits:
+        memory, store = hit.memory, by_label.get(hit.store)
+        if store is None or not any(each.rel in ("because", "supersedes") for each in memory.links):
+            continue
+        found = reasons(store, memory)
+        if found:
+            out[memory.id] = [{"id": other.id, "title": other.title} for other in found]
+    return out
 
 class LastReads:
     """When memories were last recalled or shown (`state/access.json`), looked up one id at a time in the text:

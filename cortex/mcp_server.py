@@ -158,6 +158,16 @@ def _hit_rows(hits: list[Any], budget_tokens: int) -> tuple[list[dict[str, Any]]
     return rows, used, len(hits) - len(rows)
 
 
+def _add_reasons(stores: list[Store], hits: list[Any], rows: list[dict[str, Any]]) -> None:
+    """`because`: the reasons a hit carries (its `because` links, or those of what it supersedes), id and title."""
+    from cortex.graph import hit_reasons
+
+    because = hit_reasons(stores, hits[:len(rows)])
+    for row in rows:
+        if row["id"] in because:
+            row["because"] = because[row["id"]]
+
+
 def _decision_rows(indexes: Indexes, stores: list[Store], hits: list[Any], limit: int) -> list[dict[str, Any]]:
     """The decisions among recall's hits, each with its rationale, rejected alternatives and what replaced it."""
     from cortex import projections
@@ -180,6 +190,15 @@ def _decision_rows(indexes: Indexes, stores: list[Store], hits: list[Any], limit
         if len(rows) >= limit:
             break
     return rows
+
+
+def _forgotten_warnings(traces: list[Any]) -> dict[str, Any]:
+    """`warnings` for a saved text that repeats forgotten memories (nothing when it repeats none)."""
+    if not traces:
+        return {}
+    return {"warnings": [{"reason": "forgotten", "id": t.id, "title": t.title, "how": t.how, "when": t.forgotten,
+                          "why": t.reason, "message": f"this repeats a forgotten memory: {t.said()}"}
+                         for t in traces]}
 
 
 def _public(memory: Memory, store: Store) -> dict[str, Any]:
@@ -468,6 +487,7 @@ def build_server(backend: Backend) -> CortexMCPServer:
     _add_search_tools(tool, backend)
     _add_read_tools(tool, backend)
     _add_write_tools(tool, backend)
+    _add_link_tool(tool, backend)
     _add_resources(_resource_registrar(server, backend), backend)
     return server
 
@@ -503,7 +523,8 @@ def _add_search_tools(tool: Register, backend: Backend) -> None:
     ) -> CallToolResult:
         """Search the project's memory (decisions, gotchas, patterns, architecture, plans, code notes) by meaning
         and by words (hybrid full-text + semantic), best first. Each result has the memory's id (for
-        cortex_get_memory / cortex_forget), type, title, score, the store it came from, and its text or a snippet.
+        cortex_get_memory / cortex_forget), type, title, score, the store it came from, and its text or a snippet;
+        `because` names the memories a hit gives as its reason (id and title), when it has any.
         Results reached through a link (code behind a description) are marked `via`; capture's proposals, not
         yet accepted by a person, are marked `"proposed": true`. Only relevant memories come back: none when
         nothing in memory bears on the query. With `path` instead of a query: the active memories bound to that
@@ -523,6 +544,7 @@ def _add_search_tools(tool: Register, backend: Backend) -> None:
 
         mark(stores, hits)
         rows, used, omitted = _hit_rows(hits, budget_tokens)
+        _add_reasons(stores, hits, rows)
         count_reads(stores, hits[:len(rows)])  # what is shown and relevant is read
         notes = result.notes + ([] if rows else ["nothing relevant"])
         return _result({"query": query, "results": rows, "tokens": used, "omitted": omitted, "notes": notes})
@@ -636,9 +658,13 @@ def _add_write_tools(tool: Register, backend: Backend) -> None:
         pin: Annotated[bool, Field(description="Always include it in session briefings.")] = False,
         scope: Annotated[Literal["project", "global"], Field(description=(
             "'project' (committed with this repository) or 'global' (this machine, all projects)."))] = "project",
+        created: Annotated[str | None, Field(pattern=DATE, description=(
+            "When it was learnt, for notes brought in from elsewhere (YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ); "
+            "default now."))] = None,
     ) -> CallToolResult:
         """Save a memory as a markdown file in .cortex/memories/ (committed with the code, so teammates get it).
-        Text that looks like a secret is refused. Returns the new memory's id and path."""
+        Text that looks like a secret is refused. Returns the new memory's id and path, and `warnings` when it
+        repeats a memory that was forgotten (when, and why): it is saved all the same; tell the user."""
         if not text.strip():
             raise ToolError("text: nothing to remember (it is blank)")
         from cortex.memory import control_problem
@@ -648,11 +674,12 @@ def _add_write_tools(tool: Register, backend: Backend) -> None:
             raise ToolError(problem.replace("body:", "text:", 1) + "; nothing was written")
         store = Store.locate(use_global=True) if scope == "global" else backend.store()
         backend.follow(store)  # files changed by hand are synced before the links and pages are made
-        created = events.remember(store, text, backend.indexes, type=type, title=title, priority=priority,
-                                  confidence=confidence, tags=tags or (), files=files or (), pinned=pin,
-                                  source={"kind": "mcp"})
-        return _result({"id": created.id, "type": created.type, "title": created.title, "branch": created.branch,
-                        "store": store.label, "path": str(created.path)})
+        forgotten = events.forgotten_like(store, text, title)
+        made = events.remember(store, text, backend.indexes, type=type, title=title, priority=priority,
+                               confidence=confidence, tags=tags or (), files=files or (), pinned=pin,
+                               source={"kind": "mcp"}, created=created)
+        return _result({"id": made.id, "type": made.type, "title": made.title, "branch": made.branch,
+                        "store": store.label, "path": str(made.path)} | _forgotten_warnings(forgotten))
 
     @tool("cortex_forget", DESTRUCTIVE, "Archive a memory")
     def forget(
@@ -661,18 +688,25 @@ def _add_write_tools(tool: Register, backend: Backend) -> None:
             "Id of the memory that replaces it: it becomes superseded and the new one links to it."))] = None,
         delete: Annotated[bool, Field(description=(
             "Remove the file instead of archiving it (junk: noise, a wrong capture); git history keeps it."))] = False,
+        reason: Annotated[str | None, Field(max_length=500, description=(
+            "Why it is forgotten (archive or delete): kept in its trace and said when the same is saved again."))
+        ] = None,
     ) -> CallToolResult:
         """Retire a memory that is wrong or outdated: archived (the file stays, git history keeps it), with
         replaced_by marked superseded by another memory, or with delete its file removed. Searches no longer
-        return it."""
+        return it; an archived or deleted one leaves a trace (id, title, when, reason), so saving the same
+        text again is warned."""
         store, item = _find(backend, id)
+        if reason is not None and replaced_by:
+            raise ToolError("reason is kept in a forgotten memory's trace; a superseded one stays in the history: "
+                            "pass one of them")
         if delete:
             if replaced_by:
                 raise ToolError("delete removes the memory; replaced_by keeps it as superseded: pass one of them")
-            events.delete(store, [item.id], backend.indexes)
+            events.delete(store, [item.id], backend.indexes, reason=reason)
             return _result({"id": item.id, "title": item.title, "status": "deleted", "path": str(item.path),
                             "store": store.label})
-        old = events.forget(store, item.id, backend.indexes, replaced_by=replaced_by)
+        old = events.forget(store, item.id, backend.indexes, replaced_by=replaced_by, reason=reason)
         return _result({"id": old.id, "title": old.title, "status": old.status,
                         "replaced_by": store.get(replaced_by).id if replaced_by else None, "store": store.label})
 
@@ -722,6 +756,32 @@ def _add_write_tools(tool: Register, backend: Backend) -> None:
         store, item = _find(backend, id)
         restored = events.restore(store, item.id, backend.indexes)
         return _result({"id": restored.id, "title": restored.title, "status": restored.status, "store": store.label})
+
+
+def _add_link_tool(tool: Register, backend: Backend) -> None:
+    from cortex import events
+
+    @tool("cortex_link", DESTRUCTIVE, "Link two memories")
+    def link(
+        id: Annotated[str, _id_field("Id (or unique prefix) of the memory the link is written in.")],
+        other: Annotated[str, _id_field("Id (or unique prefix) of the memory it links to.")],
+        rel: Annotated[str | None, Field(max_length=40, description=(
+            "The relation, id REL other: 'because' when other is id's reason (a decision's rationale, an open "
+            "problem's answer; searches then carry it with id), 'relates_to' (default when adding), 'refines', "
+            "'exemplifies', 'contradicts', 'derived_from'. With remove: only links of this relation."))] = None,
+        remove: Annotated[bool, Field(description="Remove the links between the two instead of adding one.")] = False,
+    ) -> CallToolResult:
+        """Link two memories the user names (`cortex links add`), or with remove take the links between them
+        out (either file). Returns the link added (`added` false when it was there already) or those removed."""
+        store, first = _find(backend, id)
+        backend.follow(store)
+        if remove:
+            removed = events.unlink(store, first.id, other, rel, backend.indexes)
+            return _result({"removed": [{"in": owner, "rel": each.rel, "to": each.to} for owner, each in removed],
+                            "store": store.label})
+        linked, made = events.link(store, first.id, other, rel or "relates_to", backend.indexes)
+        return _result({"id": linked.id, "rel": rel or "relates_to", "to": store.get(other).id,
+                        "added": made is not None, "store": store.label})
 
 
 def _add_resources(resource: Register, backend: Backend) -> None:

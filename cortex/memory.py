@@ -25,7 +25,8 @@ TYPES = ("architecture", "decision", "pattern", "gotcha", "context", "progress",
 CAPTURE_TYPES = TYPES[:7]  # what capture and the LLM may write: code memories come from `cortex index-code` only
 STATUSES = ("active", "superseded", "archived", "proposed")  # proposed: captured, waiting in `cortex inbox`
 SCOPES = ("project", "global")
-RELATIONS = ("relates_to", "derived_from", "contradicts", "exemplifies", "refines", "supersedes", "source_of")
+# "because" is a person's: this memory's reason (a decision's rationale, an open problem's answer) is the other
+RELATIONS = ("relates_to", "derived_from", "contradicts", "exemplifies", "refines", "supersedes", "source_of", "because")
 # Key order of a file cortex writes; unknown keys a person adds are kept.
 KEYS = ("id", "type", "title", "summary", "status", "confidence", "priority", "pinned", "scope", "project", "branch",
         "tags", "files", "created", "updated", "source", "links")

@@ -148,3 +148,57 @@ def test_memories_linked_in_one_batch_get_each_link_once(project):
         pairs = [(link.rel, link.to) for link in item.links]
         assert len(pairs) == len(set(pairs)), f"{item.title}: duplicate links {pairs}"
         assert sum(1 for rel, _ in pairs if rel == "relates_to") <= 5 + len(batch)
+
+
+def test_links_add_and_remove_two_chosen_memories_with_a_relation_refreshing_the_pages(project):
+    decision = cortex("remember", "Money is stored as integer cents in every table", "--type", "decision",
+                      cwd=project).stdout.strip()
+    reason = cortex("remember", "Floats lost a cent on one invoice in a thousand during the 2025 audit",
+                    "--type", "gotcha", cwd=project).stdout.strip()
+    page = project / ".cortex" / "decisions.md"
+    assert "because" not in page.read_text(encoding="utf-8")
+    out = cortex("links", "add", decision, reason[:6], "--rel", "because", cwd=project)
+    assert out.stdout.strip() == f"linked {decision} because {reason}"
+    shown = cortex_json("show", decision, cwd=project)
+    assert {"rel": "because", "to": reason} in [{k: v for k, v in link.items() if k in ("rel", "to")}
+                                                 for link in shown["links"]]
+    assert "because [Floats lost a cent" in page.read_text(encoding="utf-8")  # the page names the reason
+    assert cortex("links", "add", decision, reason, "--rel", "because", cwd=project).stdout.startswith("already linked")
+    assert [row["rel"] for row in cortex_json("links", decision, cwd=project) if row["to"] == reason] == ["because"]
+
+    for args, said in [(("add", decision, "0123456789ab", "--rel", "because"), "0123456789ab"),
+                       (("add", decision, reason, "--rel", "supersedes"), "--replaced-by"),
+                       (("add", decision, reason, "--rel", "bogus"), "'bogus'"),
+                       (("add", decision, decision), "itself"),
+                       (("add", decision), "name two memories"),
+                       (("remove", decision, reason, "--rel", "refines"), "no refines link")]:
+        bad = cortex("links", *args, cwd=project, check=False)
+        assert bad.returncode != 0 and bad.stderr.count("\n") == 1 and said in bad.stderr, (args, bad.stderr)
+
+    out = cortex("links", "remove", decision, reason, "--rel", "because", cwd=project)
+    assert out.stdout.strip() == f"removed {decision} because {reason}"
+    assert "because" not in page.read_text(encoding="utf-8")
+    assert all(link["rel"] != "because" for link in cortex_json("show", decision, cwd=project).get("links", []))
+
+
+def test_a_recalled_decision_carries_its_reason_and_a_re_decided_one_the_reason_first_given(project):
+    reason = cortex("remember", "Principle: nothing on a developer laptop may need a database server running",
+                    "--type", "pattern", cwd=project).stdout.strip()
+    first = cortex("remember", "The local cache is SQLite, one file beside the repository", "--type", "decision",
+                   cwd=project).stdout.strip()
+    cortex("links", "add", first, reason, "--rel", "because", cwd=project)
+    rows = cortex_json("recall", "what is the local cache stored in?", "--no-global", cwd=project)
+    hit = next(row for row in rows if row["id"] == first)
+    assert hit["because"] == [{"id": reason, "title": "Principle: nothing on a developer laptop may need a "
+                                                      "database server running"}]
+    text = cortex("recall", "what is the local cache stored in?", "--no-global", cwd=project).stdout
+    assert f"because: Principle: nothing on a developer laptop may need a database server running `{reason}`" in text
+
+    second = cortex("remember", "The local cache is DuckDB, one file beside the repository", "--type", "decision",
+                    cwd=project).stdout.strip()
+    cortex("forget", first, "--replaced-by", second, cwd=project)
+    rows = cortex_json("recall", "what is the local cache stored in?", "--no-global", cwd=project)
+    assert next(row for row in rows if row["id"] == second)["because"][0]["id"] == reason
+    cortex("forget", reason, cwd=project)  # a forgotten reason is not carried
+    rows = cortex_json("recall", "what is the local cache stored in?", "--no-global", cwd=project)
+    assert "because" not in next(row for row in rows if row["id"] == second)

@@ -24,7 +24,7 @@ from tests.helpers import EXAMPLE_STORE, cortex, cortex_command, make_repo, reme
 
 READ_ONLY = {"cortex_search", "cortex_search_decisions", "cortex_get_memory", "cortex_get_plan", "cortex_get_recent",
              "cortex_get_status", "cortex_get_briefing"}
-WRITES = {"cortex_remember", "cortex_forget", "cortex_restore", "cortex_feedback", "cortex_inbox"}
+WRITES = {"cortex_remember", "cortex_forget", "cortex_restore", "cortex_feedback", "cortex_inbox", "cortex_link"}
 
 
 class Client:
@@ -331,3 +331,34 @@ def test_search_keeps_to_a_time_window(mcp):
     assert mcp.call("cortex_search", query="background work queues", since="2030-01-01")["results"] == []
     with pytest.raises(MCPError, match="since"):
         mcp.raw("cortex_search", query="background work queues", since="yesterday")
+
+
+def test_forget_with_a_reason_warns_when_the_same_is_saved_again_and_a_because_link_comes_with_the_hit(mcp):
+    text = "Invoices are numbered per tenant by a database sequence, never by the application."
+    saved = mcp.call("cortex_remember", text=text, type="decision")
+    mcp.call("cortex_forget", id=saved["id"], reason="numbering moved to the billing provider")
+    trace = json.loads((mcp.project / ".cortex" / "forgotten" / f"{saved['id']}.json").read_text(encoding="utf-8"))
+    assert trace["reason"] == "numbering moved to the billing provider" and trace["how"] == "archived"
+    again = mcp.call("cortex_remember", text=text, type="decision")
+    [warning] = again["warnings"]
+    assert warning["reason"] == "forgotten" and warning["id"] == saved["id"]
+    assert warning["why"] == "numbering moved to the billing provider" and warning["how"] == "archived"
+    dated = mcp.call("cortex_remember", text="Tenants are billed on the first of the month.", created="2025-02-03")
+    assert "warnings" not in dated
+    assert Store(mcp.project / ".cortex").get(dated["id"]).created == "2025-02-03T00:00:00Z"  # brought in, dated
+    with pytest.raises(MCPError, match="reason"):
+        mcp.raw("cortex_forget", id=again["id"], reason="x" * 501)
+
+    reason = mcp.call("cortex_remember", type="pattern",
+                      text="Two application servers once handed out the same invoice number within one second.")
+    linked = mcp.call("cortex_link", id=again["id"], other=reason["id"], rel="because")
+    assert linked == {"id": again["id"], "rel": "because", "to": reason["id"], "added": True, "store": "project"}
+    rows = mcp.call("cortex_search", query="how are invoices numbered per tenant?")["results"]
+    hit = next(row for row in rows if row["id"] == again["id"])
+    assert hit["because"] == [{"id": reason["id"], "title": reason["title"]}]
+    missing = mcp.raw("cortex_link", id=again["id"], other="abcdef012345", rel="because")
+    assert missing.is_error and "abcdef012345" in missing.content[0].text
+    removed = mcp.call("cortex_link", id=again["id"], other=reason["id"], remove=True)
+    assert {"in": again["id"], "rel": "because", "to": reason["id"]} in removed["removed"]  # every link between
+    rows = mcp.call("cortex_search", query="how are invoices numbered per tenant?")["results"]
+    assert "because" not in next(row for row in rows if row["id"] == again["id"])

@@ -47,3 +47,19 @@ def test_a_bad_date_is_one_line_naming_the_option(tmp_path):
     for value in ("9999-99-99", "2026-02-30"):  # shaped like a date, on no calendar
         bad = cortex("recall", "webhook retries", "--until", value, cwd=project, check=False)
         assert bad.returncode != 0 and "--until" in bad.stderr and value in bad.stderr
+
+
+def test_notes_brought_in_with_their_date_are_found_in_their_window_and_hits_say_when(tmp_path):
+    project = make_repo(tmp_path / "shop")
+    Store.init(project / ".cortex")
+    old = cortex("remember", DATED[0][1], "--type", "decision", "--created", "2026-03-02T09:00:00Z", cwd=project)
+    day = cortex("remember", DATED[1][1], "--type", "decision", "--created", "2026-06-15", cwd=project)
+    old_id, day_id = old.stdout.strip(), day.stdout.strip()
+    question = "how many times does the payments webhook retry?"
+    rows = cortex_json("recall", question, "--all", "--since", "2026-03-01", "--until", "2026-03-03", cwd=project)
+    assert [(row["id"], row["created"]) for row in rows] == [(old_id, "2026-03-02T09:00:00Z")]
+    rows = cortex_json("recall", question, "--all", "--since", "2026-06-15", "--until", "2026-06-15", cwd=project)
+    assert [(row["id"], row["created"]) for row in rows] == [(day_id, "2026-06-15T00:00:00Z")]
+    bad = cortex("remember", "Refunds settle in two days", "--created", "last spring", cwd=project, check=False)
+    assert bad.returncode != 0 and bad.stderr.count("\n") == 1 and "created" in bad.stderr
+    assert len(Store.locate(project).list()) == 2  # nothing written
