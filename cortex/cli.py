@@ -1072,13 +1072,8 @@ def links(store: Any, words: tuple[str, ...], suggested: bool, accept: tuple[str
     if rel is not None:
         _fail("--rel goes with `cortex links add ID OTHER` or `cortex links remove ID OTHER`")
     memory_id = words[0] if words else None
-    if remove:
-        removed = graph.unlink(store, *remove)
-        if as_json:
-            _print_json([{"in": owner, "rel": link.rel, "to": link.to} for owner, link in removed])
-        else:
-            for owner, link in removed:
-                click.echo(f"removed {owner} {link.rel} {link.to}")
+    if remove:  # the older spelling of `cortex links remove ID OTHER`
+        _links_write(store, ("remove", *remove), None, as_json)
         return
     if accept or dismiss:
         a, b = accept or dismiss  # type: ignore[misc]

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cortex.files import atomic_write
+from cortex.files import atomic_write, read_json
 from cortex.gitfacts import branch_and_head
 from cortex.store import Store
 
@@ -134,32 +134,30 @@ def _last_commits(repo: Any, head: Any, folder: str, rels: set[str]) -> dict[str
 
 
 def _tree(tree: Any, name: str) -> Any:
+    """The folder at `name` in `tree`, None when there is none."""
     import pygit2
 
-    try:
-        found = tree[name]
-    except (KeyError, ValueError):
-        return None
-    return found if isinstance(found, pygit2.Tree) else None
+    return _entry(tree, name, pygit2.Tree)
 
 
 def _blob(tree: Any, name: str) -> Any:
     """The blob at `name` in `tree`, None when there is none (or it is a folder)."""
     import pygit2
 
+    return _entry(tree, name, pygit2.Blob)
+
+
+def _entry(tree: Any, name: str, kind: type) -> Any:
     try:
         found = tree[name]
     except (KeyError, ValueError):
         return None
-    return found if isinstance(found, pygit2.Blob) else None
+    return found if isinstance(found, kind) else None
 
 
 def _cached(store: Store, head: str | None, rels: dict[str, str]) -> dict[str, tuple[str, str]] | None:
     """The kept answer for `head` (id -> (why, the memory file's blob then)), when it covers every one asked."""
-    try:
-        data = json.loads((store.state_dir / CACHE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    data = read_json(store.state_dir / CACHE, {})
     if head is None or data.get("head") != head or not set(rels) <= set(data.get("checked", [])):
         return None
     return {memory_id: (why, blob) for memory_id, (why, blob) in data.get("reasons", {}).items() if memory_id in rels}
@@ -167,11 +165,8 @@ def _cached(store: Store, head: str | None, rels: dict[str, str]) -> dict[str, t
 
 def _keep(store: Store, head: str, rels: dict[str, str], found: dict[str, tuple[str, str]]) -> None:
     """Keep the answer for this HEAD, with what an earlier call for it found."""
-    try:
-        data = json.loads((store.state_dir / CACHE).read_text(encoding="utf-8"))
-        if data.get("head") != head:
-            data = {}
-    except (OSError, ValueError):
+    data = read_json(store.state_dir / CACHE, {})
+    if data.get("head") != head:
         data = {}
     checked = sorted(set(data.get("checked", [])) | set(rels))
     kept = {**data.get("reasons", {}), **found}

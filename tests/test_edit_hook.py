@@ -17,8 +17,7 @@ from typing import Any
 import pytest
 
 from cortex import serve
-from tests.helpers import EXAMPLE_STORE, cortex, cortex_command, cortex_json, git, hook, make_repo, remember, \
-    wait_for
+from tests.helpers import cortex, cortex_command, cortex_json, git, hook, remember, wait_for
 
 
 def _remember(project: Path, text: str, kind: str, *files: str) -> str:
@@ -224,18 +223,10 @@ def test_init_installs_the_edit_hook_and_upgrades_an_older_matcher(repo):
 
 @pytest.fixture(scope="module")
 def mcp(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from anyio.from_thread import start_blocking_portal
+    from tests.test_mcp import example_client
 
-    from tests.test_mcp import Client, connect, server_env
-
-    root = tmp_path_factory.mktemp("mcp-path")
-    project = make_repo(root / "tallyho")
-    shutil.copytree(EXAMPLE_STORE, project / ".cortex", ignore=shutil.ignore_patterns("cache", "state"))
-    env = server_env(root / "home")
-    command = cortex_command()
-    with start_blocking_portal() as portal:
-        with connect(portal, command[0], [*command[1:], "mcp"], project, env) as session:
-            yield Client(portal, session, project, env)
+    with example_client(tmp_path_factory.mktemp("mcp-path")) as client:
+        yield client
 
 
 def test_mcp_search_with_a_path_gives_the_memories_bound_to_the_file(mcp):

@@ -61,16 +61,22 @@ def connect(portal: BlockingPortal, command: str, args: list[str], cwd: Path, en
             yield session
 
 
-@pytest.fixture(scope="module")
-def mcp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Client]:
-    root = tmp_path_factory.mktemp("mcp")
-    project = make_repo(root / "tallyho", branch="feature/rate-limits")
+@contextmanager
+def example_client(root: Path, branch: str = "main") -> Iterator[Client]:
+    """A client of `cortex mcp` in a repository holding a copy of the example store."""
+    project = make_repo(root / "tallyho", branch=branch)
     shutil.copytree(EXAMPLE_STORE, project / ".cortex", ignore=shutil.ignore_patterns("cache", "state"))
     env = server_env(root / "home")
     command = cortex_command()
     with start_blocking_portal() as portal:
         with connect(portal, command[0], [*command[1:], "mcp"], project, env) as session:
             yield Client(portal, session, project, env)
+
+
+@pytest.fixture(scope="module")
+def mcp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Client]:
+    with example_client(tmp_path_factory.mktemp("mcp"), branch="feature/rate-limits") as client:
+        yield client
 
 
 def test_lists_every_tool_annotated_with_schemas_and_every_resource(mcp):

@@ -7,7 +7,6 @@ real transcripts written the way Claude Code writes them.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ import pytest
 
 from cortex import salience
 from cortex.store import Store
-from tests.helpers import EXAMPLE_STORE, cortex, cortex_command, cortex_json, hook, make_repo, remember
+from tests.helpers import cortex, cortex_command, cortex_json, hook, remember
 
 CACHE = "The cache tests need CORTEX_HOME pointed at a temp folder, or they read the real home folder"
 SQLITE = "We keep the rate cache in SQLite, not Postgres: no database server to run in development"
@@ -246,18 +245,10 @@ def test_cli_recall_keeps_to_its_token_budget(two):
 
 @pytest.fixture(scope="module")
 def mcp(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from anyio.from_thread import start_blocking_portal
+    from tests.test_mcp import example_client
 
-    from tests.test_mcp import Client, connect, server_env
-
-    root = tmp_path_factory.mktemp("mcp-salience")
-    project = make_repo(root / "tallyho")
-    shutil.copytree(EXAMPLE_STORE, project / ".cortex", ignore=shutil.ignore_patterns("cache", "state"))
-    env = server_env(root / "home")
-    command = cortex_command()
-    with start_blocking_portal() as portal:
-        with connect(portal, command[0], [*command[1:], "mcp"], project, env) as session:
-            yield Client(portal, session, project, env)
+    with example_client(tmp_path_factory.mktemp("mcp-salience")) as client:
+        yield client
 
 
 def test_mcp_refuses_an_empty_query_and_budgets_decisions(mcp):
