@@ -28,7 +28,7 @@ DECISION = "We use SQLite, not Postgres, for the local cache: no server to run"
 NEW = "The exchange-rate feed publishes at 16:00 CET; fetch after 16:05"
 TOOLS = {"cortex_search", "cortex_search_decisions", "cortex_get_memory", "cortex_get_plan", "cortex_get_recent",
          "cortex_get_status", "cortex_get_briefing", "cortex_remember", "cortex_forget", "cortex_restore", "cortex_feedback",
-         "cortex_inbox"}
+         "cortex_inbox", "cortex_link"}
 
 
 def tool_results(request: dict[str, Any]) -> list[dict[str, Any]]:
@@ -137,6 +137,7 @@ def test_inspector_calls_every_tool(served: tuple[Sandbox, str, str]) -> None:
         "cortex_restore": [f"id={decision}"],  # an active memory: returned unchanged
         "cortex_feedback": [f"id={decision}", "rating=up"],
         "cortex_inbox": [],  # nothing proposed here: an empty list
+        "cortex_link": [f"id={decision}", f"other={doomed}", "rel=relates_to"],
     }
     assert set(calls) == TOOLS
 
