@@ -43,7 +43,10 @@ class Clone:
         shutil.copy(TRANSCRIPTS[self.sessions % len(TRANSCRIPTS)], transcript)
         turn = {"type": "assistant", "uuid": f"{self.name}-{self.sessions}", "sessionId": f"{self.name}-{self.sessions}",
                 "message": {"id": f"msg-{self.name}-{self.sessions}", "role": "assistant",
-                            "content": [{"type": "text", "text": " ".join(f"[MEMORY: {tag}]" for tag in tags)}]}}
+                            "content": [{"type": "text", "text": " ".join(f"[MEMORY: {tag}]" for tag in tags) + (
+                                # and a lasting fact said without a tag: capture proposes it (the gate)
+                                f" Gotcha: the {self.name} receiver {self.sessions} must be restarted after its "
+                                f"config file changes, because it reads that file only at start.")}]}}
         with open(transcript, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(turn) + "\n")
         before = {m.id for m in Store.locate(self.path).list(statuses=())}
