@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from cortex import layout
-from cortex.text import FRAME_TOKENS, INJECTED_MARK, estimate_tokens
+from cortex.text import FRAME_TOKENS, INJECTED_MARK, estimate_tokens, fit_line
 
 EDIT_BUDGET = 300  # tokens the edit hook adds at most, its frame included
 MAX_FILES = 20  # of one tool call (a Codex patch can name many), the files looked up
@@ -168,11 +168,10 @@ def edit_context(index: Any, paths: list[str], exclude: frozenset[str] = frozens
         lines.append(head)
         used += estimate_tokens(head + "\n")
         for row in rows:
-            fitted = next((line for line in _lines(row) if used + estimate_tokens(line + "\n") <= budget), None)
+            fitted = fit_line(lines, used, budget, _lines(row))
             if fitted is None:
                 break
-            lines.append(fitted)
-            used += estimate_tokens(fitted + "\n")
+            used = fitted
             shown.setdefault(path, []).append(row["id"])
             taken.add(row["id"])
         if path not in shown:

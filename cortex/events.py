@@ -19,7 +19,7 @@ from cortex.index import Indexes
 from cortex.layout import catch_up_file
 from cortex.memory import Link, Memory, title_from_text
 from cortex.store import Store, iter_stores
-from cortex.text import FRAME_TOKENS, INJECTED_MARK, estimate_tokens
+from cortex.text import FRAME_TOKENS, INJECTED_MARK, estimate_tokens, fit_line
 
 UPKEEP = ("detached", "none")
 
@@ -350,12 +350,7 @@ def prompt_context(store: Store, prompt: str, indexes: Indexes, catch_up: dict[s
 
 def _fit(lines: list[str], used: int, budget: int, label: str, detail: str) -> int | None:
     """Append `label: detail`, or the label alone, within `budget`; the tokens used then, or None."""
-    for line in ([f"{label}: {detail}"] if detail else []) + [label]:
-        cost = estimate_tokens(line + "\n")
-        if used + cost <= budget:
-            lines.append(line)
-            return used + cost
-    return None
+    return fit_line(lines, used, budget, ([f"{label}: {detail}"] if detail else []) + [label])
 
 
 CATCH_UP_MAX = 8  # memories a catch-up names at most (the rest are counted)

@@ -42,6 +42,17 @@ def estimate_tokens(text: str) -> int:
     return math.ceil(len(text) / 4)
 
 
+def fit_line(lines: list[str], used: int, budget: int, options: list[str]) -> int | None:
+    """Append the first of `options` (longest first) that fits within `budget` tokens after `used`; the tokens
+    used then, or None when none fits (the prompt hook's and the edit hook's memory lines)."""
+    for line in options:
+        cost = estimate_tokens(line + "\n")
+        if used + cost <= budget:
+            lines.append(line)
+            return used + cost
+    return None
+
+
 def within_budget(items: list[Any], budget: int, cost: Callable[[Any], int]) -> tuple[list[Any], int]:
     """The first `items` whose costs add up to at most `budget` (the first one always), and the tokens they use."""
     kept: list[Any] = []
