@@ -255,6 +255,8 @@ class Sandbox:
             # -p connects MCP servers in the background by default: a busy machine (two test workers) sees the
             # server still "pending" at init. Wait for it, as a session that needs its tools would.
             "MCP_CONNECTION_NONBLOCKING": "false",
+            # How long it waits for a server to start: a loaded machine starts a Python server slowly.
+            "MCP_TIMEOUT": "120000", "MCP_CONNECT_TIMEOUT_MS": "120000",
         })
         run_env.update(env or {})
         started = time.monotonic()
