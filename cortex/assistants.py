@@ -23,10 +23,6 @@ RULES_BEGIN = "<!-- cortex:rules:begin (written by cortex init; cortex uninstall
 RULES_END = "<!-- cortex:rules:end -->"
 
 
-def is_ours(handler: Any) -> bool:
-    return _hook_event(handler) is not None
-
-
 def write_json(path: Path, data: dict[str, Any]) -> None:
     atomic_write(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
@@ -56,7 +52,7 @@ def merge_hooks(path: Path, hooks: dict[str, Any], wanted: dict[str, dict[str, A
             nonlocal found, changed
             kept = []
             for existing in handlers:
-                if not is_ours(existing):
+                if _hook_event(existing) is None:  # not cortex's
                     kept.append(existing)
                 elif not found and (group is None or matcher is None or group.get("matcher") == matcher
                                     or len(handlers) == 1):

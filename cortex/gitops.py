@@ -456,16 +456,9 @@ def _added_under(repo: Any, commit: Any, prefix: str) -> list[tuple[str, Any]]:
         if delta.status_char() not in ("A", "M", "T", "R", "C") or delta.new_file.mode not in blob_modes:
             continue
         path = f"{prefix}/{delta.new_file.path}" if prefix else delta.new_file.path
-        if not any(_entry_id(parent.tree, path) == delta.new_file.id for parent in parents[1:]):
+        if not any(path in parent.tree and parent.tree[path].id == delta.new_file.id for parent in parents[1:]):
             found.append((path, delta.new_file.id))
     return found
-
-
-def _entry_id(tree: Any, path: str) -> Any:
-    try:
-        return tree[path].id
-    except KeyError:
-        return None
 
 
 def pushed_changes(repo: Any, push_lines: str, prefix: str, remote: str = "") -> list[PushedFile]:
