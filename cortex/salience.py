@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from cortex.errors import CortexError, MemoryNotFound
-from cortex.files import atomic_write, file_lock
+from cortex.files import atomic_write, file_lock, read_json
 from cortex.layout import injections_file, subagent_tasks_file
 from cortex.store import Store, iter_stores
 from cortex.text import estimate_tokens, words
@@ -93,11 +93,7 @@ def _state_path(store: Store) -> Path:
 
 def load(store: Store) -> dict[str, Any]:
     """The salience state (empty when missing or unreadable: it is derived, never precious)."""
-    try:
-        data = json.loads(_state_path(store).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return _clean(data)
+    return _clean(read_json(_state_path(store)))
 
 
 def _clean(data: Any) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from cortex import memory as fmt
 from cortex.errors import AmbiguousId, CortexError, MalformedMemory, MemoryNotFound, NotInitialised
-from cortex.files import atomic_write, file_lock, is_temp_name, lock_wait
+from cortex.files import atomic_write, file_lock, is_temp_name, lock_wait, read_json
 from cortex.layout import STORE_DIRNAME, global_root, linked_folder
 from cortex.memory import Link, Memory
 
@@ -530,10 +530,7 @@ class Store:
             (self.state_dir / "changed").touch()
 
     def access_counts(self) -> dict[str, int]:
-        try:
-            data = json.loads((self.state_dir / "access.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}
+        data = read_json(self.state_dir / "access.json", {})
         return {k: int(v.get("count", 0)) for k, v in data.items() if isinstance(v, dict)}
 
     def record_access(self, ids: Iterable[str]) -> None:
@@ -546,10 +543,7 @@ class Store:
             return
         path = self.state_dir / "access.json"
         with contextlib.suppress(OSError), file_lock(self.state_dir / "access.lock"):  # a read-only store still reads
-            try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                data = {}
+            data = read_json(path, {})
             stamp = fmt.now_iso()
             for memory_id in ids:
                 entry = data.setdefault(memory_id, {"count": 0})
