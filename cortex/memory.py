@@ -1,10 +1,7 @@
-"""The memory record and its file format (DESIGN.md §2).
+"""The memory record and its file format (DESIGN.md §2; reading and writing: docs/store.md).
 
-`parse` reads the YAML subset cortex writes itself with a small reader (ruamel.yaml for all of a store is
-far too slow) and hands anything else to ruamel.yaml, the authority; anchors and aliases are refused, and
-any text raises `MalformedMemory` and nothing else. `render_new` and `edit_text` write with ruamel.yaml,
-round-trip, so a person's comments and key order survive.
-"""
+A small fast reader takes the YAML subset cortex writes and hands anything else to ruamel.yaml, the authority;
+any text raises `MalformedMemory` and nothing else."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
 """`cortex report`: one self-contained HTML page about a store (graph, decisions, branch changes, salience).
 
-Memory text is untrusted: it passes `cortex.guard.redacted`, goes into a JSON block with `<`, `>` and `&`
-escaped, is written with `textContent` only, and a Content-Security-Policy runs nothing but the page's own
-script. docs/report.md.
-"""
+Memory text is untrusted: how the page keeps it text (escaped JSON, `textContent`, a CSP) is in docs/report.md."""
 
 from __future__ import annotations
 

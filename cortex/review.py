@@ -1,9 +1,5 @@
-"""Pull-request review of memory: what a branch changes in the store, for a reviewer.
-
-Read from git objects (no checkout, so it runs in CI), sorted as a reviewer reads, rendered short enough for
-one comment; `post` edits only the comment its own token posted. Memory text passes the secret rule.
-docs/review.md.
-"""
+"""Pull-request review of memory: what a branch changes in the store, read from git objects (no checkout, so it
+runs in CI), and the one comment `post` keeps up to date. docs/review.md."""
 
 from __future__ import annotations
 
