@@ -226,12 +226,13 @@ def _path_note() -> list[str]:
             f"{fix}"]
 
 
-def remove_hooks(path: Path | None, hooks: dict[str, Any], grouped: bool = True) -> list[str]:
-    """Take every cortex handler out of `hooks` (in place); events and groups left empty are removed.
-
-    `grouped`: Claude Code's shape, `[{"matcher"?, "hooks": [handler, …]}]`; otherwise a flat list (Cursor).
-    `path` is named in what is said (None: Claude Code's own settings, named by the command).
-    """
+def remove_hooks(path: Path | None, settings: dict[str, Any], grouped: bool = True) -> list[str]:
+    """Take every cortex handler out of `settings["hooks"]` (in place); events, groups and a `hooks` left empty are
+    removed. `grouped`: Claude Code's shape, `[{"matcher"?, "hooks": [handler, …]}]`; otherwise a flat list
+    (Cursor). `path` is named in what is said (None: Claude Code's own settings, named by the command)."""
+    hooks = settings.get("hooks")
+    if not isinstance(hooks, dict):
+        return []
     done = []
     said = f" from {path}" if path is not None else ""
     for event in list(hooks):
@@ -254,6 +255,8 @@ def remove_hooks(path: Path | None, hooks: dict[str, Any], grouped: bool = True)
             hooks[event] = kept_entries
         else:
             del hooks[event]
+    if not hooks:
+        del settings["hooks"]
     return done
 
 
@@ -261,12 +264,7 @@ def uninstall(project_root: Path) -> list[str]:
     settings_path = project_root / ".claude" / "settings.json"
     _check_shapes(project_root)  # nothing removed from one file when the other cannot be read
     settings = _load(settings_path)
-    done = []
-    hooks = settings.get("hooks")
-    if isinstance(hooks, dict):
-        done = remove_hooks(None, hooks)
-        if not hooks:
-            del settings["hooks"]
+    done = remove_hooks(None, settings)
     if done:
         atomic_write(settings_path, json.dumps(settings, indent=2, ensure_ascii=False) + "\n")
     done += _uninstall_mcp(project_root)
