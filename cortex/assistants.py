@@ -12,19 +12,17 @@ from pathlib import Path
 from typing import Any
 
 from cortex import claude
-from cortex.claude import RULES, _hook_event, is_our_server
+from cortex.claude import RULES, is_our_server
 from cortex.errors import CortexError
 from cortex.files import atomic_write
 
-# One of each for Claude Code, Codex, Gemini and Cursor (the reader of a settings file, the hook command, the removal).
-load_json, hook_command, remove_hooks = claude._load, claude.hook_command, claude.remove_hooks
+# One of each for Claude Code, Codex, Gemini and Cursor (the reader of a settings file, the hook command, the merge
+# and the removal).
+load_json, hook_command, merge_hooks, remove_hooks = claude._load, claude.hook_command, claude.merge_hooks, \
+    claude.remove_hooks
 
 RULES_BEGIN = "<!-- cortex:rules:begin (written by cortex init; cortex uninstall removes it) -->"
 RULES_END = "<!-- cortex:rules:end -->"
-
-
-def is_ours(handler: Any) -> bool:
-    return _hook_event(handler) is not None
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
@@ -37,53 +35,6 @@ def object_at(path: Path, data: dict[str, Any], key: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise CortexError(f"{path}: {key} is not a JSON object; fix it and run again")
     return value
-
-
-def merge_hooks(path: Path, hooks: dict[str, Any], wanted: dict[str, dict[str, Any]], grouped: bool = True,
-                matchers: dict[str, str] | None = None) -> list[str]:
-    """Make `hooks[event]` hold one cortex handler, `wanted[event]`, others kept (`grouped`: as `remove_hooks`,
-    its group with `matchers[event]` when the event has one)."""
-    done = []
-    for event, handler in wanted.items():
-        entries = hooks.setdefault(event, [])
-        if not isinstance(entries, list):
-            raise CortexError(f"{path}: hooks.{event} is not a list; fix it and run again")
-        found, changed = False, False
-        matcher = (matchers or {}).get(event)
-
-        def merged(handlers: list[Any], group: dict[str, Any] | None = None, handler: Any = handler,
-                   matcher: str | None = matcher) -> list[Any]:
-            nonlocal found, changed
-            kept = []
-            for existing in handlers:
-                if not is_ours(existing):
-                    kept.append(existing)
-                elif not found and (group is None or matcher is None or group.get("matcher") == matcher
-                                    or len(handlers) == 1):
-                    moved = group is not None and matcher is not None and group.get("matcher") != matcher
-                    found, changed = True, existing != handler or moved
-                    kept.append(handler)
-                    if moved and group is not None:
-                        group["matcher"] = matcher
-                else:
-                    changed = True  # a second cortex handler for the event (it would run twice), or one moved
-            return kept
-
-        if grouped:
-            for group in entries:
-                if isinstance(group, dict) and isinstance(group.get("hooks"), list):
-                    group["hooks"] = merged(group["hooks"], group)
-            hooks[event] = [g for g in entries if not (isinstance(g, dict) and g.get("hooks") == [])]
-            if not found:
-                hooks[event].append(({"matcher": matcher} if matcher is not None else {}) | {"hooks": [handler]})
-        else:
-            kept = merged(entries)
-            hooks[event] = kept if found else kept + [handler]
-        if not found:
-            done.append(f"added the {event} hook to {path}")
-        elif changed:
-            done.append(f"updated the {event} hook in {path}")
-    return done
 
 
 def merge_server(path: Path, servers: dict[str, Any], entry: dict[str, Any], name: str = "cortex") -> list[str]:

@@ -114,11 +114,10 @@ def build(store: Store, budget_tokens: int | None = None, now: float | None = No
     pool = _Pool(store, index, facts, Prior(store, index, now, facts["branch"], local=not stable), stable, now, page)
     page.conflicts = pool.conflicts()
     pool.fill("Pinned", lambda row: row.pinned, capped=False)
-    if not stable:  # this person's memories across projects: never in a committed file
-        _fill_global(store, page, now)
-    if not stable:  # the hot tier (cortex.salience): the most used memories, always shown; learned per clone
+    if not stable:  # this person's memories across projects, and the hot tier (the most used, learned per clone)
         from cortex.salience import hot_ids
 
+        _fill_global(store, page, now)
         hot = {memory_id: n for n, memory_id in enumerate(hot_ids(store))}
         pool.fill("Most used", lambda row: row.id in hot, capped=False, order=lambda row: hot[row.id])
     # Code outlines appear only under "Code in play", and only for files the branch touches.

@@ -144,40 +144,58 @@ def _check_shapes(project_root: Path) -> None:
             raise CortexError(f"{path}: {key} is not a JSON object; fix it and run again")
 
 
-def _install_hook(settings_path: Path, hooks: dict[str, Any], event: str, name: str) -> str | None:
-    """Make cortex's handler for `event` the portable command, once: "added", "updated" or None."""
-    groups = hooks.setdefault(event, [])
-    if not isinstance(groups, list):
-        from cortex.errors import CortexError
+def merge_hooks(path: Path, hooks: dict[str, Any], wanted: dict[str, dict[str, Any]], grouped: bool = True,
+                matchers: dict[str, str] | None = None, named: bool = True) -> list[str]:
+    """Make `hooks[event]` hold one cortex handler for each of `wanted`'s events, rewritten in place (the person's
+    own keys kept), others kept; `grouped`: as `remove_hooks`, in the group with `matchers[event]` when it has one.
+    What was done, naming `path` unless not `named` (Claude Code's own settings, named by the command)."""
+    from cortex.errors import CortexError
 
-        raise CortexError(f"{settings_path}: hooks.{event} is not a list; fix it and run again")
-    wanted, found, changed, emptied = hook_command(name), False, False, []
-    matcher = HOOK_MATCHERS.get(event)
-    for group in groups:
-        if not isinstance(group, dict) or not isinstance(group.get("hooks"), list):
-            continue
-        kept = []
-        for handler in group["hooks"]:
-            if _hook_event(handler) != name:
-                kept.append(handler)
-            elif not found and (matcher is None or group.get("matcher") == matcher or len(group["hooks"]) == 1):
-                found, changed = True, handler.get("command") != wanted or matcher is not None and \
-                    group.get("matcher") != matcher
-                kept.append(handler | {"command": wanted})
-                if matcher is not None:
-                    group["matcher"] = matcher  # an older install's narrower one (PreToolUse: `Task|Agent`)
-            else:
-                changed = True  # a second cortex entry for the event, or one sharing another matcher: moved
-        if group["hooks"] and not kept:
-            emptied.append(group)
-        group["hooks"] = kept
-    if emptied:
-        hooks[event] = [g for g in groups if not any(g is e for e in emptied)]
-    if not found:
-        group = {"matcher": HOOK_MATCHERS[event]} if event in HOOK_MATCHERS else {}
-        hooks[event].append(group | {"hooks": [{"type": "command", "command": wanted}]})
-        return "added"
-    return "updated" if changed else None
+    done = []
+    for event, handler in wanted.items():
+        entries = hooks.setdefault(event, [])
+        if not isinstance(entries, list):
+            raise CortexError(f"{path}: hooks.{event} is not a list; fix it and run again")
+        mine, matcher = _hook_event(handler), (matchers or {}).get(event)
+        found, changed = False, False
+
+        def merged(handlers: list[Any], group: dict[str, Any] | None = None, handler: Any = handler,
+                   mine: str | None = mine, matcher: str | None = matcher) -> list[Any]:
+            nonlocal found, changed
+            kept = []
+            for existing in handlers:
+                if _hook_event(existing) != mine:
+                    kept.append(existing)
+                elif not found and (group is None or matcher is None or group.get("matcher") == matcher
+                                    or len(handlers) == 1):
+                    moved = group is not None and matcher is not None and group.get("matcher") != matcher
+                    found, changed = True, existing | handler != existing or moved
+                    kept.append(existing | handler)
+                    if moved and group is not None:
+                        group["matcher"] = matcher  # an older install's narrower one (PreToolUse: `Task|Agent`)
+                else:
+                    changed = True  # a second cortex handler for the event (it would run twice), or one moved
+            return kept
+
+        if grouped:
+            emptied = []
+            for group in entries:
+                if isinstance(group, dict) and isinstance(group.get("hooks"), list):
+                    kept = merged(group["hooks"], group)
+                    if group["hooks"] and not kept:
+                        emptied.append(group)
+                    group["hooks"] = kept
+            hooks[event] = [g for g in entries if not any(g is e for e in emptied)]
+            if not found:
+                hooks[event].append(({"matcher": matcher} if matcher is not None else {}) | {"hooks": [handler]})
+        else:
+            kept = merged(entries)
+            hooks[event] = kept if found else kept + [handler]
+        if not found:
+            done.append(f"added the {event} hook" + (f" to {path}" if named else ""))
+        elif changed:
+            done.append(f"updated the {event} hook" + (f" in {path}" if named else ""))
+    return done
 
 
 def install(project_root: Path) -> list[str]:
@@ -185,12 +203,9 @@ def install(project_root: Path) -> list[str]:
     settings_path = project_root / ".claude" / "settings.json"
     _check_shapes(project_root)  # a broken file stops the install before anything is written
     settings = _load(settings_path)
-    hooks = settings.setdefault("hooks", {})
-    done = []
-    for event, name in HOOK_EVENTS.items():
-        change = _install_hook(settings_path, hooks, event, name)
-        if change:
-            done.append(f"{change} the {event} hook")
+    done = merge_hooks(settings_path, settings.setdefault("hooks", {}), {
+        event: {"type": "command", "command": hook_command(name)} for event, name in HOOK_EVENTS.items()},
+        matchers=HOOK_MATCHERS, named=False)
     if done:
         atomic_write(settings_path, json.dumps(settings, indent=2, ensure_ascii=False) + "\n")
     done += _install_mcp(project_root)
@@ -211,12 +226,13 @@ def _path_note() -> list[str]:
             f"{fix}"]
 
 
-def remove_hooks(path: Path | None, hooks: dict[str, Any], grouped: bool = True) -> list[str]:
-    """Take every cortex handler out of `hooks` (in place); events and groups left empty are removed.
-
-    `grouped`: Claude Code's shape, `[{"matcher"?, "hooks": [handler, …]}]`; otherwise a flat list (Cursor).
-    `path` is named in what is said (None: Claude Code's own settings, named by the command).
-    """
+def remove_hooks(path: Path | None, settings: dict[str, Any], grouped: bool = True) -> list[str]:
+    """Take every cortex handler out of `settings["hooks"]` (in place); events, groups and a `hooks` left empty are
+    removed. `grouped`: Claude Code's shape, `[{"matcher"?, "hooks": [handler, …]}]`; otherwise a flat list
+    (Cursor). `path` is named in what is said (None: Claude Code's own settings, named by the command)."""
+    hooks = settings.get("hooks")
+    if not isinstance(hooks, dict):
+        return []
     done = []
     said = f" from {path}" if path is not None else ""
     for event in list(hooks):
@@ -239,6 +255,8 @@ def remove_hooks(path: Path | None, hooks: dict[str, Any], grouped: bool = True)
             hooks[event] = kept_entries
         else:
             del hooks[event]
+    if not hooks:
+        del settings["hooks"]
     return done
 
 
@@ -246,12 +264,7 @@ def uninstall(project_root: Path) -> list[str]:
     settings_path = project_root / ".claude" / "settings.json"
     _check_shapes(project_root)  # nothing removed from one file when the other cannot be read
     settings = _load(settings_path)
-    done = []
-    hooks = settings.get("hooks")
-    if isinstance(hooks, dict):
-        done = remove_hooks(None, hooks)
-        if not hooks:
-            del settings["hooks"]
+    done = remove_hooks(None, settings)
     if done:
         atomic_write(settings_path, json.dumps(settings, indent=2, ensure_ascii=False) + "\n")
     done += _uninstall_mcp(project_root)

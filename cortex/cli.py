@@ -276,19 +276,14 @@ def remember(store: Any, text: str, memory_type: str, title: str | None, priorit
 
     if text == "-":
         text = sys.stdin.read()
-    _warn_forgotten(events.forgotten_like(store, text, title))
+    for trace in events.forgotten_like(store, text, title):  # said, and written all the same: the person asked
+        click.echo(f"cortex: warning: this repeats a forgotten memory: {_safe(trace.said())}", err=True)
     made = events.remember(store, text, None, type=memory_type, title=title, priority=priority,
                            confidence=confidence, tags=tags, files=files, pinned=pin, summary=summary, created=created)
     if as_json:
         _print_json(made.to_dict() | {"store": store.label})
     else:
         click.echo(made.id)
-
-
-def _warn_forgotten(traces: list[Any]) -> None:
-    """Say on stderr that the text repeats a forgotten memory (it is written all the same: the person asked)."""
-    for trace in traces:
-        click.echo(f"cortex: warning: this repeats a forgotten memory: {_safe(trace.said())}", err=True)
 
 
 @main.command(name="list")
@@ -996,7 +991,7 @@ def recall(store: Any, query: str | None, limit: int | None, types: tuple[str, .
 def _recall_path(store: Any, path: str, types: tuple[str, ...], limit: int, budget: int, as_json: bool) -> None:
     """`cortex recall --path FILE`: the project's active memories bound to FILE (`cortex.bypath`), in budget."""
     from cortex.bypath import lookup
-    from cortex.text import estimate_tokens
+    from cortex.text import estimate_tokens, within_budget
 
     if store.label != "project":
         _fail("--path looks in a project's store (files are a repository's)")
@@ -1004,15 +999,8 @@ def _recall_path(store: Any, path: str, types: tuple[str, ...], limit: int, budg
         rel, rows = lookup(store, path, os.getcwd())
     except CortexError as exc:
         _fail(f"--path {exc}")
-    kept: list[dict[str, Any]] = []
-    used = 0
     rows = [row for row in rows if not types or row["type"] in types]
-    for row in rows[:limit]:
-        cost = estimate_tokens(json.dumps(row, ensure_ascii=False))
-        if kept and used + cost > budget:
-            break
-        kept.append(row)
-        used += cost
+    kept = within_budget(rows[:limit], budget, lambda row: estimate_tokens(json.dumps(row, ensure_ascii=False)))[0]
     if len(kept) < len(rows):
         click.echo(f"cortex: {len(rows) - len(kept)} more memories bound to {rel} left out (--limit, --budget)", err=True)
     store.record_access(row["id"] for row in kept)  # what is shown is read

@@ -102,12 +102,7 @@ def uninstall(project_root: Path) -> list[str]:
     hooks_path, config_path, agents = _paths(project_root)
     _check(project_root)
     data = load_json(hooks_path)
-    done = []
-    if isinstance(data.get("hooks"), dict):
-        done = remove_hooks(hooks_path, data["hooks"])
-        if not data["hooks"]:
-            del data["hooks"]
-        done = save_or_remove(hooks_path, data, done)
+    done = save_or_remove(hooks_path, data, remove_hooks(hooks_path, data))
     done += _uninstall_mcp(config_path)
     done += remove_section(agents)
     prune(hooks_path.parent)

@@ -147,28 +147,15 @@ def _merge(defaults: dict[str, Any], given: dict[str, Any], prefix: str, warning
 
 # What a setting may be beyond its default's type (an int, a number, a word, a list of words): numbers
 # within (low, high), None for no bound; words from a list. Anything else falls back to the default.
+FRACTIONS = ("recall.bm25_floor", "prompt.min_match", "capture.dedup_cosine", "graph.link_min", "graph.link_max",
+             "graph.suggest_min", "consolidate.auto_threshold", "consolidate.manual_threshold",
+             "consolidate.candidate_threshold", "gc.archive_below")
+AT_LEAST_ONE = ("briefing.budget_tokens", "graph.link_half_life_days", "consolidate.max_judged",
+                "consolidate.max_judged_by_hand", "consolidate.every_captures")
 RANGES: dict[str, tuple[float | None, float | None]] = {
-    "store.max_memory_bytes": (1024, None),
-    "briefing.budget_tokens": (1, None),
-    "recall.limit": (1, 1000),
-    "recall.rrf_k": (0, None),
-    "recall.bm25_floor": (0, 1),
-    "prompt.min_cosine": (-1, 1),
-    "prompt.min_cosine_with_words": (-1, 1),
-    "prompt.min_match": (0, 1),
-    "capture.dedup_cosine": (0, 1),
-    "capture.max_message_chars": (1000, None),
-    "graph.link_min": (0, 1),
-    "graph.link_max": (0, 1),
-    "graph.suggest_min": (0, 1),
-    "graph.link_half_life_days": (1, None),
-    "consolidate.auto_threshold": (0, 1),
-    "consolidate.manual_threshold": (0, 1),
-    "consolidate.candidate_threshold": (0, 1),
-    "consolidate.max_judged": (1, None),
-    "consolidate.max_judged_by_hand": (1, None),
-    "consolidate.every_captures": (1, None),
-    "gc.archive_below": (0, 1),
+    **dict.fromkeys(FRACTIONS, (0, 1)), **dict.fromkeys(AT_LEAST_ONE, (1, None)),
+    "store.max_memory_bytes": (1024, None), "recall.limit": (1, 1000), "capture.max_message_chars": (1000, None),
+    "prompt.min_cosine": (-1, 1), "prompt.min_cosine_with_words": (-1, 1),
 }
 CHOICES: dict[str, tuple[str, ...]] = {
     "capture.llm": ("off", "auto", "on"),

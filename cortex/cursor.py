@@ -61,14 +61,10 @@ def install(project_root: Path) -> list[str]:
 def uninstall(project_root: Path) -> list[str]:
     hooks_path, mcp_path, rules = _paths(project_root)
     hooks_data, mcp_data = _check(project_root)
-    done: list[str] = []
-    if isinstance(hooks_data.get("hooks"), dict):
-        removed = remove_hooks(hooks_path, hooks_data["hooks"], grouped=False)
-        if not hooks_data["hooks"]:
-            del hooks_data["hooks"]
-            if hooks_data == {"version": 1}:
-                hooks_data.clear()
-        done += save_or_remove(hooks_path, hooks_data, removed)
+    removed = remove_hooks(hooks_path, hooks_data, grouped=False)
+    if hooks_data == {"version": 1}:  # what install added beside the hooks
+        hooks_data.clear()
+    done = save_or_remove(hooks_path, hooks_data, removed)
     done += save_or_remove(mcp_path, mcp_data, remove_server(mcp_path, mcp_data))
     if rules.exists():
         rules.unlink()

@@ -26,14 +26,11 @@ UPKEEP = ("detached", "none")
 
 @dataclass
 class Changes:
-    """What `memories_changed` did, for logs and `--json`."""
+    """What `memories_changed` did that its later steps and callers go on from."""
 
     linked: int = 0
     pages: list[Path] = field(default_factory=list)
-    staged: list[str] = field(default_factory=list)
     agents: str | None = None
-    upkeep: list[str] = field(default_factory=list)  # stores whose upkeep was started or run
-    briefing: bool = False  # the next session start's briefing is being built ahead (no server to do it)
 
 
 def memories_changed(store: Store, indexes: Indexes, written: Iterable[Path] = (), *, link: Iterable[str] = (),
@@ -73,13 +70,13 @@ def memories_changed(store: Store, indexes: Indexes, written: Iterable[Path] = (
             mine = [*written, *_linked_paths(store, index, link), *changes.pages]
             if changes.agents:
                 mine.append(agents.path_for(store))
-            changes.staged = record_cortex_changes(store.root, str(store.config().get("git.on_stop")), paths=mine)
+            record_cortex_changes(store.root, str(store.config().get("git.on_stop")), paths=mine)
     elif store.label == "global" and stage and (written or everything) \
             and str(store.config().get("git.on_stop")) != "off":
         from cortex.globalsync import commit_changes  # the global store is a repository of its own, once synced
 
         try:
-            changes.staged = commit_changes(store, paths=None if everything else written)
+            commit_changes(store, paths=None if everything else written)
         except Exception as exc:  # the next Stop or `cortex sync --global` commits what is left
             store.log(f"global store not committed: {exc!r}")
     if upkeep == "detached":
@@ -88,11 +85,10 @@ def memories_changed(store: Store, indexes: Indexes, written: Iterable[Path] = (
         for each in iter_stores(store):
             if upkeep_due(each):
                 detached(["maintain", "--dir", str(each.root)], str(each.state_dir), env={"CORTEX_NESTED": "0"})
-                changes.upkeep.append(str(each.root))
     if store.label == "project" and (written or everything or changes.linked):
         from cortex.spawn import briefing_ahead  # a running server builds it itself
 
-        changes.briefing = briefing_ahead(str(store.root))
+        briefing_ahead(str(store.root))
     return changes
 
 
@@ -220,11 +216,8 @@ def unlink(store: Store, a: str, b: str, rel: str | None = None,
     from cortex import graph
 
     removed = graph.unlink(store, a, b, rel)
-    paths = []
-    for owner in dict.fromkeys(owner for owner, _ in removed):
-        path = store.get(owner).path
-        if path is not None:
-            paths.append(path)
+    owners = dict.fromkeys(owner for owner, _ in removed)
+    paths = [path for path in (store.get(owner).path for owner in owners) if path is not None]
     memories_changed(store, indexes or Indexes(), paths, upkeep="none")
     return removed
 
@@ -367,16 +360,11 @@ def take_catch_up(store: Store, session: str) -> dict[str, Any] | None:
         path.unlink()
     except (OSError, ValueError):
         return None
-    _sweep_catch_ups(path.parent)
-    return data if isinstance(data, dict) and isinstance(data.get("since_ns"), int) else None
-
-
-def _sweep_catch_ups(folder: Path, days: float = 1.0) -> None:
-    """Remove the markers of sessions that never sent a prompt (older than `days`)."""
-    with contextlib.suppress(OSError):
-        for marker in folder.glob("*.json"):
-            if marker.stat().st_mtime < time.time() - days * 86400:
+    with contextlib.suppress(OSError):  # the markers of sessions that never sent a prompt, a day old
+        for marker in path.parent.glob("*.json"):
+            if marker.stat().st_mtime < time.time() - 86400:
                 marker.unlink(missing_ok=True)
+    return data if isinstance(data, dict) and isinstance(data.get("since_ns"), int) else None
 
 
 def briefing_catch_up(store: Store, marker: dict[str, Any], indexes: Indexes) -> str | None:

@@ -30,10 +30,7 @@ def atomic_write(path: Path, data: str | bytes | Iterable[bytes], durable: bool 
             handle.flush()
             if durable:
                 os.fsync(handle.fileno())
-        if path.exists():
-            os.chmod(tmp, path.stat().st_mode & 0o777)
-        else:
-            os.chmod(tmp, 0o666 & ~_umask())
+        os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~_umask())  # mkstemp makes 0600
         os.replace(tmp, path)
     except BaseException as exc:
         with contextlib.suppress(OSError):

@@ -55,12 +55,7 @@ def install(project_root: Path) -> list[str]:
 def uninstall(project_root: Path) -> list[str]:
     settings_path, context = _paths(project_root)
     data = _check(settings_path, context)
-    done = []
-    if isinstance(data.get("hooks"), dict):
-        hooks = data["hooks"]
-        done = remove_hooks(settings_path, hooks)
-        if not hooks:
-            del data["hooks"]
+    done = remove_hooks(settings_path, data)
     done += remove_server(settings_path, data)
     done = save_or_remove(settings_path, data, done)
     done += remove_section(context)

@@ -67,36 +67,33 @@ def hooks_dir(repo: Any) -> Path:
     return path if path.is_absolute() else Path(repo.workdir or common) / path
 
 
-def _hook_script(name: str, python: str) -> str:
-    import cortex
+_HOOK_SCRIPT = """#!/bin/sh
+{mark}: installed by `cortex init --git-hooks`, removed by `cortex uninstall --git-hooks`.
+# A hook that was here before is kept as {chained} and runs first.
+HOOK_DIR=$(dirname "$0")
+{read}if [ -x "$HOOK_DIR/{chained}" ]; then
+    {pipe}"$HOOK_DIR/{chained}" "$@" || exit $?
+fi
+if [ -x "{python}" ] && [ -f "{package}" ]; then
+    CORTEX="{python} -m cortex"
+elif command -v cortex >/dev/null 2>&1; then
+    CORTEX="cortex"
+else
+    echo "cortex: not installed any more; skipping its {name} hook (reinstall cortex, or run: cortex uninstall --git-hooks)" >&2
+    exit 0
+fi
+{pipe}$CORTEX hook git-{name} "$@"
+"""
 
-    package = cortex.__file__  # where this interpreter imports cortex from: gone once it is uninstalled
-    reads_stdin = name == "pre-push"
-    lines = [
-        "#!/bin/sh",
-        f"{HOOK_MARK}: installed by `cortex init --git-hooks`, removed by `cortex uninstall --git-hooks`.",
-        f"# A hook that was here before is kept as {name}{CHAINED_SUFFIX} and runs first.",
-        'HOOK_DIR=$(dirname "$0")',
-    ]
-    if reads_stdin:
-        lines.append("INPUT=$(cat)")
-    pipe = "printf '%s\\n' \"$INPUT\" | " if reads_stdin else ""
-    lines += [
-        f'if [ -x "$HOOK_DIR/{name}{CHAINED_SUFFIX}" ]; then',
-        f'    {pipe}"$HOOK_DIR/{name}{CHAINED_SUFFIX}" "$@" || exit $?',
-        "fi",
-        f'if [ -x "{python}" ] && [ -f "{package}" ]; then',  # a file test: no second Python start per hook
-        f'    CORTEX="{python} -m cortex"',
-        "elif command -v cortex >/dev/null 2>&1; then",
-        '    CORTEX="cortex"',
-        "else",
-        f'    echo "cortex: not installed any more; skipping its {name} hook (reinstall cortex, or run: cortex uninstall --git-hooks)" >&2',
-        "    exit 0",
-        "fi",
-        f'{pipe}$CORTEX hook git-{name} "$@"',
-        "",
-    ]
-    return "\n".join(lines)
+
+def _hook_script(name: str, python: str) -> str:
+    """The hook: the chained one first, then cortex, found by a file test (no second Python start per hook)."""
+    import cortex  # its __file__: where this interpreter imports cortex from, gone once it is uninstalled
+
+    stdin = name == "pre-push"
+    return _HOOK_SCRIPT.format(mark=HOOK_MARK, name=name, chained=f"{name}{CHAINED_SUFFIX}", python=python,
+                               package=cortex.__file__, read="INPUT=$(cat)\n" if stdin else "",
+                               pipe="printf '%s\\n' \"$INPUT\" | " if stdin else "")
 
 
 def is_cortex_hook(path: Path) -> bool:
@@ -456,16 +453,9 @@ def _added_under(repo: Any, commit: Any, prefix: str) -> list[tuple[str, Any]]:
         if delta.status_char() not in ("A", "M", "T", "R", "C") or delta.new_file.mode not in blob_modes:
             continue
         path = f"{prefix}/{delta.new_file.path}" if prefix else delta.new_file.path
-        if not any(_entry_id(parent.tree, path) == delta.new_file.id for parent in parents[1:]):
+        if not any(path in parent.tree and parent.tree[path].id == delta.new_file.id for parent in parents[1:]):
             found.append((path, delta.new_file.id))
     return found
-
-
-def _entry_id(tree: Any, path: str) -> Any:
-    try:
-        return tree[path].id
-    except KeyError:
-        return None
 
 
 def pushed_changes(repo: Any, push_lines: str, prefix: str, remote: str = "") -> list[PushedFile]:

@@ -1,10 +1,6 @@
-"""The global store as a git repository of its own, synced through an optional remote.
-
-Commits `memories/`, `conflicts/` and `.gitignore`; checks out only regular files under `memories/` and
-`conflicts/` (a remote is data: it never writes `config.yaml`, which names commands to run). The replay is
-file by file: memories have random ids, so machines only add different files; a real conflict keeps the
-remote's version in place and this machine's as a conflict copy under `conflicts/`. docs/git.md.
-"""
+"""The global store as a git repository of its own, synced through an optional remote. What is committed and
+checked out (never `config.yaml`: it names commands to run), the file-by-file replay and conflict copies:
+docs/git.md."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ class Finding:
 def scan_text(text: str) -> list[Finding]:
     """Every likely secret in `text`, by line."""
     spans = _spans(text)
-    starts = _line_starts(text)
+    starts = [0] + [m.end() for m in re.finditer("\n", text)]
     found = [Finding(bisect_right(starts, start), kind, start, end) for start, end, _rank, kind in spans]
     return sorted(found, key=lambda f: (f.line, f.kind, f.start))  # two secrets on a line are two findings
 
@@ -150,10 +150,6 @@ def _merged(spans: list[Span]) -> list[Span]:
         else:
             out.append((start, end, rank, kind))
     return out
-
-
-def _line_starts(text: str) -> list[int]:
-    return [0] + [m.end() for m in re.finditer("\n", text)]
 
 
 _TOKEN_RUN = re.compile(r"[A-Za-z0-9+/=_\-]{40}")

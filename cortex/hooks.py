@@ -6,6 +6,7 @@ fails closed only for a secret in a pushed memory (and, with `git.pre_push: bloc
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -162,7 +163,8 @@ def _claude_hook(name: str, raw: str, body: Callable[[Store, dict[str, Any]], No
         if store is not None:
             store.log(f"{name}: {exc!r}")
         else:
-            _log_anywhere(f"{name}: {exc!r}")
+            with contextlib.suppress(Exception):
+                Store.locate(Path.cwd()).log(f"{name}: {exc!r}")
     return 0
 
 
@@ -215,14 +217,6 @@ def _store_at(cwd: Path) -> Store | None:
     except NotInitialised:
         return None
     return store if store.label == "project" else None
-
-
-def _log_anywhere(message: str) -> None:
-    try:
-        store = Store.locate(Path.cwd())
-        store.log(message)
-    except Exception:
-        pass
 
 
 def claude_session_start(raw: str) -> int:

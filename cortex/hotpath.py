@@ -6,6 +6,7 @@ matches, `prompt` asks the resident `cortex serve`; either returns False when `c
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -103,12 +104,10 @@ def note_injected(store_root: str, payload: dict[str, object], event: str, text:
 
 def append_line(path: str, record: dict[str, object]) -> None:
     """Append one JSON line to a state file (best effort: a hook never fails on its own bookkeeping)."""
-    try:
+    with contextlib.suppress(OSError):
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(record) + "\n")
-    except OSError:
-        pass
 
 
 def session_start(raw: str) -> bool:
@@ -145,14 +144,12 @@ def session_start(raw: str) -> bool:
 
 def _write(path: str, text: str) -> None:
     """Write a small state file whole (a temp file renamed over it); best effort, as every hook's bookkeeping."""
-    try:
+    with contextlib.suppress(OSError):
         os.makedirs(os.path.dirname(path), exist_ok=True)
         temp = f"{path}.{os.getpid()}.tmp"
         with open(temp, "w", encoding="utf-8") as handle:
             handle.write(text)
         os.replace(temp, path)
-    except OSError:
-        pass
 
 
 def prompt(raw: str) -> bool:

@@ -65,9 +65,8 @@ def _own_config() -> tuple[Path, Any]:
 def decide(store: Store) -> Decision:
     """What the LLM may do for `store`: the global store's own settings are the person's; a project's only ask."""
     own_path, own = (store.config_path, store.config()) if store.label == "global" else _own_config()
-    allowed = _level(os.environ.get("CORTEX_LLM")) if os.environ.get("CORTEX_LLM") else None
-    if allowed is None:
-        allowed = str(own.get("capture.llm"))
+    allowed = (_level(os.environ.get("CORTEX_LLM")) if os.environ.get("CORTEX_LLM") else None) \
+        or str(own.get("capture.llm"))
     command = os.environ.get("CORTEX_LLM_COMMAND", "").strip() or str(own.get("capture.llm_command"))
     asked = allowed if store.label == "global" else str(store.config().get("capture.llm"))
     mode = LEVELS[min(LEVELS.index(asked), LEVELS.index(allowed))]

@@ -355,8 +355,9 @@ class CortexMCPServer(MCPServer):
                     lowlevel = self._lowlevel_server
                     await lowlevel.run(receive, write_stream, lowlevel.create_initialization_options())
                     tasks.cancel_scope.cancel()
-        finally:
-            _release_stdin(wire)
+        finally:  # the private copy stays open: a reader thread may still block on it after the server stops
+            with contextlib.suppress(OSError):
+                os.dup2(wire, 0)
 
 
 NOT_UTF8 = "\x00 (not UTF-8)\n"  # what a line of invalid UTF-8 is handed on as: not JSON, so a Parse error
@@ -373,12 +374,6 @@ def _claim_stdin() -> int:
     finally:
         os.close(null)
     return private
-
-
-def _release_stdin(private: int) -> None:
-    # The private copy stays open: a reader thread may still block on it after the server stops.
-    with contextlib.suppress(OSError):
-        os.dup2(private, 0)
 
 
 async def _stdin_lines(fd: int) -> AsyncIterator[str]:
@@ -574,19 +569,14 @@ def _add_search_tools(tool: Register, backend: Backend) -> None:
 def _by_path(backend: Backend, path: str, types: list[str], limit: int, budget_tokens: int) -> CallToolResult:
     """`cortex_search` with `path`: the project's memories bound to the file (`cortex.bypath`), in budget."""
     from cortex.bypath import lookup, worktree_of
+    from cortex.text import within_budget
 
     store = backend.store()
     if store.label != "project":
         raise CortexError("path: looks in a project's store (files are a repository's)")
     rel, found = lookup(store, path, worktree_of(store), backend.index(store, full=False))
     found = [row for row in found if not types or row["type"] in types]
-    rows: list[dict[str, Any]] = []
-    used = 0
-    for row in found[:limit]:
-        if rows and used + _row_tokens(row) > budget_tokens:
-            break
-        rows.append(row)
-        used += _row_tokens(row)
+    rows, used = within_budget(found[:limit], budget_tokens, _row_tokens)
     store.record_access(row["id"] for row in rows)
     return _result({"path": rel, "results": rows, "tokens": used, "omitted": len(found) - len(rows),
                     "notes": [] if rows else ["nothing relevant"]})

@@ -1,10 +1,7 @@
-"""The memory record and its file format (DESIGN.md §2).
+"""The memory record and its file format (DESIGN.md §2; reading and writing: docs/store.md).
 
-`parse` reads the YAML subset cortex writes itself with a small reader (ruamel.yaml for all of a store is
-far too slow) and hands anything else to ruamel.yaml, the authority; anchors and aliases are refused, and
-any text raises `MalformedMemory` and nothing else. `render_new` and `edit_text` write with ruamel.yaml,
-round-trip, so a person's comments and key order survive.
-"""
+A small fast reader takes the YAML subset cortex writes and hands anything else to ruamel.yaml, the authority;
+any text raises `MalformedMemory` and nothing else."""
 
 from __future__ import annotations
 
@@ -268,25 +265,20 @@ _TIMESTAMP = re.compile(
     r"|[0-9]{4}-[0-9]{1,2}-[0-9]{1,2}([Tt]|[ \t]+)[0-9]{1,2}:[0-9]{2}:[0-9]{2}(\.[0-9]*)?([ \t]*(Z|[-+][0-9]{1,2}(:[0-9]{2})?))?$"
 )
 _PLAIN_BAD_START = set("-?:,[]{}#&*!|>'\"%@`")
-_NULLS = {"", "~", "null", "Null", "NULL"}
-_TRUE = {"true", "True", "TRUE"}
-_FALSE = {"false", "False", "FALSE"}
+# The words YAML reads as null, true or false.
+_WORDS = {word: value for words, value in (("null Null NULL ~", None), ("true True TRUE", True),
+                                           ("false False FALSE", False)) for word in words.split()} | {"": None}
 
 
 # Plain text that YAML can only read as a string: the common case, checked first.
 _OBVIOUS_TEXT = re.compile(r"[A-Za-z_/][^:#'\"\[\]{},\t]*$")
-_SPECIAL_WORDS = frozenset(["null", "Null", "NULL", "true", "True", "TRUE", "false", "False", "FALSE"])
 
 
 def _plain(token: str, in_flow: bool) -> Any:
-    if _OBVIOUS_TEXT.match(token) and token not in _SPECIAL_WORDS:
+    if token in _WORDS:
+        return _WORDS[token]
+    if _OBVIOUS_TEXT.match(token):
         return token
-    if token in _NULLS:
-        return None
-    if token in _TRUE:
-        return True
-    if token in _FALSE:
-        return False
     first = token[0]
     if first in _PLAIN_BAD_START or ": " in token or " #" in token or token.endswith(":"):
         raise _NotSimple
@@ -531,12 +523,9 @@ def control_problem(data: dict[str, Any], body: str) -> str | None:
         if char is None and isinstance(key, str):
             char = _control_in(key)
         if char is not None:
-            return f"{_control_in_key(key)}: holds control character U+{ord(char):04X} (a memory is text: remove it)"
+            name = _FIELD_CONTROL.sub("?", str(key))  # the message names the key, never prints its controls
+            return f"{name}: holds control character U+{ord(char):04X} (a memory is text: remove it)"
     return None
-
-
-def _control_in_key(key: Any) -> str:
-    return _FIELD_CONTROL.sub("?", str(key))  # the message names the key, never prints its controls
 
 
 def _control_in(value: Any) -> str | None:
@@ -545,15 +534,9 @@ def _control_in(value: Any) -> str | None:
         found = _FIELD_CONTROL.search(value)
         return found.group() if found else None
     if isinstance(value, dict):
-        for key, item in value.items():
-            char = _control_in(key) or _control_in(item)
-            if char is not None:
-                return char
-    elif isinstance(value, list):
-        for item in value:
-            char = _control_in(item)
-            if char is not None:
-                return char
+        value = [part for pair in value.items() for part in pair]
+    if isinstance(value, list):
+        return next((char for char in map(_control_in, value) if char is not None), None)
     return None
 
 
@@ -595,9 +578,7 @@ def from_data(data: dict[str, Any], body: str, path: Path | None = None) -> Memo
         priority = int(priority)
     if isinstance(priority, bool) or not isinstance(priority, int) or not 1 <= priority <= 10:
         raise MalformedMemory(path, f"priority: {priority!r} is outside 1..10 (a whole number)")
-    pinned = data.get("pinned", False)
-    if pinned is None:
-        pinned = False
+    pinned = False if data.get("pinned") is None else data["pinned"]
     if not isinstance(pinned, bool):
         raise MalformedMemory(path, f"pinned: expected true or false, got {pinned!r}")
     scope = data.get("scope") or "project"

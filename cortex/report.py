@@ -1,9 +1,6 @@
 """`cortex report`: one self-contained HTML page about a store (graph, decisions, branch changes, salience).
 
-Memory text is untrusted: it passes `cortex.guard.redacted`, goes into a JSON block with `<`, `>` and `&`
-escaped, is written with `textContent` only, and a Content-Security-Policy runs nothing but the page's own
-script. docs/report.md.
-"""
+Memory text is untrusted: how the page keeps it text (escaped JSON, `textContent`, a CSP) is in docs/report.md."""
 
 from __future__ import annotations
 
@@ -166,7 +163,8 @@ def layout(memories: list[Memory], edges: list[tuple[int, int]]) -> tuple[list[t
             continue
         groups.append(("", _component(start, neighbours, seen)))
     groups.sort(key=lambda g: (-len(g[1]), memories[g[1][0]].id))
-    groups = [(_short(memories[members[0]].title), members) for _, members in groups]  # named after its hub
+    titles = [memories[members[0]].title for _, members in groups]  # each named after its hub
+    groups = [(t if len(t) <= 40 else t[:39].rstrip() + "…", members) for t, (_, members) in zip(titles, groups)]
     groups += [(f"{kind}, unlinked", members) for kind, members in sorted(lonely.items())]
     local = [(0.0, 0.0)] * count
     discs = []
@@ -191,10 +189,6 @@ def layout(memories: list[Memory], edges: list[tuple[int, int]]) -> tuple[list[t
         clusters.append({"label": label, "x": round(cx, 1), "y": round(cy, 1), "r": round(radius, 1),
                          "size": len(members)})
     return positions, cluster_of, clusters
-
-
-def _short(title: str, limit: int = 40) -> str:
-    return title if len(title) <= limit else title[: limit - 1].rstrip() + "…"
 
 
 def _reached(start: int, step: Callable[[int], list[int]]) -> list[int]:

@@ -1,9 +1,5 @@
-"""Pull-request review of memory: what a branch changes in the store, for a reviewer.
-
-Read from git objects (no checkout, so it runs in CI), sorted as a reviewer reads, rendered short enough for
-one comment; `post` edits only the comment its own token posted. Memory text passes the secret rule.
-docs/review.md.
-"""
+"""Pull-request review of memory: what a branch changes in the store, read from git objects (no checkout, so it
+runs in CI), and the one comment `post` keeps up to date. docs/review.md."""
 
 from __future__ import annotations
 
@@ -108,7 +104,8 @@ def build(repo: Any, base_rev: str, head_rev: str, store_prefix: str) -> dict[st
     report["pins"] = _pin_changes(old, new, changed_ids)
     paths = gitops.path_changes(repo, fork, head)
     report["warnings"] = (
-        _malformed(new, changed_ids)
+        [{"kind": "malformed", "path": v.path, "reason": v.problem}
+         for v in map(new.get, changed_ids) if v is not None and v.memory is None]
         + _contradictions(old, new, changed_ids)
         + _deleted_files(repo, fork, head, new, paths)
         + _made_stale(repo, fork, head, new, paths, memories_prefix)
@@ -277,12 +274,6 @@ def _setting_lines(report: dict[str, Any], limit: int) -> list[str]:
     pins = [f"- {'Pinned' if row['pinned'] else 'Unpinned'}: {_item(row)}" for row in report["pins"][:limit]]
     out += _more(pins, len(report["pins"]), limit) if pins else []
     return ["#### Settings and pins", *out, ""] if out else []
-
-
-def _malformed(new: _Side, changed_ids: list[str]) -> list[dict[str, Any]]:
-    versions = [new.get(mid) for mid in changed_ids]
-    return [{"kind": "malformed", "path": version.path, "reason": version.problem}
-            for version in versions if version is not None and version.memory is None]
 
 
 def _contradictions(old: _Side, new: _Side, changed_ids: list[str]) -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from cortex.errors import CortexError, MemoryNotFound
-from cortex.files import atomic_write, file_lock
+from cortex.files import atomic_write, file_lock, read_json
 from cortex.layout import injections_file, subagent_tasks_file
 from cortex.store import Store, iter_stores
 from cortex.text import estimate_tokens, words
@@ -93,11 +93,7 @@ def _state_path(store: Store) -> Path:
 
 def load(store: Store) -> dict[str, Any]:
     """The salience state (empty when missing or unreadable: it is derived, never precious)."""
-    try:
-        data = json.loads(_state_path(store).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return _clean(data)
+    return _clean(read_json(_state_path(store)))
 
 
 def _clean(data: Any) -> dict[str, Any]:
@@ -380,12 +376,6 @@ def muted(store: Store, state: dict[str, Any] | None = None) -> set[str]:
     return out
 
 
-def _hot_candidates(usage_by_id: dict[str, Usage]) -> list[str]:
-    good = [(u.score, u.used + u.up, i) for i, u in usage_by_id.items()
-            if (u.used >= HOT_MIN_USES or u.up > 0) and u.score >= HOT_MIN_SCORE and u.down <= u.up]
-    return [i for _s, _n, i in sorted(good, key=lambda t: (-t[0], -t[1], t[2]))]
-
-
 def hot_ids(store: Store, state: dict[str, Any] | None = None) -> list[str]:
     """The hot tier's unpinned members, best first, as last computed (pinned memories are always hot)."""
     return _hot_of(load(store) if state is None else state)
@@ -401,7 +391,9 @@ def _retier(store: Store, state: dict[str, Any], now: float) -> None:
     budget = int(store.config().get("salience.hot_tokens"))
     usage_by_id = usages(store, state)
     hot, used = [], 0
-    for memory_id in _hot_candidates(usage_by_id):
+    good = [(u.score, u.used + u.up, i) for i, u in usage_by_id.items()
+            if (u.used >= HOT_MIN_USES or u.up > 0) and u.score >= HOT_MIN_SCORE and u.down <= u.up]
+    for _s, _n, memory_id in sorted(good, key=lambda t: (-t[0], -t[1], t[2])):
         memory = _lookup(store, memory_id)
         if memory is None or memory.status != "active" or memory.pinned:
             continue

@@ -7,6 +7,7 @@ terminal's signals), with its output appended to a log under `state/`.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import sys
@@ -14,10 +15,8 @@ import sys
 
 def detached(args: list[str], state_dir: str, log_name: str = "worker.log", cwd: str | None = None,
              stdin: bytes | None = None, env: dict[str, str] | None = None, wait: float = 0.5) -> None:
-    """Start `python -m cortex <args>` detached and return at once.
-
-    With `stdin`, the bytes are written to the child (waiting at most `wait` seconds for it to read them).
-    """
+    """Start `python -m cortex <args>` detached; `stdin` is written to it, waiting at most `wait` seconds."""
+    import contextlib
     import subprocess
 
     os.makedirs(state_dir, exist_ok=True)
@@ -27,10 +26,8 @@ def detached(args: list[str], state_dir: str, log_name: str = "worker.log", cwd:
                                  stdout=log, stderr=log, start_new_session=True, close_fds=True,
                                  env=dict(os.environ, **(env or {})))
         if stdin is not None:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):  # it carries on in its own session
                 child.communicate(stdin, timeout=wait)
-            except subprocess.TimeoutExpired:
-                pass  # it carries on in its own session
 
 
 def start_server(store_root: str) -> None:
@@ -40,10 +37,8 @@ def start_server(store_root: str) -> None:
     if server_up(store_root) or private_dir(create=True) is None:
         return  # one runs; or there is no private folder for its socket (the prompt hook recalls in its own process)
     args = ["serve", "--dir", store_root, "--idle", os.environ.get("CORTEX_SERVE_IDLE", "900")]  # tests shorten it
-    try:
+    with contextlib.suppress(OSError):  # a read-only store: the prompt hook recalls in its own process
         detached(args, os.path.join(store_root, "state"), "serve.log", env=_one_blas_thread())
-    except OSError:
-        pass  # a read-only store: the prompt hook recalls in its own process
 
 
 def nested() -> bool:
@@ -60,27 +55,23 @@ def resident(collect: bool = True) -> None:
         gc.enable()
 
 
-def briefing_ahead(store_root: str) -> bool:
+def briefing_ahead(store_root: str) -> None:
     """After cortex changed the project store at `store_root` (a write, a git hook's sync) with no `cortex serve`
     to do it: build the next SessionStart's briefing in a detached process (`cortex.briefing.build_next`), so
     that session start reads a file instead of building it (seconds at 100,000 memories). Only for a store
-    that has briefed a session before (`state/briefing.json`). True when one was started."""
+    that has briefed a session before (`state/briefing.json`); else the SessionStart builds it."""
     from cortex.layout import server_up
 
     if server_up(store_root) or not os.path.exists(os.path.join(store_root, "state", "briefing.json")):
-        return False
+        return
     import subprocess
 
-    try:
-        with open(os.path.join(store_root, "state", "worker.log"), "a", encoding="utf-8") as log:
-            # Niced: it must not take the core the command that started it (or the next one) is still using.
-            subprocess.Popen([sys.executable, "-c", "import os, sys; os.nice(10); from cortex.briefing import build_next; "
-                              "build_next(sys.argv[1], commits=True)", store_root],
-                             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True,
-                             env=_one_blas_thread())
-    except OSError:
-        return False  # the SessionStart builds it
-    return True
+    with contextlib.suppress(OSError), open(os.path.join(store_root, "state", "worker.log"), "a", encoding="utf-8") as log:
+        # Niced: it must not take the core the command that started it (or the next one) is still using.
+        subprocess.Popen([sys.executable, "-c", "import os, sys; os.nice(10); from cortex.briefing import build_next; "
+                          "build_next(sys.argv[1], commits=True)", store_root],
+                         stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True,
+                         env=_one_blas_thread())
 
 
 def _one_blas_thread() -> dict[str, str]:

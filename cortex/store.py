@@ -12,13 +12,14 @@ import os
 import re
 import stat as _stat
 import time
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from cortex import memory as fmt
 from cortex.errors import AmbiguousId, CortexError, MalformedMemory, MemoryNotFound, NotInitialised
-from cortex.files import atomic_write, file_lock, is_temp_name, lock_wait
+from cortex.files import atomic_write, file_lock, is_temp_name, lock_wait, read_json
 from cortex.layout import STORE_DIRNAME, global_root, linked_folder
 from cortex.memory import Link, Memory
 
@@ -221,16 +222,12 @@ class Store:
     def _sweep_when_due(self) -> None:
         """`_remove_stale_temp_files` at most every STALE_TEMP_SECONDS (`state/swept`): it walks every folder."""
         stamp = self.state_dir / "swept"
-        try:
+        with contextlib.suppress(OSError):  # never swept
             if time.time() - stamp.stat().st_mtime < STALE_TEMP_SECONDS:
                 return
-        except OSError:
-            pass  # never swept
         self._remove_stale_temp_files()
-        try:
+        with contextlib.suppress(OSError):  # a read-only state folder: the next writer sweeps again
             stamp.touch()
-        except OSError:
-            pass  # a read-only state folder: the next writer sweeps again
 
     def _remove_stale_temp_files(self) -> None:
         """Remove `atomic_write` temp files older than STALE_TEMP_SECONDS: a writer killed before its rename."""
@@ -240,11 +237,9 @@ class Store:
                 if not is_temp_name(name):
                     continue
                 path = os.path.join(dirpath, name)
-                try:
+                with contextlib.suppress(OSError):  # gone already, or a read-only store: the next writer tries again
                     if os.lstat(path).st_mtime < cutoff:
                         os.unlink(path)
-                except OSError:
-                    pass  # gone already, or a read-only store: the next writer tries again
 
     def reload_config(self) -> None:
         """Read `config.yaml` again at the next `config()` (a resident process saw it change)."""
@@ -315,20 +310,11 @@ class Store:
     ) -> list[Memory]:
         """Memories matching every filter given (an empty filter matches all)."""
         wanted_types, wanted_statuses, wanted_tags = set(types), set(statuses), set(tags)
-        out = []
-        for item in self.scan().memories:
-            if wanted_types and item.type not in wanted_types:
-                continue
-            if wanted_statuses and item.status not in wanted_statuses:
-                continue
-            if wanted_tags and not wanted_tags & set(item.tags):
-                continue
-            if branch is not None and item.branch != branch:
-                continue
-            if pinned is not None and item.pinned != pinned:
-                continue
-            out.append(item)
-        return out
+        return [item for item in self.scan().memories
+                if not (wanted_types and item.type not in wanted_types)
+                and not (wanted_statuses and item.status not in wanted_statuses)
+                and not (wanted_tags and not wanted_tags & set(item.tags))
+                and (branch is None or item.branch == branch) and (pinned is None or item.pinned == pinned)]
 
     def get(self, id_or_prefix: str) -> Memory:
         """A memory by id or unique id prefix (at least 4 hex characters), as every reader takes it (status
@@ -539,17 +525,12 @@ class Store:
 
     def mark_changed(self) -> None:
         """Touch state/changed: tells readers trusting a `cortex watch` that cortex itself just wrote."""
-        try:
+        with contextlib.suppress(OSError):
             self.state_dir.mkdir(parents=True, exist_ok=True)
             (self.state_dir / "changed").touch()
-        except OSError:
-            pass
 
     def access_counts(self) -> dict[str, int]:
-        try:
-            data = json.loads((self.state_dir / "access.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}
+        data = read_json(self.state_dir / "access.json", {})
         return {k: int(v.get("count", 0)) for k, v in data.items() if isinstance(v, dict)}
 
     def record_access(self, ids: Iterable[str]) -> None:
@@ -561,33 +542,24 @@ class Store:
             _DEFERRED_ACCESS.setdefault(str(self.state_dir), (self, []))[1].extend(ids)
             return
         path = self.state_dir / "access.json"
-        try:
-            with file_lock(self.state_dir / "access.lock"):
-                try:
-                    data = json.loads(path.read_text(encoding="utf-8"))
-                except (OSError, ValueError):
-                    data = {}
-                stamp = fmt.now_iso()
-                for memory_id in ids:
-                    entry = data.setdefault(memory_id, {"count": 0})
-                    entry["count"] = int(entry.get("count", 0)) + 1
-                    entry["last"] = stamp
-                # Counts are private, best-effort state: no fsync.
-                atomic_write(path, json.dumps(data, sort_keys=True), durable=False)
-        except OSError:
-            pass  # a read-only store still reads
+        with contextlib.suppress(OSError), file_lock(self.state_dir / "access.lock"):  # a read-only store still reads
+            data = read_json(path, {})
+            stamp = fmt.now_iso()
+            for memory_id in ids:
+                entry = data.setdefault(memory_id, {"count": 0})
+                entry["count"] = int(entry.get("count", 0)) + 1
+                entry["last"] = stamp
+            atomic_write(path, json.dumps(data, sort_keys=True), durable=False)  # private, best-effort: no fsync
 
     def log(self, message: str) -> None:
         """Append a line to state/cortex.log (best effort), secrets named, never written (`cortex.guard.redacted`)."""
         from cortex.guard import redacted
 
         message = redacted(message)
-        try:
+        with contextlib.suppress(OSError):
             self.state_dir.mkdir(parents=True, exist_ok=True)
             with open(self.state_dir / "cortex.log", "a", encoding="utf-8") as handle:
                 handle.write(f"{fmt.now_iso()} {message}\n")
-        except OSError:
-            pass
 
     # ------------------------------------------------------------ status
 
@@ -601,11 +573,8 @@ class Store:
 
 def status_of(store: Store, rows: list[tuple[Any, str, str, str, bool, list[Any]]], problems: list[str]) -> dict[str, Any]:
     """`Store.status` from (path, id, type, status, pinned, [(rel, to, …)]) of each memory and the problems found."""
-    by_type: dict[str, int] = {}
-    by_status: dict[str, int] = {}
-    for _, _, kind, status, _, _ in rows:
-        by_type[kind] = by_type.get(kind, 0) + 1
-        by_status[status] = by_status.get(status, 0) + 1
+    by_type = Counter(row[2] for row in rows)
+    by_status = Counter(row[3] for row in rows)
     problems = list(problems)
     warnings: list[str] = []
     for path, memory_id, _, _, _, links in rows:
@@ -665,16 +634,10 @@ def duplicate_ids(pairs: Iterable[tuple[str, Any]]) -> dict[str, builtins.list[A
     Neither file is read: which one a reader picked would depend on file names, so a second file could speak under
     a trusted memory's id in one reader while another showed the original.
     """
-    first: dict[str, Any] = {}
-    shared: dict[str, builtins.list[Any]] = {}
+    holders: dict[str, builtins.list[Any]] = {}
     for ident, where in pairs:
-        if ident not in first:
-            first[ident] = where
-        elif ident in shared:
-            shared[ident].append(where)
-        else:
-            shared[ident] = [first[ident], where]
-    return shared
+        holders.setdefault(ident, []).append(where)
+    return {ident: found for ident, found in holders.items() if len(found) > 1}
 
 
 def duplicate_reason(ident: str, path: Any, holders: builtins.list[Any]) -> str:
