@@ -7,6 +7,7 @@ expressions, deterministically; `conflict` says where two texts disagree.
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from dataclasses import dataclass, replace
 
@@ -44,6 +45,7 @@ _ORDINAL = re.compile(r"^(\d+)(?:st|nd|rd|th)$")
 _NAME = re.compile(r"^[A-Z][a-z]+(?:[A-Z][a-z]+)*$")
 
 
+@functools.lru_cache(maxsize=1 << 16)  # a store's texts share most of their words
 def _stem(word: str) -> str:
     """A crude stem, enough to see "caches", "cached" and "cache" as one word."""
     word = word.lower().replace("’", "'")
@@ -522,9 +524,10 @@ _DENY_AFTER = re.compile(
     r"(?:seen|observed)|(?:has|have)\s+stopped(?:\s+\w+ing)?(?:\s+that)?|nothing\s+to\s+do\s+with|other\s+than"
     r"|not\s+because(?:\s+of)?)\s+(.+)", re.I)
 _DENY_BEFORE = re.compile(
-    r"([^:,;—–]+?)\s*[—–,:-]*\s*\b(?:(?:has|have|was|were)\s+never\s+been\s+(?:seen|observed)|never\s+(?:observed|seen|"
-    r"happened)|(?:has|have)\s+(?:not|never)\s+happened|(?:is|was)\s+not\s+(?:why|the\s+reason|the\s+cause)|"
-    r"isn't\s+why|plays?\s+no\s+part)\b", re.I)
+    r"\b(?:(?:has|have|was|were)\s+never\s+been\s+(?:seen|observed)|never\s+(?:observed|seen|happened)|"
+    r"(?:has|have)\s+(?:not|never)\s+happened|(?:is|was)\s+not\s+(?:why|the\s+reason|the\s+cause)|isn't\s+why|"
+    r"plays?\s+no\s+part)\b", re.I)
+_CLAUSE_START = re.compile(r".*[:,—–]|^", re.S)  # the denied clause before a closer starts after the last mark
 _PERMITS = frozenset({"may", "can", "allowed", "permitted", "fine", "ok", "okay", "freely", "acceptable"})
 _PRONOUNS = frozenset({"it", "they", "this", "that", "its"})
 
@@ -538,21 +541,24 @@ def _denied(text: str) -> list[frozenset[str]]:
     """The content stems of each clause the text denies."""
     out = []
     for part in _SEGMENT.split(text):
-        for pattern in (_DENY_AFTER, _DENY_BEFORE):
-            for match in pattern.finditer(part):
-                stems = frozenset(claims(match.group(1)).stems)
-                if len(stems) >= 2:
-                    out.append(stems)
+        clauses = [match.group(1) for match in _DENY_AFTER.finditer(part)]
+        for match in _DENY_BEFORE.finditer(part):
+            before = part[:match.start()]
+            opening = _CLAUSE_START.match(before.rstrip(" ,:—–-"))
+            clauses.append(before[opening.end() if opening else 0:])
+        for clause in clauses:
+            stems = frozenset(claims(clause).stems)
+            if len(stems) >= 2:
+                out.append(stems)
     return out
 
 
-def _denial(one: str, other: Claims, other_text: str) -> str | None:
+def _denial(one: Statement, other: Statement) -> str | None:
     """Why `one` denies what `other` says: a clause `one` denies is (almost) all said in `other`, which does
     not deny it too."""
-    theirs = _denied(other_text)
-    for clause in _denied(one):
-        if len(clause & other.word_stems) >= 0.8 * len(clause) and not any(len(clause & t) >= 0.8 * len(clause)
-                                                                             for t in theirs):
+    for clause in one.denied:
+        if len(clause & other.claims.word_stems) >= 0.8 * len(clause) and \
+                not any(len(clause & theirs) >= 0.8 * len(clause) for theirs in other.denied):
             return f"denial: one says it is not so that {' '.join(sorted(clause))[:80]}"
     return None
 
@@ -561,7 +567,7 @@ def _permission(one: Claims, other: Claims) -> str | None:
     """One forbids what the other allows ("must never cache" / "may freely cache", "caching is fine")."""
     if not other.words & _PERMITS:
         return None
-    allowed = {stem for _before, stem in other.asserted} - {stem for _before, stem in other.negated}
+    allowed = other.word_stems - {stem for _before, stem in other.negated}
     for _before, stem in sorted(one.negated):
         if stem in allowed:
             return f"permission: one forbids '{stem}', the other allows it"
@@ -579,7 +585,7 @@ def _pronoun_negation(one: Claims, other: Claims) -> str | None:
 
 def _other_subject(first: Claims, second: Claims) -> tuple[str, str] | None:
     """The words that name two different things, when the texts open with them and go on alike ("the API
-    timeout is 30s" / "the worker timeout is 60s"): each side's one to three words among its first few, found
+    timeout is 30s" / "the worker timeout is 60s"): each side's one to four words among its first few, found
     nowhere in the other."""
     a, b = first.stems, second.stems
     ops = difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
@@ -591,7 +597,7 @@ def _other_subject(first: Claims, second: Claims) -> tuple[str, str] | None:
     if len(ops) < at + 2 or ops[at][0] != "replace" or ops[at + 1][0] != "equal":
         return None
     _tag, i1, i2, j1, j2 = ops[at]
-    if i1 - start[0] > 2 or j1 - start[1] > 2 or i2 - i1 > 3 or j2 - j1 > 3:  # words naming the subject come first
+    if i1 - start[0] > 2 or j1 - start[1] > 2 or i2 - i1 > 4 or j2 - j1 > 4:  # words naming the subject come first
         return None
     if any(word in second.word_stems for word in a[i1:i2]) or any(word in first.word_stems for word in b[j1:j2]):
         return None
@@ -606,10 +612,31 @@ def _without_openers(found: Claims) -> Claims:
     return replace(found, items=items)
 
 
+def subject_words(title: str) -> frozenset[str]:
+    """The stems of a title's content words (what `cortex.suspects` finds a memory's subject neighbours by)."""
+    return frozenset(_stem(word) for word in _WORDS.findall(title.lower())
+                     if word not in STOP_WORDS | _AUXILIARIES | _NEGATIONS and len(word) > 1 and not word.isdigit())
+
+
+_WORDS = re.compile(r"[a-z][a-z0-9'’-]*")
 VALUE_REASONS = ("number", "version", "name", "identifier")  # a reason that two values differ (drift when unlinked)
 
 
-def contradiction(a: str, b: str) -> str | None:
+@dataclass(frozen=True)
+class Statement:
+    """What `contradiction` reads of one text, once (a queue compares each memory with several)."""
+
+    claims: Claims
+    denied: tuple[frozenset[str], ...]
+    empty: bool  # nothing said about now
+
+
+def statement(text: str) -> Statement:
+    now = _now_part(text)
+    return Statement(_without_openers(claims(now)), tuple(_denied(now)), not now.strip())
+
+
+def contradiction(a: str | Statement, b: str | Statement) -> str | None:
     """Why two memories' texts cannot both hold now, or None. Unlike `conflict` (why two texts are not one
     memory), an extra fact is no contradiction, and neither is what held only in the past ("Until the rollout,
     ..."), nor two things named differently ("the API timeout" / "the worker timeout").
@@ -618,12 +645,11 @@ def contradiction(a: str, b: str) -> str | None:
     first), a negation, a denial ("it is not true that ...", "... — never observed", "Z is not why"), a
     permission against a prohibition, a swapped choice or word.
     """
-    now_a, now_b = _now_part(a), _now_part(b)
-    if not now_a.strip() or not now_b.strip():
+    one = a if isinstance(a, Statement) else statement(a)
+    two = b if isinstance(b, Statement) else statement(b)
+    if one.empty or two.empty or _other_subject(one.claims, two.claims):
         return None
-    first, second = _without_openers(claims(now_a)), _without_openers(claims(now_b))
-    if _other_subject(first, second):
-        return None
-    return (_denial(now_a, second, now_b) or _denial(now_b, first, now_a) or conflict(first, second)
+    first, second = one.claims, two.claims
+    return (_denial(one, two) or _denial(two, one) or conflict(first, second)
             or _permission(first, second) or _permission(second, first)
             or _pronoun_negation(first, second) or _pronoun_negation(second, first))
