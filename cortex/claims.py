@@ -583,6 +583,9 @@ def _pronoun_negation(one: Claims, other: Claims) -> str | None:
     return None
 
 
+SAME_AFTER = 2  # words the two texts go on alike after the words naming two things
+
+
 def _other_subject(first: Claims, second: Claims) -> tuple[str, str] | None:
     """The words that name two different things, when the texts open with them and go on alike ("the API
     timeout is 30s" / "the worker timeout is 60s"): each side's one to four words among its first few, found
@@ -594,7 +597,8 @@ def _other_subject(first: Claims, second: Claims) -> tuple[str, str] | None:
         at += 1
     start = (ops[at][1], ops[at][3]) if at < len(ops) else (0, 0)
     at += 1 if at < len(ops) and ops[at][0] == "equal" else 0  # "willow [mesa] index" / "willow [bayou] index"
-    if len(ops) < at + 2 or ops[at][0] != "replace" or ops[at + 1][0] != "equal":
+    if len(ops) < at + 2 or ops[at][0] != "replace" or ops[at + 1][0] != "equal" \
+            or ops[at + 1][2] - ops[at + 1][1] < SAME_AFTER:  # "[shorter] sessions" / "[keep] sessions": one thing
         return None
     _tag, i1, i2, j1, j2 = ops[at]
     if i1 - start[0] > 2 or j1 - start[1] > 2 or i2 - i1 > 4 or j2 - j1 > 4:  # words naming the subject come first
