@@ -532,9 +532,12 @@ _PERMITS = frozenset({"may", "can", "allowed", "permitted", "fine", "ok", "okay"
 _PRONOUNS = frozenset({"it", "they", "this", "that", "its"})
 
 
+_REFERENCE = re.compile(r"\(#?\d+\)|(?<![\w&])#\d+\b")  # "(#123)", "#456", "(5024)": a reference, not a value
+
+
 def _now_part(text: str) -> str:
-    """The text without the sentences and clauses that say what held only in the past."""
-    return "\n".join(part for part in _SEGMENT.split(text) if part and not _PAST.search(part))
+    """The text without references and without the sentences and clauses that say what held only in the past."""
+    return "\n".join(part for part in _SEGMENT.split(_REFERENCE.sub(" ", text)) if part and not _PAST.search(part))
 
 
 def _denied(text: str) -> list[frozenset[str]]:

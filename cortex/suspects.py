@@ -14,6 +14,7 @@ different pairs add different files (they merge without a conflict).
 from __future__ import annotations
 
 import contextlib
+import heapq
 import json
 import math
 from dataclasses import asdict, dataclass, replace
@@ -29,7 +30,7 @@ from cortex.store import Store
 FOLDER = "cleared"
 NEIGHBOURS = 8  # each memory is compared with its 8 nearest active memories on its subject
 RARE = 4  # the rarest words of a title find its neighbours
-COMMON = 50  # a word in more titles than this (or 2 x the square root of the store) names no subject
+COMMON = 50  # a word in more titles than this names no subject
 SHARED = 0.5  # two memories on one subject share at least half the rarer-word weight of the smaller title
 TEXT_MOST = 600  # characters of a memory's text read for claims: its title and the start of its body
 NO_TYPES = ("code",)  # source code records are no statements
@@ -90,19 +91,25 @@ def clear(store: Store, pairs: Iterable[tuple[str, str]]) -> list[Path]:
     return written
 
 
-def find(store: Store, index: Any = None, only: Iterable[str] | None = None) -> list[Suspect]:
-    """The open pairs among the store's active memories, contradictions first; `only`: pairs that involve one of
-    these ids (a branch's new memories)."""
+def find(store: Store, index: Any = None) -> list[Suspect]:
+    """The open pairs among the store's active memories, contradictions first. The queue is kept in
+    `state/suspects.json` with what it was made of (each memory's text hash, status and links, the cleared
+    pairs, the rules): asked again with nothing changed, it is read back."""
+    import hashlib
+
     from cortex.index import Index
 
     index = (index or Index(store)).ensure()
     records = index.records()
-    active = [rel for rel, status, kind in records.column("status", "type")
-              if status == "active" and kind not in NO_TYPES]
+    done = cleared(store)
+    checked = _Checked(store)
+    rows = records.column("status", "type", "vhash", "links")
+    made_of = hashlib.sha1(repr((checked.rules, rows, sorted(done))).encode("utf-8")).hexdigest()
+    if checked.queue is not None and checked.queue[0] == made_of:
+        return [Suspect(**row) for row in checked.queue[1]]
+    active = [rel for rel, status, kind, _vhash, _links in rows if status == "active" and kind not in NO_TYPES]
     id_of = {rel: records.value(rel, "id") for rel in active}
     rel_of = {memory_id: rel for rel, memory_id in id_of.items()}
-    wanted = None if only is None else {rel_of[i] for i in only if i in rel_of}
-    done = cleared(store)
     linked: dict[tuple[str, str], set[str]] = {}
     for rel in active:
         for kind, to, _strength in records.value(rel, "links") or ():
@@ -125,12 +132,11 @@ def find(store: Store, index: Any = None, only: Iterable[str] | None = None) -> 
         found[key] = Suspect(key[0], _title(records, first), key[1], _title(records, second), kind, reason)
 
     for (a, b), kinds in sorted(linked.items()):  # automation's (or a person's) `contradicts` links
-        if "contradicts" in kinds and (wanted is None or rel_of[a] in wanted or rel_of[b] in wanted):
+        if "contradicts" in kinds:
             raise_pair(rel_of[a], rel_of[b], "contradiction", "a contradicts link")
     titles = {rel: _title(records, rel) for rel in active}
-    texts = dict(records.column("vhash"))
-    checked = _Checked(store)
-    for x, y in sorted(_candidates(titles, active if wanted is None else sorted(wanted))):
+    texts = {rel: vhash for rel, _status, _kind, vhash, _links in rows}
+    for x, y in sorted(_candidates(titles, active)):
         key = pair(id_of[x], id_of[y])
         if key in done or key in found:
             continue
@@ -141,14 +147,15 @@ def find(store: Store, index: Any = None, only: Iterable[str] | None = None) -> 
             continue
         value = reason.split(":", 1)[0] in VALUE_REASONS
         raise_pair(x, y, "drift" if value and key not in linked else "contradiction", reason)
-    checked.save(keep_all=wanted is not None)
-    return sorted(found.values(), key=lambda s: (s.kind != "contradiction", s.a, s.b))
+    queue = sorted(found.values(), key=lambda s: (s.kind != "contradiction", s.a, s.b))
+    checked.save(made_of, queue)
+    return queue
 
 
 class _Checked:
     """The verdicts on pairs of texts already compared (`state/suspects.json`, never committed), by the two
-    texts' hashes: a store's queue after one new memory compares only that memory's pairs again. Any change to
-    the rules (cortex/claims.py) starts it afresh."""
+    texts' hashes: a store's queue after one new memory compares only that memory's pairs again; and the last
+    queue with what it was made of. Any change to the rules (cortex/claims.py) starts it afresh."""
 
     def __init__(self, store: Store) -> None:
         import hashlib
@@ -160,6 +167,8 @@ class _Checked:
         data = read_json(self.path)
         ok = isinstance(data, dict) and data.get("rules") == self.rules and isinstance(data.get("pairs"), dict)
         self.known: dict[str, str] = data["pairs"] if ok else {}  # type: ignore[index]
+        queue = data.get("queue") if ok else None  # type: ignore[union-attr]
+        self.queue = (queue[0], queue[1]) if isinstance(queue, list) and len(queue) == 2 else None
         self.used: dict[str, str] = {}
 
     def get(self, a: str | None, b: str | None, check: Any) -> str | None:
@@ -171,11 +180,11 @@ class _Checked:
         self.used[key] = self.known[key]
         return self.used[key] or None
 
-    def save(self, keep_all: bool = False) -> None:
-        """Keep the verdicts of this queue's pairs (all known ones, when only some pairs were asked)."""
-        pairs = self.known if keep_all else self.used
+    def save(self, made_of: str, queue: list[Suspect]) -> None:
+        """Keep this queue and the verdicts on its pairs (the others' texts are gone or no longer neighbours)."""
+        data = {"rules": self.rules, "pairs": self.used, "queue": [made_of, [row.as_dict() for row in queue]]}
         with contextlib.suppress(OSError):
-            atomic_write(self.path, json.dumps({"rules": self.rules, "pairs": pairs}, sort_keys=True), durable=False)
+            atomic_write(self.path, json.dumps(data, sort_keys=True), durable=False)
 
 
 def _title(records: Any, rel: str) -> str:
@@ -202,21 +211,20 @@ def _candidates(titles: dict[str, str], rows: list[str]) -> set[tuple[str, str]]
             postings.setdefault(word, []).append(rel)
     total = len(titles)
     weight = {word: math.log(1 + total / len(rels)) for word, rels in postings.items()}
-    common = max(COMMON, int(math.sqrt(total)) * 2)
     mass = {rel: sum(weight[w] for w in words) for rel, words in words_of.items()}
     out: set[tuple[str, str]] = set()
     for rel in rows:
         rare = sorted(words_of[rel], key=lambda w: (len(postings[w]), w))[:RARE]
         score: dict[str, float] = {}
         for word in rare:
-            if len(postings[word]) > common:
+            if len(postings[word]) > COMMON:
                 continue
             for other in postings[word]:
                 if other != rel:
                     score[other] = score.get(other, 0.0) + weight[word]
         if not score:
             continue
-        for other in sorted(score, key=lambda o: (-score[o], o))[:NEIGHBOURS]:
+        for other in heapq.nsmallest(NEIGHBOURS, score, key=lambda o: (-score[o], o)):
             shared = sum(weight[w] for w in words_of[rel] & words_of[other])
             if shared >= SHARED * min(mass[rel], mass[other]):
                 out.add(pair(rel, other))
