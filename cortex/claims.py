@@ -528,7 +528,7 @@ _DENY_BEFORE = re.compile(
     r"(?:has|have)\s+(?:not|never)\s+happened|(?:is|was)\s+not\s+(?:why|the\s+reason|the\s+cause)|isn't\s+why|"
     r"plays?\s+no\s+part)\b", re.I)
 _CLAUSE_START = re.compile(r".*[:,—–]|^", re.S)  # the denied clause before a closer starts after the last mark
-_PERMITS = frozenset({"may", "can", "allowed", "permitted", "fine", "ok", "okay", "freely", "acceptable"})
+_PERMITS = frozenset({"may", "allowed", "permitted", "fine", "ok", "okay", "freely", "acceptable"})
 _PRONOUNS = frozenset({"it", "they", "this", "that", "its"})
 
 
