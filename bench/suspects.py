@@ -140,7 +140,7 @@ def queue(ops: list[Any], pairs: list[Any], keep: Path | None) -> None:
     try:
         began = time.monotonic()
         store, ids = build(work, ops)
-        index = Index(store).ensure(vectors=True)
+        index = Index(store).ensure()  # the queue needs no vectors
         print(f"store: {len(ids)} memories written and indexed in {time.monotonic() - began:.0f}s")
         began = time.monotonic()
         found = suspects.find(store, index)

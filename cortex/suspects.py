@@ -155,7 +155,7 @@ def find(store: Store, index: Any = None) -> list[Suspect]:
 class _Checked:
     """The verdicts on pairs of texts already compared (`state/suspects.json`, never committed), by the two
     texts' hashes: a store's queue after one new memory compares only that memory's pairs again; and the last
-    queue with what it was made of. Any change to the rules (cortex/claims.py) starts it afresh."""
+    queue with what it was made of. Any change to the rules (cortex/claims.py, this file) starts it afresh."""
 
     def __init__(self, store: Store) -> None:
         import hashlib
@@ -163,7 +163,8 @@ class _Checked:
         import cortex.claims
 
         self.path = store.state_dir / "suspects.json"
-        self.rules = hashlib.sha1(Path(cortex.claims.__file__).read_bytes()).hexdigest()[:12]
+        rules = Path(cortex.claims.__file__).read_bytes() + Path(__file__).read_bytes()
+        self.rules = hashlib.sha1(rules).hexdigest()[:12]
         data = read_json(self.path)
         ok = isinstance(data, dict) and data.get("rules") == self.rules and isinstance(data.get("pairs"), dict)
         self.known: dict[str, str] = data["pairs"] if ok else {}  # type: ignore[index]
