@@ -139,7 +139,13 @@ def queue(ops: list[Any], pairs: list[Any], keep: Path | None) -> None:
     work = keep or Path(tempfile.mkdtemp(prefix="cortex-suspects-"))
     try:
         began = time.monotonic()
-        store, ids = build(work, ops)
+        if (work / "ids.json").is_file():  # a store kept by an earlier --keep: ask its queue again
+            from cortex.store import Store
+
+            store, ids = Store(work / ".cortex"), json.loads((work / "ids.json").read_text())
+        else:
+            store, ids = build(work, ops)
+            (work / "ids.json").write_text(json.dumps(ids))
         index = Index(store).ensure()  # the queue needs no vectors
         print(f"store: {len(ids)} memories written and indexed in {time.monotonic() - began:.0f}s")
         began = time.monotonic()
@@ -160,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("world", type=Path, help="an exported KnowledgeDrift v2 world (not seed 1)")
     parser.add_argument("--pairs-only", action="store_true", help="the pair check on each planted pair, no store")
     parser.add_argument("--show", type=int, default=0, help="print up to N misses and false alarms per shape")
-    parser.add_argument("--keep", type=Path, help="build the store in this (empty) folder and keep it")
+    parser.add_argument("--keep", type=Path, help="build the store in this folder and keep it (a folder kept "
+                                                  "earlier is reused as it is)")
     args = parser.parse_args(argv)
     world = json.loads(args.world.read_text())
     if world["spec"].get("seed") == 1:
