@@ -1,6 +1,6 @@
 """The suspects queue on a KnowledgeDrift world's planted pairs, without a full replay.
 
-    PYTHONPATH=. python bench/suspects.py WORLD.json [--pairs-only] [--show N]
+    PYTHONPATH=. python bench/suspects.py WORLD.json [--pairs-only] [--show N] [--keep DIR] [--grader PATH]
 
 A KnowledgeDrift v2 world (docs/knowledgedrift.md) plants contradiction cases (a note beside the fact it
 contradicts, or beside one it only seems to: a paraphrase, a synonym, a unit conversion, a different subject, a
@@ -9,7 +9,8 @@ to its `suspects` operation into a fresh store through the library (memories, `b
 then asks the queue (`cortex.suspects.find`) and counts, per case shape, the real pairs raised and the false
 alarms, and how many other pairs the queue holds. `--pairs-only` skips the store: the pair check alone
 (`cortex.claims.contradiction`, or `conflict` where a checkout has no `contradiction`) on each planted pair,
-the figure to compare with an older checkout (run it with that checkout on PYTHONPATH).
+the figure to compare with an older checkout (run it with that checkout on PYTHONPATH). `--grader` also
+grades the queue's pairs with the benchmark's own grader (its contradiction and drift families only).
 
 Seed 1 is the benchmark's held-out figure and is refused.
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -132,7 +134,33 @@ def build(dest: Path, ops: list[Any]) -> tuple[Any, dict[str, str]]:
     return store, ids
 
 
-def queue(ops: list[Any], pairs: list[Any], keep: Path | None) -> None:
+def grade(world_path: Path, world: dict[str, Any], raised: list[dict[str, str]], grader: Path) -> None:
+    """The grader's own contradiction and drift families on the queue's pairs: a transcript answering the
+    `suspects` operation with them and every other question with nothing (the other families mean nothing here)."""
+    from bench.knowledgedrift import CAPABILITIES
+
+    replies: list[dict[str, Any]] = []
+    for op in world["ops"]:
+        if op["op"] in ("recall", "recall_path"):
+            replies.append({"reply": "recall", "id": op["id"], "result": {"hits": []}})
+        elif op["op"] == "inscribe" and op.get("id"):
+            replies.append({"reply": "inscribe", "id": op["id"], "result": {}})
+        elif op["op"] == "lineage":
+            replies.append({"reply": "lineage", "id": op["id"], "keys": []})
+        elif op["op"] == "suspects":
+            replies.append({"reply": "suspects", "id": op["id"], "pairs": raised})
+    with tempfile.TemporaryDirectory(prefix="cortex-suspects-grade-") as folder:
+        transcript = Path(folder) / "transcript.json"
+        transcript.write_text(json.dumps({"arm": "cortex suspects only", "capabilities": CAPABILITIES,
+                                          "standing_tokens": 0, "script_digest": world["digest"],
+                                          "replies": replies}))
+        done = subprocess.run([str(grader), "--grade", str(transcript), "--script", str(world_path)],
+                              capture_output=True, text=True)
+    lines = [line.strip() for line in done.stdout.splitlines() if line.strip().startswith(("contradiction", "drift"))]
+    print("grader: " + ("\n        ".join(lines) if lines else (done.stderr or done.stdout).strip()[:300]))
+
+
+def queue(ops: list[Any], pairs: list[Any], keep: Path | None) -> list[dict[str, str]]:
     from cortex import suspects
     from cortex.index import Index
 
@@ -156,6 +184,7 @@ def queue(ops: list[Any], pairs: list[Any], keep: Path | None) -> None:
         by_shape = tally(pairs, lambda a, b: frozenset((a, b)) in raised)
         known = {frozenset((a, b)) for *_rest, a, b in pairs}
         report(by_shape, len(raised - known))
+        return [{"a": key_of.get(s.a, s.a), "b": key_of.get(s.b, s.b), "hint": s.kind} for s in found]
     finally:
         if keep is None:
             shutil.rmtree(work, ignore_errors=True)
@@ -165,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench/suspects.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("world", type=Path, help="an exported KnowledgeDrift v2 world (not seed 1)")
     parser.add_argument("--pairs-only", action="store_true", help="the pair check on each planted pair, no store")
+    parser.add_argument("--grader", type=Path, help="the KnowledgeDrift grader binary: also print its contradiction "
+                                                    "and drift families on the queue's pairs")
     parser.add_argument("--show", type=int, default=0, help="print up to N misses and false alarms per shape")
     parser.add_argument("--keep", type=Path, help="build the store in this folder and keep it (a folder kept "
                                                   "earlier is reused as it is)")
@@ -178,7 +209,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.pairs_only:
         pairs_only(records, pairs, args.show)
     else:
-        queue(ops, pairs, args.keep)
+        raised = queue(ops, pairs, args.keep)
+        if args.grader is not None:
+            grade(args.world, world, raised, args.grader)
     return 0
 
 
