@@ -45,7 +45,7 @@ CAPABILITIES = {
     "link": True,           # `cortex links add ID OTHER --rel because` (MCP cortex_link); a hit carries its reason
     "history": True,        # `forget --replaced-by` keeps the old one, `show` names what a memory supersedes
     "trace": True,          # a forgotten memory leaves a trace; saving the same text again is warned
-    "suspects": True,       # `contradicts` links (automatic linking) and `cortex review`'s contradictions
+    "suspects": True,       # `cortex suspects`: the queue of contradictions and drift
     "temporal": True,       # `cortex recall --since/--until` (MCP since/until), by the date a note was learnt
     "verdict": False,       # recall has a relevance line ("nothing relevant"), not a decline beside hits
     "write_check": False,   # remember creates, never refuses or warns
@@ -251,18 +251,13 @@ class Cortex:
         return {"hits": out}
 
     def suspects(self) -> list[dict[str, Any]]:
-        pairs: dict[frozenset[str], dict[str, Any]] = {}
-        for row in json.loads(self.cli("links", "--json") or "[]"):
-            a, b = self.key(row["id"]), self.key(row["to"])
-            if row["rel"] == "contradicts" and a and b:
-                pairs.setdefault(frozenset((a, b)), {"a": a, "b": b, "hint": "contradiction"})
-        if len(self.settles) >= 2:  # what the last session's branch changed, as a pull-request review
-            review = json.loads(self.cli("review", f"{self.settles[-2]}..{self.settles[-1]}", "--json"))
-            for item in _contradictions(review):
-                a, b = self.key(item["id"]), self.key(item["other"]["id"])
-                if a and b:
-                    pairs.setdefault(frozenset((a, b)), {"a": a, "b": b, "hint": "contradiction"})
-        return list(pairs.values())
+        # the queue a person reads (`cortex suspects --json`): each pair with its kind, contradiction or drift
+        pairs = []
+        for row in json.loads(self.cli("suspects", "--json") or "[]"):
+            a, b = self.key(row["a"]), self.key(row["b"])
+            if a and b:
+                pairs.append({"a": a, "b": b, "hint": row["kind"]})
+        return pairs
 
     def lineage(self, key: str) -> list[str]:
         walked: list[str] = []
@@ -286,20 +281,6 @@ class Cortex:
         if self.serve is not None:
             self.serve.terminate()
             self.serve.wait()
-
-
-def _contradictions(review: Any) -> list[dict[str, Any]]:
-    """Every contradiction item in a `cortex review --json` document, wherever it sits."""
-    found: list[dict[str, Any]] = []
-    if isinstance(review, dict):
-        if review.get("kind") == "contradiction" and isinstance(review.get("other"), dict):
-            found.append(review)
-        for value in review.values():
-            found += _contradictions(value)
-    elif isinstance(review, list):
-        for value in review:
-            found += _contradictions(value)
-    return found
 
 
 def replay(world: dict[str, Any], work: Path, cortex_cmd: list[str], recall_via: str, jobs: int = 1,

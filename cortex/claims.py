@@ -7,6 +7,7 @@ expressions, deterministically; `conflict` says where two texts disagree.
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from dataclasses import dataclass, replace
 
@@ -44,6 +45,7 @@ _ORDINAL = re.compile(r"^(\d+)(?:st|nd|rd|th)$")
 _NAME = re.compile(r"^[A-Z][a-z]+(?:[A-Z][a-z]+)*$")
 
 
+@functools.lru_cache(maxsize=1 << 16)  # a store's texts share most of their words
 def _stem(word: str) -> str:
     """A crude stem, enough to see "caches", "cached" and "cache" as one word."""
     word = word.lower().replace("’", "'")
@@ -509,3 +511,152 @@ def different_choices(a: str, b: str) -> str | None:
     if only_first and only_second:
         return f"choice: {only_first[0]} vs {only_second[0]}"
     return None
+
+
+# What a text says held only in the past ("Until the rollout, ...", "we used to ..."): no claim about now.
+_PAST = re.compile(r"^\s*(?:until|previously|formerly|in the past|originally)\b|\bused to\b", re.I)
+_SEGMENT = re.compile(r"[.!?]+(?:\s+|$)|[;\n]\s*")  # not the dot of "3.1"
+# A clause the text denies, after an opener ("it is not true that C", "nobody has ever seen C", "has stopped
+# showing that C", "for a reason other than C") or before a closer ("C — never observed", "C has not happened").
+_DENY_AFTER = re.compile(
+    r"\b(?:(?:it|this|that)\s+(?:is|was|'s)\s+(?:not\s+true|not\s+the\s+case|wrong|false|untrue|incorrect|a\s+myth)"
+    r"\s+that|nobody\s+(?:has\s+)?(?:ever\s+)?(?:seen|observed|reported)|no\s+one\s+(?:has\s+)?(?:ever\s+)?"
+    r"(?:seen|observed)|(?:has|have)\s+stopped(?:\s+\w+ing)?(?:\s+that)?|nothing\s+to\s+do\s+with|other\s+than"
+    r"|not\s+because(?:\s+of)?)\s+(.+)", re.I)
+_DENY_BEFORE = re.compile(
+    r"\b(?:(?:has|have|was|were)\s+never\s+been\s+(?:seen|observed)|never\s+(?:observed|seen|happened)|"
+    r"(?:has|have)\s+(?:not|never)\s+happened|(?:is|was)\s+not\s+(?:why|the\s+reason|the\s+cause)|isn't\s+why|"
+    r"plays?\s+no\s+part)\b", re.I)
+_CLAUSE_START = re.compile(r".*[:,—–]|^", re.S)  # the denied clause before a closer starts after the last mark
+_PERMITS = frozenset({"may", "allowed", "permitted", "fine", "ok", "okay", "freely", "acceptable"})
+_PRONOUNS = frozenset({"it", "they", "this", "that", "its"})
+
+
+_REFERENCE = re.compile(r"\(#?\d+\)|(?<![\w&])#\d+\b")  # "(#123)", "#456", "(5024)": a reference, not a value
+
+
+def _now_part(text: str) -> str:
+    """The text without references and without the sentences and clauses that say what held only in the past."""
+    return "\n".join(part for part in _SEGMENT.split(_REFERENCE.sub(" ", text)) if part and not _PAST.search(part))
+
+
+def _denied(text: str) -> list[frozenset[str]]:
+    """The content stems of each clause the text denies."""
+    out = []
+    for part in _SEGMENT.split(text):
+        clauses = [match.group(1) for match in _DENY_AFTER.finditer(part)]
+        for match in _DENY_BEFORE.finditer(part):
+            before = part[:match.start()]
+            opening = _CLAUSE_START.match(before.rstrip(" ,:—–-"))
+            clauses.append(before[opening.end() if opening else 0:])
+        for clause in clauses:
+            stems = frozenset(claims(clause).stems)
+            if len(stems) >= 2:
+                out.append(stems)
+    return out
+
+
+def _denial(one: Statement, other: Statement) -> str | None:
+    """Why `one` denies what `other` says: a clause `one` denies is (almost) all said in `other`, which does
+    not deny it too."""
+    for clause in one.denied:
+        if len(clause & other.claims.word_stems) >= 0.8 * len(clause) and \
+                not any(len(clause & theirs) >= 0.8 * len(clause) for theirs in other.denied):
+            return f"denial: one says it is not so that {' '.join(sorted(clause))[:80]}"
+    return None
+
+
+def _permission(one: Claims, other: Claims) -> str | None:
+    """One forbids what the other allows ("must never cache" / "may freely cache", "caching is fine")."""
+    if not other.words & _PERMITS:
+        return None
+    allowed = other.word_stems - {stem for _before, stem in other.negated}
+    for _before, stem in sorted(one.negated):
+        if stem in allowed:
+            return f"permission: one forbids '{stem}', the other allows it"
+    return None
+
+
+def _pronoun_negation(one: Claims, other: Claims) -> str | None:
+    """"it no longer X" in one, "<subject> X" in the other: a pronoun may name the other's subject."""
+    asserted = {stem for _before, stem in other.asserted} - {stem for _before, stem in other.negated}
+    for before, stem in sorted(one.negated):
+        if before in _PRONOUNS and stem in asserted:
+            return f"negation: one says not '{stem}', the other says it"
+    return None
+
+
+SAME_AFTER = 2  # words the two texts go on alike after the words naming two things
+
+
+def _other_subject(first: Claims, second: Claims) -> tuple[str, str] | None:
+    """The words that name two different things, when the texts open with them and go on alike ("the API
+    timeout is 30s" / "the worker timeout is 60s"): each side's one to four words among its first few, found
+    nowhere in the other."""
+    a, b = first.stems, second.stems
+    ops = difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
+    at = 0
+    while at < len(ops) and ops[at][0] in ("insert", "delete"):  # an opener: "It is not true that ..."
+        at += 1
+    start = (ops[at][1], ops[at][3]) if at < len(ops) else (0, 0)
+    at += 1 if at < len(ops) and ops[at][0] == "equal" else 0  # "willow [mesa] index" / "willow [bayou] index"
+    if len(ops) < at + 2 or ops[at][0] != "replace" or ops[at + 1][0] != "equal" \
+            or ops[at + 1][2] - ops[at + 1][1] < SAME_AFTER:  # "[shorter] sessions" / "[keep] sessions": one thing
+        return None
+    _tag, i1, i2, j1, j2 = ops[at]
+    if i1 - start[0] > 2 or j1 - start[1] > 2 or i2 - i1 > 4 or j2 - j1 > 4:  # words naming the subject come first
+        return None
+    if any(word in second.word_stems for word in a[i1:i2]) or any(word in first.word_stems for word in b[j1:j2]):
+        return None
+    return " ".join(a[i1:i2]), " ".join(b[j1:j2])
+
+
+def _without_openers(found: Claims) -> Claims:
+    """Without the names that are only a capital opening a sentence ("Restated for ...", "Kept deliberately"),
+    which say nothing about the subject; owners stay ("Alice owns payments")."""
+    items = tuple(item for item in found.items if not (item.kind == "name" and item.initial
+                                                       and not item.near & _OWNERSHIP))
+    return replace(found, items=items)
+
+
+def subject_words(title: str) -> frozenset[str]:
+    """The stems of a title's content words (what `cortex.suspects` finds a memory's subject neighbours by)."""
+    return frozenset(_stem(word) for word in _WORDS.findall(title.lower())
+                     if word not in STOP_WORDS | _AUXILIARIES | _NEGATIONS and len(word) > 1 and not word.isdigit())
+
+
+_WORDS = re.compile(r"[a-z][a-z0-9'’-]*")
+VALUE_REASONS = ("number", "version", "name", "identifier")  # a reason that two values differ (drift when unlinked)
+
+
+@dataclass(frozen=True)
+class Statement:
+    """What `contradiction` reads of one text, once (a queue compares each memory with several)."""
+
+    claims: Claims
+    denied: tuple[frozenset[str], ...]
+    empty: bool  # nothing said about now
+
+
+def statement(text: str) -> Statement:
+    now = _now_part(text)
+    return Statement(_without_openers(claims(now)), tuple(_denied(now)), not now.strip())
+
+
+def contradiction(a: str | Statement, b: str | Statement) -> str | None:
+    """Why two memories' texts cannot both hold now, or None. Unlike `conflict` (why two texts are not one
+    memory), an extra fact is no contradiction, and neither is what held only in the past ("Until the rollout,
+    ..."), nor two things named differently ("the API timeout" / "the worker timeout").
+
+    The reason is the kind and the two sides: a value ("number: 30 seconds vs 45 seconds", a unit converted
+    first), a negation, a denial ("it is not true that ...", "... — never observed", "Z is not why"), a
+    permission against a prohibition, a swapped choice or word.
+    """
+    one = a if isinstance(a, Statement) else statement(a)
+    two = b if isinstance(b, Statement) else statement(b)
+    if one.empty or two.empty or _other_subject(one.claims, two.claims):
+        return None
+    first, second = one.claims, two.claims
+    return (_denial(one, two) or _denial(two, one) or conflict(first, second)
+            or _permission(first, second) or _permission(second, first)
+            or _pronoun_negation(first, second) or _pronoun_negation(second, first))

@@ -767,6 +767,9 @@ def status(store: Any, as_json: bool, strict: bool) -> None:
         if report["flagged_pairs"]:
             _echo(f"possible duplicates flagged: {report['flagged_pairs']} pairs, judged by the next automatic "
                   f"consolidation (`cortex consolidate --auto --dry-run`)")
+        if report.get("suspects"):
+            _echo(f"suspects: {report['suspects']} pairs of memories that cannot both hold, waiting for a person "
+                  f"(`cortex suspects`)")
         if report["contested"]:
             _echo(f"for a person ({len(report['contested'])}): alike but they differ, so consolidation did not merge "
                   f"them; forget or delete one, or merge them with `cortex consolidate`")
@@ -1101,6 +1104,36 @@ def links(store: Any, words: tuple[str, ...], suggested: bool, accept: tuple[str
         created = f"  made {row['created']}" if row["created"] else ""
         _echo(f"{row['id']} {row['rel']} {row['to']}{strength}{created}")
     click.echo(f"{len(rows)} links")
+
+
+@main.command("suspects")
+@click.argument("words", nargs=-1, metavar="[clear A B [C D ...]]")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list (with clear: the pairs cleared).")
+@store_options
+def suspects_command(store: Any, words: tuple[str, ...], as_json: bool) -> None:
+    """Pairs of active memories that cannot both hold (contradiction or drift), each with why; `clear A B` records
+    that a person looked and the pair is fine: it is never raised again (a file under .cortex/cleared/ to commit)."""
+    from cortex import suspects
+
+    if words:
+        if words[0] != "clear" or len(words) < 3 or len(words) % 2 == 0:
+            _fail(f"suspects takes `clear A B [C D ...]` (pairs of ids); got {' '.join(words)!r}")
+        written = suspects.clear(store, list(zip(words[1::2], words[2::2])))
+        if as_json:
+            _print_json([{"a": p.stem.split("-")[0], "b": p.stem.split("-")[1], "file": str(p)} for p in written])
+            return
+        for path in written:
+            _echo(f"cleared {path.stem.replace('-', ' and ')} ({path}): commit it and the pair stays cleared")
+        return
+    found = suspects.find(store, _index(store))
+    if as_json:
+        _print_json([pair.as_dict() for pair in found])
+        return
+    for pair in found:
+        _echo(f"{pair.kind}: {pair.a} \"{pair.a_title}\" vs {pair.b} \"{pair.b_title}\"")
+        _echo(f"  why: {pair.reason}")
+    click.echo(f"{len(found)} open pair{'' if len(found) == 1 else 's'}" + (" (supersede one: `cortex forget OLD --replaced-by NEW`; fine as they are: "
+                                              "`cortex suspects clear A B`)" if found else ""))
 
 
 def _links_write(store: Any, words: tuple[str, ...], rel: str | None, as_json: bool) -> None:

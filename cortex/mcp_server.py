@@ -774,6 +774,25 @@ def _add_link_tool(tool: Register, backend: Backend) -> None:
                         "added": made is not None, "store": store.label})
 
 
+    @tool("cortex_suspects", DESTRUCTIVE, "Memories that cannot both hold")
+    def suspects(
+        clear: Annotated[list[list[str]] | None, Field(max_length=100, description=(
+            "Pairs [id, other] the user looked at and says are fine: never raised again (default: only list)."))] = None,
+    ) -> CallToolResult:
+        """The suspects queue (`cortex suspects`): pairs of active memories that contradict each other or drifted
+        apart (two values for one thing), each with both ids, titles, kind and why. Show them to the user; with
+        clear, record the pairs the user cleared."""
+        from cortex import suspects as queue
+
+        store = backend.store()
+        if clear:
+            if any(len(two) != 2 for two in clear):
+                raise CortexError("clear takes pairs of two ids")
+            written = queue.clear(store, [(a, b) for a, b in clear])
+            return _result({"cleared": [path.stem.split("-") for path in written], "store": store.label})
+        return _result({"pairs": [pair.as_dict() for pair in queue.find(store, backend.index(store))]})
+
+
 def _add_resources(resource: Register, backend: Backend) -> None:
     @resource("cortex://status", "status", "application/json", "The memory store's counts, paths, search state and problems.")
     def status_resource() -> str:

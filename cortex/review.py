@@ -106,7 +106,7 @@ def build(repo: Any, base_rev: str, head_rev: str, store_prefix: str) -> dict[st
     report["warnings"] = (
         [{"kind": "malformed", "path": v.path, "reason": v.problem}
          for v in map(new.get, changed_ids) if v is not None and v.memory is None]
-        + _contradictions(old, new, changed_ids)
+        + _contradictions(old, new, changed_ids, _cleared(repo, head, store_prefix))
         + _deleted_files(repo, fork, head, new, paths)
         + _made_stale(repo, fork, head, new, paths, memories_prefix)
         + _secrets(repo, head, store_prefix, paths)
@@ -276,45 +276,54 @@ def _setting_lines(report: dict[str, Any], limit: int) -> list[str]:
     return ["#### Settings and pins", *out, ""] if out else []
 
 
-def _contradictions(old: _Side, new: _Side, changed_ids: list[str]) -> list[dict[str, Any]]:
-    """Changed memories that contradict an active decision: a new `contradicts` link, or a conflicting claim."""
-    from cortex.claims import claims, conflict
+def _contradictions(old: _Side, new: _Side, changed_ids: list[str], cleared: set[tuple[str, str]]
+                    ) -> list[dict[str, Any]]:
+    """The suspects a branch introduces (`cortex.suspects`): a changed memory and an active one on one subject that
+    cannot both hold (`claims.contradiction`), or a new `contradicts` link; pairs a person cleared are not."""
+    from cortex.claims import contradiction, subject_words
+    from cortex.suspects import pair
     from cortex.text import jaccard, words
 
-    decisions: dict[str, Memory] = {}
-    if any(m is not None and is_decision(m) for m in map(new.active, changed_ids)):
-        # a decision names itself in its type or (an architecture record) its tags: parse only those
-        decisions = {mid: m for mid, m in new.active_where(lambda data: b"decision" in data or b"adr" in data).items()
-                     if is_decision(m)}
-    words_of = {mid: words(f"{m.title}\n{m.body}") for mid, m in decisions.items()}
-    claims_of: dict[str, Any] = {}
+    changed = {mid: m for mid in changed_ids if (m := new.active(mid)) is not None and m.type != "code"}
+    keys = {word.encode() for m in changed.values() for word in subject_words(m.title) if len(word) > 3}
+    # only memories whose text names two of the changed ones' title words are parsed
+    pool = new.active_where(lambda data: sum(key in data.lower() for key in keys) >= 2) if keys else {}
+    pool = {mid: m for mid, m in pool.items() if m.type != "code"}
+    words_of = {mid: words(f"{m.title}\n{m.body}") for mid, m in {**pool, **changed}.items()}
     found: list[dict[str, Any]] = []
-    seen: set[frozenset[str]] = set()
-    for mid in changed_ids:
-        memory = new.active(mid)
-        if memory is None:
-            continue
+    seen: set[tuple[str, str]] = set(cleared)
+    for mid, memory in changed.items():
         before = old.memory(mid)
         earlier = {(link.rel, link.to) for link in before.links} if before is not None else set()
         for link in memory.links:
             target = new.active(link.to) if link.rel == "contradicts" else None
-            if target is not None and (link.rel, link.to) not in earlier:
-                seen.add(frozenset((mid, link.to)))
+            if target is not None and (link.rel, link.to) not in earlier and pair(mid, link.to) not in seen:
+                seen.add(pair(mid, link.to))
                 found.append(_contradiction(memory, target, "a contradicts link"))
-        if mid not in decisions or (before is not None and (before.title, before.body) == (memory.title, memory.body)):
+        if before is not None and (before.title, before.body) == (memory.title, memory.body):
             continue
-        for other_id, other in decisions.items():
-            pair = frozenset((mid, other_id))
-            if other_id == mid or pair in seen or jaccard(words_of[mid], words_of[other_id]) < OVERLAP:
+        for other_id, other in pool.items():
+            key = pair(mid, other_id)
+            if other_id == mid or key in seen or jaccard(words_of[mid], words_of[other_id]) < OVERLAP:
                 continue
-            for key in (mid, other_id):
-                if key not in claims_of:
-                    claims_of[key] = claims(f"{decisions[key].title}\n{decisions[key].body}")
-            reason = conflict(claims_of[mid], claims_of[other_id])
+            reason = contradiction(f"{memory.title}\n{memory.body}", f"{other.title}\n{other.body}")
             if reason:
-                seen.add(pair)
+                seen.add(key)
                 found.append(_contradiction(memory, other, reason))
     return found
+
+
+def _cleared(repo: Any, head: Any, store_prefix: str) -> set[tuple[str, str]]:
+    """The pairs cleared at `head` (`.cortex/cleared/<id>-<id>.json`, `cortex.suspects`)."""
+    from cortex.suspects import FOLDER, pair
+
+    try:
+        tree = head.tree[f"{store_prefix}/{FOLDER}" if store_prefix else FOLDER]
+        names = [entry.name for entry in repo[tree.id]]
+    except (KeyError, TypeError, AttributeError):
+        return set()
+    return {pair(*name.removesuffix(".json").split("-", 1)) for name in names
+            if name.endswith(".json") and name.count("-") == 1}
 
 
 def _contradiction(memory: Memory, other: Memory, reason: str) -> dict[str, Any]:

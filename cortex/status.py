@@ -11,8 +11,8 @@ from cortex.store import Store, status_of
 
 def report(store: Store, index: Index) -> dict[str, Any]:
     """The store's counts and problems, search state, cache size and the damaged parts of it this process
-    rebuilt, near-duplicates flagged at write time, pairs consolidation kept for a person (they differ), and an
-    unfinished consolidation."""
+    rebuilt, near-duplicates flagged at write time, pairs consolidation kept for a person (they differ), the suspects
+    queue's size, and an unfinished consolidation."""
     from cortex.graph import flagged
 
     if index.damaged_parts():  # its sync read only the manifest: rebuild the damaged parts now, and say so
@@ -43,7 +43,9 @@ def report(store: Store, index: Index) -> dict[str, Any]:
 
     active = {memory_id for _rel, memory_id, status in index.records().column("id", "status") if status == "active"}
     out["contested"] = [{"id": a, "other": b, "reason": why} for a, b, why in contested(store, active)]
-    from cortex import salience
+    from cortex import salience, suspects
+
+    out["suspects"] = len(suspects.find(store, index))  # contradictions and drift waiting for a person
 
     out["tiers"] = salience.tiers_report(store)
     if store.label == "global":  # the global store's own repository: remote, ahead/behind, sync conflicts

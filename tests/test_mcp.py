@@ -24,7 +24,8 @@ from tests.helpers import EXAMPLE_STORE, cortex, cortex_command, make_repo, reme
 
 READ_ONLY = {"cortex_search", "cortex_search_decisions", "cortex_get_memory", "cortex_get_plan", "cortex_get_recent",
              "cortex_get_status", "cortex_get_briefing"}
-WRITES = {"cortex_remember", "cortex_forget", "cortex_restore", "cortex_feedback", "cortex_inbox", "cortex_link"}
+WRITES = {"cortex_remember", "cortex_forget", "cortex_restore", "cortex_feedback", "cortex_inbox", "cortex_link",
+          "cortex_suspects"}
 
 
 class Client:

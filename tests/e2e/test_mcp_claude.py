@@ -28,7 +28,7 @@ DECISION = "We use SQLite, not Postgres, for the local cache: no server to run"
 NEW = "The exchange-rate feed publishes at 16:00 CET; fetch after 16:05"
 TOOLS = {"cortex_search", "cortex_search_decisions", "cortex_get_memory", "cortex_get_plan", "cortex_get_recent",
          "cortex_get_status", "cortex_get_briefing", "cortex_remember", "cortex_forget", "cortex_restore", "cortex_feedback",
-         "cortex_inbox", "cortex_link"}
+         "cortex_inbox", "cortex_link", "cortex_suspects"}
 
 
 def tool_results(request: dict[str, Any]) -> list[dict[str, Any]]:
@@ -138,6 +138,7 @@ def test_inspector_calls_every_tool(served: tuple[Sandbox, str, str]) -> None:
         "cortex_feedback": [f"id={decision}", "rating=up"],
         "cortex_inbox": [],  # nothing proposed here: an empty list
         "cortex_link": [f"id={decision}", f"other={doomed}", "rel=relates_to"],
+        "cortex_suspects": [],  # nothing here contradicts: an empty queue
     }
     assert set(calls) == TOOLS
 
@@ -158,6 +159,7 @@ def test_inspector_calls_every_tool(served: tuple[Sandbox, str, str]) -> None:
               for p in box.memories()}
     assert any(title.startswith("The exchange-rate feed") for title in titles)
     assert next(m for m in titles.values() if m.id == doomed).status == "archived"
+    assert json.loads(text["cortex_suspects"]) == {"pairs": []}
     assert "hot" in text["cortex_feedback"] or "cold" in text["cortex_feedback"]  # the rating came back with its tier
 
 
