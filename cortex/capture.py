@@ -580,8 +580,12 @@ def _report_of(answer: list[Event]) -> tuple[Event | None, bool]:
 
 def request_reports(items: list[Event], session: str, root: Path | None) -> Iterator[Candidate]:
     """One memory per request whose final report says something lasting (`progress` when files changed)."""
-    for prompt, answer in _turns(items):
+    turns = _turns(items)
+    for n, (prompt, answer) in enumerate(turns):
         report, _ = _report_of(answer)
+        reply = turns[n + 1][0] if n + 1 < len(turns) else None
+        if report is not None and _proposal_set_aside(_clean(report.text), reply):
+            continue
         edited, committed = _edited(answer, root), _committed(answer)
         if report is None:
             last = next((e for e in reversed(answer) if e.kind == "text" and not e.sidechain), None)
@@ -597,6 +601,20 @@ def request_reports(items: list[Event], session: str, root: Path | None) -> Iter
                         0.6, 4, files=edited[:30], branch=report.branch, key=key, **_origin(report))
 
 
+# Options laid out for the person to pick from ("A) …", "Option 2: …", each with its "Pros:"): the pick lasts, not the menu.
+OPTION = re.compile(r"(?im)^\W{0,6}(?:\(?[A-E]\)|[A-E][.:]\s|option [A-E1-9]\b)|^\W{0,6}pros\b\W*:")
+# The person turning down what was just offered ("No, it's ok then", "Nope", "Not now", "Let's not").
+DECLINE = re.compile(r"(?i)^\W*(?:no\b(?![-\s]*(?:one|\w+ing)\b)|nope\b|nah\b|not (?:now|needed|necessary)\b|no need\b|"
+                     r"never ?mind\b|let'?s not\b|don'?t bother\b|skip (?:it|that)\b)")
+
+
+def _proposal_set_aside(text: str, reply: Event | None) -> bool:
+    """True for a report that asks the person to choose or approve, when it laid out options to pick from or the
+    person's answer turned it down: what was chosen is said by the turns after it."""
+    asks = "?" in " ".join(text.split())[-300:]
+    return asks and (len(OPTION.findall(text)) >= 2 or (reply is not None and bool(DECLINE.match(reply.text))))
+
+
 SECTION = re.compile(r"(?m)^\s*(\d+)\.\s+([A-Z][A-Za-z /&-]{3,60}):\s*$")
 SECTION_TYPES = (("error", "gotcha"), ("fix", "gotcha"), ("problem", "context"), ("concept", "architecture"),
                  ("pending", "progress"), ("current work", "progress"), ("next step", "plan"), ("intent", "context"))
@@ -609,6 +627,7 @@ SKIPPED_SECTIONS = ("user messages", "files and code", "optional", "primary requ
 def compaction_summaries(items: list[Event]) -> Iterator[Candidate]:
     """One memory per section of a compaction summary that carries knowledge, typed by the section's name."""
     summaries = [e for e in items if e.kind == "summary"]
+    asked_after = {id(e): any(h.kind == "human" and h.index > e.index for h in items) for e in summaries}
     for event in summaries:
         text = _clean(event.text)
         text = text.split("\nSummary:", 1)[-1]  # the analysis before it is the model thinking aloud
@@ -620,8 +639,8 @@ def compaction_summaries(items: list[Event]) -> Iterator[Candidate]:
             if any(s in lowered for s in SKIPPED_SECTIONS) or len(section) < 80:
                 continue
             kind = next((t for word, t in SECTION_TYPES if word in lowered), "context")
-            if kind in ("progress", "plan") and event is not summaries[-1]:
-                continue  # the work pending at an earlier compaction: a later one says what is still open
+            if kind in ("progress", "plan") and (event is not summaries[-1] or asked_after[id(event)]):
+                continue  # the work pending at a compaction: a later one, or the requests after it, say what is open
             body = _capped(section, 6000) + "\n"
             title = f"{name}: {summary_title(section, 100)}"
             yield Candidate(kind, title, body, "structural", 0.6, 5, tags=["compaction"], branch=event.branch,
@@ -649,7 +668,7 @@ def subagent_findings(items: list[Event]) -> Iterator[Candidate]:
                         **_origin(event))
 
 
-GOTCHA = re.compile(r"(?i)\b(the (?:root )?(?:problem|issue|cause|bug|culprit) (?:was|is|here is)\b|root cause|"
+GOTCHA = re.compile(r"(?i)\b(the (?:root )?(?:problem|issue|cause|bug|culprit) (?:was|is|here is)\b|root cause(?::| (?:is|was)\b)|"
                     r"turns out|it seems that .{3,80} (?:doesn't|does not|isn't|is not|only)|watch out|gotcha:|"
                     r"found the (?:problem|issue|bug|cause|culprit)|the reason (?:is|was)|this (?:happens|happened|fails|failed) because|"
                     r"note that .{3,80}\b(?:fails?|breaks?|doesn't|does not|won't|cannot|can't)|"
@@ -664,6 +683,10 @@ RULE = re.compile(r"(?i)(^(?:no[,.!]|nope\b|don't\b|do not\b|never\b|always\b|st
                   r"i prefer|we (?:use|prefer))\b)")
 QUESTION = re.compile(r"(?i)^(?:should|shall|can|could|would|will|do|does|did|is|are|was|were|what|why|how|where|which|who)"
                       r" (?:we|i|you|it|this|that|there|the)\b")
+# "there should be no …" (what the person expects to find) and "we should have committed" (a regret) set no rule.
+EXPECTED = re.compile(r"(?i)\bthere (?:should|must|shall)(?:n't| not)? be\b|\bshould(?:n't| not)? have (?:been|done|made|"
+                      r"gone|run|written|taken|known|seen|[a-z]+ed)\b")
+STRONG_RULE = re.compile(r"(?i)\b(?:never|always|must(?: not)?|mustn't)\b|(?:^|\b(?:you|we|please),? )(?:don't|do not)\b")
 HEDGES = re.compile(r"(?i)^(let me|i'll (?!use|go with|switch|keep|stick)|i will|now,? (?:i|let)|first,? i|maybe|perhaps|if |i notice)")
 
 
@@ -716,8 +739,12 @@ def user_rules(items: list[Event]) -> Iterator[Candidate]:
             own = _own_words(text)
             cuts = [0, *(n for found in re.finditer(r"(?<=[.!?])\s+|\n+", own) for n in found.span()), len(text)]
             sentences = [(text[a:b].strip(), own[a:b]) for a, b in zip(cuts[::2], cuts[1::2]) if text[a:b].strip()]
+            # A message that asks something reports or wonders ("… not matching. Should we use X? It should have 5"):
+            # its "should" is what the person expects to see, not a rule; "never", "always", "must" still are.
+            asks = any(x.endswith("?") or QUESTION.match(x) for x, _ in sentences)
             rule = next((x for x, mine in sentences if RULE.search(mine.strip()) and 12 <= len(x) <= 300
-                         and not x.endswith("?") and not QUESTION.match(x)), None)
+                         and not x.endswith("?") and not QUESTION.match(x) and not EXPECTED.search(x)
+                         and (not asks or STRONG_RULE.search(mine))), None)
             if rule is not None and (acted or not CORRECTION.match(own) or RULE.search(own[20:])):
                 correction = bool(CORRECTION.match(own)) and acted
                 kind, tags = ("pattern", ["correction" if correction else "rule"])
@@ -738,8 +765,9 @@ def keyword(items: list[Event]) -> Iterator[Candidate]:
             continue  # the message tagged what it wants remembered: mining its sentences too would say it twice
         found, bodies = 0, set()
         for sentence in _sentences(text):
-            kind = "gotcha" if GOTCHA.search(sentence) else "decision" if (DECISION.search(sentence)
-                                                                            or DECIDED.search(sentence)) else None
+            claim = re.sub(r"`[^`]*`", "code", sentence)  # "`sees X instead of Y`" quotes output: no cue of the sentence's
+            kind = "gotcha" if GOTCHA.search(claim) else "decision" if (DECISION.search(claim)
+                                                                         or DECIDED.search(claim)) else None
             if kind is None:
                 continue
             body = _paragraph(text, sentence)
@@ -828,9 +856,16 @@ NARRATION = re.compile(r"(?i)^(?:i(?:'m| am|'ve| have| had| already| now| just| 
 RULE_SAID = re.compile(r"(?i)\b(?:must|never|always|don't|do not|make sure)\b")
 PAST_ACTION = re.compile(r"^(?:[A-Z][a-z]{2,}ed|Made|Ran|Wrote|Rewrote|Built|Found|Set|Put|Took|Got|Did|Kept|Left|Split|Moved)\b")
 STATUS = re.compile(r"[✅✓✔🎉🚀☑🏆]|:\s*(?:all\s+)?[a-z]+ed(?: up)?\.?$|\bnow (?:be )?(?:live|open|running|in place)\b|"
-                    r"\b(?:successfully|production[- ]ready|ready (?:for|to)|is (?:now )?complete|"
-                    r"completed?|all (?:tests|checks) pass)\b", re.I)
-CHECKED = re.compile(r"(?i)\b(?:works|working|present|valid|passe[sd]|passing|resolved|configured|in place|done|ready)\W*$")
+                    r"\b(?:successfully|production[- ]ready|ready (?:for|to|in)|is (?:now )?complete|"
+                    r"completed?|all (?:tests|checks) pass)\b|^(?:\w+ )?(?:status|progress|completion(?: rate)?)\b[^:]{0,30}:|"
+                    r"\b(?:excellent|good|great|clean) (?:condition|shape|state)\b|\bfully (?:operational|functional)\b|"
+                    r"\bno remaining\b", re.I)
+CHECKED = re.compile(r"(?i)(?:\b(?:works|working|present|valid|passe[sd]|passing|resolved|configured|in place|done|ready|"
+                     r"correctly|properly|functional|operational|fixed)|\b[a-z]+ed and (?:[a-z]+ed|functional|working|ready))"
+                     r"\W*(?:\([^)]*\))?\W*$")  # "Main entry point works (`src/app.js`)", "X implemented and functional"
+# What the assistant suggests doing next, at the end of a report: this turn's offer, not what was decided.
+NEXT_STEPS = re.compile(r"(?i)^(?:suggested |recommended |possible )?(?:next steps?|what'?s next|future (?:work|development|"
+                        r"enhancements|improvements))\b")
 BUT = re.compile(r"(?i)\b(?:but|however|although|though|yet)\b")
 HOW = re.compile(r"\s(?:by|using|via|requires?|must|needs? to)\s|\s[-—]\s\S+\s\S+|\sto (?:satisfy|avoid|prevent|allow|ensure|support)\b")
 ESTIMATE = re.compile(r"(?i)\(\s*~?\d+(?:\.\d+)?\s*(?:min|mins|minutes|h|hrs?|hours?|days?)\s*\)")  # a plan's time estimate
@@ -873,17 +908,25 @@ def lasting(text: str, said: list[set[str]], least: int = MIN_LASTING) -> str:
     `said`), with the headings, short tables and code blocks that go with them."""
     kept: list[str] = []
     prose = 0
+    stated = False  # a sentence of its own, a reason, a code span or block, a table: not only a list of labels
     headings: list[str] = []
     lines = _clean(text).splitlines()
     fence: list[str] = []
+    aside = False  # under a "Next steps" heading
     for n, raw in enumerate(lines):
         line = raw.strip()
+        if line.startswith("#") or HEADING.fullmatch(line) or (line.endswith(":") and len(line) < 60
+                                                                 and not re.match(r"^(?:[-*•]|\d+[.)])\s", line)):
+            aside = bool(NEXT_STEPS.match(_said(line)))
+        if aside:
+            continue
         if fence:
             fence.append(raw.rstrip())
             if line.startswith(fence[0].strip()[:3]):
                 if (kept or headings) and len(fence) <= MAX_BLOCK:  # under a kept sentence or heading: what it names
                     prose += sum(len(h) for h in headings)
                     kept += [h.rstrip(":") + ":" for h in headings[-2:]] + ["\n".join(fence)]
+                    stated = True
                     headings = []
                 fence = []
             continue
@@ -896,6 +939,7 @@ def lasting(text: str, said: list[set[str]], least: int = MIN_LASTING) -> str:
                 rows = [x for x in table if not re.fullmatch(r"[|:\-\s]+", x.strip())]
                 if len(rows) <= MAX_TABLE and not STATUS.search(" ".join(rows)):
                     kept.append("\n".join(x.strip() for x in table))
+                    stated = True
             continue
         if not line or line.startswith(">"):
             above = lines[n - 1].strip() if n else ""
@@ -922,7 +966,16 @@ def lasting(text: str, said: list[set[str]], least: int = MIN_LASTING) -> str:
             kept += [h.rstrip(":") + ":" for h in headings[-2:]] + [("- " if bullet else "") + " ".join(good)]
             headings = []
             prose += len(" ".join(good))
-    return "\n".join(kept) if prose >= least else ""
+            stated = stated or any(not bullet and not x.endswith(":") or "`" in x or REASON.search(x) for x in good)
+    # A list of labels and fragments ("Extensive validation", "AOJ-101: config_agent") with nothing stated is a
+    # feature list or a status board, not something to know.
+    return "\n".join(kept) if prose >= least and stated else ""
+
+
+def _bare(body: str) -> bool:
+    """True for a cue that is one short sentence with no reason or fix ("The issue is that jest is imported twice."):
+    a diagnosis on the way to a fix, too cut to use later."""
+    return "\n" not in body.strip() and len(body.strip()) < 100 and not REASON.search(body)
 
 
 def precise(candidates: list[Candidate], items: list[Event], root: Path | None) -> list[Candidate]:
@@ -940,7 +993,7 @@ def precise(candidates: list[Candidate], items: list[Event], root: Path | None) 
             candidate.type != "plan" and bool(candidate.key or candidate.tags)
         if told:  # redacted first: cut into sentences, a private key's lines would no longer read as one
             body = lasting(redact(candidate.body)[0], said, MIN_LASTING if candidate.layer == "structural" else MIN_CUE)
-            if not body:
+            if not body or candidate.layer == "keyword" and _bare(body):
                 continue
             candidate.body = body + "\n"
             candidate.title = summary_title(body)
