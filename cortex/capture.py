@@ -359,6 +359,7 @@ def structural(items: list[Event], session: str, root: Path | None) -> Iterator[
     yield from command_gotchas(items)
     yield from hook_refusals(items)
     yield from recurring_errors(items)
+    yield from check_commands(items)
 
 
 # Looking around (listing, reading, searching) fails all the time without teaching anything.
@@ -407,6 +408,50 @@ def command_gotchas(items: list[Event]) -> Iterator[Candidate]:
         body = (f"`{command[:300]}` fails with:\n\n    {error[:300]}\n\nWhat works instead: `{fixed[:300]}`\n")
         title = title_from_text(f"{identity} fails with \"{error}\"", 110).rstrip("…\"") + ("\"" if len(error) < 70 else "…\"")
         yield Candidate("gotcha", title, body, "structural", 0.55, 5, branch=failed.branch, **_origin(failed))
+
+
+# The programs a project is built, tested, linted or run with (the command as typed, not one run's outcome).
+RUNNER = re.compile(r"^(?:(?:make|just|task|npm run|pnpm(?: run)?|yarn(?: run)?|bun run|npx|deno task|mix|rake) [a-z][\w:-]*|"
+                    r"npm test|go (?:test|build|vet|generate)|cargo (?:build|test|check|clippy|fmt)|pytest|tox|nox|ruff|"
+                    r"mypy|eslint|tsc|gradlew?|mvn|dotnet (?:build|test)|nix (?:build|flake check)|golangci-lint run|"
+                    r"bazel (?:build|test)|ctest)\b")
+WRAPPER = re.compile(r"^(?:nix develop|uv run|poetry run|pipenv run|bundle exec)\b\s*")  # runs what follows in the project's env
+MIN_COMMANDS = 2  # distinct ones: a session that ran one command says little about how the project is checked
+
+
+def check_commands(items: list[Event]) -> Iterator[Candidate]:
+    """How this project is built, tested and linted: the runner commands the session used, one form each (the last
+    that worked), as typed."""
+    found: dict[str, str] = {}
+    worked: set[str] = set()
+    first: Event | None = None
+    for event in items:
+        if event.kind != "tool" or event.tool not in ("Bash", "PowerShell") or event.sidechain:
+            continue
+        for part in re.split(r"&&|;|\|\||\|", str(event.tool_input.get("command", "")).split("\n")[0]):
+            identity = _command_identity(part)
+            wrapper = WRAPPER.match(identity)
+            inner = identity[wrapper.end():] if wrapper else identity
+            runner = RUNNER.match(inner)
+            if wrapper and not runner and re.fullmatch(r"[a-z][\w:-]*", inner):
+                runner = re.match(r".+", inner)  # a script of the project's own (`nix develop -c lint`)
+            typed = " ".join(w for w in part.split() if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", w))
+            if runner is None or len(typed) > 60 or re.search(r"[<>$`\"']|\s/|[A-Za-z]:\\", typed):
+                continue  # quoted data, a redirection, an absolute path: one run's form, not the way to run it
+            group = (wrapper.group().strip() + " " if wrapper else "") + runner.group()
+            if group not in worked:  # the last form that worked, else the last one tried
+                found[group] = typed
+            if not event.failed:
+                worked.add(group)
+            first = first or event
+    if len(found) < MIN_COMMANDS or first is None:
+        return
+    shown = list(found.values())
+    title = title_from_text("How this project is built and checked: " + ", ".join(f"`{c}`" for c in shown[:4]), 120)
+    body = "Commands this session ran to build, test, lint or run the project:\n\n" + \
+        "\n".join(f"- `{c}`" for c in shown[:12]) + "\n"
+    yield Candidate("context", title, body, "structural", 0.55, 4, tags=["commands"], branch=first.branch,
+                    **_origin(first))
 
 
 USAGE = re.compile(r"(?i)unknown (?:flag|option|shorthand flag|command)|unrecognized (?:option|argument)|no such option|"
@@ -990,7 +1035,7 @@ def precise(candidates: list[Candidate], items: list[Event], root: Path | None) 
         # What was said (a report, a summary, a cue's paragraph) is cut to what lasts; a tag, the person's own rule,
         # a plan and what the tools showed (a command's gotcha: structural, no key, no tags) are kept whole.
         told = candidate.layer == "keyword" and candidate.type != "pattern" or candidate.layer == "structural" and \
-            candidate.type != "plan" and bool(candidate.key or candidate.tags)
+            candidate.type != "plan" and bool(candidate.key or candidate.tags) and "commands" not in candidate.tags
         if told:  # redacted first: cut into sentences, a private key's lines would no longer read as one
             body = lasting(redact(candidate.body)[0], said, MIN_LASTING if candidate.layer == "structural" else MIN_CUE)
             if not body or candidate.layer == "keyword" and _bare(body):
