@@ -479,11 +479,23 @@ def recurring_errors(items: list[Event]) -> Iterator[Candidate]:
         lines = [line.strip() for line in first.result.splitlines() if line.strip()]
         error = _first_error(first.result)
         at = lines.index(error)
+        shown = lines[at:at + 4]
+        if not any(NAMED.search(line) for line in shown):
+            continue  # "Automatic merge failed; fix conflicts …": the tool's own words, naming nothing of the project
         command = str(first.tool_input.get("command", "")).strip().splitlines()[0][:200]
         body = (f"Failed {len(hits)} times in one session, first from `{command}`:\n\n"
-                + "\n".join(f"    {line[:300]}" for line in lines[at:at + 4]) + "\n")
-        yield Candidate("gotcha", title_from_text(f"Recurring error: {error}", 110), body, "structural", 0.6, 5,
-                        branch=first.branch, **_origin(first))
+                + "\n".join(f"    {line[:300]}" for line in shown) + "\n")
+        said = re.sub(r"(?i)^[\s:]*(?:line \d+:\s*)?(?:error:\s*)?", "", ABSOLUTE.sub("", error)) or error  # not where it ran
+        run = next((p.strip() for p in re.split(r"&&|;|\|\||\n", str(first.tool_input.get("command", "")))
+                    if _command_identity(p) and _command_identity(p).split()[0] not in INSPECTION), "")
+        run = run if len(run) <= 50 and not re.search(r"[\"'$`<>]", run) else _command_identity(run)
+        title = f"`{run}` fails again and again: {said}" if run else f"Recurring error: {said}"
+        yield Candidate("gotcha", title_from_text(title, 110), body, "structural", 0.6, 5, branch=first.branch,
+                        **_origin(first))
+
+
+NAMED = re.compile(r"[\w.-]+/[\w.-]+|\b\w+\.[a-z]{1,5}\b|`[^`]+`|\b[a-z]+_[a-z_]+\b")  # a file, a path, an identifier
+ABSOLUTE = re.compile(r"(?:\b[A-Za-z]:)?(?:[\\/][\w.@+-]+){2,}[\\/]?")
 
 
 def hook_refusals(items: list[Event]) -> Iterator[Candidate]:
@@ -809,10 +821,13 @@ def keyword(items: list[Event]) -> Iterator[Candidate]:
         if TAG.search(text):
             continue  # the message tagged what it wants remembered: mining its sentences too would say it twice
         found, bodies = 0, set()
+        # A message that ends asking the person to choose or approve proposes: its "instead of" is not decided yet.
+        proposes = "?" in " ".join(text.split())[-300:]
         for sentence in _sentences(text):
-            claim = re.sub(r"`[^`]*`", "code", sentence)  # "`sees X instead of Y`" quotes output: no cue of the sentence's
-            kind = "gotcha" if GOTCHA.search(claim) else "decision" if (DECISION.search(claim)
-                                                                         or DECIDED.search(claim)) else None
+            # "`sees X instead of Y`" quotes output: a cue inside a code span (its opening mark cut) is not the claim
+            claim = re.sub(r"`[^`]*`", "code", sentence if sentence.count("`") % 2 == 0 else "`" + sentence)
+            kind = "gotcha" if GOTCHA.search(claim) else "decision" if (DECISION.search(claim) or DECIDED.search(claim)) \
+                and not proposes else None
             if kind is None:
                 continue
             body = _paragraph(text, sentence)
@@ -870,13 +885,16 @@ def fact_title(title: str) -> str:
 
 
 def _title_words(title: str) -> set[str]:
-    return {w for w in words(fact_title(title)) if len(w) > 2}
+    """The words a title says its fact with (a file path in it names where, not what)."""
+    return {w for w in words(re.sub(r"\S*[\\/]\S*", " ", fact_title(title))) if len(w) > 2}
 
 
 def _taken(title: str, taken: list[set[str]] | None) -> bool:
-    """True when `title` has mostly the words of a title `taken` (the same fact, said again)."""
+    """True when `title` has mostly the words of a title `taken` (the same fact, said again), or all but one of its
+    words are in one ("Switched to X (file)" after "Switched from Y to X")."""
     mine = _title_words(title)
-    return bool(mine) and any(len(mine & other) / len(mine | other) >= 0.6 for other in taken or ())
+    return bool(mine) and any(len(mine & other) / len(mine | other) >= 0.6
+                              or len(mine) >= 4 and len(mine - other) <= 1 for other in taken or ())
 
 
 # What outlasts the session, by how it is said: a reason, a choice over another, a change from one thing to another.
@@ -897,7 +915,9 @@ NARRATION = re.compile(r"(?i)^(?:i(?:'m| am|'ve| have| had| already| now| just| 
                        r"great|excellent|awesome|good|ok(?:ay)?|sure|absolutely|done|all done|yes|got it|thanks?|"
                        r"here(?:'s| is| are)|based on|looking at|makes sense|the (?:issue|problem|fix|answer) is clear|"
                        r"this is (?:a|an|the)\b|(?:the issue is )?on lines? \d+|you can (?:now )?(?:open|explore|see|check|view|try)|"
-                       r"(?:refresh|reload) your)\b")
+                       r"(?:refresh|reload) your|(?:that|this|these|it)\b[^.]{0,60}?\b(?:is|are|looks?|sounds?|will work|works)\s+"
+                       r"(?:\w+\s+)?(?:much |far |a lot |really |so )?(?:better|great|good|perfect|nice|cleaner|optimal(?:ly)?|well)"
+                       r")\b")  # the last: a reaction ("That orange is much better", "This will work optimally with …")
 RULE_SAID = re.compile(r"(?i)\b(?:must|never|always|don't|do not|make sure)\b")
 PAST_ACTION = re.compile(r"^(?:[A-Z][a-z]{2,}ed|Made|Ran|Wrote|Rewrote|Built|Found|Set|Put|Took|Got|Did|Kept|Left|Split|Moved)\b")
 STATUS = re.compile(r"[✅✓✔🎉🚀☑🏆]|:\s*(?:all\s+)?[a-z]+ed(?: up)?\.?$|\bnow (?:be )?(?:live|open|running|in place)\b|"
