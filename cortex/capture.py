@@ -416,6 +416,8 @@ RUNNER = re.compile(r"^(?:(?:make|just|task|npm run|pnpm(?: run)?|yarn(?: run)?|
                     r"mypy|eslint|tsc|gradlew?|mvn|dotnet (?:build|test)|nix (?:build|flake check)|golangci-lint run|"
                     r"bazel (?:build|test)|ctest)\b")
 WRAPPER = re.compile(r"^(?:nix develop|uv run|poetry run|pipenv run|bundle exec)\b\s*")  # runs what follows in the project's env
+OWN_TARGET = re.compile(r"^(?:(?:nix develop|uv run|poetry run|pipenv run|bundle exec) )?(?:make|just|task|npm run|pnpm|yarn|"
+                        r"bun run|deno task|mix|rake) [a-z]|^(?:nix develop|uv run|poetry run|pipenv run|bundle exec) [a-z][\w:-]*$")
 MIN_COMMANDS = 2  # distinct ones: a session that ran one command says little about how the project is checked
 
 
@@ -444,8 +446,8 @@ def check_commands(items: list[Event]) -> Iterator[Candidate]:
             if not event.failed:
                 worked.add(group)
             first = first or event
-    if len(found) < MIN_COMMANDS or first is None:
-        return
+    if len(found) < MIN_COMMANDS or first is None or not any(OWN_TARGET.match(c) for c in found):
+        return  # `pytest` and `ruff` alone say what every project of the kind runs; a target or script is the project's
     shown = list(found.values())
     title = title_from_text("How this project is built and checked: " + ", ".join(f"`{c}`" for c in shown[:4]), 120)
     body = "Commands this session ran to build, test, lint or run the project:\n\n" + \
@@ -488,8 +490,8 @@ def recurring_errors(items: list[Event]) -> Iterator[Candidate]:
         said = re.sub(r"(?i)^[\s:]*(?:line \d+:\s*)?(?:error:\s*)?", "", ABSOLUTE.sub("", error)) or error  # not where it ran
         run = next((p.strip() for p in re.split(r"&&|;|\|\||\n", str(first.tool_input.get("command", "")))
                     if _command_identity(p) and _command_identity(p).split()[0] not in INSPECTION), "")
-        run = run if len(run) <= 50 and not re.search(r"[\"'$`<>]", run) else _command_identity(run)
-        title = f"`{run}` fails again and again: {said}" if run else f"Recurring error: {said}"
+        run = run if len(run) <= 20 and not re.search(r"[\"'$`<>]", run) else _command_identity(run)
+        title = f"{said.rstrip(':')} (again and again, from `{run}`)" if run else f"Recurring error: {said}"
         yield Candidate("gotcha", title_from_text(title, 110), body, "structural", 0.6, 5, branch=first.branch,
                         **_origin(first))
 
@@ -740,6 +742,7 @@ RULE = re.compile(r"(?i)(^(?:no[,.!]|nope\b|don't\b|do not\b|never\b|always\b|st
                   r"i prefer|we (?:use|prefer))\b)")
 QUESTION = re.compile(r"(?i)^(?:should|shall|can|could|would|will|do|does|did|is|are|was|were|what|why|how|where|which|who)"
                       r" (?:we|i|you|it|this|that|there|the)\b")
+HEDGED = re.compile(r"(?i)\b(?:may|might|could(?!n't| not)|possibly|probably|perhaps|likely|seems? to|appears? to)\b")
 # "there should be no …" (what the person expects to find) and "we should have committed" (a regret) set no rule.
 EXPECTED = re.compile(r"(?i)\bthere (?:should|must|shall)(?:n't| not)? be\b|\bshould(?:n't| not)? have (?:been|done|made|"
                       r"gone|run|written|taken|known|seen|[a-z]+ed)\b")
@@ -828,8 +831,8 @@ def keyword(items: list[Event]) -> Iterator[Candidate]:
             claim = re.sub(r"`[^`]*`", "code", sentence if sentence.count("`") % 2 == 0 else "`" + sentence)
             kind = "gotcha" if GOTCHA.search(claim) else "decision" if (DECISION.search(claim) or DECIDED.search(claim)) \
                 and not proposes else None
-            if kind is None:
-                continue
+            if kind is None or HEDGED.search(claim):
+                continue  # "… may only be capturing one", "this might be resolved by …": a guess on the way, not a finding
             body = _paragraph(text, sentence)
             if body in bodies:  # two cues in one paragraph: one memory holds it
                 break
@@ -968,7 +971,7 @@ def _keeps(sentence: str) -> bool:
     return not PAST_ACTION.match(action) or bool(REASON.search(action) or HOW.search(action))
 
 
-def lasting(text: str, said: list[set[str]], least: int = MIN_LASTING) -> str:
+def lasting(text: str, said: list[set[str]], least: int = MIN_LASTING, listed: bool = False) -> str:
     """What of `text` outlasts the session, in its order: its lasting sentences (each once across the capture,
     `said`), with the headings, short tables and code blocks that go with them."""
     kept: list[str] = []
@@ -1034,7 +1037,7 @@ def lasting(text: str, said: list[set[str]], least: int = MIN_LASTING) -> str:
             stated = stated or any(not bullet and not x.endswith(":") or "`" in x or REASON.search(x) for x in good)
     # A list of labels and fragments ("Extensive validation", "AOJ-101: config_agent") with nothing stated is a
     # feature list or a status board, not something to know.
-    return "\n".join(kept) if prose >= least and stated else ""
+    return "\n".join(kept) if prose >= least and (stated or listed) else ""
 
 
 def _bare(body: str) -> bool:
@@ -1057,11 +1060,16 @@ def precise(candidates: list[Candidate], items: list[Event], root: Path | None) 
         told = candidate.layer == "keyword" and candidate.type != "pattern" or candidate.layer == "structural" and \
             candidate.type != "plan" and bool(candidate.key or candidate.tags) and "commands" not in candidate.tags
         if told:  # redacted first: cut into sentences, a private key's lines would no longer read as one
-            body = lasting(redact(candidate.body)[0], said, MIN_LASTING if candidate.layer == "structural" else MIN_CUE)
+            pending = "compaction" in candidate.tags and candidate.type in ("progress", "plan")  # a to-do list is its items
+            body = lasting(redact(candidate.body)[0], said, MIN_LASTING if candidate.layer == "structural" else MIN_CUE,
+                           listed=pending)
             if not body or candidate.layer == "keyword" and _bare(body):
                 continue
             candidate.body = body + "\n"
-            candidate.title = summary_title(body)
+            cue = candidate.title.rstrip(".…")
+            # A cue's own sentence names its fact better than the paragraph's first line (a list's first item).
+            if not (candidate.layer == "keyword" and len(cue) >= 25 and cue[:40] in body):
+                candidate.title = summary_title(body)
         candidate.title = fact_title(machine_free(candidate.title, folders))
         if candidate.layer != "self-report" and _taken(candidate.title, seen):
             continue  # the same fact under the same words: one memory holds it
