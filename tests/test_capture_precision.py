@@ -351,9 +351,9 @@ def test_status_lines_and_next_steps_are_not_kept(project, tmp_path):
 def test_a_reaction_is_not_a_memory(project, tmp_path):
     rows = _stop(project, tmp_path, [
         _ask("u1", "use #D96E4B as the primary colour instead"),
-        _say("a1", "That orange-red (#D96E4B) is much better - it's warm, professional, and distinctive without the "
-                   "aggressive feel of pure red. Let me update the palette:"),
         *_tool("1", "Edit", {"file_path": f"{HOME}/styles/theme.css", "old_string": "a", "new_string": "b"}),
+        _say("a1", "That orange-red (#D96E4B) is much better - it's warm, professional, and distinctive without the "
+                   "aggressive feel of pure red."),
     ])
     assert "much better" not in _texts(project), [row["title"] for row in rows]
 
@@ -424,12 +424,11 @@ def test_a_recurring_error_is_titled_by_its_command_without_machine_paths(projec
 def test_a_cue_is_titled_by_its_own_sentence(project, tmp_path):
     rows = _stop(project, tmp_path, [
         _ask("u1", "review the decomposition"),
-        _say("a1", "Instead of 12 agents, consolidate to 5 focused agents, since each file then has one owner:\n\n"
-                   "- Interactive installer system\n- Hook manager and its tier folders\n- Templates for every project "
-                   "type"),
+        _say("a1", "Instead of 12 agents, consolidate to 5 agents:\n\n- Interactive installer system, one owner for "
+                   "the whole flow\n- Hook manager and its tier folders\n- Templates for every project type"),
     ])
     [decision] = [row for row in rows if row["type"] == "decision"]
-    assert decision["title"].startswith("Instead of 12 agents, consolidate to 5 focused agents")
+    assert decision["title"].startswith("Instead of 12 agents, consolidate to 5 agents")
 
 
 def test_the_commands_a_project_is_checked_with_are_one_memory(project, tmp_path):
