@@ -914,7 +914,7 @@ NEXT_STEP_SAID = re.compile(r"(?i)^(?:let me|let's|i(?:'ll| will|'m going to| ne
 CONTRAST = re.compile(r"(?i)\b(?:instead of|rather than|over)\b|, not\b")
 # The assistant telling what it saw or did, or answering: kept only with a reason.
 NARRATION = re.compile(r"(?i)^(?:i(?:'m| am|'ve| have| had| already| now| just| can| see| notice| found| checked| created|"
-                       r" updated| added| made)|you(?:'re| are) (?:absolutely )?right|you (?:confirmed|asked|want|raise)|perfect|"
+                       r" updated| added| made| [a-z]+ed| read| ran| wrote| did| went| took| built| saw)|you(?:'re| are) (?:absolutely )?right|you (?:confirmed|asked|want|raise)|perfect|"
                        r"great|excellent|awesome|good|ok(?:ay)?|sure|absolutely|done|all done|yes|got it|thanks?|"
                        r"here(?:'s| is| are)|based on|looking at|makes sense|the (?:issue|problem|fix|answer) is clear|"
                        r"this is (?:a|an|the)\b|(?:the issue is )?on lines? \d+|you can (?:now )?(?:open|explore|see|check|view|try)|"
@@ -956,6 +956,7 @@ def _keeps(sentence: str) -> bool:
     """True for a sentence that states something lasting (not narration, a run's status, a question or a label)."""
     plain = re.sub(r"`[^`]*`", "code", sentence)  # a cue word inside a code span is data, not the sentence's claim
     plain = re.sub(r"\S*://\S*", "link", plain)
+    plain = re.sub(r"^[A-Z]\w*\s*[—–,]\s+(?=I\b|I')", "", plain)  # "Sam — I read the issues …": to someone, still narration
     if len(re.sub(r"[\W\d_]", "", plain)) < 20 or plain.endswith("?") or ESTIMATE.search(plain):
         return False
     if NEXT_STEP_SAID.match(plain):
@@ -968,6 +969,7 @@ def _keeps(sentence: str) -> bool:
         return bool(REASON.search(plain) or RULE_SAID.search(plain))
     # "Removed the old worktree" is this run's log; "Fixed X by Y", "Moved X to Y" also say how, which lasts.
     action = "" if FIX_LABEL.match(plain) else LABEL.sub("", plain)
+    action = action[:1].upper() + action[1:]  # "README.md — added a row": the log line's verb, whatever its case
     return not PAST_ACTION.match(action) or bool(REASON.search(action) or HOW.search(action))
 
 
@@ -991,7 +993,8 @@ def lasting(text: str, said: list[set[str]], least: int = MIN_LASTING, listed: b
         if fence:
             fence.append(raw.rstrip())
             if line.startswith(fence[0].strip()[:3]):
-                if (kept or headings) and len(fence) <= MAX_BLOCK:  # under a kept sentence or heading: what it names
+                if (kept or headings) and len(fence) <= MAX_BLOCK and not re.match(r"\s*(?:`{3,}|~{3,})\s*diff\b", fence[0]):
+                    # under a kept sentence or heading: what it names (a diff is the change itself: git keeps it)
                     prose += sum(len(h) for h in headings)
                     kept += [h.rstrip(":") + ":" for h in headings[-2:]] + ["\n".join(fence)]
                     stated = True
@@ -1005,7 +1008,8 @@ def lasting(text: str, said: list[set[str]], least: int = MIN_LASTING, listed: b
             if n == 0 or not lines[n - 1].strip().startswith("|"):
                 table = list(itertools.takewhile(lambda x: x.strip().startswith("|"), lines[n:]))
                 rows = [x for x in table if not re.fullmatch(r"[|:\-\s]+", x.strip())]
-                if len(rows) <= MAX_TABLE and not STATUS.search(" ".join(rows)):
+                hashes = sum(bool(re.match(r"\|\s*`?[0-9a-f]{7,40}`?\s*\|", x.strip())) for x in rows)
+                if len(rows) <= MAX_TABLE and not STATUS.search(" ".join(rows)) and hashes < len(rows) / 2:  # commits: git
                     kept.append("\n".join(x.strip() for x in table))
                     stated = True
             continue

@@ -439,3 +439,21 @@ def test_the_commands_a_project_is_checked_with_are_one_memory(project, tmp_path
     [commands] = [row for row in rows if "commands" in row["tags"]]
     assert "`make lint`" in commands["title"] and "`make test`" in commands["title"]
     assert "`go build ./...`" in commands["body"] and "cat" not in commands["body"] and "alice" not in commands["body"]
+
+
+def test_a_commit_table_a_diff_and_narration_to_someone_are_not_kept(project, tmp_path):
+    report = ("Sam — I primed on the repo and read all 65 open issues against the release branch.\n\n"
+              "Publishing the v4 packages closes the most active issue, because the crash it reports is already fixed "
+              "on the release branch and only the published version still has it.\n\n"
+              "| Commit | Task | Description |\n|---|---|---|\n| `3bb8701` | fum.1 | Enriched the renderer |\n"
+              "| `b9288c2` | fum.2 | Rebuilt the transcript panel |\n\n"
+              "```diff\n- > Status: initial review\n+ > Status: issue triage done\n```\n")
+    _stop(project, tmp_path, [
+        _ask("u1", "triage the open issues"),
+        *_tool("1", "Edit", {"file_path": f"{HOME}/docs/triage.md", "old_string": "a", "new_string": "b"}),
+        _say("a1", report),
+    ])
+    text = _texts(project)
+    assert "closes the most active issue" in text
+    for noise in ("I primed", "3bb8701", "Rebuilt the transcript panel", "Status: issue triage done"):
+        assert noise not in text, noise
