@@ -1067,7 +1067,7 @@ def precise(candidates: list[Candidate], items: list[Event], root: Path | None) 
             pending = "compaction" in candidate.tags and candidate.type in ("progress", "plan")  # a to-do list is its items
             body = lasting(redact(candidate.body)[0], said, MIN_LASTING if candidate.layer == "structural" else MIN_CUE,
                            listed=pending)
-            if not body or candidate.layer == "keyword" and _bare(body):
+            if not body or candidate.layer == "keyword" and candidate.type == "gotcha" and _bare(body):
                 continue
             candidate.body = body + "\n"
             cue = candidate.title.rstrip(".…")
