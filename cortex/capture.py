@@ -585,7 +585,7 @@ MIN_REPORT = 160  # characters of substance a request's final report needs to be
 def summary_title(text: str, limit: int = 120, taken: list[set[str]] | None = None) -> str:
     """A report's first prose sentence that says something and is not mostly a title `taken` already."""
     in_code = False
-    fallback = ""
+    fallback = above = ""  # `above`: the heading right over the current list
     for raw in _clean(text).splitlines():
         line = raw.strip()
         if line.startswith("```"):
@@ -594,15 +594,20 @@ def summary_title(text: str, limit: int = 120, taken: list[set[str]] | None = No
         if in_code or not line or line.startswith(("|", ">", "<")) or len(re.sub(r"[\W_]", "", line)) < len(line) / 2:
             continue
         heading = line.startswith("#") or (line.endswith(":") and len(line) < 60)
+        item = bool(re.match(r"^(?:[-*•]|\d+[.)])\s", line))
         line = re.sub(r"^#+\s*|^[-*•]\s+|^\d+[.)]\s+|\*\*|__|`", "", line).strip()
         if heading:
             fallback = fallback or line.rstrip(":")
+            above = _said(line).rstrip(":")
             continue
+        above = above if item else ""
         for sentence in re.split(r"(?<![A-Z]\.)(?<=[.!?])\s+", line):
             sentence = sentence.strip().rstrip(":")
             if (len(sentence) < 25 or FILLER.match(sentence) or RUN_OUTCOME.match(sentence) or sentence.endswith("?")
                     or _taken(sentence, taken)):
                 continue
+            if item and len(above.split()) >= 3 and len(above) + len(sentence) + 2 <= limit:
+                return f"{above}: {sentence.rstrip('.')}"  # a list's first item says what only under its heading
             if len(sentence) <= limit:
                 return sentence.rstrip(".")
             clause = re.split(r"(?<=[;:—])\s|,\s(?=(?:and|but|so|which|because)\b)", sentence)[0].rstrip(";:— ,")
@@ -929,7 +934,7 @@ STATUS = re.compile(r"[✅✓✔🎉🚀☑🏆]|:\s*(?:all\s+)?[a-z]+ed(?: up)?
                     r"\b(?:excellent|good|great|clean) (?:condition|shape|state)\b|\bfully (?:operational|functional)\b|"
                     r"\bno remaining\b", re.I)
 CHECKED = re.compile(r"(?i)(?:\b(?:works|working|present|valid|passe[sd]|passing|resolved|configured|in place|done|ready|"
-                     r"correctly|properly|functional|operational|fixed)|\b[a-z]+ed and (?:[a-z]+ed|functional|working|ready))"
+                     r"correctly|properly|functional|operational|fixed)|\b(?:properly|correctly|fully) [a-z]+ed|\b[a-z]+ed and (?:[a-z]+ed|functional|working|ready))"
                      r"\W*(?:\([^)]*\))?\W*$")  # "Main entry point works (`src/app.js`)", "X implemented and functional"
 # What the assistant suggests doing next, at the end of a report: this turn's offer, not what was decided.
 NEXT_STEPS = re.compile(r"(?i)^(?:suggested |recommended |possible )?(?:next steps?|what'?s next|future (?:work|development|"

@@ -332,7 +332,8 @@ def test_a_list_of_labels_says_nothing_to_keep(project, tmp_path):
 
 def test_status_lines_and_next_steps_are_not_kept(project, tmp_path):
     report = ("## Package check\n\n- Main entry point works (`src/installer.js`)\n"
-              "- Configuration files implemented and functional\n- Status: REMEDIATION_COMPLETE\n\n"
+              "- Configuration files implemented and functional\n- Test structure properly organized\n"
+              "- Status: REMEDIATION_COMPLETE\n\n"
               "The installer reads its defaults from config/defaults.json because the CLI flags are parsed after the "
               "project type is detected, so a flag can never change which templates are offered.\n\n"
               "**Next Steps:**\n- Publish the package to the registry\n- Push the changes to the remote repository\n")
@@ -343,7 +344,8 @@ def test_status_lines_and_next_steps_are_not_kept(project, tmp_path):
     ])
     text = _texts(project)
     assert "config/defaults.json" in text, [row["title"] for row in rows]
-    for noise in ("Main entry point works", "implemented and functional", "REMEDIATION_COMPLETE", "Publish the package",
+    for noise in ("Main entry point works", "implemented and functional", "properly organized", "REMEDIATION_COMPLETE",
+                  "Publish the package",
                   "Push the changes"):
         assert noise not in text, noise
 
@@ -457,3 +459,15 @@ def test_a_commit_table_a_diff_and_narration_to_someone_are_not_kept(project, tm
     assert "closes the most active issue" in text
     for noise in ("I primed", "3bb8701", "Rebuilt the transcript panel", "Status: issue triage done"):
         assert noise not in text, noise
+
+
+def test_a_list_item_is_titled_under_its_heading(project, tmp_path):
+    report = ("### Added rate limiting protection\n\n- One second at least between two requests to the cloud API\n"
+              "- A minute of backoff after a 429 answer, then the fallback engine\n")
+    rows = _stop(project, tmp_path, [
+        _ask("u1", "add rate limiting for the cloud API"),
+        *_tool("1", "Edit", {"file_path": f"{HOME}/src/worker.js", "old_string": "a", "new_string": "b"}),
+        _say("a1", report),
+    ])
+    [row] = rows
+    assert row["title"].startswith("Added rate limiting protection: One second at least between two requests")
