@@ -932,7 +932,7 @@ STATUS = re.compile(r"[✅✓✔🎉🚀☑🏆]|:\s*(?:all\s+)?[a-z]+ed(?: up)?
                     r"\b(?:successfully|production[- ]ready|ready (?:for|to|in)|is (?:now )?complete|"
                     r"completed?|all (?:tests|checks) pass)\b|^(?:\w+ )?(?:status|progress|completion(?: rate)?)\b[^:]{0,30}:|"
                     r"\b(?:excellent|good|great|clean) (?:condition|shape|state)\b|\bfully (?:operational|functional)\b|"
-                    r"\bno remaining\b", re.I)
+                    r"\bno remaining\b|\bsuccessful\W*$|^(?:dev(?:elopment)? )?(?:server|app) (?:is )?running (?:on|at)\b", re.I)
 CHECKED = re.compile(r"(?i)(?:\b(?:works|working|present|valid|passe[sd]|passing|resolved|configured|in place|done|ready|"
                      r"correctly|properly|functional|operational|fixed)|\b(?:properly|correctly|fully) [a-z]+ed|\b[a-z]+ed and (?:[a-z]+ed|functional|working|ready))"
                      r"\W*(?:\([^)]*\))?\W*$")  # "Main entry point works (`src/app.js`)", "X implemented and functional"

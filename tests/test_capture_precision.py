@@ -333,7 +333,7 @@ def test_a_list_of_labels_says_nothing_to_keep(project, tmp_path):
 def test_status_lines_and_next_steps_are_not_kept(project, tmp_path):
     report = ("## Package check\n\n- Main entry point works (`src/installer.js`)\n"
               "- Configuration files implemented and functional\n- Test structure properly organized\n"
-              "- Status: REMEDIATION_COMPLETE\n\n"
+              "- Status: REMEDIATION_COMPLETE\n- TypeScript compilation successful\n- Dev server running on localhost:3000\n\n"
               "The installer reads its defaults from config/defaults.json because the CLI flags are parsed after the "
               "project type is detected, so a flag can never change which templates are offered.\n\n"
               "**Next Steps:**\n- Publish the package to the registry\n- Push the changes to the remote repository\n")
@@ -345,6 +345,7 @@ def test_status_lines_and_next_steps_are_not_kept(project, tmp_path):
     text = _texts(project)
     assert "config/defaults.json" in text, [row["title"] for row in rows]
     for noise in ("Main entry point works", "implemented and functional", "properly organized", "REMEDIATION_COMPLETE",
+                  "compilation successful", "localhost:3000",
                   "Publish the package",
                   "Push the changes"):
         assert noise not in text, noise
