@@ -668,7 +668,7 @@ def request_reports(items: list[Event], session: str, root: Path | None) -> Iter
 # Options laid out for the person to pick from ("A) …", "Option 2: …", each with its "Pros:"): the pick lasts, not the menu.
 OPTION = re.compile(r"(?im)^\W{0,6}(?:\(?[A-E]\)|[A-E][.:]\s|option [A-E1-9]\b)|^\W{0,6}pros\b\W*:")
 # The person turning down what was just offered ("No, it's ok then", "Nope", "Not now", "Let's not").
-DECLINE = re.compile(r"(?i)^\W*(?:no\b(?![-\s]*(?:one|\w+ing)\b)|nope\b|nah\b|not (?:now|needed|necessary)\b|no need\b|"
+DECLINE = re.compile(r"(?i)^\W*(?:no\b(?![-\s]*(?:one|worries|problem|doubt|\w+ing)\b)|nope\b|nah\b|not (?:now|needed|necessary)\b|no need\b|"
                      r"never ?mind\b|let'?s not\b|don'?t bother\b|skip (?:it|that)\b)")
 
 
