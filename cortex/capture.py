@@ -359,6 +359,7 @@ def structural(items: list[Event], session: str, root: Path | None) -> Iterator[
     yield from command_gotchas(items)
     yield from hook_refusals(items)
     yield from recurring_errors(items)
+    yield from check_commands(items)
 
 
 # Looking around (listing, reading, searching) fails all the time without teaching anything.
@@ -409,6 +410,52 @@ def command_gotchas(items: list[Event]) -> Iterator[Candidate]:
         yield Candidate("gotcha", title, body, "structural", 0.55, 5, branch=failed.branch, **_origin(failed))
 
 
+# The programs a project is built, tested, linted or run with (the command as typed, not one run's outcome).
+RUNNER = re.compile(r"^(?:(?:make|just|task|npm run|pnpm(?: run)?|yarn(?: run)?|bun run|npx|deno task|mix|rake) [a-z][\w:-]*|"
+                    r"npm test|go (?:test|build|vet|generate)|cargo (?:build|test|check|clippy|fmt)|pytest|tox|nox|ruff|"
+                    r"mypy|eslint|tsc|gradlew?|mvn|dotnet (?:build|test)|nix (?:build|flake check)|golangci-lint run|"
+                    r"bazel (?:build|test)|ctest)\b")
+WRAPPER = re.compile(r"^(?:nix develop|uv run|poetry run|pipenv run|bundle exec)\b\s*")  # runs what follows in the project's env
+OWN_TARGET = re.compile(r"^(?:(?:nix develop|uv run|poetry run|pipenv run|bundle exec) )?(?:make|just|task|npm run|pnpm|yarn|"
+                        r"bun run|deno task|mix|rake) [a-z]|^(?:nix develop|uv run|poetry run|pipenv run|bundle exec) [a-z][\w:-]*$")
+MIN_COMMANDS = 2  # distinct ones: a session that ran one command says little about how the project is checked
+
+
+def check_commands(items: list[Event]) -> Iterator[Candidate]:
+    """How this project is built, tested and linted: the runner commands the session used, one form each (the last
+    that worked), as typed."""
+    found: dict[str, str] = {}
+    worked: set[str] = set()
+    first: Event | None = None
+    for event in items:
+        if event.kind != "tool" or event.tool not in ("Bash", "PowerShell") or event.sidechain:
+            continue
+        for part in re.split(r"&&|;|\|\||\|", str(event.tool_input.get("command", "")).split("\n")[0]):
+            identity = _command_identity(part)
+            wrapper = WRAPPER.match(identity)
+            inner = identity[wrapper.end():] if wrapper else identity
+            runner = RUNNER.match(inner)
+            if wrapper and not runner and re.fullmatch(r"[a-z][\w:-]*", inner):
+                runner = re.match(r".+", inner)  # a script of the project's own (`nix develop -c lint`)
+            typed = " ".join(w for w in part.split() if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", w))
+            if runner is None or len(typed) > 60 or re.search(r"[<>$`\"']|\s/|[A-Za-z]:\\", typed):
+                continue  # quoted data, a redirection, an absolute path: one run's form, not the way to run it
+            group = (wrapper.group().strip() + " " if wrapper else "") + runner.group()
+            if group not in worked:  # the last form that worked, else the last one tried
+                found[group] = typed
+            if not event.failed:
+                worked.add(group)
+            first = first or event
+    if len(found) < MIN_COMMANDS or first is None or not any(OWN_TARGET.match(c) for c in found):
+        return  # `pytest` and `ruff` alone say what every project of the kind runs; a target or script is the project's
+    shown = list(found.values())
+    title = title_from_text("How this project is built and checked: " + ", ".join(f"`{c}`" for c in shown[:4]), 120)
+    body = "Commands this session ran to build, test, lint or run the project:\n\n" + \
+        "\n".join(f"- `{c}`" for c in shown[:12]) + "\n"
+    yield Candidate("context", title, body, "structural", 0.55, 4, tags=["commands"], branch=first.branch,
+                    **_origin(first))
+
+
 USAGE = re.compile(r"(?i)unknown (?:flag|option|shorthand flag|command)|unrecognized (?:option|argument)|no such option|"
                    r"invalid (?:option|flag|argument)")
 NOT_FOUND = re.compile(r"(?i)command not found|not found: \S+$|: not found$|is not recognized as")
@@ -434,11 +481,23 @@ def recurring_errors(items: list[Event]) -> Iterator[Candidate]:
         lines = [line.strip() for line in first.result.splitlines() if line.strip()]
         error = _first_error(first.result)
         at = lines.index(error)
+        shown = lines[at:at + 4]
+        if not any(NAMED.search(line) for line in shown):
+            continue  # "Automatic merge failed; fix conflicts …": the tool's own words, naming nothing of the project
         command = str(first.tool_input.get("command", "")).strip().splitlines()[0][:200]
         body = (f"Failed {len(hits)} times in one session, first from `{command}`:\n\n"
-                + "\n".join(f"    {line[:300]}" for line in lines[at:at + 4]) + "\n")
-        yield Candidate("gotcha", title_from_text(f"Recurring error: {error}", 110), body, "structural", 0.6, 5,
-                        branch=first.branch, **_origin(first))
+                + "\n".join(f"    {line[:300]}" for line in shown) + "\n")
+        said = re.sub(r"(?i)^[\s:]*(?:line \d+:\s*)?(?:error:\s*)?", "", ABSOLUTE.sub("", error)) or error  # not where it ran
+        run = next((p.strip() for p in re.split(r"&&|;|\|\||\n", str(first.tool_input.get("command", "")))
+                    if _command_identity(p) and _command_identity(p).split()[0] not in INSPECTION), "")
+        run = run if len(run) <= 20 and not re.search(r"[\"'$`<>]", run) else _command_identity(run)
+        title = f"{said.rstrip(':')} (again and again, from `{run}`)" if run else f"Recurring error: {said}"
+        yield Candidate("gotcha", title_from_text(title, 110), body, "structural", 0.6, 5, branch=first.branch,
+                        **_origin(first))
+
+
+NAMED = re.compile(r"[\w.-]+/[\w.-]+|\b\w+\.[a-z]{1,5}\b|`[^`]+`|\b[a-z]+_[a-z_]+\b")  # a file, a path, an identifier
+ABSOLUTE = re.compile(r"(?:\b[A-Za-z]:)?(?:[\\/][\w.@+-]+){2,}[\\/]?")
 
 
 def hook_refusals(items: list[Event]) -> Iterator[Candidate]:
@@ -526,7 +585,7 @@ MIN_REPORT = 160  # characters of substance a request's final report needs to be
 def summary_title(text: str, limit: int = 120, taken: list[set[str]] | None = None) -> str:
     """A report's first prose sentence that says something and is not mostly a title `taken` already."""
     in_code = False
-    fallback = ""
+    fallback = above = ""  # `above`: the heading right over the current list
     for raw in _clean(text).splitlines():
         line = raw.strip()
         if line.startswith("```"):
@@ -535,15 +594,20 @@ def summary_title(text: str, limit: int = 120, taken: list[set[str]] | None = No
         if in_code or not line or line.startswith(("|", ">", "<")) or len(re.sub(r"[\W_]", "", line)) < len(line) / 2:
             continue
         heading = line.startswith("#") or (line.endswith(":") and len(line) < 60)
+        item = bool(re.match(r"^(?:[-*•]|\d+[.)])\s", line))
         line = re.sub(r"^#+\s*|^[-*•]\s+|^\d+[.)]\s+|\*\*|__|`", "", line).strip()
         if heading:
             fallback = fallback or line.rstrip(":")
+            above = _said(line).rstrip(":")
             continue
+        above = above if item else ""
         for sentence in re.split(r"(?<![A-Z]\.)(?<=[.!?])\s+", line):
             sentence = sentence.strip().rstrip(":")
             if (len(sentence) < 25 or FILLER.match(sentence) or RUN_OUTCOME.match(sentence) or sentence.endswith("?")
                     or _taken(sentence, taken)):
                 continue
+            if item and len(above.split()) >= 3 and len(above) + len(sentence) + 2 <= limit:
+                return f"{above}: {sentence.rstrip('.')}"  # a list's first item says what only under its heading
             if len(sentence) <= limit:
                 return sentence.rstrip(".")
             clause = re.split(r"(?<=[;:—])\s|,\s(?=(?:and|but|so|which|because)\b)", sentence)[0].rstrip(";:— ,")
@@ -580,8 +644,12 @@ def _report_of(answer: list[Event]) -> tuple[Event | None, bool]:
 
 def request_reports(items: list[Event], session: str, root: Path | None) -> Iterator[Candidate]:
     """One memory per request whose final report says something lasting (`progress` when files changed)."""
-    for prompt, answer in _turns(items):
+    turns = _turns(items)
+    for n, (prompt, answer) in enumerate(turns):
         report, _ = _report_of(answer)
+        reply = turns[n + 1][0] if n + 1 < len(turns) else None
+        if report is not None and _proposal_set_aside(_clean(report.text), reply):
+            continue
         edited, committed = _edited(answer, root), _committed(answer)
         if report is None:
             last = next((e for e in reversed(answer) if e.kind == "text" and not e.sidechain), None)
@@ -597,6 +665,20 @@ def request_reports(items: list[Event], session: str, root: Path | None) -> Iter
                         0.6, 4, files=edited[:30], branch=report.branch, key=key, **_origin(report))
 
 
+# Options laid out for the person to pick from ("A) …", "Option 2: …", each with its "Pros:"): the pick lasts, not the menu.
+OPTION = re.compile(r"(?im)^\W{0,6}(?:\(?[A-E]\)|[A-E][.:]\s|option [A-E1-9]\b)|^\W{0,6}pros\b\W*:")
+# The person turning down what was just offered ("No, it's ok then", "Nope", "Not now", "Let's not").
+DECLINE = re.compile(r"(?i)^\W*(?:no\b(?![-\s]*(?:one|worries|problem|doubt|\w+ing)\b)|nope\b|nah\b|not (?:now|needed|necessary)\b|no need\b|"
+                     r"never ?mind\b|let'?s not\b|don'?t bother\b|skip (?:it|that)\b)")
+
+
+def _proposal_set_aside(text: str, reply: Event | None) -> bool:
+    """True for a report that asks the person to choose or approve, when it laid out options to pick from or the
+    person's answer turned it down: what was chosen is said by the turns after it."""
+    asks = "?" in " ".join(text.split())[-300:]
+    return asks and (len(OPTION.findall(text)) >= 2 or (reply is not None and bool(DECLINE.match(reply.text))))
+
+
 SECTION = re.compile(r"(?m)^\s*(\d+)\.\s+([A-Z][A-Za-z /&-]{3,60}):\s*$")
 SECTION_TYPES = (("error", "gotcha"), ("fix", "gotcha"), ("problem", "context"), ("concept", "architecture"),
                  ("pending", "progress"), ("current work", "progress"), ("next step", "plan"), ("intent", "context"))
@@ -609,6 +691,7 @@ SKIPPED_SECTIONS = ("user messages", "files and code", "optional", "primary requ
 def compaction_summaries(items: list[Event]) -> Iterator[Candidate]:
     """One memory per section of a compaction summary that carries knowledge, typed by the section's name."""
     summaries = [e for e in items if e.kind == "summary"]
+    asked_after = {id(e): any(h.kind == "human" and h.index > e.index for h in items) for e in summaries}
     for event in summaries:
         text = _clean(event.text)
         text = text.split("\nSummary:", 1)[-1]  # the analysis before it is the model thinking aloud
@@ -620,8 +703,8 @@ def compaction_summaries(items: list[Event]) -> Iterator[Candidate]:
             if any(s in lowered for s in SKIPPED_SECTIONS) or len(section) < 80:
                 continue
             kind = next((t for word, t in SECTION_TYPES if word in lowered), "context")
-            if kind in ("progress", "plan") and event is not summaries[-1]:
-                continue  # the work pending at an earlier compaction: a later one says what is still open
+            if kind in ("progress", "plan") and (event is not summaries[-1] or asked_after[id(event)]):
+                continue  # the work pending at a compaction: a later one, or the requests after it, say what is open
             body = _capped(section, 6000) + "\n"
             title = f"{name}: {summary_title(section, 100)}"
             yield Candidate(kind, title, body, "structural", 0.6, 5, tags=["compaction"], branch=event.branch,
@@ -649,7 +732,7 @@ def subagent_findings(items: list[Event]) -> Iterator[Candidate]:
                         **_origin(event))
 
 
-GOTCHA = re.compile(r"(?i)\b(the (?:root )?(?:problem|issue|cause|bug|culprit) (?:was|is|here is)\b|root cause|"
+GOTCHA = re.compile(r"(?i)\b(the (?:root )?(?:problem|issue|cause|bug|culprit) (?:was|is|here is)\b|root cause(?::| (?:is|was)\b)|"
                     r"turns out|it seems that .{3,80} (?:doesn't|does not|isn't|is not|only)|watch out|gotcha:|"
                     r"found the (?:problem|issue|bug|cause|culprit)|the reason (?:is|was)|this (?:happens|happened|fails|failed) because|"
                     r"note that .{3,80}\b(?:fails?|breaks?|doesn't|does not|won't|cannot|can't)|"
@@ -664,6 +747,11 @@ RULE = re.compile(r"(?i)(^(?:no[,.!]|nope\b|don't\b|do not\b|never\b|always\b|st
                   r"i prefer|we (?:use|prefer))\b)")
 QUESTION = re.compile(r"(?i)^(?:should|shall|can|could|would|will|do|does|did|is|are|was|were|what|why|how|where|which|who)"
                       r" (?:we|i|you|it|this|that|there|the)\b")
+HEDGED = re.compile(r"(?i)\b(?:may|might|could(?!n't| not)|possibly|probably|perhaps|likely|seems? to|appears? to)\b")
+# "there should be no …" (what the person expects to find) and "we should have committed" (a regret) set no rule.
+EXPECTED = re.compile(r"(?i)\bthere (?:should|must|shall)(?:n't| not)? be\b|\bshould(?:n't| not)? have (?:been|done|made|"
+                      r"gone|run|written|taken|known|seen|[a-z]+ed)\b")
+STRONG_RULE = re.compile(r"(?i)\b(?:never|always|must(?: not)?|mustn't)\b|(?:^|\b(?:you|we|please),? )(?:don't|do not)\b")
 HEDGES = re.compile(r"(?i)^(let me|i'll (?!use|go with|switch|keep|stick)|i will|now,? (?:i|let)|first,? i|maybe|perhaps|if |i notice)")
 
 
@@ -716,8 +804,12 @@ def user_rules(items: list[Event]) -> Iterator[Candidate]:
             own = _own_words(text)
             cuts = [0, *(n for found in re.finditer(r"(?<=[.!?])\s+|\n+", own) for n in found.span()), len(text)]
             sentences = [(text[a:b].strip(), own[a:b]) for a, b in zip(cuts[::2], cuts[1::2]) if text[a:b].strip()]
+            # A message that asks something reports or wonders ("… not matching. Should we use X? It should have 5"):
+            # its "should" is what the person expects to see, not a rule; "never", "always", "must" still are.
+            asks = any(x.endswith("?") or QUESTION.match(x) for x, _ in sentences)
             rule = next((x for x, mine in sentences if RULE.search(mine.strip()) and 12 <= len(x) <= 300
-                         and not x.endswith("?") and not QUESTION.match(x)), None)
+                         and not x.endswith("?") and not QUESTION.match(x) and not EXPECTED.search(x)
+                         and (not asks or STRONG_RULE.search(mine))), None)
             if rule is not None and (acted or not CORRECTION.match(own) or RULE.search(own[20:])):
                 correction = bool(CORRECTION.match(own)) and acted
                 kind, tags = ("pattern", ["correction" if correction else "rule"])
@@ -737,11 +829,15 @@ def keyword(items: list[Event]) -> Iterator[Candidate]:
         if TAG.search(text):
             continue  # the message tagged what it wants remembered: mining its sentences too would say it twice
         found, bodies = 0, set()
+        # A message that ends asking the person to choose or approve proposes: its "instead of" is not decided yet.
+        proposes = "?" in " ".join(text.split())[-300:]
         for sentence in _sentences(text):
-            kind = "gotcha" if GOTCHA.search(sentence) else "decision" if (DECISION.search(sentence)
-                                                                            or DECIDED.search(sentence)) else None
-            if kind is None:
-                continue
+            # "`sees X instead of Y`" quotes output: a cue inside a code span (its opening mark cut) is not the claim
+            claim = re.sub(r"`[^`]*`", "code", sentence if sentence.count("`") % 2 == 0 else "`" + sentence)
+            kind = "gotcha" if GOTCHA.search(claim) else "decision" if (DECISION.search(claim) or DECIDED.search(claim)) \
+                and not proposes else None
+            if kind is None or HEDGED.search(claim):
+                continue  # "… may only be capturing one", "this might be resolved by …": a guess on the way, not a finding
             body = _paragraph(text, sentence)
             if body in bodies:  # two cues in one paragraph: one memory holds it
                 break
@@ -797,13 +893,16 @@ def fact_title(title: str) -> str:
 
 
 def _title_words(title: str) -> set[str]:
-    return {w for w in words(fact_title(title)) if len(w) > 2}
+    """The words a title says its fact with (a file path in it names where, not what)."""
+    return {w for w in words(re.sub(r"\S*[\\/]\S*", " ", fact_title(title))) if len(w) > 2}
 
 
 def _taken(title: str, taken: list[set[str]] | None) -> bool:
-    """True when `title` has mostly the words of a title `taken` (the same fact, said again)."""
+    """True when `title` has mostly the words of a title `taken` (the same fact, said again), or all but one of its
+    words are in one ("Switched to X (file)" after "Switched from Y to X")."""
     mine = _title_words(title)
-    return bool(mine) and any(len(mine & other) / len(mine | other) >= 0.6 for other in taken or ())
+    return bool(mine) and any(len(mine & other) / len(mine | other) >= 0.6
+                              or len(mine) >= 4 and len(mine - other) <= 1 for other in taken or ())
 
 
 # What outlasts the session, by how it is said: a reason, a choice over another, a change from one thing to another.
@@ -820,17 +919,26 @@ NEXT_STEP_SAID = re.compile(r"(?i)^(?:let me|let's|i(?:'ll| will|'m going to| ne
 CONTRAST = re.compile(r"(?i)\b(?:instead of|rather than|over)\b|, not\b")
 # The assistant telling what it saw or did, or answering: kept only with a reason.
 NARRATION = re.compile(r"(?i)^(?:i(?:'m| am|'ve| have| had| already| now| just| can| see| notice| found| checked| created|"
-                       r" updated| added| made)|you(?:'re| are) (?:absolutely )?right|you (?:confirmed|asked|want|raise)|perfect|"
+                       r" updated| added| made| [a-z]+ed| read| ran| wrote| did| went| took| built| saw)|you(?:'re| are) (?:absolutely )?right|you (?:confirmed|asked|want|raise)|perfect|"
                        r"great|excellent|awesome|good|ok(?:ay)?|sure|absolutely|done|all done|yes|got it|thanks?|"
                        r"here(?:'s| is| are)|based on|looking at|makes sense|the (?:issue|problem|fix|answer) is clear|"
                        r"this is (?:a|an|the)\b|(?:the issue is )?on lines? \d+|you can (?:now )?(?:open|explore|see|check|view|try)|"
-                       r"(?:refresh|reload) your)\b")
+                       r"(?:refresh|reload) your|(?:that|this|these|it)\b[^.]{0,60}?\b(?:is|are|looks?|sounds?|will work|works)\s+"
+                       r"(?:\w+\s+)?(?:much |far |a lot |really |so )?(?:better|great|good|perfect|nice|cleaner|optimal(?:ly)?|well)"
+                       r")\b")  # the last: a reaction ("That orange is much better", "This will work optimally with …")
 RULE_SAID = re.compile(r"(?i)\b(?:must|never|always|don't|do not|make sure)\b")
 PAST_ACTION = re.compile(r"^(?:[A-Z][a-z]{2,}ed|Made|Ran|Wrote|Rewrote|Built|Found|Set|Put|Took|Got|Did|Kept|Left|Split|Moved)\b")
 STATUS = re.compile(r"[✅✓✔🎉🚀☑🏆]|:\s*(?:all\s+)?[a-z]+ed(?: up)?\.?$|\bnow (?:be )?(?:live|open|running|in place)\b|"
-                    r"\b(?:successfully|production[- ]ready|ready (?:for|to)|is (?:now )?complete|"
-                    r"completed?|all (?:tests|checks) pass)\b", re.I)
-CHECKED = re.compile(r"(?i)\b(?:works|working|present|valid|passe[sd]|passing|resolved|configured|in place|done|ready)\W*$")
+                    r"\b(?:successfully|production[- ]ready|ready (?:for|to|in)|is (?:now )?complete|"
+                    r"completed?|all (?:tests|checks) pass)\b|^(?:\w+ )?(?:status|progress|completion(?: rate)?)\b[^:]{0,30}:|"
+                    r"\b(?:excellent|good|great|clean) (?:condition|shape|state)\b|\bfully (?:operational|functional)\b|"
+                    r"\bno remaining\b|\bsuccessful\W*$|^(?:dev(?:elopment)? )?(?:server|app) (?:is )?running (?:on|at)\b", re.I)
+CHECKED = re.compile(r"(?i)(?:\b(?:works|working|present|valid|passe[sd]|passing|resolved|configured|in place|done|ready|"
+                     r"correctly|properly|functional|operational|fixed)|\b(?:properly|correctly|fully) [a-z]+ed|\b[a-z]+ed and (?:[a-z]+ed|functional|working|ready))"
+                     r"\W*(?:\([^)]*\))?\W*$")  # "Main entry point works (`src/app.js`)", "X implemented and functional"
+# What the assistant suggests doing next, at the end of a report: this turn's offer, not what was decided.
+NEXT_STEPS = re.compile(r"(?i)^(?:suggested |recommended |possible )?(?:next steps?|what'?s next|future (?:work|development|"
+                        r"enhancements|improvements))\b")
 BUT = re.compile(r"(?i)\b(?:but|however|although|though|yet)\b")
 HOW = re.compile(r"\s(?:by|using|via|requires?|must|needs? to)\s|\s[-—]\s\S+\s\S+|\sto (?:satisfy|avoid|prevent|allow|ensure|support)\b")
 ESTIMATE = re.compile(r"(?i)\(\s*~?\d+(?:\.\d+)?\s*(?:min|mins|minutes|h|hrs?|hours?|days?)\s*\)")  # a plan's time estimate
@@ -853,6 +961,7 @@ def _keeps(sentence: str) -> bool:
     """True for a sentence that states something lasting (not narration, a run's status, a question or a label)."""
     plain = re.sub(r"`[^`]*`", "code", sentence)  # a cue word inside a code span is data, not the sentence's claim
     plain = re.sub(r"\S*://\S*", "link", plain)
+    plain = re.sub(r"^[A-Z]\w*\s*[—–,]\s+(?=I\b|I')", "", plain)  # "Sam — I read the issues …": to someone, still narration
     if len(re.sub(r"[\W\d_]", "", plain)) < 20 or plain.endswith("?") or ESTIMATE.search(plain):
         return False
     if NEXT_STEP_SAID.match(plain):
@@ -865,25 +974,35 @@ def _keeps(sentence: str) -> bool:
         return bool(REASON.search(plain) or RULE_SAID.search(plain))
     # "Removed the old worktree" is this run's log; "Fixed X by Y", "Moved X to Y" also say how, which lasts.
     action = "" if FIX_LABEL.match(plain) else LABEL.sub("", plain)
+    action = action[:1].upper() + action[1:]  # "README.md — added a row": the log line's verb, whatever its case
     return not PAST_ACTION.match(action) or bool(REASON.search(action) or HOW.search(action))
 
 
-def lasting(text: str, said: list[set[str]], least: int = MIN_LASTING) -> str:
+def lasting(text: str, said: list[set[str]], least: int = MIN_LASTING, listed: bool = False) -> str:
     """What of `text` outlasts the session, in its order: its lasting sentences (each once across the capture,
     `said`), with the headings, short tables and code blocks that go with them."""
     kept: list[str] = []
     prose = 0
+    stated = False  # a sentence of its own, a reason, a code span or block, a table: not only a list of labels
     headings: list[str] = []
     lines = _clean(text).splitlines()
     fence: list[str] = []
+    aside = False  # under a "Next steps" heading
     for n, raw in enumerate(lines):
         line = raw.strip()
+        if line.startswith("#") or HEADING.fullmatch(line) or (line.endswith(":") and len(line) < 60
+                                                                 and not re.match(r"^(?:[-*•]|\d+[.)])\s", line)):
+            aside = bool(NEXT_STEPS.match(_said(line)))
+        if aside:
+            continue
         if fence:
             fence.append(raw.rstrip())
             if line.startswith(fence[0].strip()[:3]):
-                if (kept or headings) and len(fence) <= MAX_BLOCK:  # under a kept sentence or heading: what it names
+                if (kept or headings) and len(fence) <= MAX_BLOCK and not re.match(r"\s*(?:`{3,}|~{3,})\s*diff\b", fence[0]):
+                    # under a kept sentence or heading: what it names (a diff is the change itself: git keeps it)
                     prose += sum(len(h) for h in headings)
                     kept += [h.rstrip(":") + ":" for h in headings[-2:]] + ["\n".join(fence)]
+                    stated = True
                     headings = []
                 fence = []
             continue
@@ -894,8 +1013,10 @@ def lasting(text: str, said: list[set[str]], least: int = MIN_LASTING) -> str:
             if n == 0 or not lines[n - 1].strip().startswith("|"):
                 table = list(itertools.takewhile(lambda x: x.strip().startswith("|"), lines[n:]))
                 rows = [x for x in table if not re.fullmatch(r"[|:\-\s]+", x.strip())]
-                if len(rows) <= MAX_TABLE and not STATUS.search(" ".join(rows)):
+                hashes = sum(bool(re.match(r"\|\s*`?[0-9a-f]{7,40}`?\s*\|", x.strip())) for x in rows)
+                if len(rows) <= MAX_TABLE and not STATUS.search(" ".join(rows)) and hashes < len(rows) / 2:  # commits: git
                     kept.append("\n".join(x.strip() for x in table))
+                    stated = True
             continue
         if not line or line.startswith(">"):
             above = lines[n - 1].strip() if n else ""
@@ -922,7 +1043,16 @@ def lasting(text: str, said: list[set[str]], least: int = MIN_LASTING) -> str:
             kept += [h.rstrip(":") + ":" for h in headings[-2:]] + [("- " if bullet else "") + " ".join(good)]
             headings = []
             prose += len(" ".join(good))
-    return "\n".join(kept) if prose >= least else ""
+            stated = stated or any(not bullet and not x.endswith(":") or "`" in x or REASON.search(x) for x in good)
+    # A list of labels and fragments ("Extensive validation", "AOJ-101: config_agent") with nothing stated is a
+    # feature list or a status board, not something to know.
+    return "\n".join(kept) if prose >= least and (stated or listed) else ""
+
+
+def _bare(body: str) -> bool:
+    """True for a cue that is one short sentence with no reason or fix ("The issue is that jest is imported twice."):
+    a diagnosis on the way to a fix, too cut to use later."""
+    return "\n" not in body.strip() and len(body.strip()) < 100 and not REASON.search(body)
 
 
 def precise(candidates: list[Candidate], items: list[Event], root: Path | None) -> list[Candidate]:
@@ -937,13 +1067,18 @@ def precise(candidates: list[Candidate], items: list[Event], root: Path | None) 
         # What was said (a report, a summary, a cue's paragraph) is cut to what lasts; a tag, the person's own rule,
         # a plan and what the tools showed (a command's gotcha: structural, no key, no tags) are kept whole.
         told = candidate.layer == "keyword" and candidate.type != "pattern" or candidate.layer == "structural" and \
-            candidate.type != "plan" and bool(candidate.key or candidate.tags)
+            candidate.type != "plan" and bool(candidate.key or candidate.tags) and "commands" not in candidate.tags
         if told:  # redacted first: cut into sentences, a private key's lines would no longer read as one
-            body = lasting(redact(candidate.body)[0], said, MIN_LASTING if candidate.layer == "structural" else MIN_CUE)
-            if not body:
+            pending = "compaction" in candidate.tags and candidate.type in ("progress", "plan")  # a to-do list is its items
+            body = lasting(redact(candidate.body)[0], said, MIN_LASTING if candidate.layer == "structural" else MIN_CUE,
+                           listed=pending)
+            if not body or candidate.layer == "keyword" and candidate.type == "gotcha" and _bare(body):
                 continue
             candidate.body = body + "\n"
-            candidate.title = summary_title(body)
+            cue = candidate.title.rstrip(".…")
+            # A cue's own sentence names its fact better than the paragraph's first line (a list's first item).
+            if not (candidate.layer == "keyword" and len(cue) >= 25 and cue[:40] in body):
+                candidate.title = summary_title(body)
         candidate.title = fact_title(machine_free(candidate.title, folders))
         if candidate.layer != "self-report" and _taken(candidate.title, seen):
             continue  # the same fact under the same words: one memory holds it

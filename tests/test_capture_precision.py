@@ -254,3 +254,221 @@ def test_a_request_to_make_sure_of_something_is_not_a_user_rule(project, tmp_pat
         *_tool("1", "Read", {"file_path": f"{HOME}/plan.json"}, "{}"),
     ])
     assert not [row for row in rows if row["type"] == "pattern"]
+
+
+# ---------------------------------------------------------------- round 3: fewer, whole memories
+
+
+def test_a_question_or_a_regret_is_not_a_user_rule(project, tmp_path):
+    rows = _stop(project, tmp_path, [
+        _ask("u1", "oh no, we should have made a commit before running the script.. they don't have the files they "
+                   "need, or do they?"),
+        *_tool("1", "Read", {"file_path": f"{HOME}/plan.json"}, "{}"),
+        _ask("u2", "the totals panel is not matching the receipt. Should we round per line instead? Also the totals "
+                   "should have 2 decimals."),
+        *_tool("2", "Read", {"file_path": f"{HOME}/totals.py"}, "..."),
+        _ask("u3", "show both prices; since both come from the same rates table there should not be much difference"),
+        *_tool("3", "Read", {"file_path": f"{HOME}/rates.py"}, "..."),
+        _ask("u4", "is the cache warm? never call the rates API from a request handler"),
+        *_tool("4", "Read", {"file_path": f"{HOME}/handler.py"}, "..."),
+    ])
+    patterns = [row["title"] for row in rows if row["type"] == "pattern"]
+    assert len(patterns) == 1 and "never call the rates API" in patterns[0], patterns  # a rule said with a question
+
+
+def test_a_bare_diagnosis_on_the_way_is_not_a_gotcha(project, tmp_path):
+    rows = _stop(project, tmp_path, [
+        _ask("u1", "the unit tests fail to start"),
+        _say("a1", "The issue is that `jest` is being imported twice. Let me fix the test files:"),
+        *_tool("1", "Edit", {"file_path": f"{HOME}/test/setup.js", "old_string": "a", "new_string": "b"}),
+    ])
+    assert not [row for row in rows if row["type"] == "gotcha"]
+
+
+def test_a_hedged_guess_is_not_a_finding(project, tmp_path):
+    rows = _stop(project, tmp_path, [
+        _ask("u1", "only one suggestion shows up"),
+        _say("a1", "The code is requesting five moves, but the response handling on the panel side may only be "
+                   "capturing one of them if the engine returns a single object instead of an array. Let me check:"),
+        *_tool("1", "Read", {"file_path": f"{HOME}/panel.js"}, "..."),
+    ])
+    assert not [row for row in rows if row["type"] in ("gotcha", "decision")]
+
+
+def test_options_laid_out_for_the_person_to_pick_are_not_a_memory(project, tmp_path):
+    menu = ("The export stops at 1,000 rows because the query pages and only the first page is read.\n\n"
+            "A) Read every page in a loop\n- Pros: simple, no new dependency\n- Cons: slow on big exports\n\n"
+            "B) Stream the rows with a server-side cursor\n- Pros: constant memory\n- Cons: holds a connection open\n\n"
+            "C) Export from a nightly snapshot instead\n- Pros: no load on the primary\n- Cons: data up to a day old\n\n"
+            "Which approach would you like?")
+    rows = _stop(project, tmp_path, [_ask("u1", "why does the export stop at 1000 rows?"), _say("a1", menu)])
+    assert not [row for row in rows if "Pros" in row["body"] or "nightly snapshot" in row["body"]]
+
+
+def test_an_offer_the_person_turns_down_is_not_kept(project, tmp_path):
+    offer = ("Making the style guide page responsive is easy: the grid already collapses to one column under 768px, "
+             "and a hamburger menu needs about twenty lines of CSS and a toggle in the page script, with larger touch "
+             "targets for phones. Should I go ahead and add the mobile menu?")
+    rows = _stop(project, tmp_path, [
+        _ask("u1", "how hard is a mobile menu for the style guide page?"),
+        _say("a1", offer),
+        _ask("u2", "No, it's ok then, the page is only a reference for us."),
+        *_tool("1", "Read", {"file_path": f"{HOME}/README.md"}, "..."),
+    ])
+    assert "hamburger" not in _texts(project), [row["title"] for row in rows]
+
+
+def test_a_list_of_labels_says_nothing_to_keep(project, tmp_path):
+    report = ("## Polished server\n\n**Features Implemented:**\n- Extensive configuration validation\n"
+              "- Environment variable support\n- Multiple transport protocols\n- Session management per client\n"
+              "- Request timeout handling\n- Panic recovery middleware\n- Telemetry collection for monitoring\n")
+    rows = _stop(project, tmp_path, [
+        _ask("u1", "polish the server command"),
+        *_tool("1", "Edit", {"file_path": f"{HOME}/cmd/serve.go", "old_string": "a", "new_string": "b"}),
+        _say("a1", report),
+    ])
+    assert not [row for row in rows if "configuration validation" in row["body"]]
+
+
+def test_status_lines_and_next_steps_are_not_kept(project, tmp_path):
+    report = ("## Package check\n\n- Main entry point works (`src/installer.js`)\n"
+              "- Configuration files implemented and functional\n- Test structure properly organized\n"
+              "- Status: REMEDIATION_COMPLETE\n- TypeScript compilation successful\n- Dev server running on localhost:3000\n\n"
+              "The installer reads its defaults from config/defaults.json because the CLI flags are parsed after the "
+              "project type is detected, so a flag can never change which templates are offered.\n\n"
+              "**Next Steps:**\n- Publish the package to the registry\n- Push the changes to the remote repository\n")
+    rows = _stop(project, tmp_path, [
+        _ask("u1", "check the package is complete"),
+        *_tool("1", "Edit", {"file_path": f"{HOME}/src/installer.js", "old_string": "a", "new_string": "b"}),
+        _say("a1", report),
+    ])
+    text = _texts(project)
+    assert "config/defaults.json" in text, [row["title"] for row in rows]
+    for noise in ("Main entry point works", "implemented and functional", "properly organized", "REMEDIATION_COMPLETE",
+                  "compilation successful", "localhost:3000",
+                  "Publish the package",
+                  "Push the changes"):
+        assert noise not in text, noise
+
+
+def test_a_reaction_is_not_a_memory(project, tmp_path):
+    rows = _stop(project, tmp_path, [
+        _ask("u1", "use #D96E4B as the primary colour instead"),
+        *_tool("1", "Edit", {"file_path": f"{HOME}/styles/theme.css", "old_string": "a", "new_string": "b"}),
+        _say("a1", "That orange-red (#D96E4B) is much better - it's warm, professional, and distinctive without the "
+                   "aggressive feel of pure red."),
+    ])
+    assert "much better" not in _texts(project), [row["title"] for row in rows]
+
+
+def test_pending_work_of_a_compaction_that_later_requests_follow_is_not_kept(project, tmp_path):
+    _stop(project, tmp_path, [
+        _record("user", "c1", _summary("Run the generated cleanup script once the user has reviewed its list of branches"),
+                isCompactSummary=True),
+        _ask("u1", "run the script"),
+        *_tool("1", "Bash", {"command": "./cleanup.sh"}, "removed 4 branches"),
+    ])
+    assert "cleanup script" not in _texts(project)
+
+
+def test_a_proposed_choice_is_not_a_decision(project, tmp_path):
+    rows = _stop(project, tmp_path, [
+        _ask("u1", "how should the comparison panel look?"),
+        _say("a1", "For the comparison I would show:\n\n- Both results side by side, so a shifted board stands out\n"
+                   "- A one-line summary, \"10 squares differ\", instead of ten lines of differences\n\n"
+                   "Does this approach look right before I design the details?"),
+    ])
+    assert not [row for row in rows if row["type"] == "decision"]
+
+
+def test_a_cue_inside_a_code_span_is_output_not_a_decision(project, tmp_path):
+    rows = _stop(project, tmp_path, [
+        _ask("u1", "what do the ten differences look like?"),
+        _say("a1", "All ten lines of the comparison log read the same way:\n\n"
+                   "- `sees ♟ instead of ·` (the second model sees a black pawn where the first sees an empty square)\n"),
+        *_tool("1", "Read", {"file_path": f"{HOME}/compare.js"}, "..."),
+    ])
+    assert not [row for row in rows if row["type"] == "decision"]
+
+
+def test_a_title_whose_words_another_title_has_is_the_same_fact(project, tmp_path):
+    rows = _stop(project, tmp_path, [
+        _ask("u1", "only one best move shows up"),
+        _say("a1", "Fixed by:\n- Switched from the old engine API to the Cloud Eval API (supports several lines)\n"
+                   "- The old engine API stays as the fallback when the cloud has no entry"),
+        _ask("u2", "and the rate limits?"),
+        _say("a2", "Switched to the Cloud Eval API (`src/background/worker.js`)\n- Returns up to 5 lines in one request\n"
+                   "- One request a second at most, and a minute of backoff after a 429"),
+    ])
+    switched = [row["title"] for row in rows if row["title"].startswith("Switched")]
+    assert len(switched) == 1, switched
+
+
+def test_a_recurring_error_that_names_nothing_is_not_a_gotcha(project, tmp_path):
+    records = [_ask("u1", "merge the three agent branches")]
+    for n, branch in enumerate(("agent-a", "agent-b", "agent-c")):
+        records += _tool(str(n), "Bash", {"command": f"git merge {branch}"},
+                         "Automatic merge failed; fix conflicts and then commit the result.")
+    rows = _stop(project, tmp_path, _failed(records))
+    assert not [row for row in rows if row["type"] == "gotcha"]
+
+
+def test_a_recurring_error_is_titled_by_its_command_without_machine_paths(project, tmp_path):
+    error = "/nix/store/gvs84v19yx52n3g9q8-lint/bin/lint: line 31: basedpyright: command not found"
+    records = [_ask("u1", "make the linter pass")]
+    for n in range(3):
+        records += _tool(str(n), "Bash", {"command": "nix develop -c lint"}, error)
+    rows = _stop(project, tmp_path, _failed(records))
+    [gotcha] = [row for row in rows if row["type"] == "gotcha"]
+    assert gotcha["title"].startswith("basedpyright: command not found") and "`nix develop -c lint`" in gotcha["title"]
+    assert "/nix/store" not in gotcha["title"]
+
+
+def test_a_cue_is_titled_by_its_own_sentence(project, tmp_path):
+    rows = _stop(project, tmp_path, [
+        _ask("u1", "review the decomposition"),
+        _say("a1", "Instead of 12 agents, consolidate to 5 agents:\n\n- Interactive installer system, one owner for "
+                   "the whole flow\n- Hook manager and its tier folders\n- Templates for every project type"),
+    ])
+    [decision] = [row for row in rows if row["type"] == "decision"]
+    assert decision["title"].startswith("Instead of 12 agents, consolidate to 5 agents")
+
+
+def test_the_commands_a_project_is_checked_with_are_one_memory(project, tmp_path):
+    records = [_ask("u1", "fix the failing CI checks")]
+    for n, command in enumerate(("make lint", "make test", "go build ./...", "make test", f"cat {HOME}/ci.log")):
+        records += _tool(str(n), "Bash", {"command": command}, "ok")
+    rows = _stop(project, tmp_path, records)
+    [commands] = [row for row in rows if "commands" in row["tags"]]
+    assert "`make lint`" in commands["title"] and "`make test`" in commands["title"]
+    assert "`go build ./...`" in commands["body"] and "cat" not in commands["body"] and "alice" not in commands["body"]
+
+
+def test_a_commit_table_a_diff_and_narration_to_someone_are_not_kept(project, tmp_path):
+    report = ("Sam — I primed on the repo and read all 65 open issues against the release branch.\n\n"
+              "Publishing the v4 packages closes the most active issue, because the crash it reports is already fixed "
+              "on the release branch and only the published version still has it.\n\n"
+              "| Commit | Task | Description |\n|---|---|---|\n| `3bb8701` | fum.1 | Enriched the renderer |\n"
+              "| `b9288c2` | fum.2 | Rebuilt the transcript panel |\n\n"
+              "```diff\n- > Status: initial review\n+ > Status: issue triage done\n```\n")
+    _stop(project, tmp_path, [
+        _ask("u1", "triage the open issues"),
+        *_tool("1", "Edit", {"file_path": f"{HOME}/docs/triage.md", "old_string": "a", "new_string": "b"}),
+        _say("a1", report),
+    ])
+    text = _texts(project)
+    assert "closes the most active issue" in text
+    for noise in ("I primed", "3bb8701", "Rebuilt the transcript panel", "Status: issue triage done"):
+        assert noise not in text, noise
+
+
+def test_a_list_item_is_titled_under_its_heading(project, tmp_path):
+    report = ("### Added rate limiting protection\n\n- One second at least between two requests to the cloud API\n"
+              "- A minute of backoff after a 429 answer, then the fallback engine\n")
+    rows = _stop(project, tmp_path, [
+        _ask("u1", "add rate limiting for the cloud API"),
+        *_tool("1", "Edit", {"file_path": f"{HOME}/src/worker.js", "old_string": "a", "new_string": "b"}),
+        _say("a1", report),
+    ])
+    [row] = rows
+    assert row["title"].startswith("Added rate limiting protection: One second at least between two requests")
