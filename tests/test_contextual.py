@@ -50,7 +50,7 @@ def test_token_states_and_long_or_empty_texts(encoder: contextual.Encoder) -> No
     both = small.encode([text], tail=True)[0]
     assert both.ids == full[:room // 2] + full[-(room - room // 2):] and both.states.shape[0] == room
     other = small.encode([long_text + " Then it rolls the release back."], tail=True)[0]
-    assert both.ids[:room // 2] == other.ids[:room // 2] and both.ids[-4:] != other.ids[-4:]  # alike opening, not ending
+    assert both.ids[:room // 2] == other.ids[:room // 2] and both.ids[-4:] != other.ids[-4:]  # same opening, end apart
     within = "cobra over urfave/cli for the command line parsing"  # one window: encoded whole, as without `tail`
     assert small.encode([within], tail=True)[0].ids == small.encode([within])[0].ids
     # batching does not change a text's vector (padding is masked out)
