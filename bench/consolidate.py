@@ -1,6 +1,6 @@
 """Consolidation quality and time: 1,000 memories holding 100 planted near-duplicate pairs (paraphrases).
 
-    python bench/consolidate.py [--data FILE ...]
+    python bench/consolidate.py [--data FILE ...] [--long K]
 
 Two data sets, both written for cortex: bench/data/consolidate.json (100
 pairs of memories that say the same thing in different words and 800
@@ -17,13 +17,15 @@ in use: every memory linked and flagged by graph.connect, the flagged pairs
 judged at consolidate.auto_threshold. For the first data set it also times
 the all-or-nothing merge of every group found at the manual threshold and a
 whole `cortex consolidate --dry-run` process, without and with the scores
-kept from an earlier run.
+kept from an earlier run. With `--long K`, the same on memories of K of the
+sets' sentences (`longer`), longer than the duplicate score's window.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import random
 import shutil
 import statistics
 import subprocess
@@ -85,12 +87,39 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, nargs="+",
                         default=[HERE / "data" / "consolidate.json", HERE / "data" / "consolidate-heldout.json"])
+    parser.add_argument("--long", type=int, metavar="K", help="instead, memories of K sentences each (see `longer`)")
     args = parser.parse_args()
     warm_bytecode()
     print_machine(bench_env(), 3)
     for path in args.data:
-        print(f"\n== {path.name}")
-        run(json.loads(path.read_text(encoding="utf-8")), full=path == args.data[0])
+        data = json.loads(path.read_text(encoding="utf-8"))
+        print(f"\n== {path.name}" + (f", memories of {args.long} sentences" if args.long else ""))
+        run(longer(data, args.long) if args.long else data, full=path == args.data[0] and not args.long)
+
+
+def longer(data: dict, k: int) -> dict:
+    """Memories over the judge's window: K planted pairs of one type joined sentence by sentence make a planted
+    pair; near misses (background) share its first or its last half with it; the rest is K background texts."""
+    rng = random.Random(7)
+    out: dict = {"pairs": [], "background": []}
+    background: dict[str, list[str]] = {}
+    for item in data["background"]:
+        background.setdefault(item["type"], []).append(item["text"])
+    for kind in sorted({pair["type"] for pair in data["pairs"]}):
+        pairs = [pair for pair in data["pairs"] if pair["type"] == kind]
+        rest = background.get(kind, [])
+        rng.shuffle(pairs)
+        rng.shuffle(rest)
+        half = k // 2
+        for start in range(0, len(pairs) - k + 1, k):
+            chunk = pairs[start:start + k]
+            out["pairs"].append({"type": kind, **{side: " ".join(p[side] for p in chunk) for side in ("a", "b")}})
+            if len(rest) >= 2 * k:
+                opening = [p["b"] for p in chunk[:half]] + [rest.pop() for _ in range(k - half)]
+                ending = [rest.pop() for _ in range(k - half)] + [p["b"] for p in chunk[half:]]
+                out["background"] += [{"type": kind, "text": " ".join(part)} for part in (opening, ending)]
+        out["background"] += [{"type": kind, "text": " ".join(rest[n:n + k])} for n in range(0, len(rest) - k + 1, k)]
+    return out
 
 
 def run(data: dict, full: bool) -> None:

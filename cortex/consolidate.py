@@ -138,8 +138,9 @@ def _clusters(pairs: list[tuple[float, str, str]], score_of: Any, conflict_of: A
 
 
 class Judge:
-    """The duplicate score of two memories: idf-weighted BERTScore F1 on the contextual model, over a text's first and
-    last `TOKENS` tokens; kept in `cache/duplicate-scores.json` by text hash until the store halves or doubles."""
+    """The duplicate score of two memories: idf-weighted BERTScore F1 on the contextual model, over one window of
+    `TOKENS` tokens (a longer text's first and last halves); kept in `cache/duplicate-scores.json` by text hash until
+    the store halves or doubles."""
 
     TOKENS = 64
     CACHE = "duplicate-scores.json"
@@ -164,7 +165,7 @@ class Judge:
         self._unseen = math.log(len(sample) + 1)
         self._encoded: dict[str, Any] = {}
         self.encoded_count = 0
-        self._model = f"{contextual.NAME}:{self.TOKENS}:head+tail"
+        self._model = f"{contextual.NAME}:{self.TOKENS}:halves"
         self._size = total  # the store size the kept scores were computed at (idf drifts as it grows)
         self._cached: dict[str, float] = {}
         self._dirty = False

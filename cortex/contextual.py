@@ -300,30 +300,13 @@ class Encoder:
         return x.reshape(b, length, h)
 
     def encode(self, texts: Sequence[str], tail: bool = False, max_tokens: int | None = None) -> list[Encoded]:
-        """Each text's token states and sentence vector. A text over `max_tokens` is cut there; with `tail`,
-        its last `max_tokens` tokens are encoded too and their states follow (the middle of a very long text
-        is left out), so two texts that open alike but end differently stay apart. The sentence vector is the
-        opening's."""
-        import numpy as np
-
+        """Each text's token states and sentence vector. A text over `max_tokens` is cut there; with `tail`, it
+        is encoded as its first and last halves in that one window (the middle left out), so two texts that open
+        alike but end differently stay apart at the cost of one window."""
         room = self._room(max_tokens)
-        full = self._token_ids(texts)
-        segments = [ids[:room] for ids in full]
-        tails = {i: len(segments) + n for n, i in enumerate(i for i, ids in enumerate(full) if tail and len(ids) > room)}
-        segments += [full[i][-room:] for i in tails]
-        encoded = self._encode_segments(segments)
-        out = []
-        for i, ids in enumerate(full):
-            head = encoded[i]
-            if i not in tails:
-                out.append(head)
-                continue
-            rest = len(ids) - room  # tokens after the opening; the tail segment ends with them
-            back = encoded[tails[i]]
-            keep = min(rest, room)
-            out.append(Encoded(ids=head.ids + back.ids[-keep:], mean=head.mean,
-                               states=np.concatenate([head.states, back.states[-keep:]])))
-        return out
+        half = room // 2
+        return self._encode_segments([ids[:half] + ids[len(ids) - (room - half):] if tail and len(ids) > room
+                                      else ids[:room] for ids in self._token_ids(texts)])
 
     def _room(self, max_tokens: int | None) -> int:
         """How many of a text's tokens are encoded: the model's limit or `max_tokens`, less [CLS] and [SEP]."""
