@@ -768,8 +768,11 @@ def status(store: Any, as_json: bool, strict: bool) -> None:
             _echo(f"possible duplicates flagged: {report['flagged_pairs']} pairs, judged by the next automatic "
                   f"consolidation (`cortex consolidate --auto --dry-run`)")
         if report.get("suspects"):
-            _echo(f"suspects: {report['suspects']} pairs of memories that cannot both hold, waiting for a person "
-                  f"(`cortex suspects`)")
+            when = "" if report["suspects_checked"] == "current" else " at the last check"
+            _echo(f"suspects: {report['suspects']} pairs of memories that cannot both hold{when}, waiting for a "
+                  f"person (`cortex suspects`)")
+        elif report["suspects_checked"] == "never":
+            _echo("suspects: not checked yet in this clone (`cortex suspects` compares the memories)")
         if report["contested"]:
             _echo(f"for a person ({len(report['contested'])}): alike but they differ, so consolidation did not merge "
                   f"them; forget or delete one, or merge them with `cortex consolidate`")
@@ -1620,6 +1623,7 @@ def maintain(store: Any) -> None:
 
     counts = upkeep.run(store)
     click.echo(", ".join(f"{name} {count}" for name, count in counts.items()))
+    upkeep.check_suspects(store)  # the queue `cortex status` counts
     upkeep.fill_contextual(store)  # after the links: the memories' contextual vectors, for recall's re-ranking
 
 

@@ -74,3 +74,14 @@ def fill_contextual(store: Store, indexes: Indexes | None = None) -> None:
             store.log(f"maintain: {filled} contextual vectors")
     except Exception as exc:
         store.log(f"maintain: contextual vectors not filled: {exc!r}")
+
+
+def check_suspects(store: Store) -> None:
+    """Bring the suspects queue up to date (`cortex maintain` only, detached: a big store's first check takes a
+    while), so `cortex status` reads it instead of comparing memories itself."""
+    from cortex import suspects
+
+    try:
+        suspects.find(store)
+    except Exception as exc:
+        store.log(f"maintain: suspects not checked: {exc!r}")

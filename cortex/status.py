@@ -45,7 +45,9 @@ def report(store: Store, index: Index) -> dict[str, Any]:
     out["contested"] = [{"id": a, "other": b, "reason": why} for a, b, why in contested(store, active)]
     from cortex import salience, suspects
 
-    out["suspects"] = len(suspects.find(store, index))  # contradictions and drift waiting for a person
+    queue = suspects.kept(store, index)  # contradictions and drift waiting for a person
+    out["suspects"] = queue[0] if queue else 0
+    out["suspects_checked"] = "current" if queue and queue[1] else "earlier" if queue else "never"
 
     out["tiers"] = salience.tiers_report(store)
     if store.label == "global":  # the global store's own repository: remote, ahead/behind, sync conflicts

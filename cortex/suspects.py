@@ -34,6 +34,7 @@ COMMON = 50  # a word in more titles than this names no subject
 SHARED = 0.5  # two memories on one subject share at least half the rarer-word weight of the smaller title
 TEXT_MOST = 600  # characters of a memory's text read for claims: its title and the start of its body
 NO_TYPES = ("code",)  # source code records are no statements
+SMALL = 1000  # active memories up to which `cortex status` checks the queue itself when none was kept
 
 
 @dataclass(frozen=True)
@@ -91,12 +92,31 @@ def clear(store: Store, pairs: Iterable[tuple[str, str]]) -> list[Path]:
     return written
 
 
+def kept(store: Store, index: Any) -> tuple[int, bool] | None:
+    """(size of the queue, whether it is current) for `cortex status`, which must stay quick: the queue kept by
+    the last `find` while nothing changed, else the queue itself in a small store; in a big one the last kept
+    queue (`cortex suspects`, or the upkeep after a Stop, brings it up to date), None when nobody checked yet
+    (a fresh clone's first check compares every memory's neighbours)."""
+    checked = _Checked(store)
+    rows = index.records().column("status", "type", "vhash", "links")
+    current = checked.queue is not None and checked.queue[0] == _made_of(checked, rows, cleared(store))
+    if checked.queue is not None and current:
+        return len(checked.queue[1]), True
+    if sum(status == "active" for _rel, status, *_rest in rows) <= SMALL:
+        return len(find(store, index)), True
+    return (len(checked.queue[1]), False) if checked.queue is not None else None
+
+
+def _made_of(checked: _Checked, rows: list[Any], done: set[tuple[str, str]]) -> str:
+    import hashlib
+
+    return hashlib.sha1(repr((checked.rules, rows, sorted(done))).encode("utf-8")).hexdigest()
+
+
 def find(store: Store, index: Any = None) -> list[Suspect]:
     """The open pairs among the store's active memories, contradictions first. The queue is kept in
     `state/suspects.json` with what it was made of (each memory's text hash, status and links, the cleared
     pairs, the rules): asked again with nothing changed, it is read back."""
-    import hashlib
-
     from cortex.index import Index
 
     index = (index or Index(store)).ensure()
@@ -104,7 +124,7 @@ def find(store: Store, index: Any = None) -> list[Suspect]:
     done = cleared(store)
     checked = _Checked(store)
     rows = records.column("status", "type", "vhash", "links")
-    made_of = hashlib.sha1(repr((checked.rules, rows, sorted(done))).encode("utf-8")).hexdigest()
+    made_of = _made_of(checked, rows, done)
     if checked.queue is not None and checked.queue[0] == made_of:
         return [Suspect(**row) for row in checked.queue[1]]
     active = [rel for rel, status, kind, _vhash, _links in rows if status == "active" and kind not in NO_TYPES]

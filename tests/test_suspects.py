@@ -151,3 +151,28 @@ def test_mcp_lists_and_clears_the_queue(tmp_path):
             bad = portal.call(session.call_tool, "cortex_suspects", {"clear": [[old]]})
             assert bad.is_error
     assert cortex_json("suspects", cwd=project) == []
+
+
+def test_status_in_a_big_store_reads_the_kept_queue_and_never_checks_itself(project):
+    """Past `suspects.SMALL` active memories `cortex status` stays quick: it says the queue was not checked in
+    this clone, then (after `cortex suspects`) the kept count, marked as of the last check once memories change."""
+    from cortex.suspects import SMALL
+
+    folder = project / ".cortex" / "memories" / "context"
+    folder.mkdir(parents=True, exist_ok=True)
+    for n in range(SMALL + 1):
+        ident = f"{n:012x}"
+        (folder / f"note-{n}-{ident}.md").write_text(
+            f"---\nid: '{ident}'\ntype: context\ntitle: Module m{n} owns table t{n}\nstatus: active\n"
+            f"created: '2026-01-01T00:00:00Z'\n---\nModule m{n} owns table t{n}.\n", encoding="utf-8")
+    _remember(project, RETRIES_3)
+    _remember(project, RETRIES_5)
+    report = cortex_json("status", cwd=project)
+    assert report["suspects_checked"] == "never" and report["suspects"] == 0
+    assert "suspects: not checked yet" in cortex("status", cwd=project).stdout
+    assert not (project / ".cortex" / "state" / "suspects.json").exists()  # status compared nothing
+    assert len(_pairs(project)) == 1  # `cortex suspects` checks and keeps the queue
+    assert cortex_json("status", cwd=project)["suspects"] == 1
+    _remember(project, "The nightly export writes to the reports bucket.")
+    line = next(ln for ln in cortex("status", cwd=project).stdout.splitlines() if ln.startswith("suspects:"))
+    assert "1 pairs" in line and "at the last check" in line
