@@ -25,9 +25,9 @@ POOL = 50
 BROAD_SHARE, BROAD_MIN, NARROWED = 0.5, 20, 3
 NARROWED_NOTE = f"showing the best {NARROWED}"  # in the note a narrowed answer carries
 RELEVANT_MATCH = 0.2  # under this match a memory does not bear on the question (docs/recall.md, "The relevance line")
-# A question's specific words (in at most this share of the memories) name its subject: a hit holding less than
-# NAMED_SHARE of them (by rarity) is about something else, however close its meaning (docs/recall.md).
-SPECIFIC_SHARE, SPECIFIC_MIN, SPECIFIC_LEAST, NAMED_SHARE = 0.025, 1, 2, 0.6
+# A question's specific words (in at most SPECIFIC_SHARE of the memories) name what it asks about: a hit holding
+# less than NAMED_SHARE of them (by rarity) is relevant only with a clear match (docs/recall.md, "The relevance line").
+SPECIFIC_SHARE, NAMED_SHARE, NAMED_MATCH = 0.03, 0.7, 0.6
 RELEVANT_POOL = 10  # hits a recall judges at least, so that a small limit still finds a relevant one ranked past it
 MATCH_SPREAD = 0.25  # the prompt hook injects only hits within this much of the best match (0..1)
 LIST_WEIGHTS = {"bm25": 1.0, "dense": 0.5, "ctx": 1.0}  # default of recall.list_weights (bench/retrieval.py)
@@ -695,9 +695,9 @@ def named_shares(index: Any, query: str, hits: list[Hit]) -> None:
         weights = {}
         for term in dict.fromkeys(fulltext.terms(query)):
             found = searcher.doc_frequency("text", term)
-            if 0 < found <= max(SPECIFIC_MIN, SPECIFIC_SHARE * total):
+            if 0 < found <= max(1, SPECIFIC_SHARE * total):
                 weights[term] = math.log(total / found) + 1
-        if len(weights) < SPECIFIC_LEAST:
+        if not weights:
             return
         number = {hit.memory.path: searcher.document_number(path=_rel(index, hit)) for hit in hits}
         holders = {term: set(searcher.postings("text", term).all_ids()) for term in weights}
@@ -881,8 +881,8 @@ def mark_relevant(hits: list[Hit], min_match: float = RELEVANT_MATCH, spread: fl
             hit.relevant = None if hit.match is None else hit.match >= floor
             if hit.relevant is False and asked and _has_words(hit.memory, asked):
                 hit.relevant = True
-            if hit.relevant and hit.named is not None and hit.named < NAMED_SHARE:
-                hit.relevant = False  # it does not name what the question names
+            if hit.relevant and hit.named is not None and hit.named < NAMED_SHARE and (hit.match or 0.0) < NAMED_MATCH:
+                hit.relevant = False  # it does not name what the question names, and its meaning is not clear
             judged[(hit.store, hit.memory.id)] = hit.relevant
     for hit in hits:
         if hit.via is not None:
