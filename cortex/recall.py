@@ -674,10 +674,10 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
         fused = score_fusion(ranked, raw, cosines, statics or {})
         fused = session_lift(index, fused, ranked, raw, cosines, statics or {}, allowed)
     hits, excluded_match = _best_hits(store, index, query, fused, raw, prior, prior_weight, limit, exclude)
-    named_shares(index, query, hits)
     if read:  # the direct hits: what is judged; a linked hit is read once it is kept (`recall`), else `read_hits`
         _read(store, index, hits, query)
     out = _with_links(store, index, hits, statuses, now) if links else hits
+    named_shares(index, query, out)
     return RecallResult(out, notes, excluded_match)
 
 
@@ -885,8 +885,10 @@ def mark_relevant(hits: list[Hit], min_match: float = RELEVANT_MATCH, spread: fl
                 hit.relevant = False  # it does not name what the question names, and its meaning is not clear
             judged[(hit.store, hit.memory.id)] = hit.relevant
     for hit in hits:
-        if hit.via is not None:
+        if hit.via is not None:  # with its parent; an associated memory only if it holds what the question names
             hit.relevant = judged.get((hit.store, hit.root or ""), False)
+            if hit.relevant and hit.via.startswith("relates_to") and hit.named is not None and hit.named < NAMED_SHARE:
+                hit.relevant = False
 
 
 def _stems(text: str) -> set[str]:
