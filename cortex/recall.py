@@ -25,9 +25,9 @@ POOL = 50
 BROAD_SHARE, BROAD_MIN, NARROWED = 0.5, 20, 3
 NARROWED_NOTE = f"showing the best {NARROWED}"  # in the note a narrowed answer carries
 RELEVANT_MATCH = 0.2  # under this match a memory does not bear on the question (docs/recall.md, "The relevance line")
-# A question's specific words (in at most SPECIFIC_SHARE of the memories) name what it asks about: a hit holding
-# less than NAMED_SHARE of them (by rarity) is relevant only with a clear match (docs/recall.md, "The relevance line").
-SPECIFIC_SHARE, NAMED_SHARE, NAMED_MATCH = 0.03, 0.7, 0.6
+# A question's specific words (in at most SPECIFIC_SHARE of the memories) name what it asks about: a memory linked
+# to a hit comes with it only when it holds NAMED_SHARE of them (by rarity) (docs/recall.md, "Linked hits").
+SPECIFIC_SHARE, NAMED_SHARE = 0.03, 0.7
 RELEVANT_POOL = 10  # hits a recall judges at least, so that a small limit still finds a relevant one ranked past it
 MATCH_SPREAD = 0.25  # the prompt hook injects only hits within this much of the best match (0..1)
 LIST_WEIGHTS = {"bm25": 1.0, "dense": 0.5, "ctx": 1.0}  # default of recall.list_weights (bench/retrieval.py)
@@ -881,8 +881,6 @@ def mark_relevant(hits: list[Hit], min_match: float = RELEVANT_MATCH, spread: fl
             hit.relevant = None if hit.match is None else hit.match >= floor
             if hit.relevant is False and asked and _has_words(hit.memory, asked):
                 hit.relevant = True
-            if hit.relevant and hit.named is not None and hit.named < NAMED_SHARE and (hit.match or 0.0) < NAMED_MATCH:
-                hit.relevant = False  # it does not name what the question names, and its meaning is not clear
             judged[(hit.store, hit.memory.id)] = hit.relevant
     for hit in hits:
         if hit.via is not None:  # with its parent; an associated memory only if it holds what the question names
