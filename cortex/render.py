@@ -92,15 +92,13 @@ def highlight(text: str, spans: Iterable[tuple[int, int]]) -> str:
 def medium(memory: Memory, snippet: str = "", spans: Iterable[tuple[int, int]] = (), where: str = "",
            indent: str = "") -> str:
     """A few lines: the heading (id, type, title, status, `where` it came from), then only what the title does
-    not already say: the snippet past the title (the part of the body that answers, its matches marked), or
-    without one the summary past the title, and the facts."""
+    not already say: the snippet past the title (the part of the body that answers, its matches marked), and the
+    facts."""
     status = "" if memory.status == "active" else f" ({memory.status})"
     lines = [f"{memory.id}  {memory.type:<12} {memory.title}{status}{where}"]
     rest, moved = _beyond(snippet, memory.title)
     if rest:
         lines.append(f"{indent}{highlight(rest, [(a - moved, b - moved) for a, b in spans if a >= moved])}")
-    elif not snippet and _adds(memory.one_line(), memory.title):
-        lines.append(f"{indent}{_beyond(memory.one_line(), memory.title)[0]}")
     facts = [f"confidence {memory.confidence:.2f}", f"priority {memory.priority}", "pinned" if memory.pinned else "",
              f"branch {memory.branch}" if memory.branch else "", f"project {memory.project}" if memory.project else "",
              "tags " + ", ".join(memory.tags) if memory.tags else "",
@@ -146,7 +144,7 @@ def full(memory: Memory) -> str:
     return redacted("\n".join(lines) + ("\n\n" + body if body else "") + "\n")  # the one secret rule, as `medium`
 
 
-SNIPPET_CHARS = 200  # what a hit shows of its body at most: the part that answers, not the file
+SNIPPET_CHARS = 160  # what a hit shows of its body at most: the part that answers, not the file
 _SENTENCE_END = re.compile(r"(?<!\b\d\.)(?<=[.!?])\s+")
 _LINE_MARKS = re.compile(r"\*\*|__|^#+\s*|^[-*]\s+")
 
@@ -161,18 +159,20 @@ def sentences(body: str) -> list[str]:
 
 
 def answering_part(body: str, query: str, title: str = "", width: int = SNIPPET_CHARS) -> str:
-    """What a hit shows of its body: the sentence holding most of the query's words that `title` does not (the
-    first sentence when none does: what the memory says past its title), then the next one holding a word neither
-    holds when both fit in `width`; "…" where sentences were skipped; one longer than `width` cut around its
-    first match."""
+    """What a hit shows of its body: the sentence holding most of the query's words that `title` does not, then
+    the next one holding a word neither holds when both fit in `width`; "…" where sentences were skipped; one
+    longer than `width` cut around its first match. Nothing when no sentence holds such a word, unless the title
+    was cut ("…"): then the first sentence, which goes on where the title stopped. A body within `width`, whole."""
     from cortex.index.fulltext import terms
 
     parts = sentences(body)
-    if not parts:
-        return ""
+    if not parts or len(" ".join(parts)) <= width:
+        return " ".join(parts)  # a short body is all of its answer
     wanted = set(terms(query)) - set(terms(title))
     held = [wanted & set(terms(part)) for part in parts]
     chosen = [min(range(len(parts)), key=lambda i: (-len(held[i]), i))]
+    if not held[chosen[0]] and not title.endswith("…"):
+        return ""  # no sentence bears on the query past what the title says: `cortex show` has the rest
     more = [i for i in range(len(parts)) if held[i] - held[chosen[0]]]
     if more:
         best = min(more, key=lambda i: (-len(held[i] - held[chosen[0]]), i))

@@ -32,6 +32,6 @@ def test_a_hit_shows_the_sentence_that_answers_not_the_whole_body(project):
     for other in DEPLOY[:3] + DEPLOY[4:]:
         assert other[:40] not in out, out
     row = cortex_json("recall", "which port does the health check probe?", cwd=project)[0]
-    assert row["id"] == memory.id and "8081" in row["snippet"] and len(row["snippet"]) <= 200
+    assert row["id"] == memory.id and "8081" in row["snippet"] and len(row["snippet"]) <= 160
     assert "previous three images" not in json.dumps(row)
     assert all(sentence in cortex("show", memory.id, cwd=project).stdout for sentence in DEPLOY)
