@@ -144,7 +144,8 @@ def full(memory: Memory) -> str:
     return redacted("\n".join(lines) + ("\n\n" + body if body else "") + "\n")  # the one secret rule, as `medium`
 
 
-SNIPPET_CHARS = 160  # what a hit shows of its body at most: the part that answers, not the file
+SNIPPET_CHARS = 160  # what a hit shows of a longer body at most: the part that answers, not the file
+SHORT_BODY = 200  # a body up to this long is shown whole
 _SENTENCE_END = re.compile(r"(?<!\b\d\.)(?<=[.!?])\s+")
 _LINE_MARKS = re.compile(r"\*\*|__|^#+\s*|^[-*]\s+")
 
@@ -162,11 +163,11 @@ def answering_part(body: str, query: str, title: str = "", width: int = SNIPPET_
     """What a hit shows of its body: the sentence holding most of the query's words that `title` does not, then
     the next one holding a word neither holds when both fit in `width`; "…" where sentences were skipped; one
     longer than `width` cut around its first match. Nothing when no sentence holds such a word, unless the title
-    was cut ("…"): then the first sentence, which goes on where the title stopped. A body within `width`, whole."""
+    was cut ("…"): then the first sentence, which goes on where the title stopped. A body within SHORT_BODY, whole."""
     from cortex.index.fulltext import terms
 
     parts = sentences(body)
-    if not parts or len(" ".join(parts)) <= width:
+    if not parts or len(" ".join(parts)) <= SHORT_BODY:
         return " ".join(parts)  # a short body is all of its answer
     wanted = set(terms(query)) - set(terms(title))
     held = [wanted & set(terms(part)) for part in parts]
