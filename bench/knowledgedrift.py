@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -231,24 +232,7 @@ class Cortex:
             span = [*(["--since", since] if since else []), *(["--until", until] if until else [])]
             rows = json.loads(self.cli("recall", query, "--json", "-n", str(k), *span) or "[]")
             text_of = [row.get("snippet") or "" for row in rows]
-        out = []
-        for row, text in zip(rows, text_of):
-            because = row.get("because") or []
-            # what a person is shown: the title, the text under it, and the reasons the hit carries
-            shown = "\n".join([row.get("title", ""), *([text] if text else []),
-                               *(f"because: {reason['title']}" for reason in because)])
-            entry: dict[str, Any] = {"text": shown}
-            key = self.key(row["id"])
-            if key is not None:
-                entry["key"] = key
-            created = epoch_of(row.get("created") or "")
-            if created is not None:
-                entry["created_at"] = created
-            neighbours = [self.key(reason["id"]) for reason in because]
-            if any(neighbours):
-                entry["neighbors"] = [n for n in neighbours if n]
-            out.append(entry)
-        return {"hits": out}
+        return {"hits": shown_hits(rows, text_of, self.key)}
 
     def suspects(self) -> list[dict[str, Any]]:
         # the queue a person reads (`cortex suspects --json`): each pair with its kind, contradiction or drift
@@ -281,6 +265,29 @@ class Cortex:
         if self.serve is not None:
             self.serve.terminate()
             self.serve.wait()
+
+
+def shown_hits(rows: list[dict[str, Any]], text_of: list[str], key_of: Callable[[str], str | None]
+               ) -> list[dict[str, Any]]:
+    """Recall's rows as the hits of a reply: what a person is shown (the title, the text under it, a `because:
+    TITLE` line per reason the hit carries), the world's key, when it was learnt and the reasons' keys."""
+    out = []
+    for row, text in zip(rows, text_of):
+        because = row.get("because") or []
+        shown = "\n".join([row.get("title", ""), *([text] if text else []),
+                           *(f"because: {reason['title']}" for reason in because)])
+        entry: dict[str, Any] = {"text": shown}
+        key = key_of(row["id"])
+        if key is not None:
+            entry["key"] = key
+        created = epoch_of(row.get("created") or "")
+        if created is not None:
+            entry["created_at"] = created
+        neighbours = [key_of(reason["id"]) for reason in because]
+        if any(neighbours):
+            entry["neighbors"] = [n for n in neighbours if n]
+        out.append(entry)
+    return out
 
 
 def replay(world: dict[str, Any], work: Path, cortex_cmd: list[str], recall_via: str, jobs: int = 1,

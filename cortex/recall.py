@@ -25,6 +25,9 @@ POOL = 50
 BROAD_SHARE, BROAD_MIN, NARROWED = 0.5, 20, 3
 NARROWED_NOTE = f"showing the best {NARROWED}"  # in the note a narrowed answer carries
 RELEVANT_MATCH = 0.2  # under this match a memory does not bear on the question (docs/recall.md, "The relevance line")
+# A question's specific words (in at most SPECIFIC_SHARE of the memories) name what it asks about: a memory linked
+# to a hit comes with it only when it holds NAMED_SHARE of them (by rarity) (docs/recall.md, "Linked hits").
+SPECIFIC_SHARE, NAMED_SHARE = 0.03, 0.7
 RELEVANT_POOL = 10  # hits a recall judges at least, so that a small limit still finds a relevant one ranked past it
 MATCH_SPREAD = 0.25  # the prompt hook injects only hits within this much of the best match (0..1)
 LIST_WEIGHTS = {"bm25": 1.0, "dense": 0.5, "ctx": 1.0}  # default of recall.list_weights (bench/retrieval.py)
@@ -51,6 +54,7 @@ class Hit:
     relevant: bool | None = None  # by the one relevance rule (`mark_relevant`); None: not judged (no contextual match)
     spans: list[tuple[int, int]] = field(default_factory=list)  # the query's words in `snippet`
     stale: str | None = None  # why later commits may have made it stale (`cortex.staleness.mark`)
+    named: float | None = None  # the share of the query's specific words it holds (`named_shares`); None: no such word
 
     def to_dict(self) -> dict[str, Any]:
         m = self.memory
@@ -371,22 +375,12 @@ def _matching_share(index: Any, query: str, total: int) -> float:
     return min(1.0, found / total)  # the full-text index may still count deleted documents
 
 
-def _snippet(memory: Memory, words: list[str], width: int = 160) -> str:
+def _snippet(memory: Memory, query: str) -> str:
+    """The part of the body that answers `query` (`render.answering_part`), the one secret rule applied first."""
     from cortex.guard import redacted
+    from cortex.render import answering_part
 
-    body = " ".join(redacted(memory.body).split())  # the one secret rule, on the lines before they are folded
-    if not body:
-        return ""
-    if len(body) <= width:
-        return body
-    lower = body.lower()
-    at = min((lower.find(w) for w in words if lower.find(w) >= 0), default=0)
-    start = max(0, at - width // 4)
-    if start:  # begin at a word, not in the middle of one
-        space = body.rfind(" ", 0, start + 1)
-        start = space + 1 if space >= 0 else 0
-    text = body[start : start + width]
-    return ("…" if start else "") + text + ("…" if start + width < len(body) else "")
+    return answering_part(redacted(memory.body), query, memory.title)
 
 
 _CODE_WORDS = frozenset("code coded source function functions method methods class classes module modules file files "
@@ -680,10 +674,46 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
         fused = score_fusion(ranked, raw, cosines, statics or {})
         fused = session_lift(index, fused, ranked, raw, cosines, statics or {}, allowed)
     hits, excluded_match = _best_hits(store, index, query, fused, raw, prior, prior_weight, limit, exclude)
+    if read:  # the direct hits: what is judged; a linked hit is read once it is kept (`recall`), else `read_hits`
+        _read(store, index, hits, query)
     out = _with_links(store, index, hits, statuses, now) if links else hits
-    if read:  # else the caller reads the few it shows (`read_hits`)
-        _read(store, index, out, query)
+    named_shares(index, query, out)
     return RecallResult(out, notes, excluded_match)
+
+
+def named_shares(index: Any, query: str, hits: list[Hit]) -> None:
+    """Set each hit's `named`: the share (by rarity) of the query's specific words it holds, words the store holds
+    in a few memories only (at most `SPECIFIC_SHARE` of them, at least one): what names the question's subject.
+    A word the store never holds names nothing it knows (a paraphrase's word) and is not counted."""
+    searcher = index.searcher() if hits else None
+    if searcher is None:
+        return
+    from cortex.index import fulltext
+
+    try:
+        total = searcher.doc_count_all() or 1
+        weights = {}
+        for term in dict.fromkeys(fulltext.terms(query)):
+            found = searcher.doc_frequency("text", term)
+            if 0 < found <= max(1, SPECIFIC_SHARE * total):
+                weights[term] = math.log(total / found) + 1
+        if not weights:
+            return
+        number = {hit.memory.path: searcher.document_number(path=_rel(index, hit)) for hit in hits}
+        holders = {term: set(searcher.postings("text", term).all_ids()) for term in weights}
+    except Exception as exc:  # a writer replaced the index: judged on the match alone this time
+        index.store.log(f"recall: specific words not weighed: {exc!r}")
+        return
+    whole = sum(weights.values())
+    for hit in hits:
+        doc = number[hit.memory.path]
+        if doc is not None:  # else not in the full-text index yet: judged on the match alone
+            hit.named = sum(w for term, w in weights.items() if doc in holders[term]) / whole
+
+
+def _rel(index: Any, hit: Hit) -> str:
+    assert hit.memory.path is not None
+    return hit.memory.path.relative_to(index.store.memories_dir).as_posix()
 
 
 def _best_hits(store: Store, index: Any, query: str, fused: dict[str, float], raw: dict[str, dict[str, float]],
@@ -723,18 +753,16 @@ def _best_hits(store: Store, index: Any, query: str, fused: dict[str, float], ra
 
 def _read(store: Store, index: Any, hits: list[Hit], query: str) -> None:
     """Each hit's memory read in full (its body), with its snippet and the query's words marked in it."""
-    from cortex.index import fulltext
     from cortex.render import match_spans
 
     root = store.memories_dir
-    words = fulltext.query_words(query)
     for hit in hits:
         try:
             assert hit.memory.path is not None
             hit.memory = index.read(hit.memory.path.relative_to(root).as_posix())
         except Exception:
             continue
-        hit.snippet = _snippet(hit.memory, words)
+        hit.snippet = _snippet(hit.memory, query)
         hit.spans = match_spans(hit.snippet, query)
 
 
@@ -826,6 +854,8 @@ def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[
             final.append(parent)
             final.extend(h for h in linked if id(h) in chosen and h.store == parent.store
                          and h.via is not None and h.root == parent.memory.id)
+    if read:
+        read_hits(stores, [h for h in final if h.via is not None], query, indexes)
     if count:
         count_reads(stores, final)
     return RecallResult(final, notes, excluded_match)
@@ -853,8 +883,10 @@ def mark_relevant(hits: list[Hit], min_match: float = RELEVANT_MATCH, spread: fl
                 hit.relevant = True
             judged[(hit.store, hit.memory.id)] = hit.relevant
     for hit in hits:
-        if hit.via is not None:
+        if hit.via is not None:  # with its parent; an associated memory only if it holds what the question names
             hit.relevant = judged.get((hit.store, hit.root or ""), False)
+            if hit.relevant and hit.via.startswith("relates_to") and hit.named is not None and hit.named < NAMED_SHARE:
+                hit.relevant = False
 
 
 def _stems(text: str) -> set[str]:

@@ -92,16 +92,11 @@ def highlight(text: str, spans: Iterable[tuple[int, int]]) -> str:
 def medium(memory: Memory, snippet: str = "", spans: Iterable[tuple[int, int]] = (), where: str = "",
            indent: str = "") -> str:
     """A few lines: the heading (id, type, title, status, `where` it came from), then only what the title does
-    not already say: the summary past the title, the snippet past both (its matches marked), and the facts."""
+    not already say: the snippet past the title (the part of the body that answers, its matches marked), and the
+    facts."""
     status = "" if memory.status == "active" else f" ({memory.status})"
     lines = [f"{memory.id}  {memory.type:<12} {memory.title}{status}{where}"]
-    summary = memory.one_line()
     rest, moved = _beyond(snippet, memory.title)
-    said = _beyond(summary, memory.title)[0] if _adds(summary, memory.title) else ""
-    if said and summary not in snippet and _past(snippet, summary) is None:  # else the snippet says it
-        lines.append(f"{indent}{said}")
-        if " ".join(rest.split()).strip("…").casefold() in said.casefold():
-            rest = ""  # a short body: the summary said all of it
     if rest:
         lines.append(f"{indent}{highlight(rest, [(a - moved, b - moved) for a, b in spans if a >= moved])}")
     facts = [f"confidence {memory.confidence:.2f}", f"priority {memory.priority}", "pinned" if memory.pinned else "",
@@ -147,6 +142,54 @@ def full(memory: Memory) -> str:
             lines.append("  - " + " ".join(parts))
     body = memory.body.rstrip("\n")
     return redacted("\n".join(lines) + ("\n\n" + body if body else "") + "\n")  # the one secret rule, as `medium`
+
+
+SNIPPET_CHARS = 160  # what a hit shows of a longer body at most: the part that answers, not the file
+SHORT_BODY = 200  # a body up to this long is shown whole
+_SENTENCE_END = re.compile(r"(?<!\b\d\.)(?<=[.!?])\s+")
+_LINE_MARKS = re.compile(r"\*\*|__|^#+\s*|^[-*]\s+")
+
+
+def sentences(body: str) -> list[str]:
+    """The sentences of a body, a line break ending one too (a list's items, a heading), markdown marks off."""
+    out: list[str] = []
+    for line in body.splitlines():
+        line = " ".join(_LINE_MARKS.sub("", line.strip()).split())
+        out += [part for part in _SENTENCE_END.split(line) if part]
+    return out
+
+
+def answering_part(body: str, query: str, title: str = "", width: int = SNIPPET_CHARS) -> str:
+    """What a hit shows of its body: the sentence holding most of the query's words that `title` does not, then
+    the next one holding a word neither holds when both fit in `width`; "…" where sentences were skipped; one
+    longer than `width` cut around its first match. Nothing when no sentence holds such a word, unless the title
+    was cut ("…"): then the first sentence, which goes on where the title stopped. A body within SHORT_BODY, whole."""
+    from cortex.index.fulltext import terms
+
+    parts = sentences(body)
+    if not parts or len(" ".join(parts)) <= SHORT_BODY:
+        return " ".join(parts)  # a short body is all of its answer
+    wanted = set(terms(query)) - set(terms(title))
+    held = [wanted & set(terms(part)) for part in parts]
+    chosen = [min(range(len(parts)), key=lambda i: (-len(held[i]), i))]
+    if not held[chosen[0]] and not title.endswith("…"):
+        return ""  # no sentence bears on the query past what the title says: `cortex show` has the rest
+    more = [i for i in range(len(parts)) if held[i] - held[chosen[0]]]
+    if more:
+        best = min(more, key=lambda i: (-len(held[i] - held[chosen[0]]), i))
+        if len(parts[chosen[0]]) + len(parts[best]) + 2 <= width:
+            chosen.append(best)
+    chosen.sort()
+    text = " ".join(("…" if i > (chosen[n - 1] + 1 if n else 0) else "") + parts[i] for n, i in enumerate(chosen))
+    if len(text) <= width:
+        return text
+    found = _query_pattern(query)
+    match = found.search(text) if found is not None else None
+    start = max(0, (match.start() if match else 0) - width // 4)
+    if start:  # begin at a word, not in the middle of one
+        space = text.rfind(" ", 0, start + 1)
+        start = space + 1 if space >= 0 else 0
+    return ("…" if start and not text.startswith("…") else "") + _cut(text[start:], width)
 
 
 def match_spans(text: str, query: str) -> list[tuple[int, int]]:
