@@ -48,16 +48,8 @@ def replay_writes(world: dict[str, Any], repo: Path) -> dict[str, str]:
                 break
             if kind == "inscribe":
                 system.inscribe(op["record"], op["mode"])
-            elif kind == "link":
-                system.link(op["from"], op["to"], op["verb"])
-            elif kind == "supersede":
-                system.supersede(op["old"], op["new"])
-            elif kind == "release":
-                system.release(op["key"], op["reason"])
-            elif kind == "purge":
-                system.purge(op["key"])
-            elif kind == "settle":
-                system.settle()
+            else:
+                system.write(op)
     finally:
         system.close()
     subprocess.run([sys.executable, "-m", "cortex", "maintain"], cwd=repo, env=system.env, check=True,

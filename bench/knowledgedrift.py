@@ -212,6 +212,24 @@ class Cortex:
     def purge(self, key: str) -> None:
         self.mcp.tool("cortex_forget", {"id": self.key_to_id[key], "delete": True})
 
+    def write(self, op: dict[str, Any]) -> bool:
+        """Carry out one of the world's writes other than inscribe (link, supersede, release, purge, settle);
+        False when `op` is none of them."""
+        kind = op["op"]
+        if kind == "link":
+            self.link(op["from"], op["to"], op["verb"])
+        elif kind == "supersede":
+            self.supersede(op["old"], op["new"])
+        elif kind == "release":
+            self.release(op["key"], op["reason"])
+        elif kind == "purge":
+            self.purge(op["key"])
+        elif kind == "settle":
+            self.settle()
+        else:
+            return False
+        return True
+
     def settle(self) -> None:
         # A session boundary: the person commits what the session wrote (cortex never commits).
         self.git("add", ".cortex")
@@ -319,18 +337,10 @@ def replay(world: dict[str, Any], work: Path, cortex_cmd: list[str], recall_via:
                 result = system.inscribe(op["record"], op["mode"])
                 if op.get("id"):
                     replies.append({"reply": "inscribe", "id": op["id"], "result": result})
-            elif kind == "link":
-                system.link(op["from"], op["to"], op["verb"])
-            elif kind == "supersede":
-                system.supersede(op["old"], op["new"])
-            elif kind == "release":
-                system.release(op["key"], op["reason"])
-            elif kind == "purge":
-                system.purge(op["key"])
             elif kind == "endorse":
                 pass  # no endorsement rung is declared
-            elif kind == "settle":
-                system.settle()
+            elif system.write(op):
+                pass
             elif kind == "recall":
                 replies.append({"reply": "recall", "id": op["id"],
                                 "result": system.recall(op["query"], op["k"], op.get("window"))})

@@ -378,9 +378,10 @@ def _matching_share(index: Any, query: str, total: int) -> float:
 def _snippet(memory: Memory, query: str) -> str:
     """The part of the body that answers `query` (`render.answering_part`), the one secret rule applied first."""
     from cortex.guard import redacted
+    from cortex.index.fulltext import terms
     from cortex.render import answering_part
 
-    return answering_part(redacted(memory.body), query, memory.title)
+    return answering_part(redacted(memory.body), query, terms, memory.title)
 
 
 _CODE_WORDS = frozenset("code coded source function functions method methods class classes module modules file files "

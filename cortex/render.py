@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from cortex.guard import redacted
 from cortex.memory import KEYS, Memory
@@ -159,13 +159,13 @@ def sentences(body: str) -> list[str]:
     return out
 
 
-def answering_part(body: str, query: str, title: str = "", width: int = SNIPPET_CHARS) -> str:
+def answering_part(body: str, query: str, terms: Callable[[str], list[str]], title: str = "",
+                   width: int = SNIPPET_CHARS) -> str:
     """What a hit shows of its body: the sentence holding most of the query's words that `title` does not, then
     the next one holding a word neither holds when both fit in `width`; "…" where sentences were skipped; one
     longer than `width` cut around its first match. Nothing when no sentence holds such a word, unless the title
-    was cut ("…"): then the first sentence, which goes on where the title stopped. A body within SHORT_BODY, whole."""
-    from cortex.index.fulltext import terms
-
+    was cut ("…"): then the first sentence, which goes on where the title stopped. A body within SHORT_BODY, whole.
+    `terms`: the words of a text as the full-text index reads them (`cortex.index.fulltext.terms`)."""
     parts = sentences(body)
     if not parts or len(" ".join(parts)) <= SHORT_BODY:
         return " ".join(parts)  # a short body is all of its answer
