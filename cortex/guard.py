@@ -2,8 +2,7 @@
 
 One scanner for every path that writes, shows or sends text. It reads the text and nothing else (no file
 name can switch a rule off), and a finding covers the whole secret over all its lines so `redact` takes all
-of it out. detect-secrets' detectors run only on lines holding a long token no rule claimed (importing it is
-slow). `redacted(text)` is the one rule for everything shown or sent. docs/security.md.
+of it out. `redacted(text)` is the one rule for everything shown or sent. docs/security.md.
 """
 
 from __future__ import annotations
@@ -136,7 +135,6 @@ def _spans(text: str) -> list[Span]:
         for rule in _RULES:
             for start, end, rank, kind in rule(joined):
                 found.append((to_original(start, False), to_original(end, True), rank, kind))
-    found.extend(_detect_secrets(text, found))
     return _merged(found)
 
 
@@ -464,6 +462,8 @@ _PROVIDERS: list[tuple[str, re.Pattern[str], str]] = [  # kind, pattern, a subst
     ("Square token", re.compile(r"sq0(?:atp|csp)-[0-9A-Za-z_\-]{22,60}"), "sq0"),
     ("Twilio API key", re.compile(r"SK[0-9a-f]{32}(?![0-9a-f])"), "SK"),
     ("Telegram bot token", re.compile(r"[0-9]{8,10}:AA[0-9A-Za-z_\-]{33}"), ":AA"),
+    ("Discord bot token", re.compile(r"(?<![A-Za-z0-9])[MNO][A-Za-z0-9_\-]{23,25}\.[A-Za-z0-9_\-]{6}\.[A-Za-z0-9_\-]{27,}"), "."),
+    ("Mailchimp key", re.compile(r"(?<![0-9a-z])[0-9a-f]{32}-us[0-9]{1,2}(?![0-9])"), "-us"),
 ]
 _MIXED_SK = re.compile(r"(?=.*[0-9])(?=.*[a-z])(?=.*[A-Z])")
 _URL_PASSWORD = re.compile(r"[^\s:/@'\"<>]*:([^\s/@'\"<>]+)@[\w.\-\[\]]")  # after `scheme://`
@@ -525,7 +525,7 @@ _SEGMENTS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 _SECRET_SEGMENTS = frozenset("password passwd passphrase passcode pwd pass secret token apikey credential credentials".split())
 _SECRET_SUFFIXES = ("password", "passwd", "passphrase", "secret", "token", "apikey")
 _KEY_QUALIFIERS = frozenset("""api secret private access signing encryption encrypt master license account client app
-service deploy auth session shared hmac jwt webhook storage subscription consumer admin root bot""".split())
+service deploy auth session shared hmac jwt webhook storage subscription consumer admin root bot iam""".split())
 _NEUTRAL_TAIL = frozenset("""base value val string str b64 base64 hex raw plain plaintext enc encrypted bytes old new
 current prod production dev staging live test""".split())
 
@@ -698,60 +698,6 @@ def _high_entropy(text: str) -> Iterator[Span]:
         if _entropy(value) < 4.5 or _HASH_CONTEXT.search(text, max(0, match.start() - 24), match.start()):
             continue
         yield match.start(2), match.end(2), 5, "high-entropy string"
-
-
-# ---------------------------------------------------------------- detect-secrets
-
-_TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/_-.")
-_TOKEN_END = re.compile(r"[A-Za-z0-9+/=_\-.]*")
-_LONG_TOKEN = re.compile(r"[A-Za-z0-9+/=_\-.:]{24,}")
-_SKIP_DETECTORS = {"ArtifactoryDetector", "IPPublicDetector", "KeywordDetector", "BasicAuthDetector",
-                   "PrivateKeyDetector"}  # noisy on prose, not a secret, or covered above with whole spans
-_detectors: list[Any] | None = None
-
-
-def _detect_secrets(text: str, claimed: list[Span]) -> Iterator[Span]:
-    """detect-secrets' regex detectors (its providers this module does not name) on each line holding a long,
-    random-looking token that no rule above claimed. The string alone is scanned: no file name, no filters."""
-    taken = sorted((s, e) for s, e, _r, _k in claimed)
-    lines_done: set[int] = set()
-    for match in _LONG_TOKEN.finditer(text):
-        token = match.group()
-        if not (re.search(r"\d", token) and re.search(r"[A-Za-z]", token)) or re.fullmatch(r"[0-9a-fA-F:.\-]+", token):
-            continue
-        if _UUID.fullmatch(token) or re.match(r"\d{4}-\d\d-\d\d", token) or re.search(r"\.(?:[a-z]{1,4})$", token):
-            continue  # an id, a timestamp, a file name
-        i = bisect_right(taken, (match.start(), len(text)))
-        if i and taken[i - 1][1] > match.start():
-            continue
-        line_start = text.rfind("\n", 0, match.start()) + 1
-        if line_start in lines_done:
-            continue
-        lines_done.add(line_start)
-        line_end = text.find("\n", match.end())
-        # UUIDs blanked out (same length, so positions hold): ids, never secrets, and a session id ending in ten
-        # digits before a colon reads as a Telegram bot token to detect-secrets.
-        line = _UUID.sub(lambda found: "-" * len(found.group()), text[line_start:line_end if line_end >= 0 else len(text)])
-        for detector in _load_detectors():
-            for value in set(detector.analyze_string(line)):
-                at = line.find(value) if value else -1
-                while at >= 0:  # the detector gives the value (or a group of it): the whole token around each
-                    start = _word_start(line, at, _TOKEN_CHARS)
-                    end = _TOKEN_END.match(line, at).end()  # type: ignore[union-attr]
-                    yield line_start + start, line_start + end, 6, str(detector.secret_type)
-                    at = line.find(value, end)
-
-
-def _load_detectors() -> list[Any]:
-    global _detectors
-    if _detectors is None:
-        from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
-        from detect_secrets.plugins.base import RegexBasedDetector
-
-        classes: list[Any] = sorted(get_mapping_from_secret_type_to_class().values(), key=lambda c: c.__name__)
-        _detectors = [cls() for cls in classes
-                      if issubclass(cls, RegexBasedDetector) and cls.__name__ not in _SKIP_DETECTORS]
-    return _detectors
 
 
 _RULES: list[Callable[[str], Iterator[Span]]] = [_private_keys, _key_bodies, _providers, _assignments, _prose, _high_entropy]

@@ -147,7 +147,7 @@ def test_hot_paths_import_only_the_standard_library():
     def loaded(imports: str) -> set[str]:
         probe = (f"import sys{imports}\n"
                  "print(' '.join(sorted(m for m in sys.modules if m.startswith('cortex') or m.split('.')[0] in "
-                 "{'numpy', 'whoosh', 'pygit2', 'ruamel', 'click', 'mcp', 'jinja2', 'detect_secrets', 'pathlib', "
+                 "{'numpy', 'whoosh', 'pygit2', 'ruamel', 'click', 'mcp', 'jinja2', 'pathlib', "
                  "'typing'})))")
         return set(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
                                   cwd=REPO_ROOT).stdout.split())
