@@ -58,7 +58,7 @@ def fill_contextual(store: Store, indexes: Indexes | None = None) -> None:
     """Embed, with the bundled transformer, the memories that have no contextual vector yet, so the next
     `cortex recall` re-ranks without waiting (`recall.contextual`; off, or the model missing: nothing). Only
     the `cortex maintain` command does it (detached, started by a recall that found vectors missing), at a
-    lower priority and on one core: never `cortex capture` or the worker, which run `run` inline."""
+    lower priority, on every core: never `cortex capture` or the worker, which run `run` inline."""
     import os
 
     from cortex import recall
@@ -69,7 +69,7 @@ def fill_contextual(store: Store, indexes: Indexes | None = None) -> None:
     try:
         recall.use_contextual("inline")
         os.nice(10)  # a detached background job: the person's commands and hooks come first
-        filled = recall.fill_contextual(store, indexes.synced(store))  # one BLAS thread when a hook started it
+        filled = recall.fill_contextual(store, indexes.synced(store))
         if filled:
             store.log(f"maintain: {filled} contextual vectors")
     except Exception as exc:

@@ -647,6 +647,9 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
         cosines = contextual_scores(store, index, query, allowed_key, allowed)
         if cosines is not None:
             ranked["ctx"] = top_scores(cosines, POOL)
+        elif CONTEXTUAL.encoder is not None and (waiting := len(missing_contextual(store, index))):
+            notes.append(f"partial ranking: {waiting} of the {store.label} store's memories wait for their vectors "
+                         f"(being filled in the background); until then nothing is judged below the relevance line")
     if not keyword_only and "dense" in methods and allowed:
         if cosines is not None:  # score fusion wants every candidate's static cosine, not only the top list's
             statics = static_scores(index, query, allowed_key, allowed)

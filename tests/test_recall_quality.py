@@ -156,14 +156,16 @@ def _ids(hits: list[dict]) -> list[str]:
 
 def test_recall_hands_many_missing_vectors_to_a_detached_upkeep(project):
     """More memories without a contextual vector than a command should embed itself (`INLINE_FILL`): `cortex
-    recall` answers at once (rank fusion) and a detached `cortex maintain` embeds them all, niced, for the next."""
+    recall` answers at once (rank fusion), saying the ranking is partial, and a detached `cortex maintain` embeds
+    them all, niced, for the next answer, which is whole."""
     from cortex.recall import INLINE_FILL
     from tests.helpers import wait_for
 
     store = Store.locate(project)
     for n in range(INLINE_FILL + 8):
         remember(store, f"Service svc{n} handles the {n}th shard of requests behind the gateway.", link=False)
-    cortex("recall", "which service handles requests", cwd=project)
+    first = cortex("recall", "which service handles requests", cwd=project)
+    assert f"partial ranking: {INLINE_FILL + 8} of the project store's memories wait" in first.stderr, first.stderr
     def filled() -> bool:
         try:
             with sqlite3.connect(store.cache_dir / "cache.db") as conn:
@@ -178,6 +180,8 @@ def test_recall_hands_many_missing_vectors_to_a_detached_upkeep(project):
         return filled() and log.exists() and "contextual vectors" in log.read_text(encoding="utf-8")
 
     assert wait_for(logged, 120), log.read_text(encoding="utf-8") if log.exists() else "no log"
+    again = cortex("recall", "which service handles requests", cwd=project)
+    assert "svc" in again.stdout and "partial ranking" not in again.stderr, again.stderr
 
 
 # A session's memories: where the billing service runs, and (captured in the same session) what its pods need.
