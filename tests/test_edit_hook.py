@@ -21,8 +21,8 @@ from tests.helpers import cortex, cortex_command, cortex_json, git, hook, rememb
 
 
 def _remember(project: Path, text: str, kind: str, *files: str) -> str:
-    args = [arg for name in files for arg in ("--file", name)]
-    return cortex("remember", text, "--type", kind, *args, cwd=project).stdout.strip()
+    """Saved as `cortex remember TEXT --type KIND --file …` saves it, in process (what is tested is the reading)."""
+    return remember(project, text, type=kind, files=list(files)).id
 
 
 def _edit(project: Path, file: str, session: str = "s1", tool: str = "Edit", **extra: Any) -> dict[str, Any]:
