@@ -143,7 +143,6 @@ class _Contextual:
         self.encoder: Any = None
         self.problem: str | None = None
         self.sidecars: dict[str, Any] = {}
-        self.filling: set[str] = set()
         self.queries: dict[str, Any] = {}
         self.ahead: Any = None  # the thread of `load_ahead`, until someone waits for it
 
@@ -285,32 +284,18 @@ def fill_contextual(store: Store, index: Any, limit: int | None = None, batch: i
 
 
 def _fill_detached(store: Store) -> None:
-    """Hand the missing contextual vectors to a detached `cortex maintain`; this command ranks without them."""
+    """Hand the missing contextual vectors to a detached `cortex maintain` (niced, on every core), unless a filler
+    holds the lock already; this process ranks without them meanwhile."""
+    from cortex.files import try_lock
     from cortex.spawn import detached
 
     try:
+        with try_lock(CONTEXTUAL.sidecar(store).lock_path) as free:
+            if not free:
+                return  # a filler is at work
         detached(["maintain", "--dir", str(store.root)], str(store.state_dir), env={"CORTEX_NESTED": "0"})
     except OSError as exc:
         store.log(f"recall: could not start the upkeep to fill contextual vectors: {exc!r}")
-
-
-def _fill_in_background(store: Store, index: Any) -> None:
-    import threading
-
-    key = str(store.root)
-    if key in CONTEXTUAL.filling:
-        return
-    CONTEXTUAL.filling.add(key)
-
-    def work() -> None:
-        try:
-            fill_contextual(store, index)
-        except Exception as exc:  # a resident process keeps answering from what there is
-            store.log(f"recall: contextual vectors not filled: {exc!r}")
-        finally:
-            CONTEXTUAL.filling.discard(key)
-
-    threading.Thread(target=work, name="cortex-contextual", daemon=True).start()
 
 
 def contextual_scores(store: Store, index: Any, query: str, key: Any, allowed: frozenset[str]
@@ -324,10 +309,7 @@ def contextual_scores(store: Store, index: Any, query: str, key: Any, allowed: f
         return None
     missing = missing_contextual(store, index)
     if len(missing) > INLINE_FILL:  # more than an answer should wait for
-        if CONTEXTUAL.mode == "background":
-            _fill_in_background(store, index)
-        else:
-            _fill_detached(store)
+        _fill_detached(store)
     elif missing:  # a filler at work has at most these few left: wait for it
         fill_contextual(store, index, limit=INLINE_FILL, wait=True)
     view = contextual_view(store, index, encoder, key, allowed)
