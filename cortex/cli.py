@@ -306,8 +306,8 @@ def list_command(store: Any, types: tuple[str, ...], statuses: tuple[str, ...], 
     wanted = set(tags)
     index = _index(store)
     # The records' fields read as columns: no dict per memory.
-    fields = ("pinned", "priority", "type", "title", "id", "status", "branch", "tags") + (
-        ("confidence", "files", "created", "updated") if as_json else ())
+    fields = ("pinned", "priority", "type", "title", "id", "status", "branch") + (
+        ("tags",) if wanted or as_json else ()) + (("confidence", "files", "created", "updated") if as_json else ())
     rows = [row for row in index.records().column(*fields)
             if not ((types and row[3] not in types) or (wanted_status and row[6] not in wanted_status)
                     or (branch is not None and row[7] != branch) or (pinned and not row[1])
@@ -328,7 +328,7 @@ def list_command(store: Any, types: tuple[str, ...], statuses: tuple[str, ...], 
     width = shutil.get_terminal_size((100, 20)).columns
     type_width = max(len(row[3]) for row in rows)
     lines = []
-    for _, is_pinned, priority, kind, title, ident, status, _, _ in rows:
+    for _, is_pinned, priority, kind, title, ident, status, *_ in rows:
         flags = ("*" if is_pinned else " ") + (" " if status == "active" else status[0].upper())
         prefix = f"{ident}  {kind:<{type_width}}  p{priority:<2} {flags} "
         title = _safe(title)

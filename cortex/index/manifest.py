@@ -131,7 +131,11 @@ class Entries(MutableMapping[str, dict[str, Any]]):
         row = self._rows.get(i)
         if row is not None:
             return row.get(name, default)
-        found = self._base(name)[i]
+        if name in JSON_FIELDS and name not in self._columns:  # one row's JSON, not the whole column's
+            raw = self._raw.get(name) or []
+            found = json.loads(raw[i]) if i < len(raw) and raw[i] is not None else None
+        else:
+            found = self._base(name)[i]
         return default if found is None else found
 
     def column(self, *names: str) -> Iterator[tuple[Any, ...]]:
@@ -161,6 +165,15 @@ class Entries(MutableMapping[str, dict[str, Any]]):
     def paths(self) -> list[str | None]:
         """The path of every row, None for a hole: `full_column`'s rows."""
         return self._paths
+
+    def rows_mentioning(self, name: str, word: str) -> set[int]:
+        """The rows whose JSON field `name` may hold `word` (a superset: its text holds it), without decoding
+        the rows that cannot."""
+        if name in self._columns:
+            return set(range(len(self._paths)))
+        raw = self._raw.get(name) or []
+        found = {i for i, text in enumerate(raw) if text is not None and word in text}
+        return found | set(self._rows)  # entries set since the load are decoded dicts: looked at as they are
 
 
 @dataclass

@@ -301,12 +301,12 @@ class Records(Mapping[str, dict[str, Any]]):
 
     def revive(self) -> None:
         """Find the supersession cycles among the records and the one memory of each that reads as active."""
-        links = self.field("links")
         replaces: dict[str, list[str]] = {}
         rel_of: dict[str, str] = {}
-        for n, listed in enumerate(links):
+        mentioning = self._files.rows_mentioning("links", '"supersedes"')  # not every link list decoded
+        for rel, row in zip(self._rels, self._rows):
+            listed = self._files.value(rel, "links") if row in mentioning else None
             if listed and any(link[0] == "supersedes" for link in listed):
-                rel = self._rels[n]
                 ident = self._files.value(rel, "id")
                 replaces[ident] = [link[1] for link in listed if link[0] == "supersedes"]
                 rel_of[ident] = rel
