@@ -771,6 +771,8 @@ def _paragraph(text: str, sentence: str) -> str:
         if probe in re.sub(r"\*\*|__", "", block):
             if block.rstrip().endswith(":") and n + 1 < len(blocks):
                 block += "\n\n" + blocks[n + 1]
+            elif n and "\n" not in blocks[n - 1].strip() and blocks[n - 1].strip().rstrip("*").endswith(":"):
+                block = blocks[n - 1] + "\n\n" + block  # the line that introduces the list says what it is
             return _capped(block.strip(), 1500)
     return sentence
 
@@ -937,7 +939,8 @@ CHECKED = re.compile(r"(?i)(?:\b(?:works|working|present|valid|passe[sd]|passing
                      r"correctly|properly|functional|operational|fixed)|\b(?:properly|correctly|fully) [a-z]+ed|\b[a-z]+ed and (?:[a-z]+ed|functional|working|ready))"
                      r"\W*(?:\([^)]*\))?\W*$")  # "Main entry point works (`src/app.js`)", "X implemented and functional"
 # What the assistant suggests doing next, at the end of a report: this turn's offer, not what was decided.
-NEXT_STEPS = re.compile(r"(?i)^(?:suggested |recommended |possible )?(?:next steps?|what'?s next|future (?:work|development|"
+NEXT_STEPS = re.compile(r"(?i)^(?:suggested |recommended |possible )?(?:next steps?|what'?s next|to (?:test|verify)\b|"
+                        r"what to (?:check|test|verify|look for)\b|future (?:work|development|"
                         r"enhancements|improvements))\b")
 BUT = re.compile(r"(?i)\b(?:but|however|although|though|yet)\b")
 HOW = re.compile(r"\s(?:by|using|via|requires?|must|needs? to)\s|\s[-—]\s\S+\s\S+|\sto (?:satisfy|avoid|prevent|allow|ensure|support)\b")
@@ -945,6 +948,7 @@ ESTIMATE = re.compile(r"(?i)\(\s*~?\d+(?:\.\d+)?\s*(?:min|mins|minutes|h|hrs?|ho
 LABEL = re.compile(r"^(?:code|\S*[./]\S*)\s*[-—:]\s+")  # "`src/app.js` - Added …": a changed file's log line
 FIX_LABEL = re.compile(r"(?i)^(?:solution|fix|fixed by|cause|root cause|workaround|reason|why)\b")  # a fix said as such
 HEADING = re.compile(r"\W*\*\*[^*]+\*\*\W*")  # a line that is only bold text: a heading
+NAMED_ITEM = re.compile(r"(?:[-*•]|\d+[.)])\s+\*\*[^*]+\*\*\s*(?:\([^)]*\))?:?")  # "1. **cache_agent** (90 min)": heads its items
 MAX_TABLE = 10  # rows: a short table (before/after, options weighed) is kept; a longer one is data
 MAX_BLOCK = 20  # lines of a code block kept under a kept sentence
 MIN_LASTING = 80  # characters of lasting sentences a report needs
@@ -992,7 +996,8 @@ def lasting(text: str, said: list[set[str]], least: int = MIN_LASTING, listed: b
         line = raw.strip()
         if line.startswith("#") or HEADING.fullmatch(line) or (line.endswith(":") and len(line) < 60
                                                                  and not re.match(r"^(?:[-*•]|\d+[.)])\s", line)):
-            aside = bool(NEXT_STEPS.match(_said(line)))
+            aside = bool(NEXT_STEPS.match(_said(line)) or line.endswith(":") and not line.startswith("#")
+                         and not HEADING.fullmatch(line) and re.search(r"(?i)\bready (?:for|to)\b", line))  # its offers
         if aside:
             continue
         if fence:
@@ -1020,15 +1025,15 @@ def lasting(text: str, said: list[set[str]], least: int = MIN_LASTING, listed: b
             continue
         if not line or line.startswith(">"):
             above = lines[n - 1].strip() if n else ""
-            if not line and above and not (above.startswith("#") or HEADING.fullmatch(above)):
+            if not line and above and not (above.startswith("#") or HEADING.fullmatch(above) or NAMED_ITEM.fullmatch(above)):
                 headings = []  # a block under the headings ended with nothing of it kept
             continue
-        if line.startswith("#") or HEADING.fullmatch(line):
+        if line.startswith("#") or HEADING.fullmatch(line) or NAMED_ITEM.fullmatch(line):
             before = next((x.strip() for x in reversed(lines[:n]) if x.strip()), "#")
-            if not (before.startswith("#") or HEADING.fullmatch(before)):
+            if not (before.startswith("#") or HEADING.fullmatch(before) or NAMED_ITEM.fullmatch(before)):
                 headings = []  # a new section: the last one's heading had nothing kept under it
             if not STATUS.search(line):
-                headings.append(_said(line))  # shown only above what is kept under it
+                headings.append(ESTIMATE.sub("", _said(line)).strip())  # shown only above what is kept under it
             continue
         bullet = re.match(r"^(?:[-*•]|\d+[.)])\s+", line)
         good = []
@@ -1043,7 +1048,8 @@ def lasting(text: str, said: list[set[str]], least: int = MIN_LASTING, listed: b
             kept += [h.rstrip(":") + ":" for h in headings[-2:]] + [("- " if bullet else "") + " ".join(good)]
             headings = []
             prose += len(" ".join(good))
-            stated = stated or any(not bullet and not x.endswith(":") or "`" in x or REASON.search(x) for x in good)
+            stated = stated or any(not bullet and not x.endswith(":") or "`" in x
+                                   or REASON.search(re.sub(r"\([^)]*\)", "", x)) for x in good)
     # A list of labels and fragments ("Extensive validation", "AOJ-101: config_agent") with nothing stated is a
     # feature list or a status board, not something to know.
     return "\n".join(kept) if prose >= least and (stated or listed) else ""
@@ -1084,7 +1090,26 @@ def precise(candidates: list[Candidate], items: list[Event], root: Path | None) 
             continue  # the same fact under the same words: one memory holds it
         seen.append(_title_words(candidate.title))
         kept.append(candidate)
-    return kept
+    return _latest_word(kept)
+
+
+SAME_SUBJECT = 0.55  # share of the smaller memory's words the other has: one subject, said again
+
+
+def _latest_word(kept: list[Candidate]) -> list[Candidate]:
+    """Of two memories from different messages on one subject, the later: a person's amendment, a revised plan or
+    the report of the work replaces what was proposed or guessed before; what the tools showed is never replaced."""
+    def shown(c: Candidate) -> bool:
+        return c.layer == "self-report" or c.layer == "structural" and c.type == "gotcha" and not (c.key or c.tags)
+    content = {id(c): {w for w in words(f"{c.title} {c.body}") if len(w) > 3} for c in kept}
+    out: list[Candidate] = []
+    for candidate in sorted(kept, key=lambda c: c.index):
+        mine = content[id(candidate)]
+        same = [c for c in out if c.record != candidate.record and mine and content[id(c)] and len(
+            mine & content[id(c)]) >= SAME_SUBJECT * min(len(mine), len(content[id(c)]))]
+        if shown(candidate) or not any(shown(c) for c in same):
+            out = [c for c in out if c not in same or shown(c)] + [candidate]
+    return sorted(out, key=kept.index)
 
 
 # ---------------------------------------------------------------- guard, dedup, write
