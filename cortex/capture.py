@@ -1090,15 +1090,45 @@ def precise(candidates: list[Candidate], items: list[Event], root: Path | None) 
             continue  # the same fact under the same words: one memory holds it
         seen.append(_title_words(candidate.title))
         kept.append(candidate)
-    return _latest_word(kept)
+    return [c for c in _latest_word(kept) if not _overruled(c, items)]
 
 
-SAME_SUBJECT = 0.55  # share of the smaller memory's words the other has: one subject, said again
+SETS = re.compile(r"(?i)^\W*(?:(?:no|ok(?:ay)?|actually|instead)\W+)?(?:make|set|change|use|bump|raise|lower|increase|decrease|"
+                  r"reduce|limit|cap)\b")  # an instruction that sets a figure
+QUANTITY = re.compile(r"(?i)\b([a-z][a-z_]{2,})\s*[:=]\s*(\d[\d,]*)\b|\b(\d[\d,]*)\s+([a-z][a-z_]{2,})\b")
+
+
+def _quantities(text: str) -> dict[str, set[str]]:
+    """What `text` counts, by unit: {"token": {"1500"}} for "max_tokens: 1500" and for "1500 tokens"."""
+    out: dict[str, set[str]] = {}
+    for found in QUANTITY.finditer(text):
+        unit, number = (found.group(1), found.group(2)) if found.group(1) else (found.group(4), found.group(3))
+        out.setdefault(unit.lower().rsplit("_", 1)[-1].rstrip("s"), set()).add(number.replace(",", ""))
+    return out
+
+
+def _overruled(candidate: Candidate, items: list[Event]) -> bool:
+    """True when a later instruction of the person sets another figure for what the memory counts ("make it 5000
+    tokens" after a proposed 1500 tokens): what was said before it no longer holds."""
+    if candidate.layer == "self-report" or candidate.layer == "structural" and not (candidate.key or candidate.tags):
+        return False
+    mine = _quantities(candidate.body)
+    for event in items:
+        if event.kind == "human" and event.index > candidate.index and len(event.text) <= 300 and "?" not in event.text \
+                and SETS.match(event.text):
+            for unit, numbers in _quantities(event.text).items():
+                if mine.get(unit) and not numbers & mine[unit]:
+                    return True
+    return False
+
+
+SAME_SUBJECT = 0.45  # share of the smaller memory's words the other has: one subject, said again
 
 
 def _latest_word(kept: list[Candidate]) -> list[Candidate]:
     """Of two memories from different messages on one subject, the later: a person's amendment, a revised plan or
-    the report of the work replaces what was proposed or guessed before; what the tools showed is never replaced."""
+    the report of the work replaces what was proposed or guessed before. What the tools showed is never replaced,
+    and a passing mention (a third shorter) after a fuller account is the one left out."""
     def shown(c: Candidate) -> bool:
         return c.layer == "self-report" or c.layer == "structural" and c.type == "gotcha" and not (c.key or c.tags)
     content = {id(c): {w for w in words(f"{c.title} {c.body}") if len(w) > 3} for c in kept}
@@ -1107,7 +1137,7 @@ def _latest_word(kept: list[Candidate]) -> list[Candidate]:
         mine = content[id(candidate)]
         same = [c for c in out if c.record != candidate.record and mine and content[id(c)] and len(
             mine & content[id(c)]) >= SAME_SUBJECT * min(len(mine), len(content[id(c)]))]
-        if shown(candidate) or not any(shown(c) for c in same):
+        if shown(candidate) or not any(shown(c) or len(mine) < len(content[id(c)]) * 2 / 3 for c in same):
             out = [c for c in out if c not in same or shown(c)] + [candidate]
     return sorted(out, key=kept.index)
 
