@@ -582,15 +582,26 @@ RUN_OUTCOME = re.compile(r"(?i)^(?:all\b.{0,60}\b(?:pass(?:es|ing|ed)?|green|cle
 MIN_REPORT = 160  # characters of substance a request's final report needs to be worth keeping
 
 
-def summary_title(text: str, limit: int = 120, taken: list[set[str]] | None = None) -> str:
-    """A report's first prose sentence that says something and is not mostly a title `taken` already."""
+# Not what a title says: a step to check this run ("To test: reload …"), the state before a change ("The current
+# prompt is …"), or a sentence whose object is only "this" or "that".
+UNNAMED = re.compile(r"(?i)^(?:to (?:test|verify|check)\b|the current \w+(?: \w+)? (?:is|has|uses)\b|currently\b)"
+                     r"|\b(?:this|that|it)\W*$")
+
+
+def summary_title(text: str, limit: int = 120) -> str:
+    """A report's first prose sentence that says something and names what it is about."""
     in_code = False
-    fallback = above = ""  # `above`: the heading right over the current list
-    for raw in _clean(text).splitlines():
+    fallback = above = section = vague = row = ""  # `above`: the heading right over the current list
+    lines = _clean(text).splitlines()
+    for n, raw in enumerate(lines):
         line = raw.strip()
         if line.startswith("```"):
             in_code = not in_code
             continue
+        if line.startswith("|") and n and re.fullmatch(r"[|:\-\s]+", lines[n - 1].strip()) and not row:
+            cells = [c.strip(" `*") for c in line.strip("|").split("|")]  # a table's first row: "Prompt: 50 → 20"
+            head = lines[n - 2].lower() if n > 1 else ""
+            row = f"{cells[0]}: " + (" → " if "before" in head and "after" in head else ", ").join(cells[1:3])
         if in_code or not line or line.startswith(("|", ">", "<")) or len(re.sub(r"[\W_]", "", line)) < len(line) / 2:
             continue
         heading = line.startswith("#") or (line.endswith(":") and len(line) < 60)
@@ -599,20 +610,25 @@ def summary_title(text: str, limit: int = 120, taken: list[set[str]] | None = No
         if heading:
             fallback = fallback or line.rstrip(":")
             above = _said(line).rstrip(":")
+            section = above if len(above.split()) >= 3 else section
             continue
         above = above if item else ""
         for sentence in re.split(r"(?<![A-Z]\.)(?<=[.!?])\s+", line):
             sentence = sentence.strip().rstrip(":")
-            if (len(sentence) < 25 or FILLER.match(sentence) or RUN_OUTCOME.match(sentence) or sentence.endswith("?")
-                    or _taken(sentence, taken)):
+            if len(sentence) < 25 or FILLER.match(sentence) or RUN_OUTCOME.match(sentence) or sentence.endswith("?"):
                 continue
+            if UNNAMED.search(sentence.rstrip(".")):
+                vague = vague or sentence.rstrip(".")
+                continue
+            if item and re.fullmatch(r"\S*[_-]\S*", above) and section:
+                return title_from_text(section, limit)  # an item under a name ("cache_agent:") is one of the section
             if item and len(above.split()) >= 3 and len(above) + len(sentence) + 2 <= limit:
                 return f"{above}: {sentence.rstrip('.')}"  # a list's first item says what only under its heading
             if len(sentence) <= limit:
                 return sentence.rstrip(".")
             clause = re.split(r"(?<=[;:—])\s|,\s(?=(?:and|but|so|which|because)\b)", sentence)[0].rstrip(";:— ,")
             return clause if 25 <= len(clause) <= limit else title_from_text(sentence, limit)
-    return title_from_text(fallback or " ".join(_clean(text).split()), limit)
+    return title_from_text(row or fallback or vague or " ".join(_clean(text).split()), limit)
 
 
 def _turns(items: list[Event]) -> list[tuple[Event | None, list[Event]]]:
@@ -647,8 +663,8 @@ def request_reports(items: list[Event], session: str, root: Path | None) -> Iter
     turns = _turns(items)
     for n, (prompt, answer) in enumerate(turns):
         report, _ = _report_of(answer)
-        reply = turns[n + 1][0] if n + 1 < len(turns) else None
-        if report is not None and _proposal_set_aside(_clean(report.text), reply):
+        reply, then = turns[n + 1] if n + 1 < len(turns) else (None, [])
+        if report is not None and _proposal_set_aside(_clean(report.text), reply, then):
             continue
         edited, committed = _edited(answer, root), _committed(answer)
         if report is None:
@@ -672,11 +688,13 @@ DECLINE = re.compile(r"(?i)^\W*(?:no\b(?![-\s]*(?:one|worries|problem|doubt|\w+i
                      r"never ?mind\b|let'?s not\b|don'?t bother\b|skip (?:it|that)\b)")
 
 
-def _proposal_set_aside(text: str, reply: Event | None) -> bool:
-    """True for a report that asks the person to choose or approve, when it laid out options to pick from or the
-    person's answer turned it down: what was chosen is said by the turns after it."""
+def _proposal_set_aside(text: str, reply: Event | None, then: list[Event]) -> bool:
+    """True for a report that asks the person to choose or approve, when it laid out options to pick from, the
+    person's answer turned it down, or the next turn made it a plan (the plan tool): what was chosen is said by the
+    turns after it."""
     asks = "?" in " ".join(text.split())[-300:]
-    return asks and (len(OPTION.findall(text)) >= 2 or (reply is not None and bool(DECLINE.match(reply.text))))
+    planned = any(e.kind == "tool" and e.tool in ("TodoWrite", "TaskCreate") for e in then)
+    return asks and (len(OPTION.findall(text)) >= 2 or planned or (reply is not None and bool(DECLINE.match(reply.text))))
 
 
 SECTION = re.compile(r"(?m)^\s*(\d+)\.\s+([A-Z][A-Za-z /&-]{3,60}):\s*$")
@@ -815,7 +833,10 @@ def user_rules(items: list[Event]) -> Iterator[Candidate]:
             if rule is not None and (acted or not CORRECTION.match(own) or RULE.search(own[20:])):
                 correction = bool(CORRECTION.match(own)) and acted
                 kind, tags = ("pattern", ["correction" if correction else "rule"])
-                title = title_from_text(f"{'Correction' if correction else 'User'}: {rule}", 120)
+                # titled from the clause that sets the rule ("ok go with X - we should …": "we should …")
+                cue = RULE.search(_own_words(rule)[1:])
+                lead = [m.end() for m in re.finditer(r"\s[-—–]\s|[,;]\s", rule[:cue.start() + 1])] if cue else []
+                title = title_from_text(f"{'Correction' if correction else 'User'}: {rule[lead[-1] if lead else 0:]}", 120)
                 yield Candidate(kind, title, text + "\n", "keyword", 0.6, 6, tags=tags, branch=event.branch,
                                 **_origin(event))
         acted = False
@@ -1126,17 +1147,18 @@ SAME_SUBJECT = 0.45  # share of the smaller memory's words the other has: one su
 
 
 def _latest_word(kept: list[Candidate]) -> list[Candidate]:
-    """Of two memories from different messages on one subject, the later: a person's amendment, a revised plan or
+    """Of two memories from different messages on one subject, the later: a person's amendment, a revised proposal or
     the report of the work replaces what was proposed or guessed before. What the tools showed is never replaced,
-    and a passing mention (a third shorter) after a fuller account is the one left out."""
+    and a passing mention (a third shorter) after a fuller account is the one left out. A plan is what is still open,
+    not an account of the work: neither replaces the other."""
     def shown(c: Candidate) -> bool:
         return c.layer == "self-report" or c.layer == "structural" and c.type == "gotcha" and not (c.key or c.tags)
     content = {id(c): {w for w in words(f"{c.title} {c.body}") if len(w) > 3} for c in kept}
     out: list[Candidate] = []
     for candidate in sorted(kept, key=lambda c: c.index):
         mine = content[id(candidate)]
-        same = [c for c in out if c.record != candidate.record and mine and content[id(c)] and len(
-            mine & content[id(c)]) >= SAME_SUBJECT * min(len(mine), len(content[id(c)]))]
+        same = [c for c in out if c.record != candidate.record and "plan" not in (c.type, candidate.type) and len(
+            mine & content[id(c)]) >= SAME_SUBJECT * min(len(mine), len(content[id(c)])) > 0]
         if shown(candidate) or not any(shown(c) or len(mine) < len(content[id(c)]) * 2 / 3 for c in same):
             out = [c for c in out if c not in same or shown(c)] + [candidate]
     return sorted(out, key=kept.index)
