@@ -648,8 +648,6 @@ def _report_of(answer: list[Event]) -> tuple[Event | None, bool]:
                 for e in answer)
     for event in reversed(answer):
         if event.kind == "text" and not event.sidechain:
-            if _announces_next_step(event.text) and not TAG.search(_clean(event.text)):
-                continue
             if TAG.search(_clean(event.text)):
                 rest = TAG.sub("", _clean(event.text)).strip()
                 return (replace(event, text=rest), True) if acted and len(_substance(rest)) >= 40 else (None, True)
@@ -873,14 +871,6 @@ def keyword(items: list[Event]) -> Iterator[Candidate]:
 
 
 # ---------------------------------------------------------------- precision: what is not kept, by its form
-
-
-# A message that ends announcing the tool call it is about to make ("Let me fix this:") is work in progress.
-NEXT_STEP = re.compile(r"(?i)(?:^|[.!]\s+)(?:let me|let's|i'll|i will|i need to|i'm going to|now,? (?:i|let)|next,? i)\b[^.!?\n]*:\s*$")
-
-
-def _announces_next_step(text: str) -> bool:
-    return bool(NEXT_STEP.search(" ".join(_clean(text).split())))
 
 
 # Home folders (the user's name) and temporary folders; paths under the session's own folder become relative.
