@@ -584,8 +584,7 @@ MIN_REPORT = 160  # characters of substance a request's final report needs to be
 
 # Not what a title says: a step to check this run ("To test: reload …"), the state before a change ("The current
 # prompt is …"), or a sentence whose object is only "this" or "that".
-UNNAMED = re.compile(r"(?i)^(?:to (?:test|verify|check)\b|the current \w+(?: \w+)? (?:is|has|uses)\b|currently\b)"
-                     r"|\b(?:this|that|it)\W*$")
+UNNAMED = re.compile(r"(?i)^(?:to (?:test|verify|check)|the current|currently)\b|\b(?:this|that|it)\W*$")
 
 
 def summary_title(text: str, limit: int = 120) -> str:
