@@ -30,10 +30,6 @@ DEFAULT_MAX_MESSAGE = 20_000  # `capture.max_message_chars`: what capture reads 
 SKIP_PROMPT_PREFIXES = ("<command-name>", "<command-message>", "<local-command-stdout>", "<task-notification>",
                         "<system-reminder>", "Stop hook feedback:", "[Request interrupted by user", "Caveat:")
 TAG = re.compile(r"\[MEMORY:\s*([a-z_]+)((?:\s+[a-z]+=[^\s:\]]+)*)\s*:\s*(.+?)\]", re.S)
-DECISION = re.compile(
-    r"(?i)\b(we(?:'ll| will)? (?:use|go with|switch to|keep)\b.+?\b(?:instead of|rather than|over|not)\b"
-    r"|(?:i|we) (?:decided|chose) (?:to )?\b|\bdecision:\s)"
-)
 PRIVATE = re.compile(r"<private>.*?</private>", re.S | re.I)
 SUBAGENT_TOOLS = ("Task", "Agent")  # the tools that run a sub-agent; their result is the sub-agent's report
 
@@ -752,8 +748,8 @@ GOTCHA = re.compile(r"(?i)\b(the (?:root )?(?:problem|issue|cause|bug|culprit) (
                     r"found the (?:problem|issue|bug|cause|culprit)|the reason (?:is|was)|this (?:happens|happened|fails|failed) because|"
                     r"note that .{3,80}\b(?:fails?|breaks?|doesn't|does not|won't|cannot|can't)|"
                     r"(?:doesn't|does not|won't|cannot|can't) (?:work|support|accept|handle|find|resolve)\b.{0,80}\bbecause)")
-DECIDED = re.compile(r"(?i)\b(?:we chose|i chose|(?:i|we) decided|"
-                     r"switched (?:to|from)|instead of|rather than|decision:|chose .{3,60} over|opted (?:for|to))\b")
+DECIDED = re.compile(r"(?i)\b(?:we chose|i chose|(?:i|we) decided|switched (?:to|from)|instead of|rather than|decision:|"
+                     r"(?:chose|we(?:'ll| will)? (?:use|go with|switch to|keep)\b).{3,60}\b(?:over|not)|opted (?:for|to))\b")
 CORRECTION = re.compile(r"(?i)^(no[,. !]|nope\b|don't\b|do not\b|stop\b|actually[, ]|instead[, ]|that's (?:wrong|not)|"
                         r"revert\b|wrong\b|not like that)")
 RULE = re.compile(r"(?i)(^(?:no[,.!]|nope\b|don't\b|do not\b|never\b|always\b|stop\b|actually[, ]|instead[, ])|"
@@ -854,7 +850,7 @@ def keyword(items: list[Event]) -> Iterator[Candidate]:
         for sentence in _sentences(text):
             # "`sees X instead of Y`" quotes output: a cue inside a code span (its opening mark cut) is not the claim
             claim = re.sub(r"`[^`]*`", "code", sentence if sentence.count("`") % 2 == 0 else "`" + sentence)
-            kind = "gotcha" if GOTCHA.search(claim) else "decision" if (DECISION.search(claim) or DECIDED.search(claim)) \
+            kind = "gotcha" if GOTCHA.search(claim) else "decision" if DECIDED.search(claim) \
                 and not proposes else None
             if kind is None or HEDGED.search(claim):
                 continue  # "… may only be capturing one", "this might be resolved by …": a guess on the way, not a finding
