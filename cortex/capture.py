@@ -905,12 +905,12 @@ def _title_words(title: str) -> set[str]:
     return {w for w in words(re.sub(r"\S*[\\/]\S*", " ", fact_title(title))) if len(w) > 2}
 
 
-def _taken(title: str, taken: list[set[str]] | None) -> bool:
+def _taken(title: str, taken: list[set[str]]) -> bool:
     """True when `title` has mostly the words of a title `taken` (the same fact, said again), or all but one of its
     words are in one ("Switched to X (file)" after "Switched from Y to X")."""
     mine = _title_words(title)
     return bool(mine) and any(len(mine & other) / len(mine | other) >= 0.6
-                              or len(mine) >= 4 and len(mine - other) <= 1 for other in taken or ())
+                              or len(mine) >= 4 and len(mine - other) <= 1 for other in taken)
 
 
 # What outlasts the session, by how it is said: a reason, a choice over another, a change from one thing to another.
@@ -1116,7 +1116,7 @@ def _quantities(text: str) -> dict[str, set[str]]:
 def _overruled(candidate: Candidate, items: list[Event]) -> bool:
     """True when a later instruction of the person sets another figure for what the memory counts ("make it 5000
     tokens" after a proposed 1500 tokens): what was said before it no longer holds."""
-    if candidate.layer == "self-report" or candidate.layer == "structural" and not (candidate.key or candidate.tags):
+    if _shown(candidate):
         return False
     mine = _quantities(candidate.body)
     for event in items:
@@ -1131,21 +1131,24 @@ def _overruled(candidate: Candidate, items: list[Event]) -> bool:
 SAME_SUBJECT = 0.45  # share of the smaller memory's words the other has: one subject, said again
 
 
+def _shown(c: Candidate) -> bool:
+    """A tag, or what the tools showed (a refused call, a recurring error, a command that failed and its fix)."""
+    return c.layer == "self-report" or c.layer == "structural" and c.type == "gotcha" and not (c.key or c.tags)
+
+
 def _latest_word(kept: list[Candidate]) -> list[Candidate]:
     """Of two memories from different messages on one subject, the later: a person's amendment, a revised proposal or
     the report of the work replaces what was proposed or guessed before. What the tools showed is never replaced,
     and a passing mention (a third shorter) after a fuller account is the one left out. A plan is what is still open,
     not an account of the work: neither replaces the other."""
-    def shown(c: Candidate) -> bool:
-        return c.layer == "self-report" or c.layer == "structural" and c.type == "gotcha" and not (c.key or c.tags)
     content = {id(c): {w for w in words(f"{c.title} {c.body}") if len(w) > 3} for c in kept}
     out: list[Candidate] = []
     for candidate in sorted(kept, key=lambda c: c.index):
         mine = content[id(candidate)]
         same = [c for c in out if c.record != candidate.record and "plan" not in (c.type, candidate.type) and len(
             mine & content[id(c)]) >= SAME_SUBJECT * min(len(mine), len(content[id(c)])) > 0]
-        if shown(candidate) or not any(shown(c) or len(mine) < len(content[id(c)]) * 2 / 3 for c in same):
-            out = [c for c in out if c not in same or shown(c)] + [candidate]
+        if _shown(candidate) or not any(_shown(c) or len(mine) < len(content[id(c)]) * 2 / 3 for c in same):
+            out = [c for c in out if c not in same or _shown(c)] + [candidate]
     return sorted(out, key=kept.index)
 
 
