@@ -30,10 +30,6 @@ DEFAULT_MAX_MESSAGE = 20_000  # `capture.max_message_chars`: what capture reads 
 SKIP_PROMPT_PREFIXES = ("<command-name>", "<command-message>", "<local-command-stdout>", "<task-notification>",
                         "<system-reminder>", "Stop hook feedback:", "[Request interrupted by user", "Caveat:")
 TAG = re.compile(r"\[MEMORY:\s*([a-z_]+)((?:\s+[a-z]+=[^\s:\]]+)*)\s*:\s*(.+?)\]", re.S)
-DECISION = re.compile(
-    r"(?i)\b(we(?:'ll| will)? (?:use|go with|switch to|keep)\b.+?\b(?:instead of|rather than|over|not)\b"
-    r"|(?:i|we) (?:decided|chose) (?:to )?\b|\bdecision:\s)"
-)
 PRIVATE = re.compile(r"<private>.*?</private>", re.S | re.I)
 SUBAGENT_TOOLS = ("Task", "Agent")  # the tools that run a sub-agent; their result is the sub-agent's report
 
@@ -582,15 +578,25 @@ RUN_OUTCOME = re.compile(r"(?i)^(?:all\b.{0,60}\b(?:pass(?:es|ing|ed)?|green|cle
 MIN_REPORT = 160  # characters of substance a request's final report needs to be worth keeping
 
 
-def summary_title(text: str, limit: int = 120, taken: list[set[str]] | None = None) -> str:
-    """A report's first prose sentence that says something and is not mostly a title `taken` already."""
+# Not what a title says: a step to check this run ("To test: reload …"), the state before a change ("The current
+# prompt is …"), or a sentence whose object is only "this" or "that".
+UNNAMED = re.compile(r"(?i)^(?:to (?:test|verify|check)|the current|currently)\b|\b(?:this|that|it)\W*$")
+
+
+def summary_title(text: str, limit: int = 120) -> str:
+    """A report's first prose sentence that says something and names what it is about."""
     in_code = False
-    fallback = above = ""  # `above`: the heading right over the current list
-    for raw in _clean(text).splitlines():
+    fallback = above = section = vague = row = ""  # `above`: the heading right over the current list
+    lines = _clean(text).splitlines()
+    for n, raw in enumerate(lines):
         line = raw.strip()
         if line.startswith("```"):
             in_code = not in_code
             continue
+        if line.startswith("|") and n and re.fullmatch(r"[|:\-\s]+", lines[n - 1].strip()) and not row:
+            cells = [c.strip(" `*") for c in line.strip("|").split("|")]  # a table's first row: "Prompt: 50 → 20"
+            head = lines[n - 2].lower() if n > 1 else ""
+            row = f"{cells[0]}: " + (" → " if "before" in head and "after" in head else ", ").join(cells[1:3])
         if in_code or not line or line.startswith(("|", ">", "<")) or len(re.sub(r"[\W_]", "", line)) < len(line) / 2:
             continue
         heading = line.startswith("#") or (line.endswith(":") and len(line) < 60)
@@ -599,20 +605,25 @@ def summary_title(text: str, limit: int = 120, taken: list[set[str]] | None = No
         if heading:
             fallback = fallback or line.rstrip(":")
             above = _said(line).rstrip(":")
+            section = above if len(above.split()) >= 3 else section
             continue
         above = above if item else ""
         for sentence in re.split(r"(?<![A-Z]\.)(?<=[.!?])\s+", line):
             sentence = sentence.strip().rstrip(":")
-            if (len(sentence) < 25 or FILLER.match(sentence) or RUN_OUTCOME.match(sentence) or sentence.endswith("?")
-                    or _taken(sentence, taken)):
+            if len(sentence) < 25 or FILLER.match(sentence) or RUN_OUTCOME.match(sentence) or sentence.endswith("?"):
                 continue
+            if UNNAMED.search(sentence.rstrip(".")):
+                vague = vague or sentence.rstrip(".")
+                continue
+            if item and re.fullmatch(r"\S*[_-]\S*", above) and section:
+                return title_from_text(section, limit)  # an item under a name ("cache_agent:") is one of the section
             if item and len(above.split()) >= 3 and len(above) + len(sentence) + 2 <= limit:
                 return f"{above}: {sentence.rstrip('.')}"  # a list's first item says what only under its heading
             if len(sentence) <= limit:
                 return sentence.rstrip(".")
             clause = re.split(r"(?<=[;:—])\s|,\s(?=(?:and|but|so|which|because)\b)", sentence)[0].rstrip(";:— ,")
             return clause if 25 <= len(clause) <= limit else title_from_text(sentence, limit)
-    return title_from_text(fallback or " ".join(_clean(text).split()), limit)
+    return title_from_text(row or fallback or vague or " ".join(_clean(text).split()), limit)
 
 
 def _turns(items: list[Event]) -> list[tuple[Event | None, list[Event]]]:
@@ -632,8 +643,6 @@ def _report_of(answer: list[Event]) -> tuple[Event | None, bool]:
                 for e in answer)
     for event in reversed(answer):
         if event.kind == "text" and not event.sidechain:
-            if _announces_next_step(event.text) and not TAG.search(_clean(event.text)):
-                continue
             if TAG.search(_clean(event.text)):
                 rest = TAG.sub("", _clean(event.text)).strip()
                 return (replace(event, text=rest), True) if acted and len(_substance(rest)) >= 40 else (None, True)
@@ -647,8 +656,8 @@ def request_reports(items: list[Event], session: str, root: Path | None) -> Iter
     turns = _turns(items)
     for n, (prompt, answer) in enumerate(turns):
         report, _ = _report_of(answer)
-        reply = turns[n + 1][0] if n + 1 < len(turns) else None
-        if report is not None and _proposal_set_aside(_clean(report.text), reply):
+        reply, then = turns[n + 1] if n + 1 < len(turns) else (None, [])
+        if report is not None and _proposal_set_aside(_clean(report.text), reply, then):
             continue
         edited, committed = _edited(answer, root), _committed(answer)
         if report is None:
@@ -672,11 +681,13 @@ DECLINE = re.compile(r"(?i)^\W*(?:no\b(?![-\s]*(?:one|worries|problem|doubt|\w+i
                      r"never ?mind\b|let'?s not\b|don'?t bother\b|skip (?:it|that)\b)")
 
 
-def _proposal_set_aside(text: str, reply: Event | None) -> bool:
-    """True for a report that asks the person to choose or approve, when it laid out options to pick from or the
-    person's answer turned it down: what was chosen is said by the turns after it."""
+def _proposal_set_aside(text: str, reply: Event | None, then: list[Event]) -> bool:
+    """True for a report that asks the person to choose or approve, when it laid out options to pick from, the
+    person's answer turned it down, or the next turn made it a plan (the plan tool): what was chosen is said by the
+    turns after it."""
     asks = "?" in " ".join(text.split())[-300:]
-    return asks and (len(OPTION.findall(text)) >= 2 or (reply is not None and bool(DECLINE.match(reply.text))))
+    planned = any(e.kind == "tool" and e.tool in ("TodoWrite", "TaskCreate") for e in then)
+    return asks and (len(OPTION.findall(text)) >= 2 or planned or (reply is not None and bool(DECLINE.match(reply.text))))
 
 
 SECTION = re.compile(r"(?m)^\s*(\d+)\.\s+([A-Z][A-Za-z /&-]{3,60}):\s*$")
@@ -737,8 +748,8 @@ GOTCHA = re.compile(r"(?i)\b(the (?:root )?(?:problem|issue|cause|bug|culprit) (
                     r"found the (?:problem|issue|bug|cause|culprit)|the reason (?:is|was)|this (?:happens|happened|fails|failed) because|"
                     r"note that .{3,80}\b(?:fails?|breaks?|doesn't|does not|won't|cannot|can't)|"
                     r"(?:doesn't|does not|won't|cannot|can't) (?:work|support|accept|handle|find|resolve)\b.{0,80}\bbecause)")
-DECIDED = re.compile(r"(?i)\b(?:we chose|i chose|(?:i|we) decided|"
-                     r"switched (?:to|from)|instead of|rather than|decision:|chose .{3,60} over|opted (?:for|to))\b")
+DECIDED = re.compile(r"(?i)\b(?:we chose|i chose|(?:i|we) decided|switched (?:to|from)|instead of|rather than|decision:|"
+                     r"(?:chose|we(?:'ll| will)? (?:use|go with|switch to|keep)\b).{3,60}\b(?:over|not)|opted (?:for|to))\b")
 CORRECTION = re.compile(r"(?i)^(no[,. !]|nope\b|don't\b|do not\b|stop\b|actually[, ]|instead[, ]|that's (?:wrong|not)|"
                         r"revert\b|wrong\b|not like that)")
 RULE = re.compile(r"(?i)(^(?:no[,.!]|nope\b|don't\b|do not\b|never\b|always\b|stop\b|actually[, ]|instead[, ])|"
@@ -771,6 +782,8 @@ def _paragraph(text: str, sentence: str) -> str:
         if probe in re.sub(r"\*\*|__", "", block):
             if block.rstrip().endswith(":") and n + 1 < len(blocks):
                 block += "\n\n" + blocks[n + 1]
+            elif n and "\n" not in blocks[n - 1].strip() and blocks[n - 1].strip().rstrip("*").endswith(":"):
+                block = blocks[n - 1] + "\n\n" + block  # the line that introduces the list says what it is
             return _capped(block.strip(), 1500)
     return sentence
 
@@ -813,7 +826,10 @@ def user_rules(items: list[Event]) -> Iterator[Candidate]:
             if rule is not None and (acted or not CORRECTION.match(own) or RULE.search(own[20:])):
                 correction = bool(CORRECTION.match(own)) and acted
                 kind, tags = ("pattern", ["correction" if correction else "rule"])
-                title = title_from_text(f"{'Correction' if correction else 'User'}: {rule}", 120)
+                # titled from the clause that sets the rule ("ok go with X - we should …": "we should …")
+                cue = RULE.search(_own_words(rule)[1:])
+                lead = [m.end() for m in re.finditer(r"\s[-—–]\s|[,;]\s", rule[:cue.start() + 1])] if cue else []
+                title = title_from_text(f"{'Correction' if correction else 'User'}: {rule[lead[-1] if lead else 0:]}", 120)
                 yield Candidate(kind, title, text + "\n", "keyword", 0.6, 6, tags=tags, branch=event.branch,
                                 **_origin(event))
         acted = False
@@ -834,7 +850,7 @@ def keyword(items: list[Event]) -> Iterator[Candidate]:
         for sentence in _sentences(text):
             # "`sees X instead of Y`" quotes output: a cue inside a code span (its opening mark cut) is not the claim
             claim = re.sub(r"`[^`]*`", "code", sentence if sentence.count("`") % 2 == 0 else "`" + sentence)
-            kind = "gotcha" if GOTCHA.search(claim) else "decision" if (DECISION.search(claim) or DECIDED.search(claim)) \
+            kind = "gotcha" if GOTCHA.search(claim) else "decision" if DECIDED.search(claim) \
                 and not proposes else None
             if kind is None or HEDGED.search(claim):
                 continue  # "… may only be capturing one", "this might be resolved by …": a guess on the way, not a finding
@@ -850,14 +866,6 @@ def keyword(items: list[Event]) -> Iterator[Candidate]:
 
 
 # ---------------------------------------------------------------- precision: what is not kept, by its form
-
-
-# A message that ends announcing the tool call it is about to make ("Let me fix this:") is work in progress.
-NEXT_STEP = re.compile(r"(?i)(?:^|[.!]\s+)(?:let me|let's|i'll|i will|i need to|i'm going to|now,? (?:i|let)|next,? i)\b[^.!?\n]*:\s*$")
-
-
-def _announces_next_step(text: str) -> bool:
-    return bool(NEXT_STEP.search(" ".join(_clean(text).split())))
 
 
 # Home folders (the user's name) and temporary folders; paths under the session's own folder become relative.
@@ -897,12 +905,12 @@ def _title_words(title: str) -> set[str]:
     return {w for w in words(re.sub(r"\S*[\\/]\S*", " ", fact_title(title))) if len(w) > 2}
 
 
-def _taken(title: str, taken: list[set[str]] | None) -> bool:
+def _taken(title: str, taken: list[set[str]]) -> bool:
     """True when `title` has mostly the words of a title `taken` (the same fact, said again), or all but one of its
     words are in one ("Switched to X (file)" after "Switched from Y to X")."""
     mine = _title_words(title)
     return bool(mine) and any(len(mine & other) / len(mine | other) >= 0.6
-                              or len(mine) >= 4 and len(mine - other) <= 1 for other in taken or ())
+                              or len(mine) >= 4 and len(mine - other) <= 1 for other in taken)
 
 
 # What outlasts the session, by how it is said: a reason, a choice over another, a change from one thing to another.
@@ -937,7 +945,8 @@ CHECKED = re.compile(r"(?i)(?:\b(?:works|working|present|valid|passe[sd]|passing
                      r"correctly|properly|functional|operational|fixed)|\b(?:properly|correctly|fully) [a-z]+ed|\b[a-z]+ed and (?:[a-z]+ed|functional|working|ready))"
                      r"\W*(?:\([^)]*\))?\W*$")  # "Main entry point works (`src/app.js`)", "X implemented and functional"
 # What the assistant suggests doing next, at the end of a report: this turn's offer, not what was decided.
-NEXT_STEPS = re.compile(r"(?i)^(?:suggested |recommended |possible )?(?:next steps?|what'?s next|future (?:work|development|"
+NEXT_STEPS = re.compile(r"(?i)^(?:suggested |recommended |possible )?(?:next steps?|what'?s next|to (?:test|verify)\b|"
+                        r"what to (?:check|test|verify|look for)\b|future (?:work|development|"
                         r"enhancements|improvements))\b")
 BUT = re.compile(r"(?i)\b(?:but|however|although|though|yet)\b")
 HOW = re.compile(r"\s(?:by|using|via|requires?|must|needs? to)\s|\s[-—]\s\S+\s\S+|\sto (?:satisfy|avoid|prevent|allow|ensure|support)\b")
@@ -945,6 +954,7 @@ ESTIMATE = re.compile(r"(?i)\(\s*~?\d+(?:\.\d+)?\s*(?:min|mins|minutes|h|hrs?|ho
 LABEL = re.compile(r"^(?:code|\S*[./]\S*)\s*[-—:]\s+")  # "`src/app.js` - Added …": a changed file's log line
 FIX_LABEL = re.compile(r"(?i)^(?:solution|fix|fixed by|cause|root cause|workaround|reason|why)\b")  # a fix said as such
 HEADING = re.compile(r"\W*\*\*[^*]+\*\*\W*")  # a line that is only bold text: a heading
+NAMED_ITEM = re.compile(r"(?:[-*•]|\d+[.)])\s+\*\*[^*]+\*\*\s*(?:\([^)]*\))?:?")  # "1. **cache_agent** (90 min)": heads its items
 MAX_TABLE = 10  # rows: a short table (before/after, options weighed) is kept; a longer one is data
 MAX_BLOCK = 20  # lines of a code block kept under a kept sentence
 MIN_LASTING = 80  # characters of lasting sentences a report needs
@@ -992,7 +1002,8 @@ def lasting(text: str, said: list[set[str]], least: int = MIN_LASTING, listed: b
         line = raw.strip()
         if line.startswith("#") or HEADING.fullmatch(line) or (line.endswith(":") and len(line) < 60
                                                                  and not re.match(r"^(?:[-*•]|\d+[.)])\s", line)):
-            aside = bool(NEXT_STEPS.match(_said(line)))
+            aside = bool(NEXT_STEPS.match(_said(line)) or line.endswith(":") and not line.startswith("#")
+                         and not HEADING.fullmatch(line) and re.search(r"(?i)\bready (?:for|to)\b", line))  # its offers
         if aside:
             continue
         if fence:
@@ -1020,15 +1031,15 @@ def lasting(text: str, said: list[set[str]], least: int = MIN_LASTING, listed: b
             continue
         if not line or line.startswith(">"):
             above = lines[n - 1].strip() if n else ""
-            if not line and above and not (above.startswith("#") or HEADING.fullmatch(above)):
+            if not line and above and not (above.startswith("#") or HEADING.fullmatch(above) or NAMED_ITEM.fullmatch(above)):
                 headings = []  # a block under the headings ended with nothing of it kept
             continue
-        if line.startswith("#") or HEADING.fullmatch(line):
+        if line.startswith("#") or HEADING.fullmatch(line) or NAMED_ITEM.fullmatch(line):
             before = next((x.strip() for x in reversed(lines[:n]) if x.strip()), "#")
-            if not (before.startswith("#") or HEADING.fullmatch(before)):
+            if not (before.startswith("#") or HEADING.fullmatch(before) or NAMED_ITEM.fullmatch(before)):
                 headings = []  # a new section: the last one's heading had nothing kept under it
             if not STATUS.search(line):
-                headings.append(_said(line))  # shown only above what is kept under it
+                headings.append(ESTIMATE.sub("", _said(line)).strip())  # shown only above what is kept under it
             continue
         bullet = re.match(r"^(?:[-*•]|\d+[.)])\s+", line)
         good = []
@@ -1043,7 +1054,8 @@ def lasting(text: str, said: list[set[str]], least: int = MIN_LASTING, listed: b
             kept += [h.rstrip(":") + ":" for h in headings[-2:]] + [("- " if bullet else "") + " ".join(good)]
             headings = []
             prose += len(" ".join(good))
-            stated = stated or any(not bullet and not x.endswith(":") or "`" in x or REASON.search(x) for x in good)
+            stated = stated or any(not bullet and not x.endswith(":") or "`" in x
+                                   or REASON.search(re.sub(r"\([^)]*\)", "", x)) for x in good)
     # A list of labels and fragments ("Extensive validation", "AOJ-101: config_agent") with nothing stated is a
     # feature list or a status board, not something to know.
     return "\n".join(kept) if prose >= least and (stated or listed) else ""
@@ -1084,7 +1096,60 @@ def precise(candidates: list[Candidate], items: list[Event], root: Path | None) 
             continue  # the same fact under the same words: one memory holds it
         seen.append(_title_words(candidate.title))
         kept.append(candidate)
-    return kept
+    return [c for c in _latest_word(kept) if not _overruled(c, items)]
+
+
+SETS = re.compile(r"(?i)^\W*(?:(?:no|ok(?:ay)?|actually|instead)\W+)?(?:make|set|change|use|bump|raise|lower|increase|decrease|"
+                  r"reduce|limit|cap)\b")  # an instruction that sets a figure
+QUANTITY = re.compile(r"(?i)\b([a-z][a-z_]{2,})\s*[:=]\s*(\d[\d,]*)\b|\b(\d[\d,]*)\s+([a-z][a-z_]{2,})\b")
+
+
+def _quantities(text: str) -> dict[str, set[str]]:
+    """What `text` counts, by unit: {"token": {"1500"}} for "max_tokens: 1500" and for "1500 tokens"."""
+    out: dict[str, set[str]] = {}
+    for found in QUANTITY.finditer(text):
+        unit, number = (found.group(1), found.group(2)) if found.group(1) else (found.group(4), found.group(3))
+        out.setdefault(unit.lower().rsplit("_", 1)[-1].rstrip("s"), set()).add(number.replace(",", ""))
+    return out
+
+
+def _overruled(candidate: Candidate, items: list[Event]) -> bool:
+    """True when a later instruction of the person sets another figure for what the memory counts ("make it 5000
+    tokens" after a proposed 1500 tokens): what was said before it no longer holds."""
+    if _shown(candidate):
+        return False
+    mine = _quantities(candidate.body)
+    for event in items:
+        if event.kind == "human" and event.index > candidate.index and len(event.text) <= 300 and "?" not in event.text \
+                and SETS.match(event.text):
+            for unit, numbers in _quantities(event.text).items():
+                if mine.get(unit) and not numbers & mine[unit]:
+                    return True
+    return False
+
+
+SAME_SUBJECT = 0.45  # share of the smaller memory's words the other has: one subject, said again
+
+
+def _shown(c: Candidate) -> bool:
+    """A tag, or what the tools showed (a refused call, a recurring error, a command that failed and its fix)."""
+    return c.layer == "self-report" or c.layer == "structural" and c.type == "gotcha" and not (c.key or c.tags)
+
+
+def _latest_word(kept: list[Candidate]) -> list[Candidate]:
+    """Of two memories from different messages on one subject, the later: a person's amendment, a revised proposal or
+    the report of the work replaces what was proposed or guessed before. What the tools showed is never replaced,
+    and a passing mention (a third shorter) after a fuller account is the one left out. A plan is what is still open,
+    not an account of the work: neither replaces the other."""
+    content = {id(c): {w for w in words(f"{c.title} {c.body}") if len(w) > 3} for c in kept}
+    out: list[Candidate] = []
+    for candidate in sorted(kept, key=lambda c: c.index):
+        mine = content[id(candidate)]
+        same = [c for c in out if c.record != candidate.record and "plan" not in (c.type, candidate.type) and len(
+            mine & content[id(c)]) >= SAME_SUBJECT * min(len(mine), len(content[id(c)])) > 0]
+        if _shown(candidate) or not any(_shown(c) or len(mine) < len(content[id(c)]) * 2 / 3 for c in same):
+            out = [c for c in out if c not in same or _shown(c)] + [candidate]
+    return sorted(out, key=kept.index)
 
 
 # ---------------------------------------------------------------- guard, dedup, write

@@ -472,3 +472,135 @@ def test_a_list_item_is_titled_under_its_heading(project, tmp_path):
     ])
     [row] = rows
     assert row["title"].startswith("Added rate limiting protection: One second at least between two requests")
+
+
+# Round 4: what a later message of the session changes, lists that are this run's, and titles that name the fact.
+
+def _edit(uuid: str, path: str) -> list[str]:
+    return _tool(uuid, "Edit", {"file_path": f"{HOME}/{path}", "old_string": "a", "new_string": "b"})
+
+
+def test_a_revised_proposal_replaces_the_earlier_one(project, tmp_path):
+    rows = _stop(project, tmp_path, [
+        _ask("u1", "how should we cache the product pages?"),
+        _say("a1", "Cache the rendered product pages in Redis, keyed by product id and locale, because rendering a "
+                   "page takes 400 ms and the catalogue changes only a few times a day. Entries expire after ten "
+                   "minutes so that price changes show up quickly. Does this look right?"),
+        _ask("u2", "prices differ by currency, think again"),
+        _say("a2", "Revised: cache the rendered product pages in Redis keyed by product id, locale and currency, since "
+                   "a key without the currency would serve euro prices to dollar shoppers. Rendering a product page "
+                   "takes 400 ms while the catalogue changes a few times a day, so cached entries still expire "
+                   "after ten minutes. Shall I go ahead?"),
+    ])
+    cached = [row for row in rows if "Redis" in row["body"]]
+    assert len(cached) == 1, [row["title"] for row in cached]
+    assert "currency" in cached[0]["body"]
+
+
+def test_a_figure_the_person_sets_later_overrules_the_proposed_one(project, tmp_path):
+    _stop(project, tmp_path, [
+        _ask("u1", "the export times out behind the proxy, what do you propose?"),
+        _say("a1", "The export job streams every order through one HTTP request, and the proxy closes requests after "
+                   "60 seconds of silence. I propose a request timeout of 300 seconds on the export route and a "
+                   "progress line every 1000 orders, so that the proxy sees traffic. Does this look right?"),
+        _ask("u2", "make it 900 seconds, big shops take longer"),
+        *_edit("1", "export/routes.py"),
+        _say("a2", "Done."),
+    ])
+    assert "300 seconds" not in _texts(project)
+
+
+def test_a_list_item_that_only_names_something_heads_its_items(project, tmp_path):
+    report = ("### Three importer workers:\n\n"
+              "1. **csv_reader** (30 min)\n   - Parses supplier files with the dialect sniffed from the first 4 KB\n"
+              "   - Rejects rows whose column count differs from the header row\n\n"
+              "2. **price_mapper** (45 min)\n   - Maps supplier prices to the shop currency with the daily ECB rates\n\n"
+              "3. **stock_writer** (20 min)\n   - Writes stock levels in one transaction per supplier file, so a "
+              "failed file never leaves half an update\n\nEach worker reads the queue the one before it writes.\n")
+    rows = _stop(project, tmp_path, [
+        _ask("u1", "split the importer into workers"),
+        *_edit("1", "importer/workers.py"),
+        _say("a1", report),
+    ])
+    [row] = rows
+    assert all(name in row["body"] for name in ("csv_reader", "price_mapper", "stock_writer"))
+    assert "30 min" not in row["body"]
+    assert row["title"] == "Three importer workers"  # the section, not "Parses supplier files …", one worker's item
+
+
+def test_what_to_check_and_what_it_is_ready_for_are_this_runs(project, tmp_path):
+    report = ("Changes made:\n\n- Switched the default theme in layout.tsx from theme-blue to theme-amber, because "
+              "the brand colour has been amber since the rebrand.\n\n"
+              "**What to check in the app:**\n\n- Primary buttons should now be amber instead of blue\n"
+              "- Focus rings should now use the amber border instead of the grey one\n\n"
+              "The release is ready for:\n1. **Staging deploy** (after the review)\n2. **Customer demo** on Friday\n")
+    _stop(project, tmp_path, [
+        _ask("u1", "switch the app to the amber theme"),
+        *_edit("1", "app/layout.tsx"),
+        _say("a1", report),
+    ])
+    text = _texts(project)
+    assert "theme-amber" in text
+    for noise in ("Primary buttons", "Focus rings", "Staging deploy", "Customer demo"):
+        assert noise not in text, noise
+
+
+def test_a_list_of_labels_with_a_reason_only_in_an_aside_is_not_kept(project, tmp_path):
+    rows = _stop(project, tmp_path, [
+        _ask("u1", "file the remaining work as one issue in the tracker"),
+        _say("a1", "The issue includes:\n\n- **Twelve numbered requirements** that will split well into agents\n"
+                   "- **Specific technologies** (Node.js, commander.js, inquirer.js, TypeScript)\n"
+                   "- **Progressive complexity** (infrastructure → modules → configuration → testing)\n"
+                   "- **Detailed acceptance criteria** for the validation step\n"
+                   "- **Technical constraints** to guide the implementation\n"),
+    ])
+    assert rows == []
+
+
+def test_a_title_names_the_fact_not_a_test_step_a_prior_state_or_a_bare_this(project, tmp_path):
+    rows = _stop(project, tmp_path, [
+        _ask("u1", "the nightly import gives up too early"),
+        *_edit("1", "import/client.py"),
+        _say("a1", "**Fix complete.**\n\n| Change | Before | After |\n|---|---|---|\n"
+                   "| Request timeout | 30 s | 120 s |\n| Retries | 0 | 3 |\n\n"
+                   "**To test:** run the nightly import with the big sample file and check the log for the retries "
+                   "it made and the timeout it used."),
+        _ask("u2", "and the memory use of the importer?"),
+        *_edit("2", "import/reader.py"),
+        _say("a2", "The current importer reads the whole file into memory. Streaming the file row by row keeps the "
+                   "memory flat at 40 MB for any file size, which is why the reader now iterates csv.reader over the "
+                   "open file."),
+        _ask("u3", "how do agents avoid stepping on each other?"),
+        *_edit("3", "scripts/spawn.sh"),
+        _say("a3", "Git worktrees are the cleanest way to do this. Each agent gets its own worktree under "
+                   "../work-trees, so agents never share an index, and the main checkout stays on main for merges."),
+    ])
+    titles = sorted(row["title"] for row in rows)
+    assert titles == ["Each agent gets its own worktree under ../work-trees", "Request timeout: 30 s → 120 s",
+                      "Streaming the file row by row keeps the memory flat at 40 MB for any file size"], titles
+
+
+def test_a_user_rule_is_titled_from_the_clause_that_sets_it(project, tmp_path):
+    rows = _stop(project, tmp_path, [
+        _ask("u1", "ok go with the queue - we should never drop a webhook, retry it for up to a day"),
+    ])
+    [row] = [row for row in rows if row["type"] == "pattern"]
+    assert row["title"].startswith("User: we should never drop a webhook")
+
+
+def test_a_proposal_the_next_turn_makes_a_plan_is_not_kept(project, tmp_path):
+    rows = _stop(project, tmp_path, [
+        _ask("u1", "move the app to the new palette without breaking anything"),
+        _say("a1", "Key concerns:\n\n- Incremental changes - update the components one group at a time, not all at "
+                   "once\n- Test after each change so that nothing breaks unnoticed\n- Rollback ability, in case the "
+                   "new colours clash with the charts\n\nShould I start by auditing where the colours are defined?"),
+        _ask("u2", "ok, go ahead"),
+        *_tool("1", "TodoWrite", {"todos": [{"content": "Audit where colours are defined", "status": "completed"},
+                                            {"content": "Add the palette as CSS variables", "status": "in_progress"},
+                                            {"content": "Switch the buttons", "status": "pending"}]}),
+        *_edit("2", "styles/globals.css"),
+        _say("a2", "The palette now lives in CSS variables in styles/globals.css, so every component picks it up "
+                   "from one place instead of hard-coded hex values."),
+    ])
+    assert "Rollback ability" not in _texts(project)
+    assert any(row["type"] == "plan" for row in rows)
