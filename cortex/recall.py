@@ -857,9 +857,61 @@ def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[
                          and h.via is not None and h.root == parent.memory.id)
     if read:
         read_hits(stores, [h for h in final if h.via is not None], query, indexes)
+        final = newer_first(final, lambda label: next(
+            (indexes.synced(store, full=True).searcher() for store in stores if store.label == label), None))
     if count:
         count_reads(stores, final)
     return RecallResult(final, notes, excluded_match)
+
+
+def newer_first(hits: list[Hit], searchers: Callable[[str], Any]) -> list[Hit]:
+    """`hits` with a memory placed before an older one of its store that it contradicts on one subject (what
+    `cortex suspects` raises: the newer one may be what re-decided it), its linked hits with it; else in order.
+    `searchers`: a store's label -> its full-text searcher (the words' rarity)."""
+    from cortex.claims import contradiction
+
+    blocks: list[list[Hit]] = []
+    for hit in hits:
+        if hit.via is None or not blocks:
+            blocks.append([hit])
+        else:
+            blocks[-1].append(hit)
+    moved = False
+    for j in range(1, len(blocks)):
+        newer = blocks[j][0]
+        for i in range(j):
+            older = blocks[i][0]
+            if (older.store == newer.store and (newer.memory.created or "") > (older.memory.created or "")
+                    and _one_subject(searchers(older.store), older.memory.title, newer.memory.title)
+                    and contradiction(_claim_text(older.memory), _claim_text(newer.memory))):
+                blocks.insert(i, blocks.pop(j))
+                moved = True
+                break
+    return [hit for block in blocks for hit in block] if moved else hits
+
+
+def _claim_text(memory: Memory) -> str:
+    from cortex.index.manifest import embed_text
+    from cortex.suspects import TEXT_MOST
+
+    return embed_text(memory)[:TEXT_MOST]
+
+
+def _one_subject(searcher: Any, one: str, two: str) -> bool:
+    """Whether two titles name one subject: they share at least `suspects.SHARED` of the smaller title's words,
+    each weighed by its rarity in the store (as `cortex suspects` pairs memories)."""
+    from cortex.index import fulltext
+    from cortex.suspects import SHARED
+
+    a, b = set(fulltext.terms(one)), set(fulltext.terms(two))
+    if searcher is None or not a & b:
+        return False
+    try:
+        total = searcher.doc_count_all() or 1
+        weight = {word: math.log(1 + total / max(1, searcher.doc_frequency("text", word))) for word in a | b}
+    except Exception:  # a writer replaced the index: left in order this time
+        return False
+    return sum(weight[w] for w in a & b) >= SHARED * min(sum(weight[w] for w in a), sum(weight[w] for w in b))
 
 
 def mark_relevant(hits: list[Hit], min_match: float = RELEVANT_MATCH, spread: float | None = None,
