@@ -28,6 +28,8 @@ RELEVANT_MATCH = 0.2  # under this match a memory does not bear on the question 
 # A question's specific words (in at most SPECIFIC_SHARE of the memories) name what it asks about: a memory linked
 # to a hit comes with it only when it holds NAMED_SHARE of them (by rarity) (docs/recall.md, "Linked hits").
 SPECIFIC_SHARE, NAMED_SHARE = 0.03, 0.7
+# A query word in more of the memories than this share and number does not pick the sentence a hit shows.
+COMMON_SHARE, COMMON_MIN = 0.05, 10
 RELEVANT_POOL = 10  # hits a recall judges at least, so that a small limit still finds a relevant one ranked past it
 MATCH_SPREAD = 0.25  # the prompt hook injects only hits within this much of the best match (0..1)
 LIST_WEIGHTS = {"bm25": 1.0, "dense": 0.5, "ctx": 1.0}  # default of recall.list_weights (bench/retrieval.py)
@@ -375,13 +377,28 @@ def _matching_share(index: Any, query: str, total: int) -> float:
     return min(1.0, found / total)  # the full-text index may still count deleted documents
 
 
-def _snippet(memory: Memory, query: str) -> str:
+def _snippet(memory: Memory, query: str, common: frozenset[str] = frozenset()) -> str:
     """The part of the body that answers `query` (`render.answering_part`), the one secret rule applied first."""
     from cortex.guard import redacted
     from cortex.index.fulltext import terms
     from cortex.render import answering_part
 
-    return answering_part(redacted(memory.body), query, terms, memory.title)
+    return answering_part(redacted(memory.body), query, terms, memory.title, common=common)
+
+
+def _common_words(index: Any, query: str) -> frozenset[str]:
+    """The query's words (as the full-text index reads them) held by more than `COMMON_SHARE` of the store's
+    memories and more than `COMMON_MIN` of them: a sentence holding only these does not answer the question."""
+    searcher = index.searcher()
+    if searcher is None:
+        return frozenset()
+    from cortex.index import fulltext
+
+    try:
+        least = max(COMMON_MIN, COMMON_SHARE * searcher.doc_count_all())
+        return frozenset(term for term in fulltext.terms(query) if searcher.doc_frequency("text", term) > least)
+    except Exception:  # a writer replaced the index: every word counts this time
+        return frozenset()
 
 
 _CODE_WORDS = frozenset("code coded source function functions method methods class classes module modules file files "
@@ -757,13 +774,14 @@ def _read(store: Store, index: Any, hits: list[Hit], query: str) -> None:
     from cortex.render import match_spans
 
     root = store.memories_dir
+    common = _common_words(index, query) if hits else frozenset()
     for hit in hits:
         try:
             assert hit.memory.path is not None
             hit.memory = index.read(hit.memory.path.relative_to(root).as_posix())
         except Exception:
             continue
-        hit.snippet = _snippet(hit.memory, query)
+        hit.snippet = _snippet(hit.memory, query, common)
         hit.spans = match_spans(hit.snippet, query)
 
 
