@@ -863,7 +863,9 @@ def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[
     def rank(h: Hit) -> tuple[bool, float, int, bool, str]:
         return h.relevant is False, -round(h.score, 9), order.get(h.store, 9), h.via is not None, h.memory.id
 
-    direct = named_first(sorted((h for h in hits if h.via is None), key=rank)[:limit])
+    direct = sorted((h for h in hits if h.via is None), key=rank)[:limit]
+    if not include_all:  # --all shows what is left out too
+        direct = named_first(direct)
     parents = {(h.store, h.memory.id) for h in direct}
     linked = [h for h in hits if h.via is not None and (h.store, h.root) in parents
               and (h.store, h.memory.id) not in parents]
