@@ -28,7 +28,6 @@ RELEVANT_MATCH = 0.2  # under this match a memory does not bear on the question 
 # A question's specific words (in at most SPECIFIC_SHARE of the memories) name what it asks about: a memory linked
 # to a hit comes with it only when it holds NAMED_SHARE of them (by rarity) (docs/recall.md, "Linked hits").
 SPECIFIC_SHARE, NAMED_SHARE = 0.03, 0.7
-NAMED_KEEP = 3  # when the best hit holds all of them, hits past this many that hold less than NAMED_SHARE go
 # A query word in more of the memories than this share and number does not pick the sentence a hit shows.
 COMMON_SHARE, COMMON_MIN = 0.05, 10
 RELEVANT_POOL = 10  # hits a recall judges at least, so that a small limit still finds a relevant one ranked past it
@@ -864,8 +863,6 @@ def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[
         return h.relevant is False, -round(h.score, 9), order.get(h.store, 9), h.via is not None, h.memory.id
 
     direct = sorted((h for h in hits if h.via is None), key=rank)[:limit]
-    if not include_all:  # --all shows what is left out too
-        direct = named_first(direct)
     parents = {(h.store, h.memory.id) for h in direct}
     linked = [h for h in hits if h.via is not None and (h.store, h.root) in parents
               and (h.store, h.memory.id) not in parents]
@@ -883,14 +880,6 @@ def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[
     if count:
         count_reads(stores, final)
     return RecallResult(final, notes, excluded_match)
-
-
-def named_first(direct: list[Hit]) -> list[Hit]:
-    """`direct` without, past the first `NAMED_KEEP`, the hits holding less than `NAMED_SHARE` of what the question
-    names when the best hit holds all of it (`named`): the question named its subject and the answer has it."""
-    if not direct or direct[0].named is None or direct[0].named < 1.0 or direct[0].relevant is False:
-        return direct
-    return direct[:NAMED_KEEP] + [h for h in direct[NAMED_KEEP:] if h.named is None or h.named >= NAMED_SHARE]
 
 
 def newer_first(hits: list[Hit], searchers: Callable[[str], Any]) -> list[Hit]:
