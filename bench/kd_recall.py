@@ -156,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", required=True, type=Path, help="folder of the replayed repository (kept; made "
                                                                     "on the first run)")
     parser.add_argument("--families", default="retrieval,abstention", help="from: " + ",".join(FAMILIES))
-    parser.add_argument("--sample", type=int, help="every k-th question of each family, this many at most")
+    parser.add_argument("--sample", type=int, help="every k-th question of each family (of each phrasing, shared "
+                                                   "among them), this many at most")
     parser.add_argument("--transcript", type=Path)
     parser.add_argument("--failures", type=Path)
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -177,12 +178,18 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.pop("CORTEX_DIR", None)
     os.chdir(repo)
     asked = questions(world, set(args.families.split(",")))
-    if args.sample:
-        by_family: dict[str, list[Any]] = defaultdict(list)
+    if args.sample:  # every k-th of each family, k-th of each phrasing (questions cycle through them in turn)
+        by_kind: dict[tuple[str, str], list[Any]] = defaultdict(list)
         for item in asked:
-            by_family[item[1]["family"]].append(item)
-        asked = [item for items in by_family.values()
-                 for item in items[::max(1, len(items) // args.sample)][:args.sample]]
+            probe = item[1]
+            by_kind[(probe["family"], probe.get("phrasing") or str(probe.get("natural", probe["expect"])))].append(item)
+        families: dict[str, int] = defaultdict(int)
+        for family, _ in by_kind:
+            families[family] += 1
+        asked = []
+        for (family, _), items in by_kind.items():
+            share = max(1, args.sample // families[family])
+            asked += items[::max(1, len(items) // share)][:share]
     began = time.monotonic()
     passed: dict[str, list[bool]] = defaultdict(list)
     columns: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))

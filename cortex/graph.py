@@ -380,6 +380,7 @@ def unlink(store: Store, a: str, b: str, rel: str | None = None) -> list[tuple[s
 
 
 REASONS_MOST = 3  # reasons a hit carries at most
+REASONED_HITS = 3  # the first direct hits of a recall carry their reasons; the rest are not what was asked about
 
 
 def reasons(store: Store, memory: Memory) -> list[Memory]:
@@ -409,10 +410,15 @@ def reasons(store: Store, memory: Memory) -> list[Memory]:
 
 def hit_reasons(stores: Iterable[Store], hits: Iterable[Any]) -> dict[str, list[dict[str, str]]]:
     """Each recall hit's reasons (`reasons`) as {memory id: [{"id", "title"}]}, for the hits that have any: what
-    `cortex recall` and MCP `cortex_search` show under the hit."""
+    `cortex recall` and MCP `cortex_search` show under the hit; only the first `REASONED_HITS` direct hits (and
+    what is linked to them) carry them."""
     by_label = {store.label: store for store in stores}
     out: dict[str, list[dict[str, str]]] = {}
+    direct = 0
     for hit in hits:
+        direct += getattr(hit, "via", None) is None
+        if direct > REASONED_HITS:
+            break
         memory, store = hit.memory, by_label.get(hit.store)
         if store is None or not any(each.rel in ("because", "supersedes") for each in memory.links):
             continue

@@ -28,6 +28,8 @@ RELEVANT_MATCH = 0.2  # under this match a memory does not bear on the question 
 # A question's specific words (in at most SPECIFIC_SHARE of the memories) name what it asks about: a memory linked
 # to a hit comes with it only when it holds NAMED_SHARE of them (by rarity) (docs/recall.md, "Linked hits").
 SPECIFIC_SHARE, NAMED_SHARE = 0.03, 0.7
+# A query word in more of the memories than this share and number does not pick the sentence a hit shows.
+COMMON_SHARE, COMMON_MIN = 0.05, 10
 RELEVANT_POOL = 10  # hits a recall judges at least, so that a small limit still finds a relevant one ranked past it
 MATCH_SPREAD = 0.25  # the prompt hook injects only hits within this much of the best match (0..1)
 LIST_WEIGHTS = {"bm25": 1.0, "dense": 0.5, "ctx": 1.0}  # default of recall.list_weights (bench/retrieval.py)
@@ -357,13 +359,28 @@ def _matching_share(index: Any, query: str, total: int) -> float:
     return min(1.0, found / total)  # the full-text index may still count deleted documents
 
 
-def _snippet(memory: Memory, query: str) -> str:
+def _snippet(memory: Memory, query: str, common: frozenset[str] = frozenset()) -> str:
     """The part of the body that answers `query` (`render.answering_part`), the one secret rule applied first."""
     from cortex.guard import redacted
     from cortex.index.fulltext import terms
     from cortex.render import answering_part
 
-    return answering_part(redacted(memory.body), query, terms, memory.title)
+    return answering_part(redacted(memory.body), query, terms, memory.title, common=common)
+
+
+def _common_words(index: Any, query: str) -> frozenset[str]:
+    """The query's words (as the full-text index reads them) held by more than `COMMON_SHARE` of the store's
+    memories and more than `COMMON_MIN` of them: a sentence holding only these does not answer the question."""
+    searcher = index.searcher()
+    if searcher is None:
+        return frozenset()
+    from cortex.index import fulltext
+
+    try:
+        least = max(COMMON_MIN, COMMON_SHARE * searcher.doc_count_all())
+        return frozenset(term for term in fulltext.terms(query) if searcher.doc_frequency("text", term) > least)
+    except Exception:  # a writer replaced the index: every word counts this time
+        return frozenset()
 
 
 _CODE_WORDS = frozenset("code coded source function functions method methods class classes module modules file files "
@@ -742,13 +759,14 @@ def _read(store: Store, index: Any, hits: list[Hit], query: str) -> None:
     from cortex.render import match_spans
 
     root = store.memories_dir
+    common = _common_words(index, query) if hits else frozenset()
     for hit in hits:
         try:
             assert hit.memory.path is not None
             hit.memory = index.read(hit.memory.path.relative_to(root).as_posix())
         except Exception:
             continue
-        hit.snippet = _snippet(hit.memory, query)
+        hit.snippet = _snippet(hit.memory, query, common)
         hit.spans = match_spans(hit.snippet, query)
 
 
@@ -842,9 +860,62 @@ def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[
                          and h.via is not None and h.root == parent.memory.id)
     if read:
         read_hits(stores, [h for h in final if h.via is not None], query, indexes)
+        final = newer_first(final, lambda label: next(
+            (indexes.synced(store, full=True).searcher() for store in stores if store.label == label), None))
     if count:
         count_reads(stores, final)
     return RecallResult(final, notes, excluded_match)
+
+
+def newer_first(hits: list[Hit], searchers: Callable[[str], Any]) -> list[Hit]:
+    """`hits` with a memory placed before an older one of its store and type that it contradicts on one subject
+    (what `cortex suspects` raises: the newer one may be what re-decided it), its linked hits with it; else in order.
+    `searchers`: a store's label -> its full-text searcher (the words' rarity)."""
+    from cortex.claims import contradiction
+
+    blocks: list[list[Hit]] = []
+    for hit in hits:
+        if hit.via is None or not blocks:
+            blocks.append([hit])
+        else:
+            blocks[-1].append(hit)
+    moved = False
+    for j in range(1, len(blocks)):
+        newer = blocks[j][0]
+        for i in range(j):
+            older = blocks[i][0]
+            if (older.store == newer.store and older.memory.type == newer.memory.type
+                    and (newer.memory.created or "") > (older.memory.created or "")
+                    and _one_subject(searchers(older.store), older.memory.title, newer.memory.title)
+                    and contradiction(_claim_text(older.memory), _claim_text(newer.memory))):
+                blocks.insert(i, blocks.pop(j))
+                moved = True
+                break
+    return [hit for block in blocks for hit in block] if moved else hits
+
+
+def _claim_text(memory: Memory) -> str:
+    from cortex.index.manifest import embed_text
+    from cortex.suspects import TEXT_MOST
+
+    return embed_text(memory)[:TEXT_MOST]
+
+
+def _one_subject(searcher: Any, one: str, two: str) -> bool:
+    """Whether two titles name one subject: they share at least `suspects.SHARED` of the smaller title's words,
+    each weighed by its rarity in the store (as `cortex suspects` pairs memories)."""
+    from cortex.index import fulltext
+    from cortex.suspects import SHARED
+
+    a, b = set(fulltext.terms(one)), set(fulltext.terms(two))
+    if searcher is None or not a & b:
+        return False
+    try:
+        total = searcher.doc_count_all() or 1
+        weight = {word: math.log(1 + total / max(1, searcher.doc_frequency("text", word))) for word in a | b}
+    except Exception:  # a writer replaced the index: left in order this time
+        return False
+    return sum(weight[w] for w in a & b) >= SHARED * min(sum(weight[w] for w in a), sum(weight[w] for w in b))
 
 
 def mark_relevant(hits: list[Hit], min_match: float = RELEVANT_MATCH, spread: float | None = None,

@@ -160,16 +160,17 @@ def sentences(body: str) -> list[str]:
 
 
 def answering_part(body: str, query: str, terms: Callable[[str], list[str]], title: str = "",
-                   width: int = SNIPPET_CHARS) -> str:
+                   width: int = SNIPPET_CHARS, common: frozenset[str] = frozenset()) -> str:
     """What a hit shows of its body: the sentence holding most of the query's words that `title` does not, then
     the next one holding a word neither holds when both fit in `width`; "…" where sentences were skipped; one
     longer than `width` cut around its first match. Nothing when no sentence holds such a word, unless the title
     was cut ("…"): then the first sentence, which goes on where the title stopped. A body within SHORT_BODY, whole.
-    `terms`: the words of a text as the full-text index reads them (`cortex.index.fulltext.terms`)."""
+    `terms`: the words of a text as the full-text index reads them (`cortex.index.fulltext.terms`); `common`: words
+    of the query many memories hold, which pick no sentence."""
     parts = sentences(body)
     if not parts or len(" ".join(parts)) <= SHORT_BODY:
         return " ".join(parts)  # a short body is all of its answer
-    wanted = set(terms(query)) - set(terms(title))
+    wanted = set(terms(query)) - set(terms(title)) - common
     held = [wanted & set(terms(part)) for part in parts]
     chosen = [min(range(len(parts)), key=lambda i: (-len(held[i]), i))]
     if not held[chosen[0]] and not title.endswith("…"):
