@@ -52,10 +52,11 @@ def run() -> None:
     if not args or args[0] not in BULK:
         # One query or one memory at a time is a few matrix-vector products: a second BLAS thread spins on them
         # instead of speeding them up. Set before numpy is imported; a value already set is kept.
-        ours = [name for name in ONE_THREAD if name not in os.environ]
+        ours = {name for name in ONE_THREAD if name not in os.environ}
         for name in ours:
             os.environ[name] = "1"
-        os.environ["CORTEX_SET_THREADS"] = ",".join(ours)
+        ours |= set(os.environ.get("CORTEX_SET_THREADS", "").split(",")) & set(ONE_THREAD)  # a parent's, kept
+        os.environ["CORTEX_SET_THREADS"] = ",".join(sorted(ours))
     else:  # bulk work (`maintain` filling vectors, niced) uses every core, also when a one-thread command started it
         for name in os.environ.pop("CORTEX_SET_THREADS", "").split(","):
             if name in ONE_THREAD:

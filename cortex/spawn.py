@@ -80,6 +80,8 @@ def _one_blas_thread() -> dict[str, str]:
     from cortex import ONE_THREAD
 
     env = dict(os.environ)
+    ours = {name for name in ONE_THREAD if name not in env} | set(env.get("CORTEX_SET_THREADS", "").split(","))
     for name in ONE_THREAD:
         env.setdefault(name, "1")
+    env["CORTEX_SET_THREADS"] = ",".join(sorted(ours & set(ONE_THREAD)))  # cortex's caps: bulk work drops them
     return env
