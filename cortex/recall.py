@@ -145,6 +145,7 @@ class _Contextual:
         self.encoder: Any = None
         self.problem: str | None = None
         self.sidecars: dict[str, Any] = {}
+        self.started: dict[str, float] = {}  # store root -> when this process last started a filler
         self.queries: dict[str, Any] = {}
         self.ahead: Any = None  # the thread of `load_ahead`, until someone waits for it
 
@@ -229,6 +230,7 @@ def for_transformer(text: str) -> str:
     return " ".join(kept) if any(w[0].isalnum() or w[0] == "_" for w in kept) else text
 
 
+RESTART_S = 60.0  # a process starts the detached filler for a store at most this often
 INLINE_FILL = 32  # `cortex recall` embeds up to this many missing memories itself; a detached upkeep the rest
 
 
@@ -288,14 +290,19 @@ def fill_contextual(store: Store, index: Any, limit: int | None = None, batch: i
 def _fill_detached(store: Store) -> None:
     """Hand the missing contextual vectors to a detached `cortex maintain` (niced, on every core), unless a filler
     holds the lock already; this process ranks without them meanwhile."""
+    import time
+
     from cortex.files import try_lock
     from cortex.spawn import detached
 
+    if time.monotonic() - CONTEXTUAL.started.get(str(store.root), -RESTART_S) < RESTART_S:
+        return  # a resident process started one a moment ago: it is still syncing before it takes the lock
     try:
         with try_lock(CONTEXTUAL.sidecar(store).lock_path) as free:
             if not free:
                 return  # a filler is at work
         detached(["maintain", "--dir", str(store.root)], str(store.state_dir), env={"CORTEX_NESTED": "0"})
+        CONTEXTUAL.started[str(store.root)] = time.monotonic()
     except OSError as exc:
         store.log(f"recall: could not start the upkeep to fill contextual vectors: {exc!r}")
 
