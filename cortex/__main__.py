@@ -47,20 +47,14 @@ def run() -> None:
     # (`cortex.spawn.resident`).
     gc.disable()
     args = sys.argv[1:]
-    from cortex import ONE_THREAD
+    from cortex import cap_threads, uncap_threads
 
     if not args or args[0] not in BULK:
         # One query or one memory at a time is a few matrix-vector products: a second BLAS thread spins on them
         # instead of speeding them up. Set before numpy is imported; a value already set is kept.
-        ours = {name for name in ONE_THREAD if name not in os.environ}
-        for name in ours:
-            os.environ[name] = "1"
-        ours |= set(os.environ.get("CORTEX_SET_THREADS", "").split(",")) & set(ONE_THREAD)  # a parent's, kept
-        os.environ["CORTEX_SET_THREADS"] = ",".join(sorted(ours))
+        cap_threads(os.environ)
     else:  # bulk work (`maintain` filling vectors, niced) uses every core, also when a one-thread command started it
-        for name in os.environ.pop("CORTEX_SET_THREADS", "").split(","):
-            if name in ONE_THREAD:
-                os.environ.pop(name, None)
+        uncap_threads(os.environ)
     if len(args) >= 2 and args[0] == "hook" and args[1] == "git-post-checkout":
         with contextlib.suppress(Exception):  # never breaks the git command: the next command syncs the cache
             post_checkout(args[2:])

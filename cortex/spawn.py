@@ -77,11 +77,8 @@ def briefing_ahead(store_root: str) -> None:
 def _one_blas_thread() -> dict[str, str]:
     """This process's environment for a resident or bulk child, with numpy's BLAS on one thread unless it says
     otherwise: a matrix-vector product per query spins a second thread instead of speeding up on 2 cores."""
-    from cortex import ONE_THREAD
+    from cortex import cap_threads
 
     env = dict(os.environ)
-    ours = {name for name in ONE_THREAD if name not in env} | set(env.get("CORTEX_SET_THREADS", "").split(","))
-    for name in ONE_THREAD:
-        env.setdefault(name, "1")
-    env["CORTEX_SET_THREADS"] = ",".join(sorted(ours & set(ONE_THREAD)))  # cortex's caps: bulk work drops them
+    cap_threads(env)
     return env
