@@ -796,8 +796,8 @@ def _with_links(store: Store, index: Any, hits: list[Hit], statuses: tuple[str, 
     out: list[Hit] = []
     for hit in hits:
         out.append(hit)
-        for to, rel, via, factor in expand(hit.memory.id, neighbours, lambda i: i in rel_of_id and records[
-                rel_of_id[i]]["status"] in statuses, ages.strength, shown, STRONG_LINK):
+        for to, rel, via, factor in expand(hit.memory.id, neighbours, lambda i: i in rel_of_id and records.value(
+                rel_of_id[i], "status") in statuses, ages.strength, shown, STRONG_LINK):
             linked = index.memory(rel_of_id[to])
             out.append(Hit(linked, hit.score * factor * 0.99, store.label, via=f"{rel} of {via}", root=hit.memory.id))
     return out

@@ -61,8 +61,8 @@ def stored(name: str, value: Any) -> Any:
 
 def _decoded(name: str, raw: list[Any]) -> list[Any]:
     """A JSON or boolean column as Python values."""
-    if name in JSON_FIELDS:
-        return [None if value is None else json.loads(value) for value in raw]
+    if name in JSON_FIELDS:  # one parse of the whole column, not one per row
+        return json.loads("[" + ",".join("null" if value is None else value for value in raw) + "]")
     return [None if value is None else bool(value) for value in raw]
 
 
@@ -100,7 +100,7 @@ class Entries(MutableMapping[str, dict[str, Any]]):
         row = self._rows.get(i)
         if row is None:
             names = ERROR_FIELDS if self._base("error")[i] is not None else [name for name in FIELDS if name != "error"]
-            row = self._rows[i] = {name: self._base(name)[i] for name in names}
+            row = self._rows[i] = {name: self._loaded(name, i) for name in names}
         return row
 
     def __setitem__(self, rel: str, entry: dict[str, Any]) -> None:
@@ -131,12 +131,15 @@ class Entries(MutableMapping[str, dict[str, Any]]):
         row = self._rows.get(i)
         if row is not None:
             return row.get(name, default)
-        if name in JSON_FIELDS and name not in self._columns:  # one row's JSON, not the whole column's
-            raw = self._raw.get(name) or []
-            found = json.loads(raw[i]) if i < len(raw) and raw[i] is not None else None
-        else:
-            found = self._base(name)[i]
+        found = self._loaded(name, i)
         return default if found is None else found
+
+    def _loaded(self, name: str, i: int) -> Any:
+        """One field of one loaded row: a JSON field's row decoded alone unless its whole column already is."""
+        if name in JSON_FIELDS and name not in self._columns:
+            raw = self._raw.get(name) or []
+            return json.loads(raw[i]) if i < len(raw) and raw[i] is not None else None
+        return self._base(name)[i]
 
     def column(self, *names: str) -> Iterator[tuple[Any, ...]]:
         """(path, value of each named field, None where the entry has none) of every entry, in row order."""
