@@ -20,7 +20,7 @@ import hashlib
 import json
 import os
 import sys
-from collections.abc import Iterator, MutableMapping
+from collections.abc import ItemsView, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -97,6 +97,9 @@ class Entries(MutableMapping[str, dict[str, Any]]):
         del self._rows[rel]
         self.changed.discard(rel)
         self.removed.add(rel)
+
+    def items(self) -> ItemsView[str, dict[str, Any]]:
+        return self._rows.items()
 
     def change(self, rel: str, **values: Any) -> None:
         """Set fields of one entry (what the next commit writes)."""

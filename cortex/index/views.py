@@ -77,7 +77,8 @@ class ViewsPart:
         """The records (in path order) and (path, reason) of the problems."""
         root = self.store.memories_dir
         valid = sorted((rel, entry) for rel, entry in files.items() if "error" not in entry)
-        shared = duplicate_ids((entry["id"], rel) for rel, entry in valid)
+        ids = [entry["id"] for _, entry in valid]
+        shared = duplicate_ids(zip(ids, (rel for rel, _ in valid))) if len(set(ids)) < len(ids) else {}
         problems = [(rel, entry["error"]) for rel, entry in files.items() if "error" in entry]
         problems += [(rel, duplicate_reason(entry["id"], root / rel, [root / other for other in shared[entry["id"]]]))
                      for rel, entry in valid if entry["id"] in shared]  # every file holding it is skipped
