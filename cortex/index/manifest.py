@@ -80,7 +80,7 @@ class Entries(MutableMapping[str, dict[str, Any]]):
         return len(self._rows)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._rows)
+        return iter(list(self._rows))  # a snapshot: entries may be removed while a caller walks them
 
     def __contains__(self, rel: object) -> bool:
         return rel in self._rows
@@ -111,7 +111,7 @@ class Entries(MutableMapping[str, dict[str, Any]]):
 
     def column(self, *names: str) -> Iterator[tuple[Any, ...]]:
         """(path, value of each named field, None where the entry has none) of every entry."""
-        return ((rel, *(entry.get(name) for name in names)) for rel, entry in self._rows.items())
+        return ((rel, *(entry.get(name) for name in names)) for rel, entry in list(self._rows.items()))
 
 
 @dataclass
