@@ -1615,7 +1615,8 @@ def capture_command(store: Any, transcript: Path, from_start: bool, as_json: boo
 @main.command()
 @store_options
 def maintain(store: Any) -> None:
-    """Upkeep after capture (started detached by the Stop hook): link new memories, daily gc, automatic consolidation."""
+    """Upkeep after capture (started detached): link new memories, check suspects, fill contextual vectors; daily gc and
+    automatic consolidation in the global store."""
     from cortex.spawn import resident
 
     resident()

@@ -64,7 +64,7 @@ prompt:                     # UserPromptSubmit: memories relevant to the prompt
   budget_tokens: 300
   min_cosine: 0.48          # this close in meaning to count without a word in common
   min_cosine_with_words: 0.3   # a shared word counts only this close in meaning (not another sense of it)
-  min_match: 0.45           # with the contextual model (cortex serve): inject only hits matching at least this (0..1)
+  min_match: 0.45           # inject only hits matching at least this (0..1), served or not
 
 salience:                   # learned from use: was a memory the hooks showed used in the turns after? (docs/salience.md)
   weight: 0.3               # the prior gains weight x (salience - 0.5); a memory never shown is unaffected
@@ -95,7 +95,7 @@ consolidate:                # merging near-duplicate memories of the same type
   every_captures: 10        # automatic run after this many captured memories ...
   max_active: 80            # ... or whenever more than this many memories are active
 
-gc:                         # lifecycle (`cortex gc`, also after capture)
+gc:                         # lifecycle (`cortex gc`; after capture in the global store)
   archive_below: 0.3        # archive when the decayed confidence has stayed under this ...
   archive_after_days: 14    # ... for this many days
   remove_after_days: 30     # archived and untouched this long: the file leaves the working tree (git keeps it)

@@ -83,8 +83,8 @@ def _touches(files: list[str], named: list[str]) -> bool:
 
 
 def _relevant(hit: Any, config: Any) -> bool:
-    """The prompt hook's relevance rule (`cortex.events.prompt_context`): close in meaning, or a word in common
-    that is not used in another sense."""
+    """A sub-agent's relevance (`prompt.min_cosine*`): close in meaning, or a word in common that is not used in
+    another sense."""
     cosine = hit.raw.get("dense")
     if cosine is None:
         return "bm25" in hit.raw

@@ -202,8 +202,8 @@ KIND = "contextual:"  # the contextual model's rows are under its identity after
 class Contextual:
     """The contextual model's vectors of a store: rows of the cache database's `vectors` table under that
     model's identity, keyed by the same text hash (`vhash`) as the static ones. Filled by whoever has the model
-    loaded and the time: `cortex serve` and the MCP server in a background thread, `cortex recall` up to a few
-    hundred missing rows per call, never a hook. Until every memory has a row, recall ranks without them.
+    loaded: a process that re-ranks embeds up to `cortex.recall.INLINE_FILL` missing rows itself and hands more to a
+    detached `cortex maintain`. Until every memory has a row, recall ranks without them.
     """
 
     def __init__(self, folder: Path) -> None:
