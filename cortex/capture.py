@@ -709,7 +709,7 @@ def compaction_summaries(items: list[Event]) -> Iterator[Candidate]:
         heads = list(SECTION.finditer(text))
         for n, head in enumerate(heads):
             name = head.group(2).strip()
-            section = text[head.end():heads[n + 1].start() if n + 1 < len(heads) else len(text)].strip()
+            section = text[head.end():heads[n + 1].start() if n + 1 < len(heads) else len(text)].strip("\n").rstrip()
             lowered = name.lower()
             if any(s in lowered for s in SKIPPED_SECTIONS) or len(section) < 80:
                 continue
@@ -931,7 +931,7 @@ NARRATION = re.compile(r"(?i)^(?:i(?:'m| am|'ve| have| had| already| now| just| 
                        r"great|excellent|awesome|good|ok(?:ay)?|sure|absolutely|done|all done|yes|got it|thanks?|"
                        r"here(?:'s| is| are)|based on|looking at|makes sense|the (?:issue|problem|fix|answer) is clear|"
                        r"this is (?:a|an|the)\b|(?:the issue is )?on lines? \d+|you can (?:now )?(?:open|explore|see|check|view|try)|"
-                       r"(?:refresh|reload) your|(?:that|this|these|it)\b[^.]{0,60}?\b(?:is|are|looks?|sounds?|will work|works)\s+"
+                       r"(?:refresh|reload|check|open|visit) your|(?:that|this|these|it)\b[^.]{0,60}?\b(?:is|are|looks?|sounds?|will work|works)\s+"
                        r"(?:\w+\s+)?(?:much |far |a lot |really |so )?(?:better|great|good|perfect|nice|cleaner|optimal(?:ly)?|well)"
                        r")\b")  # the last: a reaction ("That orange is much better", "This will work optimally with …")
 RULE_SAID = re.compile(r"(?i)\b(?:must|never|always|don't|do not|make sure)\b")
@@ -940,14 +940,22 @@ STATUS = re.compile(r"[✅✓✔🎉🚀☑🏆]|:\s*(?:all\s+)?[a-z]+ed(?: up)?
                     r"\b(?:successfully|production[- ]ready|ready (?:for|to|in)|is (?:now )?complete|"
                     r"completed?|all (?:tests|checks) pass)\b|^(?:\w+ )?(?:status|progress|completion(?: rate)?)\b[^:]{0,30}:|"
                     r"\b(?:excellent|good|great|clean) (?:condition|shape|state)\b|\bfully (?:operational|functional)\b|"
-                    r"\bno remaining\b|\bsuccessful\W*$|^(?:dev(?:elopment)? )?(?:server|app) (?:is )?running (?:on|at)\b", re.I)
+                    r"\bno remaining\b|\bsuccessful\W*$|\b(?:committed|pushed) (?:to (?:git|main|origin)|and pushed)\b|^(?:dev(?:elopment)? )?(?:server|app) (?:is )?running (?:on|at)\b", re.I)
 CHECKED = re.compile(r"(?i)(?:\b(?:works|working|present|valid|passe[sd]|passing|resolved|configured|in place|done|ready|"
                      r"correctly|properly|functional|operational|fixed)|\b(?:properly|correctly|fully) [a-z]+ed|\b[a-z]+ed and (?:[a-z]+ed|functional|working|ready))"
                      r"\W*(?:\([^)]*\))?\W*$")  # "Main entry point works (`src/app.js`)", "X implemented and functional"
 # What the assistant suggests doing next, at the end of a report: this turn's offer, not what was decided.
 NEXT_STEPS = re.compile(r"(?i)^(?:suggested |recommended |possible )?(?:next steps?|what'?s next|to (?:test|verify)\b|"
-                        r"what to (?:check|test|verify|look for)\b|future (?:work|development|"
-                        r"enhancements|improvements))\b")
+                        r"what to (?:check|test|verify|look for)\b|(?:how to |manual )?(?:testing|verification)\b|"
+                        r"future (?:work|development|enhancements|improvements))\b")
+# What the assistant expects of this run ("The new model should significantly improve accuracy", "This will help you
+# evaluate …") or guesses would fix it ("This might be resolved by …"), and its own tools' mechanics (a file not read
+# before an edit): none is a fact about the project.
+EXPECTS = re.compile(r"(?i)^(?:this|these|that|it|the\b[^.]{0,40}?)\s(?:should|will|would)\s(?:now\s)?(?:\w+ly\s)?"
+                     r"(?:improve|help|result in|make|provide|give|feel|look)\b|\b(?:might|may|could)\s(?:be\s)?"
+                     r"(?:resolved|fixed|solved)\b")
+HARNESS = re.compile(r"(?i)\b(?:Edit|Write|Read|MultiEdit|NotebookEdit) tool\b|\bfiles? (?:that )?(?:hadn't|had not|"
+                     r"has not|hasn't) (?:yet )?been read\b|\b(?:write|writing|edit|editing) to (?:a )?non-existent\b")
 BUT = re.compile(r"(?i)\b(?:but|however|although|though|yet)\b")
 HOW = re.compile(r"\s(?:by|using|via|requires?|must|needs? to)\s|\s[-—]\s\S+\s\S+|\sto (?:satisfy|avoid|prevent|allow|ensure|support)\b")
 ESTIMATE = re.compile(r"(?i)\(\s*~?\d+(?:\.\d+)?\s*(?:min|mins|minutes|h|hrs?|hours?|days?)\s*\)")  # a plan's time estimate
@@ -976,6 +984,10 @@ def _keeps(sentence: str) -> bool:
         return False
     if NEXT_STEP_SAID.match(plain):
         return bool(CONTRAST.search(plain))
+    if NEXT_STEPS.match(plain) or HARNESS.search(plain):  # "To test: reload …" said inline
+        return False
+    if EXPECTS.search(plain):
+        return bool(REASON.search(plain))
     if NARRATION.match(plain) or RUN_OUTCOME.match(plain):
         return bool(REASON.search(plain))
     if STATUS.search(plain) or CHECKED.search(plain) or "✅" in sentence:
@@ -998,10 +1010,16 @@ def lasting(text: str, said: list[set[str]], least: int = MIN_LASTING, listed: b
     lines = _clean(text).splitlines()
     fence: list[str] = []
     aside = False  # under a "Next steps" heading
+    dropped = -1  # the indent of a list item left out: the lines under it ("- Fixed by …") go with it
     for n, raw in enumerate(lines):
         line = raw.strip()
-        if line.startswith("#") or HEADING.fullmatch(line) or (line.endswith(":") and len(line) < 60
-                                                                 and not re.match(r"^(?:[-*•]|\d+[.)])\s", line)):
+        indent = len(raw) - len(raw.lstrip())
+        if line and dropped >= 0:
+            if indent > dropped:
+                continue
+            dropped = -1
+        if line.startswith("#") or HEADING.fullmatch(line) or (line.endswith(":") and (len(line) < 60 or NEXT_STEPS.match(
+                _said(line))) and not re.match(r"^(?:[-*•]|\d+[.)])\s", line)):  # "To test: reload … and you should see:"
             aside = bool(NEXT_STEPS.match(_said(line)) or line.endswith(":") and not line.startswith("#")
                          and not HEADING.fullmatch(line) and re.search(r"(?i)\bready (?:for|to)\b", line))  # its offers
         if aside:
@@ -1028,6 +1046,7 @@ def lasting(text: str, said: list[set[str]], least: int = MIN_LASTING, listed: b
                 if len(rows) <= MAX_TABLE and not STATUS.search(" ".join(rows)) and hashes < len(rows) / 2:  # commits: git
                     kept.append("\n".join(x.strip() for x in table))
                     stated = True
+                    prose += len(re.sub(r"[|\s]+", " ", " ".join(rows[1:])))  # a before/after table says what changed
             continue
         if not line or line.startswith(">"):
             above = lines[n - 1].strip() if n else ""
@@ -1050,6 +1069,8 @@ def lasting(text: str, said: list[set[str]], least: int = MIN_LASTING, listed: b
                 continue
             said.append(mine)
             good.append(sentence)
+        if bullet and not good:
+            dropped = indent
         if good:
             kept += [h.rstrip(":") + ":" for h in headings[-2:]] + [("- " if bullet else "") + " ".join(good)]
             headings = []
@@ -1096,7 +1117,7 @@ def precise(candidates: list[Candidate], items: list[Event], root: Path | None) 
             continue  # the same fact under the same words: one memory holds it
         seen.append(_title_words(candidate.title))
         kept.append(candidate)
-    return [c for c in _latest_word(kept) if not _overruled(c, items)]
+    return _latest_word([c for c in kept if not _overruled(c, items)])  # what was overruled replaces nothing
 
 
 SETS = re.compile(r"(?i)^\W*(?:(?:no|ok(?:ay)?|actually|instead)\W+)?(?:make|set|change|use|bump|raise|lower|increase|decrease|"
