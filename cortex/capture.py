@@ -480,16 +480,28 @@ def recurring_errors(items: list[Event]) -> Iterator[Candidate]:
         shown = lines[at:at + 4]
         if not any(NAMED.search(line) for line in shown):
             continue  # "Automatic merge failed; fix conflicts …": the tool's own words, naming nothing of the project
-        command = str(first.tool_input.get("command", "")).strip().splitlines()[0][:200]
-        body = (f"Failed {len(hits)} times in one session, first from `{command}`:\n\n"
-                + "\n".join(f"    {line[:300]}" for line in shown) + "\n")
         said = re.sub(r"(?i)^[\s:]*(?:line \d+:\s*)?(?:error:\s*)?", "", ABSOLUTE.sub("", error)) or error  # not where it ran
-        run = next((p.strip() for p in re.split(r"&&|;|\|\||\n", str(first.tool_input.get("command", "")))
-                    if _command_identity(p) and _command_identity(p).split()[0] not in INSPECTION), "")
-        run = run if len(run) <= 20 and not re.search(r"[\"'$`<>]", run) else _command_identity(run)
+        full = next((p.strip() for p in re.split(r"&&|;|\|\||\n", str(first.tool_input.get("command", "")))
+                     if _command_identity(p) and _command_identity(p).split()[0] not in INSPECTION + ("#",)), "")
+        body = (f"Failed {len(hits)} times in one session, first from `{full[:200]}`:\n\n"  # what ran, not an echo
+                + "\n".join(f"    {line[:300]}" for line in shown) + "\n" + _cause_said(items, first, said))
+        run = full if len(full) <= 20 and not re.search(r"[\"'$`<>]", full) else _command_identity(full)
         title = f"{said.rstrip(':')} (again and again, from `{run}`)" if run else f"Recurring error: {said}"
         yield Candidate("gotcha", title_from_text(title, 110), body, "structural", 0.6, 5, branch=first.branch,
                         **_origin(first))
+
+
+def _cause_said(items: list[Event], first: Event, error: str) -> str:
+    """The session's last word on why an error happens ("This fails because `basedpyright` is not installed"), when
+    a message names what failed ("basedpyright: command not found"): a gotcha with its cause."""
+    subject = re.match(r"([\w.-]{4,}):", error)
+    if subject is None:
+        return ""
+    named = re.compile(rf"(?i)(?<![\w.-]){re.escape(subject.group(1))}(?![\w-])")
+    causes = [sentence for e in items if e.kind == "text" and not e.sidechain and e.index > first.index
+              for sentence in re.split(r"(?<=[.!?])\s+|\n+", _clean(e.text))
+              if named.search(sentence) and (GOTCHA.search(sentence) or re.search(r"(?i)\bbecause\b", sentence))]
+    return f"\nWhy: {_said(causes[-1])[:300]}\n" if causes else ""
 
 
 NAMED = re.compile(r"[\w.-]+/[\w.-]+|\b\w+\.[a-z]{1,5}\b|`[^`]+`|\b[a-z]+_[a-z_]+\b")  # a file, a path, an identifier
@@ -512,8 +524,11 @@ def hook_refusals(items: list[Event]) -> Iterator[Candidate]:
             continue
         said.add(reason)
         what = str(event.tool_input.get("command") or event.tool_input.get("file_path") or event.tool).strip()
+        parts = [p.strip() for p in re.split(r"&&|;|\|\||\n", what) if p.strip()] or [what]
+        named = {w.lower() for w in re.findall(r"[\w-]+", reason) if len(w) > 1}  # "Dangerous rm command": the `rm …` part
+        part = next((p for p in parts if _command_identity(p).split()[:1] and _command_identity(p).split()[0] in named), parts[0])
         title = title_from_text(f"A hook refuses {event.tool} calls: {reason}", 110)
-        body = f"`{what.splitlines()[0][:300]}` was refused by a hook:\n\n    {refusal}\n"
+        body = f"`{part[:300]}` was refused by a hook:\n\n    {refusal}\n"
         yield Candidate("gotcha", title, body, "structural", 0.6, 5, branch=event.branch, **_origin(event))
 
 
@@ -835,6 +850,23 @@ def user_rules(items: list[Event]) -> Iterator[Candidate]:
         acted = False
 
 
+MOVE = re.compile(r"(?i)^(?:so,? )?(?:now,? )?(?:let me|let's|i(?:'ll| will| need to| should| have to)|we(?:'ll| will| need to| should))\s+")
+
+
+def _fix_said(body: str, cause: str) -> str:
+    """The cause's paragraph with the step the assistant takes next ("… on port 3001. Let me stop that server:") said
+    as the fix it is ("Fix: stop that server.")."""
+    end = body.find(cause[-30:])
+    if end < 0:
+        return body
+    end += len(cause[-30:])
+    step = re.match(r"[.!]?[ \t]+([^\n]+?)(?:[.:!](?=\s|$)|$)", body[end:])
+    if step is None or not MOVE.match(step.group(1)):
+        return body
+    said = MOVE.sub("", step.group(1)).strip()
+    return f"{body[:end]}{body[end:end + step.start(1)]}Fix: {said}.{body[end + step.end():]}"
+
+
 def keyword(items: list[Event]) -> Iterator[Candidate]:
     """Rules and corrections; root causes and decisions in the assistant's untagged messages (two a message)."""
     yield from user_rules(items)
@@ -855,6 +887,8 @@ def keyword(items: list[Event]) -> Iterator[Candidate]:
             if kind is None or HEDGED.search(claim):
                 continue  # "… may only be capturing one", "this might be resolved by …": a guess on the way, not a finding
             body = _paragraph(text, sentence)
+            if kind == "gotcha":
+                body = _fix_said(body, sentence)
             if body in bodies:  # two cues in one paragraph: one memory holds it
                 break
             bodies.add(body)
@@ -1112,6 +1146,8 @@ def precise(candidates: list[Candidate], items: list[Event], root: Path | None) 
             # A cue's own sentence names its fact better than the paragraph's first line (a list's first item).
             if not (candidate.layer == "keyword" and len(cue) >= 25 and cue[:40] in body):
                 candidate.title = summary_title(body)
+        elif _shown(candidate):  # what the tools showed, and why: a later message saying it again is not kept
+            said += [{w for w in words(line) if len(w) > 2} for line in candidate.body.splitlines() if line.strip()]
         candidate.title = fact_title(machine_free(candidate.title, folders))
         if candidate.layer != "self-report" and _taken(candidate.title, seen):
             continue  # the same fact under the same words: one memory holds it
