@@ -696,13 +696,23 @@ DECLINE = re.compile(r"(?i)^\W*(?:no\b(?![-\s]*(?:one|worries|problem|doubt|\w+i
                      r"never ?mind\b|let'?s not\b|don'?t bother\b|skip (?:it|that)\b)")
 
 
+# A closing offer ("If you're committed to red, I can …", "Let me know if …"): the report waits on the person.
+OFFER = re.compile(r"(?i)\b(?:i can|i could|i'd (?:recommend|suggest)|let me know|if you(?:'d| would)? (?:like|prefer|want))\b")
+# The person asking for a recommendation rather than approving ("what do you suggest?") or making their own pick
+# ("let's use this one instead").
+OTHERWISE = re.compile(r"(?i)\bwhat (?:do|would) you (?:suggest|recommend|propose|think)\b|\bwhich (?:one )?(?:do|would) you\b|"
+                       r"\b(?:any|a) (?:better|other) (?:way|option|idea|approach)|\binstead\b")
+
+
 def _proposal_set_aside(text: str, reply: Event | None, then: list[Event]) -> bool:
     """True for a report that asks the person to choose or approve, when it laid out options to pick from, the
-    person's answer turned it down, or the next turn made it a plan (the plan tool): what was chosen is said by the
-    turns after it."""
-    asks = "?" in " ".join(text.split())[-300:]
+    person's answer turned it down, asked back or picked something else, or the next turn made it a plan (the plan
+    tool): what was chosen is said by the turns after it."""
+    flat = " ".join(text.split())
+    asks = "?" in flat[-300:] or bool(OFFER.search(re.split(r"(?<=[.!?])\s+", flat)[-1]))
     planned = any(e.kind == "tool" and e.tool in ("TodoWrite", "TaskCreate") for e in then)
-    return asks and (len(OPTION.findall(text)) >= 2 or planned or (reply is not None and bool(DECLINE.match(reply.text))))
+    answer = reply.text.strip() if reply is not None else ""
+    return asks and (len(OPTION.findall(text)) >= 2 or planned or bool(DECLINE.match(answer) or OTHERWISE.search(answer)))
 
 
 SECTION = re.compile(r"(?m)^\s*(\d+)\.\s+([A-Z][A-Za-z /&-]{3,60}):\s*$")
