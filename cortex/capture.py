@@ -634,6 +634,13 @@ def summary_title(text: str, limit: int = 120) -> str:
                 return title_from_text(section, limit)  # an item under a name ("cache_agent:") is one of the section
             if item and len(above.split()) >= 3 and len(above) + len(sentence) + 2 <= limit:
                 return f"{above}: {sentence.rstrip('.')}"  # a list's first item says what only under its heading
+            follows = [_said(x) for x in itertools.takewhile(lambda x: re.match(r"\s*(?:[-*•]|\d+[.)])\s", x), lines[n + 1:])]
+            if raw.rstrip().endswith(":") and follows and len(sentence) < limit - 20:
+                heads = [re.split(r"\s[(—–-]\s?|:\s|\.\s", x)[0].strip() for x in follows]  # "… preserving: a, b, c"
+                shown = list(itertools.takewhile(lambda k: len(sentence) + 2 + len(", ".join(heads[:k])) <= limit,
+                                                 range(1, len(heads) + 1)))
+                if shown:
+                    return f"{sentence}: " + ", ".join(h[:1].lower() + h[1:] for h in heads[:shown[-1]])
             if len(sentence) <= limit:
                 return sentence.rstrip(".")
             clause = re.split(r"(?<=[;:—])\s|,\s(?=(?:and|but|so|which|because)\b)", sentence)[0].rstrip(";:— ,")
@@ -794,7 +801,7 @@ HEDGES = re.compile(r"(?i)^(let me|i'll (?!use|go with|switch|keep|stick)|i will
 def _sentences(text: str) -> Iterator[str]:
     for sentence in re.split(r"(?<=[.!?])\s+|\n+", text):
         sentence = sentence.strip().strip("*-•> `#")
-        sentence = re.sub(r"\*\*|__", "", sentence).strip()
+        sentence = re.sub(r"^[^\w\"'`(\[]+", "", re.sub(r"\*\*|__", "", sentence)).strip()  # "✅ Fixed X": "Fixed X"
         if 40 <= len(sentence) <= 400 and "?" not in sentence and not HEDGES.match(sentence) and "|" not in sentence:
             yield sentence
 
