@@ -643,7 +643,7 @@ def summary_title(text: str, limit: int = 120) -> str:
                     return f"{sentence}: " + ", ".join(h[:1].lower() + h[1:] for h in heads[:shown[-1]])
             if len(sentence) <= limit:
                 return sentence.rstrip(".")
-            clause = re.split(r"(?<=[;:—])\s|,\s(?=(?:and|but|so|which|because)\b)", sentence)[0].rstrip(";:— ,")
+            clause = re.split(r"(?<=[;:—])\s|,\s(?=(?:and|but|so|which|because)\b|\w+ing\b)", sentence)[0].rstrip(";:— ,")
             return clause if 25 <= len(clause) <= limit else title_from_text(sentence, limit)
     return title_from_text(row or fallback or vague or " ".join(_clean(text).split()), limit)
 
@@ -691,6 +691,8 @@ def request_reports(items: list[Event], session: str, root: Path | None) -> Iter
         # The report alone: the request restated, the file list (`files:` has it) and the commits (git has them)
         # are not what a later session needs to read; `precise` keeps what of it lasts.
         text = _capped(_clean(report.text).strip(), 6000)
+        if "?" in " ".join(text.split())[-300:] and not (reply is not None and APPROVE.match(reply.text)):
+            text = PROPOSED.sub("", text)  # steps it asked about and the person did not approve: not what was done
         key = f"report:{session}:{prompt.uuid or prompt.index}" if prompt is not None else f"report:{session}:{report.uuid}"
         yield Candidate("progress" if edited or committed else "context", summary_title(text), text + "\n", "structural",
                         0.6, 4, files=edited[:30], branch=report.branch, key=key, **_origin(report))
@@ -703,6 +705,9 @@ DECLINE = re.compile(r"(?i)^\W*(?:no\b(?![-\s]*(?:one|worries|problem|doubt|\w+i
                      r"never ?mind\b|let'?s not\b|don'?t bother\b|skip (?:it|that)\b)")
 
 
+APPROVE = re.compile(r"(?i)^\W*(?:y|yes|yep|yeah|ok(?:ay)?|sure|go|do it|sounds good|lgtm|proceed|perfect|great)\b")
+# The steps a report proposes ("I'd recommend:" and its list).
+PROPOSED = re.compile(r"(?im)^[ \t]*(?:i'?d|i would|i) (?:recommend|suggest|propose)[^\n]*:[ \t]*\n(?:[ \t]*(?:[-*•]|\d+[.)])[^\n]*\n?)+")
 # A closing offer ("If you're committed to red, I can …", "Let me know if …"): the report waits on the person.
 OFFER = re.compile(r"(?i)\b(?:i can|i could|i'd (?:recommend|suggest)|let me know|if you(?:'d| would)? (?:like|prefer|want))\b")
 # The person asking for a recommendation rather than approving ("what do you suggest?") or making their own pick
@@ -1002,7 +1007,7 @@ NEXT_STEPS = re.compile(r"(?i)^(?:suggested |recommended |possible )?(?:next ste
 # What the assistant expects of this run ("The new model should significantly improve accuracy", "This will help you
 # evaluate …") or guesses would fix it ("This might be resolved by …"), and its own tools' mechanics (a file not read
 # before an edit): none is a fact about the project.
-EXPECTS = re.compile(r"(?i)^(?:this|these|that|it|the\b[^.]{0,40}?)\s(?:should|will|would)\s(?:now\s)?(?:\w+ly\s)?"
+EXPECTS = re.compile(r"(?i)^(?:this|these|that|it|the)\b[^.]{0,40}?\s(?:should|will|would)\s(?:now\s)?(?:\w+ly\s)?"
                      r"(?:improve|help|result in|make|provide|give|feel|look)\b|\b(?:might|may|could)\s(?:be\s)?"
                      r"(?:resolved|fixed|solved)\b")
 HARNESS = re.compile(r"(?i)\b(?:Edit|Write|Read|MultiEdit|NotebookEdit) tool\b|\bfiles? (?:that )?(?:hadn't|had not|"
