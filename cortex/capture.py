@@ -708,8 +708,6 @@ DECLINE = re.compile(r"(?i)^\W*(?:no\b(?![-\s]*(?:one|worries|problem|doubt|\w+i
 APPROVE = re.compile(r"(?i)^\W*(?:y|yes|yep|yeah|ok(?:ay)?|sure|go|do it|sounds good|lgtm|proceed|perfect|great)\b")
 # The steps a report proposes ("I'd recommend:" and its list).
 PROPOSED = re.compile(r"(?im)^[ \t]*(?:i'?d|i would|i) (?:recommend|suggest|propose)[^\n]*:[ \t]*\n(?:[ \t]*(?:[-*•]|\d+[.)])[^\n]*\n?)+")
-# A closing offer ("If you're committed to red, I can …", "Let me know if …"): the report waits on the person.
-OFFER = re.compile(r"(?i)\b(?:i can|i could|i'd (?:recommend|suggest)|let me know|if you(?:'d| would)? (?:like|prefer|want))\b")
 # The person asking for a recommendation rather than approving ("what do you suggest?") or making their own pick
 # ("let's use this one instead").
 OTHERWISE = re.compile(r"(?i)\bwhat (?:do|would) you (?:suggest|recommend|propose|think)\b|\bwhich (?:one )?(?:do|would) you\b|"
@@ -720,8 +718,7 @@ def _proposal_set_aside(text: str, reply: Event | None, then: list[Event]) -> bo
     """True for a report that asks the person to choose or approve, when it laid out options to pick from, the
     person's answer turned it down, asked back or picked something else, or the next turn made it a plan (the plan
     tool): what was chosen is said by the turns after it."""
-    flat = " ".join(text.split())
-    asks = "?" in flat[-300:] or bool(OFFER.search(re.split(r"(?<=[.!?])\s+", flat)[-1]))
+    asks = "?" in " ".join(text.split())[-300:]
     planned = any(e.kind == "tool" and e.tool in ("TodoWrite", "TaskCreate") for e in then)
     answer = reply.text.strip() if reply is not None else ""
     return asks and (len(OPTION.findall(text)) >= 2 or planned or bool(DECLINE.match(answer) or OTHERWISE.search(answer)))
@@ -1102,7 +1099,8 @@ def lasting(text: str, said: list[set[str]], least: int = MIN_LASTING, listed: b
                 if len(rows) <= MAX_TABLE and not STATUS.search(" ".join(rows)) and hashes < len(rows) / 2:  # commits: git
                     kept.append("\n".join(x.strip() for x in table))
                     stated = True
-                    prose += len(re.sub(r"[|\s]+", " ", " ".join(rows[1:])))  # a before/after table says what changed
+                    before_after = re.search(r"(?i)\bbefore\b.*\bafter\b", rows[0]) and len(rows) > 2
+                    prose += MIN_LASTING if before_after else len(re.sub(r"[|\s]+", " ", " ".join(rows[1:])))  # a change
             continue
         if not line or line.startswith(">"):
             above = lines[n - 1].strip() if n else ""
@@ -1150,6 +1148,7 @@ def precise(candidates: list[Candidate], items: list[Event], root: Path | None) 
     kept: list[Candidate] = []
     said: list[set[str]] = []
     seen: list[set[str]] = []
+    candidates = [c for c in candidates if not _overruled(c, items)]  # what was overruled replaces and takes nothing
     # Of two saying one thing, the one that names its kind (a tag, a gotcha, a decision) keeps it, not the report.
     for candidate in sorted(candidates, key=lambda c: (c.layer != "self-report", (c.key or "").startswith("report:"))):
         candidate.body = machine_free(candidate.body, folders)
@@ -1168,14 +1167,12 @@ def precise(candidates: list[Candidate], items: list[Event], root: Path | None) 
             # A cue's own sentence names its fact better than the paragraph's first line (a list's first item).
             if not (candidate.layer == "keyword" and len(cue) >= 25 and cue[:40] in body):
                 candidate.title = summary_title(body)
-        elif _shown(candidate):  # what the tools showed, and why: a later message saying it again is not kept
-            said += [{w for w in words(line) if len(w) > 2} for line in candidate.body.splitlines() if line.strip()]
         candidate.title = fact_title(machine_free(candidate.title, folders))
         if candidate.layer != "self-report" and _taken(candidate.title, seen):
             continue  # the same fact under the same words: one memory holds it
         seen.append(_title_words(candidate.title))
         kept.append(candidate)
-    return _latest_word([c for c in kept if not _overruled(c, items)])  # what was overruled replaces nothing
+    return _latest_word(kept)
 
 
 SETS = re.compile(r"(?i)^\W*(?:(?:no|ok(?:ay)?|actually|instead)\W+)?(?:make|set|change|use|bump|raise|lower|increase|decrease|"
