@@ -593,9 +593,9 @@ RUN_OUTCOME = re.compile(r"(?i)^(?:all\b.{0,60}\b(?:pass(?:es|ing|ed)?|green|cle
 MIN_REPORT = 160  # characters of substance a request's final report needs to be worth keeping
 
 
-# Not what a title says: a step to check this run ("To test: reload …"), the state before a change ("The current
-# prompt is …"), or a sentence whose object is only "this" or "that".
-UNNAMED = re.compile(r"(?i)^(?:to (?:test|verify|check)|the current|currently)\b|\b(?:this|that|it)\W*$")
+# Not what a title says: the state before a change ("The current prompt is …"), or a sentence whose object is only
+# "this" or "that".
+UNNAMED = re.compile(r"(?i)^(?:the current|currently)\b|\b(?:this|that|it)\W*$")
 
 
 def summary_title(text: str, limit: int = 120) -> str:
@@ -987,7 +987,6 @@ NARRATION = re.compile(r"(?i)^(?:i(?:'m| am|'ve| have| had| already| now| just| 
                        r"(?:refresh|reload|check|open|visit) your|(?:that|this|these|it)\b[^.]{0,60}?\b(?:is|are|looks?|sounds?|will work|works)\s+"
                        r"(?:\w+\s+)?(?:much |far |a lot |really |so )?(?:better|great|good|perfect|nice|cleaner|optimal(?:ly)?|well)"
                        r")\b")  # the last: a reaction ("That orange is much better", "This will work optimally with …")
-RULE_SAID = re.compile(r"(?i)\b(?:must|never|always|don't|do not|make sure)\b")
 PAST_ACTION = re.compile(r"^(?:[A-Z][a-z]{2,}ed|Made|Ran|Wrote|Rewrote|Built|Found|Set|Put|Took|Got|Did|Kept|Left|Split|Moved)\b")
 STATUS = re.compile(r"[✅✓✔🎉🚀☑🏆]|:\s*(?:all\s+)?[a-z]+ed(?: up)?\.?$|\bnow (?:be )?(?:live|open|running|in place)\b|"
                     r"\b(?:successfully|production[- ]ready|ready (?:for|to|in)|is (?:now )?complete|"
@@ -1045,8 +1044,6 @@ def _keeps(sentence: str) -> bool:
         return bool(REASON.search(plain))
     if STATUS.search(plain) or CHECKED.search(plain) or "✅" in sentence:
         return bool(FAILURE.search(plain) and BUT.search(plain))  # "… done, but it reported conflicts": the conflicts
-    if plain.endswith("!"):  # a cheer ("The theme is now live!"), unless it states a rule or a reason
-        return bool(REASON.search(plain) or RULE_SAID.search(plain))
     # "Removed the old worktree" is this run's log; "Fixed X by Y", "Moved X to Y" also say how, which lasts.
     action = "" if FIX_LABEL.match(plain) else LABEL.sub("", plain)
     action = action[:1].upper() + action[1:]  # "README.md — added a row": the log line's verb, whatever its case

@@ -612,11 +612,13 @@ def test_a_proposal_the_next_turn_makes_a_plan_is_not_kept(project, tmp_path):
 def test_test_steps_predictions_and_fix_guesses_are_not_kept(project, tmp_path):
     report = ("**Issue 1: Wrong totals**\n\nFixed by:\n- Changed the default rounding from banker's rounding to "
               "half-up, because invoices must match the tax office's figures\n\n"
-              "**Testing:**\n- Reload the admin page\n- Open an invoice and compare the totals\n\n"
               "The new rounding should significantly improve the match with the accountant's reports. "
               "This might be resolved for old invoices by running the migration again.\n\n"
-              "To test: reload the app and you should see:\n- Totals with two decimals\n- The tax line last\n\n"
-              "- Changes committed to git\n\nCheck your running application to see how the invoices look now.")
+              "- Changes committed to git\n\nCheck your running application to see how the invoices look now.\n\n"
+              "**To test:** open last month's invoice in the admin page and compare it with the accountant's export.\n\n"
+              "To test the export: reload the app in the browser and you should then see:\n"
+              "- Totals shown with two decimals on every invoice line\n- The tax line printed last, under the subtotal\n\n"
+              "**Testing:**\n- Reload the admin page and open one of last month's invoices\n")
     _stop(project, tmp_path, [
         _ask("u1", "invoice totals are off by a cent"),
         *_edit("1", "billing/rounding.py"),
@@ -624,8 +626,8 @@ def test_test_steps_predictions_and_fix_guesses_are_not_kept(project, tmp_path):
     ])
     text = _texts(project)
     assert "half-up, because invoices must match" in text
-    for noise in ("Reload the admin page", "should significantly improve", "might be resolved", "Totals with two",
-                  "committed to git", "Check your running application"):
+    for noise in ("should significantly improve", "might be resolved", "committed to git", "Check your running",
+                  "open last month's invoice", "Totals shown", "Reload the admin page"):
         assert noise not in text, noise
 
 
