@@ -525,8 +525,9 @@ def hook_refusals(items: list[Event]) -> Iterator[Candidate]:
         said.add(reason)
         what = str(event.tool_input.get("command") or event.tool_input.get("file_path") or event.tool).strip()
         parts = [p.strip() for p in re.split(r"&&|;|\|\||\n", what) if p.strip()] or [what]
-        named = {w.lower() for w in re.findall(r"[\w-]+", reason) if len(w) > 1}  # "Dangerous rm command": the `rm …` part
-        part = next((p for p in parts if _command_identity(p).split()[:1] and _command_identity(p).split()[0] in named), parts[0])
+        named = {w.lower() for w in re.findall(r"[\w-]+", reason) if len(w) > 1}  # "Dangerous rm command": `rm …`
+        part = next((p for p in parts if _command_identity(p).split()[:1] and _command_identity(p).split()[0] in named),
+                    parts[0])
         title = title_from_text(f"A hook refuses {event.tool} calls: {reason}", 110)
         body = f"`{part[:300]}` was refused by a hook:\n\n    {refusal}\n"
         yield Candidate("gotcha", title, body, "structural", 0.6, 5, branch=event.branch, **_origin(event))
@@ -707,7 +708,8 @@ DECLINE = re.compile(r"(?i)^\W*(?:no\b(?![-\s]*(?:one|worries|problem|doubt|\w+i
 
 APPROVE = re.compile(r"(?i)^\W*(?:y|yes|yep|yeah|ok(?:ay)?|sure|go|do it|sounds good|lgtm|proceed|perfect|great)\b")
 # The steps a report proposes ("I'd recommend:" and its list).
-PROPOSED = re.compile(r"(?im)^[ \t]*(?:i'?d|i would|i) (?:recommend|suggest|propose)[^\n]*:[ \t]*\n(?:[ \t]*(?:[-*•]|\d+[.)])[^\n]*\n?)+")
+PROPOSED = re.compile(r"(?im)^[ \t]*(?:i'?d|i would|i) (?:recommend|suggest|propose)[^\n]*:[ \t]*\n"
+                      r"(?:[ \t]*(?:[-*•]|\d+[.)])[^\n]*\n?)+")
 # The person asking for a recommendation rather than approving ("what do you suggest?") or making their own pick
 # ("let's use this one instead").
 OTHERWISE = re.compile(r"(?i)\bwhat (?:do|would) you (?:suggest|recommend|propose|think)\b|\bwhich (?:one )?(?:do|would) you\b|"
@@ -869,7 +871,8 @@ def user_rules(items: list[Event]) -> Iterator[Candidate]:
         acted = False
 
 
-MOVE = re.compile(r"(?i)^(?:so,? )?(?:now,? )?(?:let me|let's|i(?:'ll| will| need to| should| have to)|we(?:'ll| will| need to| should))\s+")
+MOVE = re.compile(r"(?i)^(?:so,? )?(?:now,? )?(?:let me|let's|i(?:'ll| will| need to| should| have to)|"
+                  r"we(?:'ll| will| need to| should))\s+")
 
 
 def _fix_said(body: str, cause: str) -> str:
