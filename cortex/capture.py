@@ -480,16 +480,28 @@ def recurring_errors(items: list[Event]) -> Iterator[Candidate]:
         shown = lines[at:at + 4]
         if not any(NAMED.search(line) for line in shown):
             continue  # "Automatic merge failed; fix conflicts …": the tool's own words, naming nothing of the project
-        command = str(first.tool_input.get("command", "")).strip().splitlines()[0][:200]
-        body = (f"Failed {len(hits)} times in one session, first from `{command}`:\n\n"
-                + "\n".join(f"    {line[:300]}" for line in shown) + "\n")
         said = re.sub(r"(?i)^[\s:]*(?:line \d+:\s*)?(?:error:\s*)?", "", ABSOLUTE.sub("", error)) or error  # not where it ran
-        run = next((p.strip() for p in re.split(r"&&|;|\|\||\n", str(first.tool_input.get("command", "")))
-                    if _command_identity(p) and _command_identity(p).split()[0] not in INSPECTION), "")
-        run = run if len(run) <= 20 and not re.search(r"[\"'$`<>]", run) else _command_identity(run)
+        full = next((p.strip() for p in re.split(r"&&|;|\|\||\n", str(first.tool_input.get("command", "")))
+                     if _command_identity(p) and _command_identity(p).split()[0] not in INSPECTION + ("#",)), "")
+        body = (f"Failed {len(hits)} times in one session, first from `{full[:200]}`:\n\n"  # what ran, not an echo
+                + "\n".join(f"    {line[:300]}" for line in shown) + "\n" + _cause_said(items, first, said))
+        run = full if len(full) <= 20 and not re.search(r"[\"'$`<>]", full) else _command_identity(full)
         title = f"{said.rstrip(':')} (again and again, from `{run}`)" if run else f"Recurring error: {said}"
         yield Candidate("gotcha", title_from_text(title, 110), body, "structural", 0.6, 5, branch=first.branch,
                         **_origin(first))
+
+
+def _cause_said(items: list[Event], first: Event, error: str) -> str:
+    """The session's last word on why an error happens ("This fails because `basedpyright` is not installed"), when
+    a message names what failed ("basedpyright: command not found"): a gotcha with its cause."""
+    subject = re.match(r"([\w.-]{4,}):", error)
+    if subject is None:
+        return ""
+    named = re.compile(rf"(?i)(?<![\w.-]){re.escape(subject.group(1))}(?![\w-])")
+    causes = [sentence for e in items if e.kind == "text" and not e.sidechain and e.index > first.index
+              for sentence in re.split(r"(?<=[.!?])\s+|\n+", _clean(e.text))
+              if named.search(sentence) and (GOTCHA.search(sentence) or re.search(r"(?i)\bbecause\b", sentence))]
+    return f"\nWhy: {_said(causes[-1])[:300]}\n" if causes else ""
 
 
 NAMED = re.compile(r"[\w.-]+/[\w.-]+|\b\w+\.[a-z]{1,5}\b|`[^`]+`|\b[a-z]+_[a-z_]+\b")  # a file, a path, an identifier
@@ -512,8 +524,12 @@ def hook_refusals(items: list[Event]) -> Iterator[Candidate]:
             continue
         said.add(reason)
         what = str(event.tool_input.get("command") or event.tool_input.get("file_path") or event.tool).strip()
+        parts = [p.strip() for p in re.split(r"&&|;|\|\||\n", what) if p.strip()] or [what]
+        named = {w.lower() for w in re.findall(r"[\w-]+", reason) if len(w) > 1}  # "Dangerous rm command": `rm …`
+        part = next((p for p in parts if _command_identity(p).split()[:1] and _command_identity(p).split()[0] in named),
+                    parts[0])
         title = title_from_text(f"A hook refuses {event.tool} calls: {reason}", 110)
-        body = f"`{what.splitlines()[0][:300]}` was refused by a hook:\n\n    {refusal}\n"
+        body = f"`{part[:300]}` was refused by a hook:\n\n    {refusal}\n"
         yield Candidate("gotcha", title, body, "structural", 0.6, 5, branch=event.branch, **_origin(event))
 
 
@@ -578,9 +594,9 @@ RUN_OUTCOME = re.compile(r"(?i)^(?:all\b.{0,60}\b(?:pass(?:es|ing|ed)?|green|cle
 MIN_REPORT = 160  # characters of substance a request's final report needs to be worth keeping
 
 
-# Not what a title says: a step to check this run ("To test: reload …"), the state before a change ("The current
-# prompt is …"), or a sentence whose object is only "this" or "that".
-UNNAMED = re.compile(r"(?i)^(?:to (?:test|verify|check)|the current|currently)\b|\b(?:this|that|it)\W*$")
+# Not what a title says: the state before a change ("The current prompt is …"), or a sentence whose object is only
+# "this" or "that".
+UNNAMED = re.compile(r"(?i)^(?:the current|currently)\b|\b(?:this|that|it)\W*$")
 
 
 def summary_title(text: str, limit: int = 120) -> str:
@@ -619,9 +635,16 @@ def summary_title(text: str, limit: int = 120) -> str:
                 return title_from_text(section, limit)  # an item under a name ("cache_agent:") is one of the section
             if item and len(above.split()) >= 3 and len(above) + len(sentence) + 2 <= limit:
                 return f"{above}: {sentence.rstrip('.')}"  # a list's first item says what only under its heading
+            follows = [_said(x) for x in itertools.takewhile(lambda x: re.match(r"\s*(?:[-*•]|\d+[.)])\s", x), lines[n + 1:])]
+            if raw.rstrip().endswith(":") and follows and len(sentence) < limit - 20:
+                heads = [re.split(r"\s[(—–-]\s?|:\s|\.\s", x)[0].strip() for x in follows]  # "… preserving: a, b, c"
+                shown = list(itertools.takewhile(lambda k: len(sentence) + 2 + len(", ".join(heads[:k])) <= limit,
+                                                 range(1, len(heads) + 1)))
+                if shown:
+                    return f"{sentence}: " + ", ".join(h[:1].lower() + h[1:] for h in heads[:shown[-1]])
             if len(sentence) <= limit:
                 return sentence.rstrip(".")
-            clause = re.split(r"(?<=[;:—])\s|,\s(?=(?:and|but|so|which|because)\b)", sentence)[0].rstrip(";:— ,")
+            clause = re.split(r"(?<=[;:—])\s|,\s(?=(?:and|but|so|which|because)\b|\w+ing\b)", sentence)[0].rstrip(";:— ,")
             return clause if 25 <= len(clause) <= limit else title_from_text(sentence, limit)
     return title_from_text(row or fallback or vague or " ".join(_clean(text).split()), limit)
 
@@ -669,6 +692,8 @@ def request_reports(items: list[Event], session: str, root: Path | None) -> Iter
         # The report alone: the request restated, the file list (`files:` has it) and the commits (git has them)
         # are not what a later session needs to read; `precise` keeps what of it lasts.
         text = _capped(_clean(report.text).strip(), 6000)
+        if "?" in " ".join(text.split())[-300:] and not (reply is not None and APPROVE.match(reply.text)):
+            text = PROPOSED.sub("", text)  # steps it asked about and the person did not approve: not what was done
         key = f"report:{session}:{prompt.uuid or prompt.index}" if prompt is not None else f"report:{session}:{report.uuid}"
         yield Candidate("progress" if edited or committed else "context", summary_title(text), text + "\n", "structural",
                         0.6, 4, files=edited[:30], branch=report.branch, key=key, **_origin(report))
@@ -681,13 +706,24 @@ DECLINE = re.compile(r"(?i)^\W*(?:no\b(?![-\s]*(?:one|worries|problem|doubt|\w+i
                      r"never ?mind\b|let'?s not\b|don'?t bother\b|skip (?:it|that)\b)")
 
 
+APPROVE = re.compile(r"(?i)^\W*(?:y|yes|yep|yeah|ok(?:ay)?|sure|go|do it|sounds good|lgtm|proceed|perfect|great)\b")
+# The steps a report proposes ("I'd recommend:" and its list).
+PROPOSED = re.compile(r"(?im)^[ \t]*(?:i'?d|i would|i) (?:recommend|suggest|propose)[^\n]*:[ \t]*\n"
+                      r"(?:[ \t]*(?:[-*•]|\d+[.)])[^\n]*\n?)+")
+# The person asking for a recommendation rather than approving ("what do you suggest?") or making their own pick
+# ("let's use this one instead").
+OTHERWISE = re.compile(r"(?i)\bwhat (?:do|would) you (?:suggest|recommend|propose|think)\b|\bwhich (?:one )?(?:do|would) you\b|"
+                       r"\b(?:any|a) (?:better|other) (?:way|option|idea|approach)|\binstead\b")
+
+
 def _proposal_set_aside(text: str, reply: Event | None, then: list[Event]) -> bool:
     """True for a report that asks the person to choose or approve, when it laid out options to pick from, the
-    person's answer turned it down, or the next turn made it a plan (the plan tool): what was chosen is said by the
-    turns after it."""
+    person's answer turned it down, asked back or picked something else, or the next turn made it a plan (the plan
+    tool): what was chosen is said by the turns after it."""
     asks = "?" in " ".join(text.split())[-300:]
     planned = any(e.kind == "tool" and e.tool in ("TodoWrite", "TaskCreate") for e in then)
-    return asks and (len(OPTION.findall(text)) >= 2 or planned or (reply is not None and bool(DECLINE.match(reply.text))))
+    answer = reply.text.strip() if reply is not None else ""
+    return asks and (len(OPTION.findall(text)) >= 2 or planned or bool(DECLINE.match(answer) or OTHERWISE.search(answer)))
 
 
 SECTION = re.compile(r"(?m)^\s*(\d+)\.\s+([A-Z][A-Za-z /&-]{3,60}):\s*$")
@@ -709,7 +745,7 @@ def compaction_summaries(items: list[Event]) -> Iterator[Candidate]:
         heads = list(SECTION.finditer(text))
         for n, head in enumerate(heads):
             name = head.group(2).strip()
-            section = text[head.end():heads[n + 1].start() if n + 1 < len(heads) else len(text)].strip()
+            section = text[head.end():heads[n + 1].start() if n + 1 < len(heads) else len(text)].strip("\n").rstrip()
             lowered = name.lower()
             if any(s in lowered for s in SKIPPED_SECTIONS) or len(section) < 80:
                 continue
@@ -769,7 +805,7 @@ HEDGES = re.compile(r"(?i)^(let me|i'll (?!use|go with|switch|keep|stick)|i will
 def _sentences(text: str) -> Iterator[str]:
     for sentence in re.split(r"(?<=[.!?])\s+|\n+", text):
         sentence = sentence.strip().strip("*-•> `#")
-        sentence = re.sub(r"\*\*|__", "", sentence).strip()
+        sentence = re.sub(r"^[^\w\"'`(\[]+", "", re.sub(r"\*\*|__", "", sentence)).strip()  # "✅ Fixed X": "Fixed X"
         if 40 <= len(sentence) <= 400 and "?" not in sentence and not HEDGES.match(sentence) and "|" not in sentence:
             yield sentence
 
@@ -835,6 +871,24 @@ def user_rules(items: list[Event]) -> Iterator[Candidate]:
         acted = False
 
 
+MOVE = re.compile(r"(?i)^(?:so,? )?(?:now,? )?(?:let me|let's|i(?:'ll| will| need to| should| have to)|"
+                  r"we(?:'ll| will| need to| should))\s+")
+
+
+def _fix_said(body: str, cause: str) -> str:
+    """The cause's paragraph with the step the assistant takes next ("… on port 3001. Let me stop that server:") said
+    as the fix it is ("Fix: stop that server.")."""
+    end = body.find(cause[-30:])
+    if end < 0:
+        return body
+    end += len(cause[-30:])
+    step = re.match(r"[.!]?[ \t]+([^\n]+?)(?:[.:!](?=\s|$)|$)", body[end:])
+    if step is None or not MOVE.match(step.group(1)):
+        return body
+    said = MOVE.sub("", step.group(1)).strip()
+    return f"{body[:end]}{body[end:end + step.start(1)]}Fix: {said}.{body[end + step.end():]}"
+
+
 def keyword(items: list[Event]) -> Iterator[Candidate]:
     """Rules and corrections; root causes and decisions in the assistant's untagged messages (two a message)."""
     yield from user_rules(items)
@@ -855,6 +909,8 @@ def keyword(items: list[Event]) -> Iterator[Candidate]:
             if kind is None or HEDGED.search(claim):
                 continue  # "… may only be capturing one", "this might be resolved by …": a guess on the way, not a finding
             body = _paragraph(text, sentence)
+            if kind == "gotcha":
+                body = _fix_said(body, sentence)
             if body in bodies:  # two cues in one paragraph: one memory holds it
                 break
             bodies.add(body)
@@ -931,23 +987,30 @@ NARRATION = re.compile(r"(?i)^(?:i(?:'m| am|'ve| have| had| already| now| just| 
                        r"great|excellent|awesome|good|ok(?:ay)?|sure|absolutely|done|all done|yes|got it|thanks?|"
                        r"here(?:'s| is| are)|based on|looking at|makes sense|the (?:issue|problem|fix|answer) is clear|"
                        r"this is (?:a|an|the)\b|(?:the issue is )?on lines? \d+|you can (?:now )?(?:open|explore|see|check|view|try)|"
-                       r"(?:refresh|reload) your|(?:that|this|these|it)\b[^.]{0,60}?\b(?:is|are|looks?|sounds?|will work|works)\s+"
+                       r"(?:refresh|reload|check|open|visit) your|(?:that|this|these|it)\b[^.]{0,60}?\b(?:is|are|looks?|sounds?|will work|works)\s+"
                        r"(?:\w+\s+)?(?:much |far |a lot |really |so )?(?:better|great|good|perfect|nice|cleaner|optimal(?:ly)?|well)"
                        r")\b")  # the last: a reaction ("That orange is much better", "This will work optimally with …")
-RULE_SAID = re.compile(r"(?i)\b(?:must|never|always|don't|do not|make sure)\b")
 PAST_ACTION = re.compile(r"^(?:[A-Z][a-z]{2,}ed|Made|Ran|Wrote|Rewrote|Built|Found|Set|Put|Took|Got|Did|Kept|Left|Split|Moved)\b")
 STATUS = re.compile(r"[✅✓✔🎉🚀☑🏆]|:\s*(?:all\s+)?[a-z]+ed(?: up)?\.?$|\bnow (?:be )?(?:live|open|running|in place)\b|"
                     r"\b(?:successfully|production[- ]ready|ready (?:for|to|in)|is (?:now )?complete|"
                     r"completed?|all (?:tests|checks) pass)\b|^(?:\w+ )?(?:status|progress|completion(?: rate)?)\b[^:]{0,30}:|"
                     r"\b(?:excellent|good|great|clean) (?:condition|shape|state)\b|\bfully (?:operational|functional)\b|"
-                    r"\bno remaining\b|\bsuccessful\W*$|^(?:dev(?:elopment)? )?(?:server|app) (?:is )?running (?:on|at)\b", re.I)
+                    r"\bno remaining\b|\bsuccessful\W*$|\b(?:committed|pushed) (?:to (?:git|main|origin)|and pushed)\b|^(?:dev(?:elopment)? )?(?:server|app) (?:is )?running (?:on|at)\b", re.I)
 CHECKED = re.compile(r"(?i)(?:\b(?:works|working|present|valid|passe[sd]|passing|resolved|configured|in place|done|ready|"
                      r"correctly|properly|functional|operational|fixed)|\b(?:properly|correctly|fully) [a-z]+ed|\b[a-z]+ed and (?:[a-z]+ed|functional|working|ready))"
                      r"\W*(?:\([^)]*\))?\W*$")  # "Main entry point works (`src/app.js`)", "X implemented and functional"
 # What the assistant suggests doing next, at the end of a report: this turn's offer, not what was decided.
 NEXT_STEPS = re.compile(r"(?i)^(?:suggested |recommended |possible )?(?:next steps?|what'?s next|to (?:test|verify)\b|"
-                        r"what to (?:check|test|verify|look for)\b|future (?:work|development|"
-                        r"enhancements|improvements))\b")
+                        r"what to (?:check|test|verify|look for)\b|(?:how to |manual )?(?:testing|verification)\b|"
+                        r"future (?:work|development|enhancements|improvements))\b")
+# What the assistant expects of this run ("The new model should significantly improve accuracy", "This will help you
+# evaluate …") or guesses would fix it ("This might be resolved by …"), and its own tools' mechanics (a file not read
+# before an edit): none is a fact about the project.
+EXPECTS = re.compile(r"(?i)^(?:this|these|that|it|the)\b[^.]{0,40}?\s(?:should|will|would)\s(?:now\s)?(?:\w+ly\s)?"
+                     r"(?:improve|help|result in|make|provide|give|feel|look)\b|\b(?:might|may|could)\s(?:be\s)?"
+                     r"(?:resolved|fixed|solved)\b")
+HARNESS = re.compile(r"(?i)\b(?:Edit|Write|Read|MultiEdit|NotebookEdit) tool\b|\bfiles? (?:that )?(?:hadn't|had not|"
+                     r"has not|hasn't) (?:yet )?been read\b|\b(?:write|writing|edit|editing) to (?:a )?non-existent\b")
 BUT = re.compile(r"(?i)\b(?:but|however|although|though|yet)\b")
 HOW = re.compile(r"\s(?:by|using|via|requires?|must|needs? to)\s|\s[-—]\s\S+\s\S+|\sto (?:satisfy|avoid|prevent|allow|ensure|support)\b")
 ESTIMATE = re.compile(r"(?i)\(\s*~?\d+(?:\.\d+)?\s*(?:min|mins|minutes|h|hrs?|hours?|days?)\s*\)")  # a plan's time estimate
@@ -976,12 +1039,14 @@ def _keeps(sentence: str) -> bool:
         return False
     if NEXT_STEP_SAID.match(plain):
         return bool(CONTRAST.search(plain))
+    if NEXT_STEPS.match(plain) or HARNESS.search(plain):  # "To test: reload …" said inline
+        return False
+    if EXPECTS.search(plain):
+        return bool(REASON.search(plain))
     if NARRATION.match(plain) or RUN_OUTCOME.match(plain):
         return bool(REASON.search(plain))
     if STATUS.search(plain) or CHECKED.search(plain) or "✅" in sentence:
         return bool(FAILURE.search(plain) and BUT.search(plain))  # "… done, but it reported conflicts": the conflicts
-    if plain.endswith("!"):  # a cheer ("The theme is now live!"), unless it states a rule or a reason
-        return bool(REASON.search(plain) or RULE_SAID.search(plain))
     # "Removed the old worktree" is this run's log; "Fixed X by Y", "Moved X to Y" also say how, which lasts.
     action = "" if FIX_LABEL.match(plain) else LABEL.sub("", plain)
     action = action[:1].upper() + action[1:]  # "README.md — added a row": the log line's verb, whatever its case
@@ -998,10 +1063,16 @@ def lasting(text: str, said: list[set[str]], least: int = MIN_LASTING, listed: b
     lines = _clean(text).splitlines()
     fence: list[str] = []
     aside = False  # under a "Next steps" heading
+    dropped = -1  # the indent of a list item left out: the lines under it ("- Fixed by …") go with it
     for n, raw in enumerate(lines):
         line = raw.strip()
-        if line.startswith("#") or HEADING.fullmatch(line) or (line.endswith(":") and len(line) < 60
-                                                                 and not re.match(r"^(?:[-*•]|\d+[.)])\s", line)):
+        indent = len(raw) - len(raw.lstrip())
+        if line and dropped >= 0:
+            if indent > dropped:
+                continue
+            dropped = -1
+        if line.startswith("#") or HEADING.fullmatch(line) or (line.endswith(":") and (len(line) < 60 or NEXT_STEPS.match(
+                _said(line))) and not re.match(r"^(?:[-*•]|\d+[.)])\s", line)):  # "To test: reload … and you should see:"
             aside = bool(NEXT_STEPS.match(_said(line)) or line.endswith(":") and not line.startswith("#")
                          and not HEADING.fullmatch(line) and re.search(r"(?i)\bready (?:for|to)\b", line))  # its offers
         if aside:
@@ -1028,6 +1099,8 @@ def lasting(text: str, said: list[set[str]], least: int = MIN_LASTING, listed: b
                 if len(rows) <= MAX_TABLE and not STATUS.search(" ".join(rows)) and hashes < len(rows) / 2:  # commits: git
                     kept.append("\n".join(x.strip() for x in table))
                     stated = True
+                    before_after = re.search(r"(?i)\bbefore\b.*\bafter\b", rows[0]) and len(rows) > 2
+                    prose += MIN_LASTING if before_after else len(re.sub(r"[|\s]+", " ", " ".join(rows[1:])))  # a change
             continue
         if not line or line.startswith(">"):
             above = lines[n - 1].strip() if n else ""
@@ -1050,6 +1123,8 @@ def lasting(text: str, said: list[set[str]], least: int = MIN_LASTING, listed: b
                 continue
             said.append(mine)
             good.append(sentence)
+        if bullet and not good:
+            dropped = indent
         if good:
             kept += [h.rstrip(":") + ":" for h in headings[-2:]] + [("- " if bullet else "") + " ".join(good)]
             headings = []
@@ -1073,6 +1148,7 @@ def precise(candidates: list[Candidate], items: list[Event], root: Path | None) 
     kept: list[Candidate] = []
     said: list[set[str]] = []
     seen: list[set[str]] = []
+    candidates = [c for c in candidates if not _overruled(c, items)]  # what was overruled replaces and takes nothing
     # Of two saying one thing, the one that names its kind (a tag, a gotcha, a decision) keeps it, not the report.
     for candidate in sorted(candidates, key=lambda c: (c.layer != "self-report", (c.key or "").startswith("report:"))):
         candidate.body = machine_free(candidate.body, folders)
@@ -1096,7 +1172,7 @@ def precise(candidates: list[Candidate], items: list[Event], root: Path | None) 
             continue  # the same fact under the same words: one memory holds it
         seen.append(_title_words(candidate.title))
         kept.append(candidate)
-    return [c for c in _latest_word(kept) if not _overruled(c, items)]
+    return _latest_word(kept)
 
 
 SETS = re.compile(r"(?i)^\W*(?:(?:no|ok(?:ay)?|actually|instead)\W+)?(?:make|set|change|use|bump|raise|lower|increase|decrease|"

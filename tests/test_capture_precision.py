@@ -604,3 +604,167 @@ def test_a_proposal_the_next_turn_makes_a_plan_is_not_kept(project, tmp_path):
     ])
     assert "Rollback ability" not in _texts(project)
     assert any(row["type"] == "plan" for row in rows)
+
+
+# Round 5: a memory states the lasting fact, in the words a reader needs.
+
+
+def test_test_steps_predictions_and_fix_guesses_are_not_kept(project, tmp_path):
+    report = ("**Issue 1: Wrong totals**\n\nFixed by:\n- Changed the default rounding from banker's rounding to "
+              "half-up, because invoices must match the tax office's figures\n\n"
+              "The new rounding should significantly improve the match with the accountant's reports. "
+              "This might be resolved for old invoices by running the migration again.\n\n"
+              "- Changes committed to git\n\nCheck your running application to see how the invoices look now.\n\n"
+              "**To test:** open last month's invoice in the admin page and compare it with the accountant's export.\n\n"
+              "To test the export: reload the app in the browser and you should then see:\n"
+              "- Totals shown with two decimals on every invoice line\n- The tax line printed last, under the subtotal\n\n"
+              "**Testing:**\n- Reload the admin page and open one of last month's invoices\n")
+    _stop(project, tmp_path, [
+        _ask("u1", "invoice totals are off by a cent"),
+        *_edit("1", "billing/rounding.py"),
+        _say("a1", report),
+    ])
+    text = _texts(project)
+    assert "half-up, because invoices must match" in text
+    for noise in ("should significantly improve", "might be resolved", "committed to git", "Check your running",
+                  "open last month's invoice", "Totals shown", "Reload the admin page"):
+        assert noise not in text, noise
+
+
+def test_the_assistants_own_tool_errors_are_not_a_gotcha(project, tmp_path):
+    summary = ("This session is being continued from a previous conversation.\n\nSummary:\n"
+               "1. Primary Request and Intent:\n   The user wants the export fixed.\n\n"
+               "4. Errors and fixes:\n"
+               "   - **File creation error**: Attempted to write to non-existent report file\n"
+               "     - Fixed by creating the directory with `mkdir -p reports` before writing the report file\n"
+               "   - **File access**: Initial attempts to edit files that hadn't been read\n"
+               "     - Fixed by reading the existing files first, then using the Edit tool for the updates\n\n"
+               "5. Pending Tasks:\n   - none\n")
+    rows = _stop(project, tmp_path, [
+        _record("user", "c1", summary, isCompactSummary=True),
+        _ask("u1", "thanks"),
+    ])
+    assert rows == [], [row["title"] for row in rows]
+
+
+def test_a_table_that_says_what_changed_is_kept(project, tmp_path):
+    rows = _stop(project, tmp_path, [
+        _ask("u1", "the nightly import gives up too early"),
+        *_edit("1", "import/client.py"),
+        _say("a1", "**Fix complete.**\n\n| Change | Before | After |\n|---|---|---|\n"
+                   "| Request timeout | 30 s | 120 s |\n| Retries per request | 0 | 3 |\n| Backoff between retries | none | "
+                   "exponential, from 2 s |\n"),
+    ])
+    [row] = rows
+    assert "| Retries per request | 0 | 3 |" in row["body"]
+
+
+def test_an_overruled_proposal_replaces_no_later_report(project, tmp_path):
+    _stop(project, tmp_path, [
+        _ask("u1", "the summaries are cut off, what do you propose?"),
+        _say("a1", "The summariser stops at max_tokens: 1000, and a long release note needs about 1300 tokens, so "
+                   "its last section is cut. I propose max_tokens: 1500 for the summariser, which leaves room for the "
+                   "longest note we have seen while keeping the cost per call low. The prompt itself can stay as it "
+                   "is, since the model already answers in the requested format. Does this look right?"),
+        _ask("u2", "make it 5000 tokens max for both models"),
+        *_edit("1", "summariser/client.py"),
+        _say("a2", "| Setting | Before | After |\n|---|---|---|\n| Summariser max_tokens | 1000 | 5000 |\n"
+                   "| Classifier max_tokens | 1000 | 5000 |\n| Summariser timeout | 30 s | 90 s |\n"),
+    ])
+    text = _texts(project)
+    assert "1500" not in text
+    assert "| Summariser max_tokens | 1000 | 5000 |" in text
+
+
+def test_a_cause_carries_the_fix_said_right_after_it(project, tmp_path):
+    rows = _stop(project, tmp_path, [
+        _ask("u1", "the end-to-end tests time out"),
+        _say("a1", "The issue is that Playwright is configured to start its own server on port 3000, but a dev server "
+                   "is already running on port 3001. Let me stop the dev server and let Playwright start its own:"),
+        *_tool("1", "Bash", {"command": "npx playwright test"}, "12 passed"),
+    ])
+    [row] = [row for row in rows if row["type"] == "gotcha"]
+    assert "Fix: stop the dev server and let Playwright start its own." in row["body"]
+
+
+def test_a_recurring_error_says_what_ran_and_why(project, tmp_path):
+    failing = "/nix/store/x1-lint/bin/lint: line 31: basedpyright: command not found\nRunning: basedpyright hooks"
+    records = [_ask("u1", "make the linter pass")]
+    for n in range(3):
+        records += _failed(_tool(f"{n}", "Bash", {"command": 'echo "linting ..." &&\nnix develop -c lint'}, failing))
+    records += [_say("a1", "The remaining issue:\n\n1. **basedpyright hooks**: This fails because the `basedpyright` "
+                           "command is not installed in the dev shell (exit code 127). It is not a code problem.")]
+    rows = _stop(project, tmp_path, records)
+    [row] = [row for row in rows if row["type"] == "gotcha"]
+    assert "first from `nix develop -c lint`" in row["body"]
+    assert "Why: basedpyright hooks: This fails because the `basedpyright` command is not installed" in row["body"]
+
+
+def test_a_refused_call_quotes_the_part_the_hook_refused(project, tmp_path):
+    refusal = ("Bash operation blocked by hook:\n- [uv run .claude/hooks/pre_tool_use.py]: BLOCKED: Dangerous rm "
+               "command detected and prevented")
+    rows = _stop(project, tmp_path, [
+        _ask("u1", "clean up the logs and reset"),
+        *_failed(_tool("1", "Bash", {"command": "git reset --hard HEAD &&\nrm -rf logs/"}, refusal)),
+    ])
+    [row] = rows
+    assert row["body"].startswith("`rm -rf logs/` was refused by a hook")
+
+
+def test_a_proposal_answered_with_a_request_for_advice_or_another_pick_is_set_aside(project, tmp_path):
+    _stop(project, tmp_path, [
+        _ask("u1", "the comparison list is too long"),
+        _say("a1", "The service already returns the pawn counts of both models, so the comparison can show them side "
+                   "by side: 6/6 against 7/8 tells at once that one model misread the board. Does this data "
+                   "approach look right before I design the code changes?"),
+        _ask("u2", "what do you suggest?"),
+        _say("a2", "Replace the verbose disagreement list with a compact table of the pawn counts per provider, "
+                   "because the counts show a misread board at once and the square list is noise."),
+        _ask("u3", "I've set the brand colour to red, will that cause problems?"),
+        _say("a3", "Red is strongly associated with errors and destructive actions in interfaces, so a red brand "
+                   "colour makes every primary button look like a warning. Deep blue or forest green convey trust "
+                   "instead. Would you like me to build the palette around one of them?"),
+        _ask("u4", "ok, let's use this orange one instead and update the rest"),
+    ])
+    text = _texts(project)
+    assert "compact table of the pawn counts" in text
+    assert "Does this data approach" not in text and "6/6 against 7/8" not in text
+    assert "Red is strongly associated" not in text
+
+
+def test_steps_a_report_asks_about_and_nobody_approved_are_left_out(project, tmp_path):
+    _stop(project, tmp_path, [
+        _ask("u1", "commit everything so I can work on another machine"),
+        _say("a1", "Both `api/` and `firmware/` are separate git repositories (they have `.git` folders). Adding "
+                   "them as plain files would repeat the mistake of the last commit, which had to remove them.\n\n"
+                   "I'd recommend:\n1. Adding `api/` and `firmware/` to `.gitignore`\n2. Committing the rest\n\n"
+                   "Should I proceed that way, or add them as submodules?"),
+        _ask("u2", "where is the template repository?"),
+    ])
+    text = _texts(project)
+    assert "separate git repositories" in text
+    assert ".gitignore" not in text
+
+
+def test_titles_name_the_fact_a_list_a_clause_and_not_a_status_mark(project, tmp_path):
+    rows = _stop(project, tmp_path, [
+        _ask("u1", "shorten the vision prompt"),
+        _say("a1", "## Prompt condensation\n\nThe current prompt is ~50 lines with detailed step explanations.\n"
+                   "This cuts the prompt from ~50 lines to ~20 lines while preserving:\n"
+                   "- The validation checklist (critical for accuracy)\n- Piece shape hints (prevents confusion)\n\n"
+                   "Shall I write it?"),
+        _ask("u2", "yes"),
+        _say("a2", "The most impactful change is an explicit instruction that the model should output only JSON, "
+                   "keeping all of its reasoning internal and out of the reply text. The model then answers with the JSON "
+                   "object alone, which the parser reads without stripping any prose around it."),
+        _ask("u3", "and the templ warnings?"),
+        _say("a3", "## Summary of fixes\n\n✅ **Fixed syntax errors in deps.go** - Removed escaped characters\n"
+                   "✅ **Fixed ComponentScript issues** - Used templ.ComponentScript{Call: onclick} instead of "
+                   "templ.SafeScript\n"),
+    ])
+    titles = {row["title"] for row in rows}
+    assert "This cuts the prompt from ~50 lines to ~20 lines while preserving: the validation checklist, piece " \
+           "shape hints" in titles, titles
+    assert "The most impactful change is an explicit instruction that the model should output only JSON" in titles
+    assert "Fixed ComponentScript issues - Used templ.ComponentScript{Call: onclick} instead of templ.SafeScript" \
+        in titles, titles
