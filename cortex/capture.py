@@ -26,7 +26,6 @@ from cortex.text import INJECTED_END, INJECTED_MARK, strip_controls, words
 from cortex.transcripts import MAX_DUMP_BYTES, MAX_LINE_BYTES, Lines, normalise, text_of
 
 MAX_SLICE = 65_000  # characters of the session the LLM layer is sent
-DEFAULT_MAX_MESSAGE = 20_000  # `capture.max_message_chars`: what capture reads of one message, a body's longest
 SKIP_PROMPT_PREFIXES = ("<command-name>", "<command-message>", "<local-command-stdout>", "<task-notification>",
                         "<system-reminder>", "Stop hook feedback:", "[Request interrupted by user", "Caveat:")
 TAG = re.compile(r"\[MEMORY:\s*([a-z_]+)((?:\s+[a-z]+=[^\s:\]]+)*)\s*:\s*(.+?)\]", re.S)
@@ -1162,7 +1161,7 @@ def _as_text(candidate: Candidate) -> None:
     candidate.files = [strip_controls(name) for name in candidate.files]
 
 
-def _redact(candidate: Candidate, report: CaptureReport, max_chars: int = DEFAULT_MAX_MESSAGE) -> Candidate | None:
+def _redact(candidate: Candidate, report: CaptureReport, max_chars: int) -> Candidate | None:
     """The candidate with its secrets redacted and its body capped; None when a secret is the point."""
     if scan_text(candidate.title):
         return None
@@ -1195,10 +1194,8 @@ def _capped(text: str, limit: int) -> str:
 
 
 def _max_message(store: Store) -> int:
-    try:
-        return max(1000, int(store.config().get("capture.max_message_chars")))
-    except (KeyError, TypeError, ValueError):
-        return DEFAULT_MAX_MESSAGE
+    """`capture.max_message_chars`: what capture reads of one message, a body's longest (validated by the config)."""
+    return int(store.config().get("capture.max_message_chars"))
 
 
 JACCARD_DUPLICATE = 0.7
