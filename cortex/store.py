@@ -247,10 +247,6 @@ class Store:
 
     # ------------------------------------------------------------ reading
 
-    def memory_paths(self) -> list[Path]:
-        """Every memory file, sorted (temp and hidden files, symbolic links and other odd entries skipped)."""
-        return self.walk()[0]
-
     def walk(self, keep: Callable[[str], bool] | None = None) -> tuple[list[Path], list[Problem]]:
         """(memory files, sorted; odd entries as problems): a file or folder that is a symbolic link, or a `.md`
         that is not a regular file (a FIFO would block a reader), is never read, written or descended into."""
@@ -561,18 +557,10 @@ class Store:
             with open(self.state_dir / "cortex.log", "a", encoding="utf-8") as handle:
                 handle.write(f"{fmt.now_iso()} {message}\n")
 
-    # ------------------------------------------------------------ status
 
-    def status(self, scan: Scan | None = None) -> dict[str, Any]:
-        """Counts by type and status, paths, and every problem found."""
-        scan = scan or self.scan()
-        return status_of(self, [(item.path, item.id, item.type, item.status, item.pinned,
-                                [(link.rel, link.to) for link in item.links]) for item in scan.memories],
-                         [str(p) for p in scan.problems])
-
-
-def status_of(store: Store, rows: list[tuple[Any, str, str, str, bool, list[Any]]], problems: list[str]) -> dict[str, Any]:
-    """`Store.status` from (path, id, type, status, pinned, [(rel, to, …)]) of each memory and the problems found."""
+def status_of(store: Store, rows: list[tuple[str, str, str, str, bool, list[Any]]], problems: list[str]) -> dict[str, Any]:
+    """Counts by type and status, paths and every problem found, from (path relative to memories/, id, type,
+    status, pinned, [(rel, to, …)]) of each memory (the cache's columns) and the problems found."""
     by_type = Counter(row[2] for row in rows)
     by_status = Counter(row[3] for row in rows)
     problems = list(problems)
@@ -584,10 +572,8 @@ def status_of(store: Store, rows: list[tuple[Any, str, str, str, bool, list[Any]
         pairs = [(link[0], link[1]) for link in links]
         if len(set(pairs)) == len(pairs) and all(to != memory_id for _, to in pairs):
             continue  # nothing to say (the path is made only when something is)
-        if isinstance(path, str):  # relative to memories/, as the cache's manifest names it
-            path = store.memories_dir / path
-        warnings += [f"{path}: {problem} (ignored; remove the line)" for problem in fmt.link_problems(
-            memory_id, [fmt.Link(rel, to) for rel, to in pairs])[1]]
+        dropped = fmt.link_problems(memory_id, [fmt.Link(rel, to) for rel, to in pairs])[1]
+        warnings += [f"{store.memories_dir / path}: {problem} (ignored; remove the line)" for problem in dropped]
     replaces: dict[str, list[str]] = {}
     for _, memory_id, _, _, _, links in rows:
         targets = [link[1] for link in links or () if link[0] == "supersedes"]
