@@ -295,22 +295,12 @@ class Store:
         revive_cycles(result.memories)
         return result
 
-    def list(
-        self,
-        *,
-        types: Iterable[str] = (),
-        statuses: Iterable[str] = ("active",),
-        tags: Iterable[str] = (),
-        branch: str | None = None,
-        pinned: bool | None = None,
-    ) -> list[Memory]:
-        """Memories matching every filter given (an empty filter matches all)."""
-        wanted_types, wanted_statuses, wanted_tags = set(types), set(statuses), set(tags)
+    def list(self, *, types: Iterable[str] = (), statuses: Iterable[str] = ("active",)) -> list[Memory]:
+        """The memories of these types and statuses (an empty filter matches all)."""
+        wanted_types, wanted_statuses = set(types), set(statuses)
         return [item for item in self.scan().memories
                 if not (wanted_types and item.type not in wanted_types)
-                and not (wanted_statuses and item.status not in wanted_statuses)
-                and not (wanted_tags and not wanted_tags & set(item.tags))
-                and (branch is None or item.branch == branch) and (pinned is None or item.pinned == pinned)]
+                and not (wanted_statuses and item.status not in wanted_statuses)]
 
     def get(self, id_or_prefix: str) -> Memory:
         """A memory by id or unique id prefix (at least 4 hex characters), as every reader takes it (status
