@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from cortex.errors import SecretDetected
-from cortex.files import atomic_write, file_lock, lock_wait
+from cortex.files import atomic_write, file_lock, lock_wait, read_json
 from cortex.gitfacts import branch_and_head, worktree_root
 from cortex.guard import redact, scan_text
 from cortex.memory import CAPTURE_TYPES, Memory, now_iso, title_from_text
@@ -95,12 +95,7 @@ def _cursor_path(store: Store, transcript: Path) -> Path:
 def read_new_records(store: Store, transcript: Path, from_start: bool = False) -> tuple[list[dict[str, Any]], int, dict[str, Any]]:
     """Records appended since the last run, the count of skipped lines, and the cursor to save after success."""
     stat = transcript.stat()
-    cursor: dict[str, Any] = {}
-    if not from_start:
-        try:
-            cursor = json.loads(_cursor_path(store, transcript).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            cursor = {}
+    cursor: dict[str, Any] = {} if from_start else read_json(_cursor_path(store, transcript), {})
     if cursor.get("inode") != stat.st_ino or int(cursor.get("size", 0)) > stat.st_size:
         cursor = {}  # replaced or truncated: start over
     with open(transcript, "rb") as handle:
