@@ -204,7 +204,7 @@ class Store:
         if self._config is None:
             from cortex.config import load_config
 
-            self._config = load_config(self.config_path, self.cache_dir if self.cache_dir.is_dir() else None)
+            self._config = load_config(self.config_path)
         return self._config
 
     @contextlib.contextmanager
