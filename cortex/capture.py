@@ -1494,22 +1494,18 @@ def queue_dir(store: Store) -> Path:
 
 def render_slice(items: list[Event]) -> str:
     """The newest session events as plain text for the model, each guarded before it is cut or folded."""
-
-    def guarded(text: str) -> str:
-        return redact(_without_private(text))[0]
-
     lines: list[str] = []
     size = 0
     for event in reversed(items):  # newest first, and only as many as are kept: old turns are never scanned
         if event.kind == "human":
-            lines.append(f"USER: {guarded(event.text)}")
+            lines.append(f"USER: {sendable(event.text)}")
         elif event.kind == "text":
-            lines.append(f"ASSISTANT: {guarded(event.text)}")
+            lines.append(f"ASSISTANT: {sendable(event.text)}")
         elif event.kind == "tool":
             detail = event.tool_input.get("command") or event.tool_input.get("file_path") or ""
             status = " (failed)" if event.failed else ""
-            result = " ".join(guarded(event.result).split())[:300]
-            lines.append(f"TOOL {event.tool} {guarded(str(detail))}{status}: {result}")
+            result = " ".join(sendable(event.result).split())[:300]
+            lines.append(f"TOOL {event.tool} {sendable(str(detail))}{status}: {result}")
         else:
             continue
         size += len(lines[-1]) + 1
@@ -1518,17 +1514,17 @@ def render_slice(items: list[Event]) -> str:
     return "\n".join(reversed(lines))[-MAX_SLICE:]
 
 
-def _without_private(text: str) -> str:
-    """`<private>…</private>` removed, and everything after a `<private>` that is never closed."""
+def sendable(text: str) -> str:
+    """Text as it may be sent to the LLM: `<private>…</private>` removed, and everything after a `<private>` that
+    is never closed; then its secrets redacted."""
     text = PRIVATE.sub("", text)
     opened = text.lower().find("<private>")
-    return text if opened < 0 else text[:opened]
+    return redact(text if opened < 0 else text[:opened])[0]
 
 
 def enqueue(store: Store, session: str, slice_text: str, context: str) -> Path | None:
     """Queue a job for `cortex worker` (none for an empty slice), guarded where it is written."""
-    slice_text = redact(_without_private(slice_text))[0]
-    context = redact(_without_private(context))[0]
+    slice_text, context = sendable(slice_text), sendable(context)
     if not slice_text.strip():
         return None
     name = f"{time.strftime('%Y%m%dT%H%M%S')}-{time.time_ns() % 10**9:09d}-{session[:40]}.json"
