@@ -7,68 +7,21 @@ stops the install before anything is written. docs/assistants.md.
 from __future__ import annotations
 
 import contextlib
-import json
 from pathlib import Path
-from typing import Any
 
 from cortex import claude
-from cortex.claude import RULES, is_our_server
+from cortex.claude import RULES
 from cortex.errors import CortexError
 from cortex.files import atomic_write
 
-# One of each for Claude Code, Codex, Gemini and Cursor (the reader of a settings file, the hook command, the merge
-# and the removal).
-load_json, hook_command, merge_hooks, remove_hooks = claude._load, claude.hook_command, claude.merge_hooks, \
-    claude.remove_hooks
+# One of each for Claude Code, Codex, Gemini and Cursor (reading and writing a settings file, the hook command, the
+# merge and the removal of hooks and of the MCP server).
+load_json, write_json, object_at = claude.load_json, claude.write_json, claude.object_at
+hook_command, merge_hooks, remove_hooks = claude.hook_command, claude.merge_hooks, claude.remove_hooks
+merge_server, remove_server, save_or_remove = claude.merge_server, claude.remove_server, claude.save_or_remove
 
 RULES_BEGIN = "<!-- cortex:rules:begin (written by cortex init; cortex uninstall removes it) -->"
 RULES_END = "<!-- cortex:rules:end -->"
-
-
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    atomic_write(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
-
-
-def object_at(path: Path, data: dict[str, Any], key: str) -> dict[str, Any]:
-    """`data[key]`, created empty when missing; a value that is not an object is an error naming the file."""
-    value = data.setdefault(key, {})
-    if not isinstance(value, dict):
-        raise CortexError(f"{path}: {key} is not a JSON object; fix it and run again")
-    return value
-
-
-def merge_server(path: Path, servers: dict[str, Any], entry: dict[str, Any], name: str = "cortex") -> list[str]:
-    if name in servers:
-        if servers[name] == entry:
-            return []
-        if not is_our_server(servers[name]):
-            return [f"left the other {name!r} MCP server in {path} as it is (cortex's MCP server not added)"]
-        servers[name] = entry
-        return [f"updated the {name} MCP server in {path}"]
-    servers[name] = entry
-    return [f"added the {name} MCP server to {path}"]
-
-
-def remove_server(path: Path, data: dict[str, Any], key: str = "mcpServers", name: str = "cortex") -> list[str]:
-    servers = data.get(key)
-    if not isinstance(servers, dict) or not is_our_server(servers.get(name)):
-        return []
-    del servers[name]
-    if not servers:
-        del data[key]
-    return [f"removed the {name} MCP server from {path}"]
-
-
-def save_or_remove(path: Path, data: dict[str, Any], done: list[str]) -> list[str]:
-    """After an uninstall: write what is left, or delete the file when cortex's entries were all it held."""
-    if not done:
-        return done
-    if data:
-        write_json(path, data)
-    else:
-        path.unlink()
-        done.append(f"removed {path} (nothing else was in it)")
-    return done
 
 
 def prune(*folders: Path) -> None:

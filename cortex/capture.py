@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from cortex.errors import SecretDetected
-from cortex.files import atomic_write, file_lock, lock_wait
+from cortex.files import atomic_write, file_lock, lock_wait, read_json
 from cortex.gitfacts import branch_and_head, worktree_root
 from cortex.guard import redact, scan_text
 from cortex.memory import CAPTURE_TYPES, Memory, now_iso, title_from_text
@@ -26,7 +26,6 @@ from cortex.text import INJECTED_END, INJECTED_MARK, strip_controls, words
 from cortex.transcripts import MAX_DUMP_BYTES, MAX_LINE_BYTES, Lines, normalise, text_of
 
 MAX_SLICE = 65_000  # characters of the session the LLM layer is sent
-DEFAULT_MAX_MESSAGE = 20_000  # `capture.max_message_chars`: what capture reads of one message, a body's longest
 SKIP_PROMPT_PREFIXES = ("<command-name>", "<command-message>", "<local-command-stdout>", "<task-notification>",
                         "<system-reminder>", "Stop hook feedback:", "[Request interrupted by user", "Caveat:")
 TAG = re.compile(r"\[MEMORY:\s*([a-z_]+)((?:\s+[a-z]+=[^\s:\]]+)*)\s*:\s*(.+?)\]", re.S)
@@ -96,12 +95,7 @@ def _cursor_path(store: Store, transcript: Path) -> Path:
 def read_new_records(store: Store, transcript: Path, from_start: bool = False) -> tuple[list[dict[str, Any]], int, dict[str, Any]]:
     """Records appended since the last run, the count of skipped lines, and the cursor to save after success."""
     stat = transcript.stat()
-    cursor: dict[str, Any] = {}
-    if not from_start:
-        try:
-            cursor = json.loads(_cursor_path(store, transcript).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            cursor = {}
+    cursor: dict[str, Any] = {} if from_start else read_json(_cursor_path(store, transcript), {})
     if cursor.get("inode") != stat.st_ino or int(cursor.get("size", 0)) > stat.st_size:
         cursor = {}  # replaced or truncated: start over
     with open(transcript, "rb") as handle:
@@ -1238,7 +1232,7 @@ def _as_text(candidate: Candidate) -> None:
     candidate.files = [strip_controls(name) for name in candidate.files]
 
 
-def _redact(candidate: Candidate, report: CaptureReport, max_chars: int = DEFAULT_MAX_MESSAGE) -> Candidate | None:
+def _redact(candidate: Candidate, report: CaptureReport, max_chars: int) -> Candidate | None:
     """The candidate with its secrets redacted and its body capped; None when a secret is the point."""
     if scan_text(candidate.title):
         return None
@@ -1271,10 +1265,8 @@ def _capped(text: str, limit: int) -> str:
 
 
 def _max_message(store: Store) -> int:
-    try:
-        return max(1000, int(store.config().get("capture.max_message_chars")))
-    except (KeyError, TypeError, ValueError):
-        return DEFAULT_MAX_MESSAGE
+    """`capture.max_message_chars`: what capture reads of one message, a body's longest (validated by the config)."""
+    return int(store.config().get("capture.max_message_chars"))
 
 
 JACCARD_DUPLICATE = 0.7
@@ -1578,22 +1570,18 @@ def queue_dir(store: Store) -> Path:
 
 def render_slice(items: list[Event]) -> str:
     """The newest session events as plain text for the model, each guarded before it is cut or folded."""
-
-    def guarded(text: str) -> str:
-        return redact(_without_private(text))[0]
-
     lines: list[str] = []
     size = 0
     for event in reversed(items):  # newest first, and only as many as are kept: old turns are never scanned
         if event.kind == "human":
-            lines.append(f"USER: {guarded(event.text)}")
+            lines.append(f"USER: {sendable(event.text)}")
         elif event.kind == "text":
-            lines.append(f"ASSISTANT: {guarded(event.text)}")
+            lines.append(f"ASSISTANT: {sendable(event.text)}")
         elif event.kind == "tool":
             detail = event.tool_input.get("command") or event.tool_input.get("file_path") or ""
             status = " (failed)" if event.failed else ""
-            result = " ".join(guarded(event.result).split())[:300]
-            lines.append(f"TOOL {event.tool} {guarded(str(detail))}{status}: {result}")
+            result = " ".join(sendable(event.result).split())[:300]
+            lines.append(f"TOOL {event.tool} {sendable(str(detail))}{status}: {result}")
         else:
             continue
         size += len(lines[-1]) + 1
@@ -1602,17 +1590,17 @@ def render_slice(items: list[Event]) -> str:
     return "\n".join(reversed(lines))[-MAX_SLICE:]
 
 
-def _without_private(text: str) -> str:
-    """`<private>…</private>` removed, and everything after a `<private>` that is never closed."""
+def sendable(text: str) -> str:
+    """Text as it may be sent to the LLM: `<private>…</private>` removed, and everything after a `<private>` that
+    is never closed; then its secrets redacted."""
     text = PRIVATE.sub("", text)
     opened = text.lower().find("<private>")
-    return text if opened < 0 else text[:opened]
+    return redact(text if opened < 0 else text[:opened])[0]
 
 
 def enqueue(store: Store, session: str, slice_text: str, context: str) -> Path | None:
     """Queue a job for `cortex worker` (none for an empty slice), guarded where it is written."""
-    slice_text = redact(_without_private(slice_text))[0]
-    context = redact(_without_private(context))[0]
+    slice_text, context = sendable(slice_text), sendable(context)
     if not slice_text.strip():
         return None
     name = f"{time.strftime('%Y%m%dT%H%M%S')}-{time.time_ns() % 10**9:09d}-{session[:40]}.json"

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cortex.errors import CortexError
 from cortex.files import atomic_write
 
 HOOK_EVENTS = {"SessionStart": "session-start", "UserPromptSubmit": "prompt", "Stop": "stop", "PreCompact": "pre-compact",
@@ -86,43 +87,20 @@ def is_our_server(entry: Any) -> bool:
 
 def _install_mcp(project_root: Path) -> list[str]:
     path = project_root / ".mcp.json"
-    data = _load(path)
-    servers = data.setdefault("mcpServers", {})
-    if not isinstance(servers, dict):
-        from cortex.errors import CortexError
-
-        raise CortexError(f"{path}: mcpServers is not a JSON object; fix it and run again")
-    done = f"added the {MCP_NAME} MCP server to {path}"
-    if MCP_NAME in servers:
-        if servers[MCP_NAME] == _mcp_server():
-            return []
-        if not is_our_server(servers[MCP_NAME]):
-            return [f"left the other {MCP_NAME!r} server in {path} as it is (cortex's MCP server not added)"]
-        done = f"updated the {MCP_NAME} MCP server in {path} to run `cortex mcp` from PATH"
-    servers[MCP_NAME] = _mcp_server()
-    atomic_write(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
-    return [done]
+    data = load_json(path)
+    done = merge_server(path, object_at(path, data, "mcpServers"), _mcp_server(), MCP_NAME)
+    if done and not done[0].startswith("left"):
+        write_json(path, data)
+    return done
 
 
 def _uninstall_mcp(project_root: Path) -> list[str]:
     path = project_root / ".mcp.json"
-    data = _load(path)
-    servers = data.get("mcpServers")
-    if not isinstance(servers, dict) or not is_our_server(servers.get(MCP_NAME)):
-        return []
-    del servers[MCP_NAME]
-    if not servers:
-        del data["mcpServers"]
-    if data:
-        atomic_write(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
-        return [f"removed the {MCP_NAME} MCP server from {path}"]
-    path.unlink()
-    return [f"removed {path}"]
+    data = load_json(path)
+    return save_or_remove(path, data, remove_server(path, data, name=MCP_NAME))
 
 
-def _load(path: Path) -> dict[str, Any]:
-    from cortex.errors import CortexError
-
+def load_json(path: Path) -> dict[str, Any]:
     if not path.exists():
         return {}
     try:
@@ -134,13 +112,57 @@ def _load(path: Path) -> dict[str, Any]:
     return data
 
 
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    atomic_write(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def object_at(path: Path, data: dict[str, Any], key: str) -> dict[str, Any]:
+    """`data[key]`, created empty when missing; a value that is not an object is an error naming the file."""
+    value = data.setdefault(key, {})
+    if not isinstance(value, dict):
+        raise CortexError(f"{path}: {key} is not a JSON object; fix it and run again")
+    return value
+
+
+def merge_server(path: Path, servers: dict[str, Any], entry: dict[str, Any], name: str = "cortex") -> list[str]:
+    if name in servers:
+        if servers[name] == entry:
+            return []
+        if not is_our_server(servers[name]):
+            return [f"left the other {name!r} server in {path} as it is (cortex's MCP server not added)"]
+        servers[name] = entry
+        return [f"updated the {name} MCP server in {path}"]
+    servers[name] = entry
+    return [f"added the {name} MCP server to {path}"]
+
+
+def remove_server(path: Path, data: dict[str, Any], key: str = "mcpServers", name: str = "cortex") -> list[str]:
+    servers = data.get(key)
+    if not isinstance(servers, dict) or not is_our_server(servers.get(name)):
+        return []
+    del servers[name]
+    if not servers:
+        del data[key]
+    return [f"removed the {name} MCP server from {path}"]
+
+
+def save_or_remove(path: Path, data: dict[str, Any], done: list[str]) -> list[str]:
+    """After an uninstall: write what is left, or delete the file when cortex's entries were all it held."""
+    if not done:
+        return done
+    if data:
+        write_json(path, data)
+    else:
+        path.unlink()
+        done.append(f"removed {path} (nothing else was in it)")
+    return done
+
+
 def _check_shapes(project_root: Path) -> None:
     """Refuse before anything is written when a file cortex merges into has a shape it cannot merge into."""
-    from cortex.errors import CortexError
-
     for path, key in ((project_root / ".claude" / "settings.json", "hooks"),
                       (project_root / ".mcp.json", "mcpServers")):
-        if not isinstance(_load(path).get(key, {}), dict):
+        if not isinstance(load_json(path).get(key, {}), dict):
             raise CortexError(f"{path}: {key} is not a JSON object; fix it and run again")
 
 
@@ -149,8 +171,6 @@ def merge_hooks(path: Path, hooks: dict[str, Any], wanted: dict[str, dict[str, A
     """Make `hooks[event]` hold one cortex handler for each of `wanted`'s events, rewritten in place (the person's
     own keys kept), others kept; `grouped`: as `remove_hooks`, in the group with `matchers[event]` when it has one.
     What was done, naming `path` unless not `named` (Claude Code's own settings, named by the command)."""
-    from cortex.errors import CortexError
-
     done = []
     for event, handler in wanted.items():
         entries = hooks.setdefault(event, [])
@@ -202,12 +222,12 @@ def install(project_root: Path) -> list[str]:
     """Merge cortex's hooks into .claude/settings.json and write the rules file; returns what changed."""
     settings_path = project_root / ".claude" / "settings.json"
     _check_shapes(project_root)  # a broken file stops the install before anything is written
-    settings = _load(settings_path)
+    settings = load_json(settings_path)
     done = merge_hooks(settings_path, settings.setdefault("hooks", {}), {
         event: {"type": "command", "command": hook_command(name)} for event, name in HOOK_EVENTS.items()},
         matchers=HOOK_MATCHERS, named=False)
     if done:
-        atomic_write(settings_path, json.dumps(settings, indent=2, ensure_ascii=False) + "\n")
+        write_json(settings_path, settings)
     done += _install_mcp(project_root)
     rules = project_root / ".claude" / "rules" / "cortex-memory.md"
     if not rules.exists() or rules.read_text(encoding="utf-8") != RULES:
@@ -263,10 +283,10 @@ def remove_hooks(path: Path | None, settings: dict[str, Any], grouped: bool = Tr
 def uninstall(project_root: Path) -> list[str]:
     settings_path = project_root / ".claude" / "settings.json"
     _check_shapes(project_root)  # nothing removed from one file when the other cannot be read
-    settings = _load(settings_path)
+    settings = load_json(settings_path)
     done = remove_hooks(None, settings)
     if done:
-        atomic_write(settings_path, json.dumps(settings, indent=2, ensure_ascii=False) + "\n")
+        write_json(settings_path, settings)
     done += _uninstall_mcp(project_root)
     rules = project_root / ".claude" / "rules" / "cortex-memory.md"
     if rules.exists():

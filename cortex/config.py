@@ -6,7 +6,6 @@ never names a command to run (`cortex.llm`). docs/configuration.md.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -219,8 +218,8 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 40 else text[:39] + "…"
 
 
-def load_config(path: Path, cache_dir: Path | None = None) -> Config:
-    """Read a config file (missing: all defaults), cached in `cache_dir` by stat so a hook skips ruamel.yaml."""
+def load_config(path: Path) -> Config:
+    """Read a config file (missing: all defaults)."""
     try:
         stat = path.stat()
     except FileNotFoundError:
@@ -230,45 +229,16 @@ def load_config(path: Path, cache_dir: Path | None = None) -> Config:
     if not S_ISREG(stat.st_mode) or stat.st_size > MAX_CONFIG_BYTES:  # a committed link to /dev/zero, a FIFO: unread
         raise ConfigError(f"{path}: not a regular file of at most {MAX_CONFIG_BYTES:,} bytes; it should hold YAML "
                           f"settings")
-    key = (SCHEMA, stat.st_mtime_ns, stat.st_size, stat.st_ino)
-    cached = _read_cached(cache_dir, key) if cache_dir is not None else None
-    if cached is not None:
-        return cached
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}); it should hold YAML settings") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
-    config = _parse(path, text)
-    if cache_dir is not None:
-        _write_cached(cache_dir, key, config)
-    return config
+    return _parse(path, text)
 
 
-SCHEMA = 14  # bump when DEFAULTS change shape, so cached configs are re-read
 MAX_CONFIG_BYTES = 1 << 20  # a config.yaml is a few kilobytes
-
-
-def _read_cached(cache_dir: Path, key: tuple[int, ...]) -> Config | None:
-    import json
-
-    try:
-        stored_key, data, warnings, invalid = json.loads((cache_dir / "config.json").read_bytes())
-    except (OSError, ValueError, TypeError):
-        return None
-    return Config(data, list(warnings), list(invalid)) if tuple(stored_key) == key else None
-
-
-def _write_cached(cache_dir: Path, key: tuple[int, ...], config: Config) -> None:
-    import json
-
-    from cortex.files import atomic_write
-
-    with contextlib.suppress(OSError, ValueError, TypeError):  # not cacheable (a read-only store, odd values)
-        text = json.dumps([key, config.data, config.warnings, config.invalid])
-        if json.loads(text)[1] == config.data:  # only what JSON gives back as it was (no dates, no tuples)
-            atomic_write(cache_dir / "config.json", text)
 
 
 def _parse(path: Path, text: str) -> Config:

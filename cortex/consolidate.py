@@ -759,7 +759,7 @@ def _prepare(store: Store, groups: list[Group], use_llm: bool) -> list[tuple[Gro
 def _plan_writes(store: Store, prepared: list[tuple[Group, dict[Path, bytes], Memory]], result: Result
                  ) -> tuple[list[tuple[Path, str]], list[Path], dict[Path, bytes]]:
     """Under the lock: the files to write, the new paths and the members' bytes before."""
-    existing = {p.name.rsplit("-", 1)[-1][:-3] for p in store.memory_paths()}
+    existing = store.ids_on_disk()
     stamp = fmt.now_iso()
     writes: list[tuple[Path, str]] = []
     new_paths: list[Path] = []

@@ -191,6 +191,6 @@ def _own_choice(name: str) -> bool:
     from cortex.layout import global_root
 
     try:
-        return load_config(Path(global_root()) / "config.yaml", None).get("embedding.model") == name
+        return load_config(Path(global_root()) / "config.yaml").get("embedding.model") == name
     except (CortexError, OSError):
         return False

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from cortex.errors import CortexError
-from cortex.store import Store
+from cortex.store import Store, guard_text
 
 BRANCH = "main"
 REMOTE = "origin"
@@ -137,15 +137,10 @@ def _changed_paths(repo: Any) -> list[str]:
 
 
 def _scan(store: Store, contents: dict[str, bytes | None]) -> None:
-    from cortex.errors import SecretDetected
-    from cortex.guard import scan_text
-
+    """`SecretDetected` for the first memory file about to be committed that holds a secret (the store's guard)."""
     for path, data in sorted(contents.items()):
-        if data is None or not path.endswith(".md"):
-            continue
-        findings = scan_text(data.decode("utf-8", errors="replace"))
-        if findings:
-            raise SecretDetected(store.root / path, findings[0].kind, findings[0].line)
+        if data is not None and path.endswith(".md"):
+            guard_text(data.decode("utf-8", errors="replace"), store.root / path)
 
 
 def _read(path: Path) -> bytes | None:

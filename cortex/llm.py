@@ -51,11 +51,9 @@ def _own_config() -> tuple[Path, Any]:
     from cortex.config import DEFAULTS, Config, load_config
     from cortex.store import global_home
 
-    home = global_home()
-    path = home / "config.yaml"
-    cache = home / "cache"
+    path = global_home() / "config.yaml"
     try:
-        return path, load_config(path, cache if cache.is_dir() and os.access(cache, os.W_OK) else None)
+        return path, load_config(path)
     except CortexError:
         import copy
 

@@ -816,11 +816,7 @@ def _add_resources(resource: Register, backend: Backend) -> None:
 
 
 def run(directory: Path | None = None, use_global: bool = False) -> None:
-    """Serve over stdio until the client closes the connection."""
-    from cortex import ONE_THREAD
-
-    for name in ONE_THREAD:
-        os.environ.setdefault(name, "1")  # before numpy loads: a query's matrix-vector product spins on more
+    """Serve over stdio until the client closes the connection (one BLAS thread: `cortex.__main__` set the cap)."""
     backend = Backend(directory, use_global)
     server = build_server(backend)
     warm = threading.Thread(target=backend.warm, name="cortex-mcp-warm", daemon=True)

@@ -16,7 +16,6 @@ import sys
 def detached(args: list[str], state_dir: str, log_name: str = "worker.log", cwd: str | None = None,
              stdin: bytes | None = None, env: dict[str, str] | None = None, wait: float = 0.5) -> None:
     """Start `python -m cortex <args>` detached; `stdin` is written to it, waiting at most `wait` seconds."""
-    import contextlib
     import subprocess
 
     os.makedirs(state_dir, exist_ok=True)
@@ -46,13 +45,11 @@ def nested() -> bool:
     return os.environ.get("CORTEX_NESTED") == "1"
 
 
-def resident(collect: bool = True) -> None:
+def resident() -> None:
     """A process that stays (serve, mcp, watch, the upkeep and the worker): collect again, with what was loaded
-    so far (modules, the model, the cache) frozen out of every pass. `collect=False`: the process collects
-    itself, when it is idle (`cortex serve`)."""
+    so far (modules, the model, the cache) frozen out of every pass."""
     gc.freeze()
-    if collect:
-        gc.enable()
+    gc.enable()
 
 
 def briefing_ahead(store_root: str) -> None:

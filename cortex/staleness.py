@@ -24,10 +24,10 @@ MAX_COMMITS = 5000  # how far back the first-parent line is walked for the commi
 CACHE = "stale.json"  # in state/: the answer for one HEAD and one memories tree
 
 
-def reasons(store: Store, items: list[Any], rev: str | None = None) -> dict[str, str]:
+def reasons(store: Store, items: list[Any]) -> dict[str, str]:
     """id -> why, for the memories among `items` (objects with `id`, `path`, `files`) made possibly stale by
-    commits after their own, as of `rev` (default HEAD; the working tree decides what is uncommitted). At HEAD
-    the answer kept for it is read without pygit2 (what a recall of a few hits costs)."""
+    commits after their own, as of HEAD (the working tree decides what is uncommitted). The answer kept for
+    HEAD is read without pygit2 (what a recall of a few hits costs)."""
     items = [item for item in items if item.files and item.path is not None]
     root = store.worktree
     if not items or root is None:
@@ -35,18 +35,16 @@ def reasons(store: Store, items: list[Any], rev: str | None = None) -> dict[str,
     try:
         workdir = root.resolve()
         rels = {item.id: Path(item.path).resolve().relative_to(workdir).as_posix() for item in items}
-        found = _cached(store, branch_and_head(str(root))[1], rels) if rev is None else None
+        found = _cached(store, branch_and_head(str(root))[1], rels)
         if found is None:
             import pygit2
 
             repo = pygit2.Repository(str(root))
             if repo.head_is_unborn:
                 return {}
-            head = repo.revparse_single(rev).peel(pygit2.Commit) if rev else repo.head.peel(pygit2.Commit)
+            head = repo.head.peel(pygit2.Commit)
             folder = store.memories_dir.resolve().relative_to(workdir).as_posix()
             why = at(repo, head, folder, {item.id: (rels[item.id], list(item.files)) for item in items})
-            if rev is not None:
-                return why
             found = {memory_id: (reason, str(_blob(head.tree, rels[memory_id]).id))
                      for memory_id, reason in why.items()}
             _keep(store, str(head.id), rels, found)

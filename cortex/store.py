@@ -204,7 +204,7 @@ class Store:
         if self._config is None:
             from cortex.config import load_config
 
-            self._config = load_config(self.config_path, self.cache_dir if self.cache_dir.is_dir() else None)
+            self._config = load_config(self.config_path)
         return self._config
 
     @contextlib.contextmanager
@@ -246,10 +246,6 @@ class Store:
         self._config = None
 
     # ------------------------------------------------------------ reading
-
-    def memory_paths(self) -> list[Path]:
-        """Every memory file, sorted (temp and hidden files, symbolic links and other odd entries skipped)."""
-        return self.walk()[0]
 
     def walk(self, keep: Callable[[str], bool] | None = None) -> tuple[list[Path], list[Problem]]:
         """(memory files, sorted; odd entries as problems): a file or folder that is a symbolic link, or a `.md`
@@ -299,22 +295,12 @@ class Store:
         revive_cycles(result.memories)
         return result
 
-    def list(
-        self,
-        *,
-        types: Iterable[str] = (),
-        statuses: Iterable[str] = ("active",),
-        tags: Iterable[str] = (),
-        branch: str | None = None,
-        pinned: bool | None = None,
-    ) -> list[Memory]:
-        """Memories matching every filter given (an empty filter matches all)."""
-        wanted_types, wanted_statuses, wanted_tags = set(types), set(statuses), set(tags)
+    def list(self, *, types: Iterable[str] = (), statuses: Iterable[str] = ("active",)) -> list[Memory]:
+        """The memories of these types and statuses (an empty filter matches all)."""
+        wanted_types, wanted_statuses = set(types), set(statuses)
         return [item for item in self.scan().memories
                 if not (wanted_types and item.type not in wanted_types)
-                and not (wanted_statuses and item.status not in wanted_statuses)
-                and not (wanted_tags and not wanted_tags & set(item.tags))
-                and (branch is None or item.branch == branch) and (pinned is None or item.pinned == pinned)]
+                and not (wanted_statuses and item.status not in wanted_statuses)]
 
     def get(self, id_or_prefix: str) -> Memory:
         """A memory by id or unique id prefix (at least 4 hex characters), as every reader takes it (status
@@ -561,18 +547,10 @@ class Store:
             with open(self.state_dir / "cortex.log", "a", encoding="utf-8") as handle:
                 handle.write(f"{fmt.now_iso()} {message}\n")
 
-    # ------------------------------------------------------------ status
 
-    def status(self, scan: Scan | None = None) -> dict[str, Any]:
-        """Counts by type and status, paths, and every problem found."""
-        scan = scan or self.scan()
-        return status_of(self, [(item.path, item.id, item.type, item.status, item.pinned,
-                                [(link.rel, link.to) for link in item.links]) for item in scan.memories],
-                         [str(p) for p in scan.problems])
-
-
-def status_of(store: Store, rows: list[tuple[Any, str, str, str, bool, list[Any]]], problems: list[str]) -> dict[str, Any]:
-    """`Store.status` from (path, id, type, status, pinned, [(rel, to, …)]) of each memory and the problems found."""
+def status_of(store: Store, rows: list[tuple[str, str, str, str, bool, list[Any]]], problems: list[str]) -> dict[str, Any]:
+    """Counts by type and status, paths and every problem found, from (path relative to memories/, id, type,
+    status, pinned, [(rel, to, …)]) of each memory (the cache's columns) and the problems found."""
     by_type = Counter(row[2] for row in rows)
     by_status = Counter(row[3] for row in rows)
     problems = list(problems)
@@ -584,10 +562,8 @@ def status_of(store: Store, rows: list[tuple[Any, str, str, str, bool, list[Any]
         pairs = [(link[0], link[1]) for link in links]
         if len(set(pairs)) == len(pairs) and all(to != memory_id for _, to in pairs):
             continue  # nothing to say (the path is made only when something is)
-        if isinstance(path, str):  # relative to memories/, as the cache's manifest names it
-            path = store.memories_dir / path
-        warnings += [f"{path}: {problem} (ignored; remove the line)" for problem in fmt.link_problems(
-            memory_id, [fmt.Link(rel, to) for rel, to in pairs])[1]]
+        dropped = fmt.link_problems(memory_id, [fmt.Link(rel, to) for rel, to in pairs])[1]
+        warnings += [f"{store.memories_dir / path}: {problem} (ignored; remove the line)" for problem in dropped]
     replaces: dict[str, list[str]] = {}
     for _, memory_id, _, _, _, links in rows:
         targets = [link[1] for link in links or () if link[0] == "supersedes"]

@@ -92,17 +92,16 @@ def _relevant(hit: Any, config: Any) -> bool:
     return cosine >= float(floor)
 
 
-def briefing_for(store: Store, task: dict[str, Any] | None, indexes: Any = None, agent_type: str = "",
-                 budget_tokens: int | None = None) -> Briefing:
+def briefing_for(store: Store, task: dict[str, Any] | None, agent_type: str = "") -> Briefing:
     """The briefing for a sub-agent: what bears on its task and the files it names (see the module docstring)."""
     from cortex.errors import QueryRefused
     from cortex.index import Indexes
     from cortex.recall import recall
     from cortex.store import iter_stores
 
-    indexes = indexes or Indexes()
+    indexes = Indexes()
     config = store.config()
-    budget = int(budget_tokens or config.get("briefing.budget_tokens")) - FRAME_TOKENS  # the hook frames it
+    budget = int(config.get("briefing.budget_tokens")) - FRAME_TOKENS  # the hook frames it
     task = task or {}
     description = " ".join(str(task.get("description") or "").split())
     prompt = str(task.get("prompt") or "")[:MAX_TASK_CHARS]

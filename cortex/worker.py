@@ -69,7 +69,7 @@ def _proposed_links(item: dict[str, Any], known_ids: set[str]) -> list[Any]:
 def process_queue(store: Store, timeout: float = 600.0) -> dict[str, int]:
     """Run every queued job once; successes are removed, failures stay for the next try."""
     from cortex import llm
-    from cortex.capture import CaptureReport, queue_dir, write_candidates
+    from cortex.capture import CaptureReport, queue_dir, sendable, write_candidates
     from cortex.files import atomic_write, file_lock
     from cortex.index import Indexes
     from cortex.memory import CAPTURE_TYPES
@@ -88,7 +88,7 @@ def process_queue(store: Store, timeout: float = 600.0) -> dict[str, int]:
                 continue
             prompt = (PROMPT.replace("{types}", "|".join(CAPTURE_TYPES))
                       .replace("{context}", str(job.get("context", ""))).replace("{known}", _known(store))
-                      .replace("{slice}", _guarded(str(job.get("slice", "")))))
+                      .replace("{slice}", sendable(str(job.get("slice", "")))))  # a job edited by hand too
             try:
                 items = _parse_answer(llm.run(store, prompt, timeout))
             except Exception as exc:
@@ -116,15 +116,6 @@ def process_queue(store: Store, timeout: float = 600.0) -> dict[str, int]:
         for each in iter_stores(store):
             maintain.run(each, indexes)
     return counts
-
-
-def _guarded(text: str) -> str:
-    """The slice as it may be sent: `<private>` text and secrets removed again (a job queued by an older cortex
-    may hold them raw; capture removes them before queueing)."""
-    from cortex.capture import PRIVATE
-    from cortex.guard import redact
-
-    return redact(PRIVATE.sub("", text))[0]
 
 
 def _candidates(items: list[dict[str, Any]], known_ids: set[str]) -> list[Any]:

@@ -13,10 +13,10 @@ from cortex.errors import ConfigError
 from tests.helpers import cortex, hook, remember
 
 
-def _load(tmp_path: Path, text: str, cached: bool = False):
+def _load(tmp_path: Path, text: str):
     path = tmp_path / "config.yaml"
     path.write_text(text, encoding="utf-8")
-    return load_config(path, tmp_path if cached else None)
+    return load_config(path)
 
 
 def test_the_template_is_the_defaults_and_valid(tmp_path):
@@ -70,13 +70,6 @@ def test_unknown_keys_are_warnings_not_problems(tmp_path):
     config = _load(tmp_path, "recall: {limit: 5, colour: blue}\nfuture: {x: 1}\n")
     assert config.get("recall.limit") == 5 and not config.invalid
     assert config.warnings == ["config.yaml: unknown key 'recall.colour' (ignored)", "config.yaml: unknown key 'future' (ignored)"]
-
-
-def test_the_cached_config_keeps_what_was_wrong(tmp_path):
-    first = _load(tmp_path, "recall: {limit: ten}\n", cached=True)
-    again = load_config(tmp_path / "config.yaml", tmp_path)
-    assert (tmp_path / "config.json").exists()
-    assert again.invalid == first.invalid and again.get("recall.limit") == 10
 
 
 def test_a_binary_config_is_a_config_error_naming_the_file(tmp_path):

@@ -127,7 +127,7 @@ def test_concurrent_processes_never_corrupt_the_cache(tmp_path, example_store):
         "    if n % 3 == 0:\n"
         "        s.create(Memory(id='', type='context', title=f'{sys.argv[2]} note {n}', body='sqlite ledger note'))\n"
         "    if n % 5 == 0:\n"
-        "        victims = [p for p in s.memory_paths() if sys.argv[2] in p.name]\n"
+        "        victims = [p for p in s.walk()[0] if sys.argv[2] in p.name]\n"
         "        if victims: victims[0].unlink()\n"
         "    hits = recall([s], 'sqlite ledger', limit=5).hits\n"
         "    assert hits, 'recall found nothing'\n"
