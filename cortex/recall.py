@@ -701,13 +701,19 @@ _NAME = re.compile(r"\w+(?:[.'/-]\w+)*")
 _SENTENCE_END = re.compile(r"(?:^|[.!?:;\n])[\s\"'(\[*_`>-]*$")
 
 
+# Capitalised but not the name of a subject: a date says when (a memory's date is not in its text), a title whom.
+_NOT_NAMES = frozenset("january february march april may june july august september october november december jan feb "
+                       "mar apr jun jul aug sep sept oct nov dec monday tuesday wednesday thursday friday saturday "
+                       "sunday mon tue wed thu fri sat sun dr mr mrs ms".split())
+
+
 def question_names(query: str) -> list[str]:
     """The names a question gives: a word capitalised inside a sentence ("Windows", "GitHub") and an acronym
-    ("CDN", "REST"), anywhere. What a sentence starts with, and "I", are not names."""
+    ("CDN", "REST"), anywhere. What a sentence starts with, "I", months, days and titles are not names."""
     names = []
     for found in _NAME.finditer(query[:MAX_NAMES_CHARS]):
         word = found.group().split("'")[0]
-        if len(word) < 2 or not word[0].isupper():
+        if len(word) < 2 or not word[0].isupper() or word.lower() in _NOT_NAMES:
             continue
         if word.isupper() or not _SENTENCE_END.search(query[max(0, found.start() - 8):found.start()]):
             names.append(word)

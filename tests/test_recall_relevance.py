@@ -242,3 +242,5 @@ def test_names_are_what_a_sentence_does_not_start_with(tmp_path):
         "OAuth", "GitHub", "Linux"]
     assert question_names("How do I enable dark mode in the demo?") == []
     assert question_names("the CDN cache headers") == ["CDN"]
+    assert question_names("When did Mel go camping in June, on a Sunday, with Lee?") == ["Mel", "Lee"]
+    assert question_names("Would Mel read Dr Seuss?") == ["Mel", "Seuss"]
