@@ -708,19 +708,20 @@ _NOT_NAMES = frozenset("january february march april may june july august septem
 
 
 def question_names(query: str) -> list[str]:
-    """The names a question gives: a word capitalised inside a sentence ("Windows", "GitHub") and an acronym
-    ("CDN", "REST"), anywhere. What a sentence starts with, "I", months, days and titles are not names."""
+    """The names a question gives in its opening: a word capitalised inside a sentence ("Windows", "GitHub") and
+    an acronym ("CDN", "REST"), anywhere. What a sentence starts with, "I", months, days, titles, paths and
+    snake_case (code, not a subject) are not names."""
     names = []
     for found in _NAME.finditer(query[:MAX_NAMES_CHARS]):
         word = found.group().split("'")[0]
-        if len(word) < 2 or not word[0].isupper() or word.lower() in _NOT_NAMES:
+        if len(word) < 2 or not word[0].isupper() or word.lower() in _NOT_NAMES or "/" in word or "_" in word:
             continue
         if word.isupper() or not _SENTENCE_END.search(query[max(0, found.start() - 8):found.start()]):
             names.append(word)
     return names
 
 
-MAX_NAMES_CHARS = 4000  # a question's names are read from its opening (a pasted log names everything)
+MAX_NAMES_CHARS = 400  # a question's names are read from its opening (what follows may be a pasted log or code)
 
 
 def weigh_words(index: Any, query: str, hits: list[Hit]) -> list[str] | None:

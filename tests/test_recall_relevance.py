@@ -244,3 +244,4 @@ def test_names_are_what_a_sentence_does_not_start_with(tmp_path):
     assert question_names("the CDN cache headers") == ["CDN"]
     assert question_names("When did Mel go camping in June, on a Sunday, with Lee?") == ["Mel", "Lee"]
     assert question_names("Would Mel read Dr Seuss?") == ["Mel", "Seuss"]
+    assert question_names("see /Users/Mel/Logs/x.txt and CURRENT_BRANCH in the NAS") == ["NAS"]
