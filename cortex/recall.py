@@ -727,9 +727,9 @@ MAX_NAMES_CHARS = 400  # a question's names are read from its opening (what foll
 def weigh_words(index: Any, query: str, hits: list[Hit]) -> list[str] | None:
     """Set each hit's `held` (the share of the query's words it holds, each weighed by its rarity `1 + log(N/df)`,
     a word no memory holds by `UNHELD_WEIGHT` of the rarest's) and `named` (the share of its specific words, in at
-    most `SPECIFIC_SHARE` of the memories, what names its subject). Returns the query's names (`question_names`)
-    no memory holds, when they are at least half of its names: it asks about something this store never wrote
-    (None when the store has no full-text index to say)."""
+    most `SPECIFIC_SHARE` of the memories, what names its subject). Returns the names (`question_names`) of a
+    query of at most `QUESTION_TERMS` words that no memory holds, when they are at least half of its names: it
+    asks about something this store never wrote (None when the store has no full-text index to say)."""
     searcher = index.searcher()
     if searcher is None:
         return None
@@ -737,13 +737,15 @@ def weigh_words(index: Any, query: str, hits: list[Hit]) -> list[str] | None:
 
     try:
         total = searcher.doc_count_all() or 1
-        names = {terms[0]: name for name in question_names(query) if (terms := fulltext.terms(name))}
+        words = list(dict.fromkeys(fulltext.terms(query)))
+        # A question names what it asks about; a long prompt (a pasted log, code) names everything it quotes.
+        asked = question_names(query) if len(words) <= QUESTION_TERMS else []
+        names = {terms[0]: name for name in asked if (terms := fulltext.terms(name))}
         unheld = [name for term, name in names.items() if not searcher.doc_frequency("text", term)]
         unwritten = unheld if unheld and 2 * len(unheld) >= len(names) else []
         if not hits:
             return unwritten
-        found = {term: searcher.doc_frequency("text", term)
-                 for term in list(dict.fromkeys(fulltext.terms(query)))[:QUESTION_TERMS]}
+        found = {term: searcher.doc_frequency("text", term) for term in words[:QUESTION_TERMS]}
         rarest = math.log(total) + 1
         weights = {term: math.log(total / n) + 1 if n else UNHELD_WEIGHT * rarest for term, n in found.items()}
         specific = {term: weights[term] for term, n in found.items() if 0 < n <= max(1, SPECIFIC_SHARE * total)}
