@@ -2,8 +2,9 @@
 
     python bench/recall_paths.py [--sets devset,sessions,capture-dev] [--paths ...] [--sample N] [--json]
 
-Sets: `devset` (bench/data/devset.json), `sessions` (bench/data/heldout-sessions.json) and `capture-dev`
-(bench/data/capture-dev-questions.json over shared/data/capture-dev's gold facts). Each set's memories go
+Sets: `devset` (bench/data/devset.json), `sessions` (bench/data/heldout-sessions.json), `capture-dev`
+(bench/data/capture-dev-questions.json over shared/data/capture-dev's gold facts) and `line` (the sessions set's
+memories asked bench/data/heldout-line.json: 20 answerable, 20 never written, kept apart from the tuning). Each set's memories go
 into one store in a fresh git repository, saved as `cortex remember` saves them (`cortex.events.remember`, in
 process: 500 subprocesses would take minutes), then indexed with every contextual vector made (the state a
 person has once the upkeep ran). Each question is then asked through each path:
@@ -48,7 +49,7 @@ DATA = Path(__file__).resolve().parent / "data"
 CAPTURE_DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "capture-dev"
 CORTEX = [str(Path(sys.executable).parent / "cortex")]
 PATHS = ("library ctx", "library fused", "command cold", "command served", "hook cold", "hook served", "mcp")
-SETS = ("devset", "sessions", "capture-dev")
+SETS = ("devset", "sessions", "capture-dev", "line")
 _ID = re.compile(r"`([0-9a-f]{12})`")
 
 
@@ -65,6 +66,8 @@ def load_set(name: str, capture_dev: Path = CAPTURE_DEV) -> tuple[list[dict[str,
     data = json.loads((DATA / ("devset.json" if name == "devset" else "heldout-sessions.json")).read_text(encoding="utf-8"))
     memories = [{"id": m["id"], "type": m["type"], "title": m["title"], "text": m["body"], "tags": m["tags"]}
                 for m in data["memories"]]
+    if name == "line":  # the sessions set's memories, asked questions written for the relevance line
+        return memories, json.loads((DATA / "heldout-line.json").read_text(encoding="utf-8"))["questions"]
     return memories, data["questions"]
 
 

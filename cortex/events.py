@@ -315,7 +315,7 @@ def prompt_context(store: Store, prompt: str, indexes: Indexes, catch_up: dict[s
                        exclude=frozenset(shown), count=False)
         hits = found.hits
         # Recall's one rule, with the line of what is injected unasked; what the briefing showed is a hit.
-        mark_relevant(hits, min_match, MATCH_SPREAD, found.excluded_match)
+        mark_relevant(hits, min_match, MATCH_SPREAD, found.excluded_match, unwritten=found.unwritten or ())
     except QueryRefused:  # "ok", "?": nothing to look for (what changed since the briefing is still said)
         hits = []
     header = INJECTED_MARK + "\nMemories that may bear on this request (cortex):\n"

@@ -32,6 +32,10 @@ SPECIFIC_SHARE, NAMED_SHARE = 0.03, 0.7
 COMMON_SHARE, COMMON_MIN = 0.05, 10
 RELEVANT_POOL = 10  # hits a recall judges at least, so that a small limit still finds a relevant one ranked past it
 MATCH_SPREAD = 0.25  # the prompt hook injects only hits within this much of the best match (0..1)
+# A hit holding HELD_SHARE of the question's words (by rarity) is relevant from a match of SUPPORTED_MATCH, when the
+# line is higher: the words and the meaning agree. A word no memory holds weighs UNHELD_WEIGHT of the rarest one's
+# (a paraphrase's word or a name never written); only the first QUESTION_TERMS words are weighed (docs/recall.md).
+HELD_SHARE, SUPPORTED_MATCH, UNHELD_WEIGHT, QUESTION_TERMS = 0.2, 0.3, 0.5, 64
 LIST_WEIGHTS = {"bm25": 1.0, "dense": 0.5, "ctx": 1.0}  # default of recall.list_weights (bench/retrieval.py)
 FUSION = {"bm25": 0.7, "ctx": 1.0, "dense": 0.5}  # `score_fusion`'s weights (bench/devset.py)
 WORD_SUPPORT = 0.35  # a full-text score counts fully from this match up, less below it (any shared word won before)
@@ -56,7 +60,8 @@ class Hit:
     relevant: bool | None = None  # by the one relevance rule (`mark_relevant`); None: not judged (no contextual match)
     spans: list[tuple[int, int]] = field(default_factory=list)  # the query's words in `snippet`
     stale: str | None = None  # why later commits may have made it stale (`cortex.staleness.mark`)
-    named: float | None = None  # the share of the query's specific words it holds (`named_shares`); None: no such word
+    named: float | None = None  # the share of the query's specific words it holds (`weigh_words`); None: no such word
+    held: float | None = None  # the share of the query's words it holds, by rarity (`weigh_words`); None: not weighed
 
     def to_dict(self) -> dict[str, Any]:
         m = self.memory
@@ -87,6 +92,7 @@ class RecallResult:
     hits: list[Hit]
     notes: list[str] = field(default_factory=list)
     excluded_match: float | None = None  # the best match among the `exclude`d memories ranked ahead of the cut
+    unwritten: list[str] | None = None  # names in the query no memory searched holds (`weigh_words`); None: not weighed
 
 
 PRIOR_TERMS = ("confidence", "priority", "centrality", "access", "same_branch", "salience")
@@ -687,38 +693,86 @@ def recall_store(store: Store, query: str, *, limit: int = 10, types: Iterable[s
     if read:  # the direct hits: what is judged; a linked hit is read once it is kept (`recall`), else `read_hits`
         _read(store, index, hits, query)
     out = _with_links(store, index, hits, statuses, now) if links else hits
-    named_shares(index, query, out)
-    return RecallResult(out, notes, excluded_match)
+    unwritten = weigh_words(index, query, out)
+    return RecallResult(out, notes, excluded_match, unwritten)
 
 
-def named_shares(index: Any, query: str, hits: list[Hit]) -> None:
-    """Set each hit's `named`: the share (by rarity) of the query's specific words it holds, words the store holds
-    in a few memories only (at most `SPECIFIC_SHARE` of them, at least one): what names the question's subject.
-    A word the store never holds names nothing it knows (a paraphrase's word) and is not counted."""
-    searcher = index.searcher() if hits else None
+_NAME = re.compile(r"\w+(?:[.'/-]\w+)*")
+_SENTENCE_END = re.compile(r"(?:^|[.!?:;\n])[\s\"'(\[*_`>-]*$")
+
+
+# Capitalised but not the name of a subject: a date says when (a memory's date is not in its text), a title whom.
+_NOT_NAMES = frozenset("january february march april may june july august september october november december jan feb "
+                       "mar apr jun jul aug sep sept oct nov dec monday tuesday wednesday thursday friday saturday "
+                       "sunday mon tue wed thu fri sat sun dr mr mrs ms".split())
+
+
+def question_names(query: str) -> list[str]:
+    """The names a question gives in its opening: a word capitalised inside a sentence ("Windows", "GitHub") and
+    an acronym ("CDN", "REST"), anywhere. What a sentence starts with, "I", months, days, titles, paths and
+    snake_case (code, not a subject) are not names."""
+    names = []
+    for found in _NAME.finditer(query[:MAX_NAMES_CHARS]):
+        word = found.group().split("'")[0]
+        if len(word) < 2 or not word[0].isupper() or word.lower() in _NOT_NAMES or "/" in word or "_" in word:
+            continue
+        if word.isupper() or not _SENTENCE_END.search(query[max(0, found.start() - 8):found.start()]):
+            names.append(word)
+    return names
+
+
+MAX_NAMES_CHARS = 400  # a question's names are read from its opening (what follows may be a pasted log or code)
+
+
+def weigh_words(index: Any, query: str, hits: list[Hit]) -> list[str] | None:
+    """Set each hit's `held` (the share of the query's words it holds, each weighed by its rarity `1 + log(N/df)`,
+    a word no memory holds by `UNHELD_WEIGHT` of the rarest's) and `named` (the share of its specific words, in at
+    most `SPECIFIC_SHARE` of the memories, what names its subject). Returns the names (`question_names`) of a
+    query of at most `QUESTION_TERMS` words that no memory holds, when they are at least half of its names: it
+    asks about something this store never wrote (None when the store has no full-text index to say)."""
+    searcher = index.searcher()
     if searcher is None:
-        return
+        return None
     from cortex.index import fulltext
 
     try:
         total = searcher.doc_count_all() or 1
-        weights = {}
-        for term in dict.fromkeys(fulltext.terms(query)):
-            found = searcher.doc_frequency("text", term)
-            if 0 < found <= max(1, SPECIFIC_SHARE * total):
-                weights[term] = math.log(total / found) + 1
-        if not weights:
-            return
-        number = {hit.memory.path: searcher.document_number(path=_rel(index, hit)) for hit in hits}
-        holders = {term: set(searcher.postings("text", term).all_ids()) for term in weights}
+        words = list(dict.fromkeys(fulltext.terms(query)))
+        # A question names what it asks about; a long prompt (a pasted log, code) names everything it quotes.
+        asked = question_names(query) if len(words) <= QUESTION_TERMS else []
+        names = {terms[0]: name for name in asked if (terms := fulltext.terms(name))}
+        unheld = [name for term, name in names.items() if not searcher.doc_frequency("text", term)]
+        unwritten = unheld if unheld and 2 * len(unheld) >= len(names) else []
+        if not hits:
+            return unwritten
+        found = {term: searcher.doc_frequency("text", term) for term in words[:QUESTION_TERMS]}
+        rarest = math.log(total) + 1
+        weights = {term: math.log(total / n) + 1 if n else UNHELD_WEIGHT * rarest for term, n in found.items()}
+        specific = {term: weights[term] for term, n in found.items() if 0 < n <= max(1, SPECIFIC_SHARE * total)}
+        number = {id(hit): searcher.document_number(path=_rel(index, hit)) for hit in hits}
+        docs = sorted({doc for doc in number.values() if doc is not None})
+        held: dict[int, set[str]] = {doc: set() for doc in docs}
+        for term in (term for term, n in found.items() if n):
+            postings = searcher.postings("text", term)
+            for doc in docs:  # ascending: one pass along the posting list
+                if not postings.is_active():
+                    break
+                if postings.id() < doc:
+                    postings.skip_to(doc)
+                if postings.is_active() and postings.id() == doc:
+                    held[doc].add(term)
     except Exception as exc:  # a writer replaced the index: judged on the match alone this time
-        index.store.log(f"recall: specific words not weighed: {exc!r}")
-        return
-    whole = sum(weights.values())
+        index.store.log(f"recall: the query's words not weighed: {exc!r}")
+        return None
+    whole, named_whole = sum(weights.values()) or 1.0, sum(specific.values())
     for hit in hits:
-        doc = number[hit.memory.path]
-        if doc is not None:  # else not in the full-text index yet: judged on the match alone
-            hit.named = sum(w for term, w in weights.items() if doc in holders[term]) / whole
+        doc = number[id(hit)]
+        if doc is None:  # not in the full-text index yet: judged on the match alone
+            continue
+        hit.held = sum(weights[term] for term in held[doc]) / whole
+        if named_whole:
+            hit.named = sum(specific[term] for term in held[doc] if term in specific) / named_whole
+    return unwritten
 
 
 def _rel(index: Any, hit: Hit) -> str:
@@ -835,6 +889,7 @@ def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[
     hits: list[Hit] = []
     notes: list[str] = []
     excluded_match: float | None = None
+    unwritten: list[str] | None = None  # the query's names no store holds
     for store in stores:
         result = recall_store(store, query, limit=max(limit, RELEVANT_POOL), types=types, branch=branch,
                               include_all=include_all, keyword_only=keyword_only, now=now,
@@ -843,13 +898,16 @@ def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[
         hits.extend(h for h in result.hits if window is None or window[0] <= (h.memory.created or "") <= window[1])
         if result.excluded_match is not None:
             excluded_match = max(result.excluded_match, excluded_match or 0.0)
+        if result.unwritten is not None:  # a store that cannot say leaves the others' answer
+            unwritten = result.unwritten if unwritten is None else [n for n in unwritten if n in result.unwritten]
         for note in result.notes:
             if note not in notes:
                 notes.append(note)
     # `limit` bounds linked hits too: one may take a weaker direct hit's place, never without its parent.
     order = {store.label: i for i, store in enumerate(stores)}
 
-    mark_relevant(hits, query=query)  # relevant hits first, so a small limit is not filled from below the line
+    unwritten = unwritten or []
+    mark_relevant(hits, query=query, unwritten=unwritten)  # relevant first: a small limit is not filled from below
 
     def rank(h: Hit) -> tuple[bool, float, int, bool, str]:
         return h.relevant is False, -round(h.score, 9), order.get(h.store, 9), h.via is not None, h.memory.id
@@ -871,7 +929,7 @@ def recall(stores: list[Store], query: str, *, limit: int = 10, types: Iterable[
             (indexes.synced(store, full=True).searcher() for store in stores if store.label == label), None))
     if count:
         count_reads(stores, final)
-    return RecallResult(final, notes, excluded_match)
+    return RecallResult(final, notes, excluded_match, unwritten)
 
 
 def newer_first(hits: list[Hit], searchers: Callable[[str], Any]) -> list[Hit]:
@@ -926,25 +984,32 @@ def _one_subject(searcher: Any, one: str, two: str) -> bool:
 
 
 def mark_relevant(hits: list[Hit], min_match: float = RELEVANT_MATCH, spread: float | None = None,
-                  shown_match: float | None = None, query: str = "") -> None:
+                  shown_match: float | None = None, query: str = "", unwritten: Iterable[str] = ()) -> None:
     """The one relevance rule, for every caller, served or not (docs/recall.md, "The relevance line"): a direct
-    hit is relevant when its match is at least `min_match` and, with `spread` (the prompt hook), within it of the
-    best one or of `shown_match`. Asked (no `spread`), a hit holding every content word of `query` is relevant
-    too. A linked hit is relevant when its parent is; a hit without a match is not judged (None)."""
+    hit is relevant when its match is at least `min_match` (at most `SUPPORTED_MATCH` when the hit holds
+    `HELD_SHARE` of the query's words) and, with `spread` (the prompt hook), within `spread` of the best match or
+    of `shown_match`. Asked (no `spread`), a hit holding every content word of `query` is relevant too. Nothing is
+    relevant when the query's names are `unwritten` (`weigh_words`). A linked hit is relevant when its parent is;
+    a hit without a match is not judged (None)."""
     matches = [h.match for h in hits if h.via is None and h.match is not None]
     if not matches:
         for hit in hits:
             hit.relevant = None
         return
     best = max(matches + ([shown_match] if shown_match is not None else []))
-    floor = min_match if spread is None else max(min_match, best - spread)
+    near = -1.0 if spread is None else best - spread
     judged: dict[tuple[str, str], bool | None] = {}
     asked = _stems(query) if spread is None else set()
     for hit in hits:
         if hit.via is None:
-            hit.relevant = None if hit.match is None else hit.match >= floor
-            if hit.relevant is False and asked and _has_words(hit.memory, asked):
-                hit.relevant = True
+            if hit.match is None:
+                hit.relevant = None
+            else:
+                supported = hit.held is not None and hit.held >= HELD_SHARE
+                line = min(min_match, SUPPORTED_MATCH) if supported else min_match
+                hit.relevant = not unwritten and hit.match >= max(line, near)
+                if hit.relevant is False and asked and not unwritten and _has_words(hit.memory, asked):
+                    hit.relevant = True
             judged[(hit.store, hit.memory.id)] = hit.relevant
     for hit in hits:
         if hit.via is not None:  # with its parent; an associated memory only if it holds what the question names

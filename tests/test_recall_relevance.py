@@ -181,3 +181,67 @@ def test_a_memory_holding_every_keyword_asked_is_relevant(tmp_path):
     workers = next(row for row in rows if row["id"] == "02b91ef339ec")  # title "Background work…", tag `jobs`
     assert workers["relevant"] and workers["match"] < RELEVANT_MATCH
     assert cortex_json("recall", "background kubernetes", "--branch", "main", cwd=project) == []
+
+
+AGENT_NOTES = [
+    ("gotcha", "Codex hooks only run in trusted projects: codex exec ignores .codex/hooks.json in a project that is "
+               "not trusted; codex exec --trust writes the trust entry into ~/.codex/config.toml."),
+    ("context", "Work is tracked in beads with the bd CLI: bd ready lists what can start, bd update ID --status "
+                "in_progress claims one, bd close ID finishes it and bd sync pushes the tracker with the code."),
+    ("architecture", "The Stop hook asks Claude to check it finished before stopping: scripts/hooks/stop.sh prints "
+                     "a task-completion checklist and blocks the first stop."),
+    ("gotcha", "Gemini CLI runs project hooks only once the user has trusted them in ~/.gemini/trusted_hooks.json."),
+    ("pattern", "Compare with the empty list (x != []) instead of length(x) > 0: length walks the whole list."),
+]
+
+
+def _served_and_cold(project: Path, questions: list[str]) -> list[list[tuple[list[str], list[str]]]]:
+    """For each question, (what `cortex recall --json` shows, what `cortex hook prompt` injects) without and
+    with a `cortex serve` running (bench/recall_paths.py's readers of the command's JSON and the hook's stdout)."""
+    from bench.recall_paths import command_ids, hook_ids
+    from cortex import serve
+
+    env = dict(os.environ)
+    cold = [(command_ids(project, q, env), hook_ids(project, q, f"cold-{n}", env)) for n, q in enumerate(questions)]
+    proc = subprocess.Popen([*cortex_command(), "serve", "--idle", "60"], cwd=project, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_for(lambda: (serve.ask(str(project / ".cortex"), {"op": "ping"}) or {}).get("ready"), 120)
+        served = [(command_ids(project, q, env), hook_ids(project, q, f"served-{n}", env))
+                  for n, q in enumerate(questions)]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    return [[c, s] for c, s in zip(cold, served)]
+
+
+def test_a_name_no_memory_holds_gets_nothing_and_a_supported_answer_below_the_hook_line_is_injected(project):
+    """The relevance line weighs the question's words (issue 41, 42): "Windows" is in no memory, so a question
+    about Windows support for Codex hooks is about something never written: the hook injects nothing and
+    `cortex recall` says nothing relevant, although the Codex-hooks gotcha matches it closely. "How do I claim a
+    task?" matches its answer under the hook's line (0.45) but the answer holds its words: it is injected.
+    Served and not alike; a question on the same subject that names what was written still gets its answer."""
+    ids = [remember(project, text, type=kind, link=False).id for kind, text in AGENT_NOTES]
+    codex, beads = ids[0], ids[1]
+    questions = ["what did we decide about Windows support for the Codex hooks?", "how do I claim a task?",
+                 "why are my Codex hooks ignored in an untrusted project?"]
+    for (never, claim, known) in zip(*_served_and_cold(project, questions)):
+        assert never == ([], [])
+        assert claim[1][:1] == [beads] and claim[0][:1] == [beads]
+        assert known[1][:1] == [codex] and known[0][:1] == [codex]
+    out = cortex("recall", questions[0], cwd=project)
+    assert out.returncode == 0 and out.stdout.strip() == "nothing relevant"
+    assert "below the relevance line" in out.stderr
+
+
+def test_names_are_what_a_sentence_does_not_start_with(tmp_path):
+    """`question_names`: a capitalised word inside a sentence and an acronym are names; the first word of a
+    sentence, "I" and lower-case words are not."""
+    from cortex.recall import question_names
+
+    assert question_names("Which OAuth scopes does the GitHub app request? Docker too, on Linux.") == [
+        "OAuth", "GitHub", "Linux"]
+    assert question_names("How do I enable dark mode in the demo?") == []
+    assert question_names("the CDN cache headers") == ["CDN"]
+    assert question_names("When did Mel go camping in June, on a Sunday, with Lee?") == ["Mel", "Lee"]
+    assert question_names("Would Mel read Dr Seuss?") == ["Mel", "Seuss"]
+    assert question_names("see /Users/Mel/Logs/x.txt and CURRENT_BRANCH in the NAS") == ["NAS"]
