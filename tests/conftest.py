@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import warnings
 from collections.abc import Iterator
@@ -18,11 +19,22 @@ def pytest_configure(config: pytest.Config) -> None:
     which a regular install never does (pip compiles at install)."""
     if hasattr(config, "workerinput"):
         return
+    _temp_folders_in_memory(config)
     import compileall
 
     import cortex as package
 
     compileall.compile_dir(str(Path(package.__file__).parent), quiet=1)
+
+
+def _temp_folders_in_memory(config: pytest.Config) -> None:
+    """The tests' temp folders (pytest's numbered `pytest-of-USER/pytest-N`, kept three runs) in /dev/shm when the
+    machine has one: the real git, SQLite and Whoosh under test fsync thousands of times a run, about 10 ms each
+    on a shared runner's disk and nothing in RAM; no test is about the disk. `--basetemp` or the variable wins."""
+    memory = Path("/dev/shm")
+    if config.option.basetemp or "PYTEST_DEBUG_TEMPROOT" in os.environ or not os.access(memory, os.W_OK | os.X_OK):
+        return
+    os.environ["PYTEST_DEBUG_TEMPROOT"] = str(memory)  # read by pytest's tmp_path_factory; xdist workers inherit it
 
 
 @pytest.fixture(scope="session")
