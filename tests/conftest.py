@@ -29,8 +29,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _temp_folders_in_memory(config: pytest.Config) -> None:
     """The tests' temp folders (pytest's numbered `pytest-of-USER/pytest-N`, kept three runs) in /dev/shm when the
-    machine has one: the real git, SQLite and Whoosh under test fsync thousands of times a run, about 10 ms each
-    on a shared runner's disk and nothing in RAM; no test is about the disk. `--basetemp` or the variable wins."""
+    machine has one: the real git, SQLite and Whoosh under test fsync thousands of times a run, which waits on a
+    disk and not on RAM, and no test is about the disk. `--basetemp` or a set `PYTEST_DEBUG_TEMPROOT` wins."""
     memory = Path("/dev/shm")
     if config.option.basetemp or "PYTEST_DEBUG_TEMPROOT" in os.environ or not os.access(memory, os.W_OK | os.X_OK):
         return
