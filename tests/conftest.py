@@ -37,6 +37,12 @@ def _temp_folders_in_memory(config: pytest.Config) -> None:
     os.environ["PYTEST_DEBUG_TEMPROOT"] = str(memory)  # read by pytest's tmp_path_factory; xdist workers inherit it
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests marked `long` first, the rest in their order: xdist hands tests out in this order, and a long one
+    handed out last keeps the run waiting on one worker after the other has finished."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+
+
 @pytest.fixture(scope="session")
 def user_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One user cache (`XDG_CACHE_HOME`) for the session's tests: the transformer's weights are unpacked into it
