@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import warnings
 from collections.abc import Iterator
@@ -18,11 +19,28 @@ def pytest_configure(config: pytest.Config) -> None:
     which a regular install never does (pip compiles at install)."""
     if hasattr(config, "workerinput"):
         return
+    _temp_folders_in_memory(config)
     import compileall
 
     import cortex as package
 
     compileall.compile_dir(str(Path(package.__file__).parent), quiet=1)
+
+
+def _temp_folders_in_memory(config: pytest.Config) -> None:
+    """The tests' temp folders (pytest's numbered `pytest-of-USER/pytest-N`, kept three runs) in /dev/shm when the
+    machine has one: the real git, SQLite and Whoosh under test fsync thousands of times a run, which waits on a
+    disk and not on RAM, and no test is about the disk. `--basetemp` or a set `PYTEST_DEBUG_TEMPROOT` wins."""
+    memory = Path("/dev/shm")
+    if config.option.basetemp or "PYTEST_DEBUG_TEMPROOT" in os.environ or not os.access(memory, os.W_OK | os.X_OK):
+        return
+    os.environ["PYTEST_DEBUG_TEMPROOT"] = str(memory)  # read by pytest's tmp_path_factory; xdist workers inherit it
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests marked `long` first, the rest in their order: xdist hands tests out in this order, and a long one
+    handed out last keeps the run waiting on one worker after the other has finished."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
 
 
 @pytest.fixture(scope="session")

@@ -51,7 +51,8 @@ def memories(project: Path) -> dict[str, Any]:
 def no_machine_paths(*files: Path) -> None:
     for path in files:
         text = path.read_text(encoding="utf-8")
-        assert str(path.parent.parent) not in text and sys.executable not in text and "/tmp/" not in text, path
+        assert str(path.parent.parent) not in text and sys.executable not in text, path
+        assert "/tmp/" not in text and "/dev/shm/" not in text, path  # no temp folder (tests/conftest.py puts theirs in RAM)
 
 
 # ---------------------------------------------------------------- cortex init / uninstall

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from cortex.text import estimate_tokens
 from tests.helpers import checkout_new_branch, commit_all, cortex, cortex_json, remember
 
@@ -110,6 +112,7 @@ def test_prompt_hook_skips_what_the_briefing_already_showed(project):
     assert pinned not in out
 
 
+@pytest.mark.long
 def test_prompt_hook_with_real_payloads_is_quiet_or_valid_json(project):
     payloads_dir = Path(__file__).resolve().parent / "data" / "hook-payloads"  # copies of the shared real payloads
     payloads = [p for f in sorted(payloads_dir.rglob("user_prompt_submit.json"))

@@ -344,6 +344,7 @@ TOPICS = ["Postgres for the ledger", "Redis for sessions", "Kafka for the audit 
           "Playwright for browser tests", "Ruff for linting", "Poetry for packaging", "Nginx at the edge"]
 
 
+@pytest.mark.long
 def test_concurrent_stop_hooks_each_stage_what_they_wrote(project, tmp_path):
     """Sixteen Stops at once, as parallel sessions end: all exit 0, none logs an error, every memory written is
     staged, no temp file is."""

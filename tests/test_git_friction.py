@@ -20,6 +20,7 @@ import shutil
 import time
 from pathlib import Path
 
+import pytest
 
 from cortex.layout import lock_held
 from cortex.store import Store
@@ -121,11 +122,13 @@ def _page_check(clone: Clone) -> None:
     assert "projections are up to date" in clone.cortex("project", "--check")
 
 
+@pytest.mark.long
 def test_a_week_with_hooks_without_hooks_and_without_cortex_has_no_friction(tmp_path):
     """Items 1, 2, 4, 5 of issue 39: the week, its first memories made today, no code outlines, no fresh clone."""
     _week(tmp_path, months_old=False, outlines=False, fresh_clone=False)
 
 
+@pytest.mark.long
 def test_the_whole_week_with_months_old_memories_code_outlines_and_a_fresh_clone(tmp_path):
     _week(tmp_path, months_old=True, outlines=True, fresh_clone=True)
 

@@ -75,6 +75,7 @@ def test_branch_switch_changes_results_and_switching_back_embeds_nothing(project
     assert feature_id in _ids(project, "graphql dashboard")
 
 
+@pytest.mark.long
 def test_a_corrupted_cache_is_rebuilt_silently(tmp_path, example_store):
     store_dir = example_store  # its cache built and in step
     query = ("recall", "signature check fails when the body was parsed", "--dir", str(store_dir))

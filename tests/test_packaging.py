@@ -8,9 +8,12 @@ import subprocess
 import sys
 import zipfile
 
+import pytest
+
 from tests.helpers import EXAMPLE_STORE, REPO_ROOT
 
 
+@pytest.mark.long
 def test_installed_wheel_recalls_offline_with_the_bundled_model(tmp_path):
     source = tmp_path / "source"  # build from a copy: a build must not write into the checkout
     source.mkdir()

@@ -15,6 +15,8 @@ import shutil
 import time
 from pathlib import Path
 
+import pytest
+
 from cortex.layout import lock_held
 from cortex.store import Store
 from tests.helpers import REPO_ROOT, cortex, cortex_json, git, hook, make_repo
@@ -109,6 +111,7 @@ class Clone:
         return {Path(name).stem.rsplit("-", 1)[-1] for name in names}
 
 
+@pytest.mark.long
 def test_a_team_week_has_no_conflict_no_aborted_command_and_loses_no_memory(tmp_path):
     remote = tmp_path / "remote.git"
     git(tmp_path, "init", "-q", "--bare", "-b", "main", str(remote))
