@@ -102,7 +102,8 @@ async function main() {
         const box = [...document.querySelectorAll("#legend label")].find((l) => l.textContent.startsWith(type + " ("));
         box.querySelector("input").click();
       }, options.hideType);
-      await new Promise((resolve) => setTimeout(resolve, 100));
+      // The clicks only schedule a draw (requestAnimationFrame): read the count once a frame has passed, however slow.
+      await page.evaluate(() => new Promise((resolve) => requestAnimationFrame(() => requestAnimationFrame(resolve))));
       out.drawnAfterHiding = await page.evaluate(() => window.cortexReport.drawn);
     }
     if (options.screenshot) {
