@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from cortex.index.manifest import FIELDS, Entries, Manifest, loaded, stored
+from cortex.index.manifest import FIELDS, Entries, Manifest, stored
 
 NAME = "cache.db"
 COMMIT = "commit"
@@ -166,20 +166,11 @@ def load(conn: sqlite3.Connection) -> Manifest | None:
     finally:
         if own:
             conn.execute("COMMIT")
-    columns = [loaded(name, list(column)) for name, column in zip(FIELDS, list(zip(*rows))[1:])] if rows else []
-    files = Entries({row[0]: _entry(values) for row, values in zip(rows, zip(*columns))} if rows else {})
+    columns = list(zip(*rows)) if rows else [()] * (len(FIELDS) + 1)
+    files = Entries(list(columns[0]), {name: list(columns[n + 1]) for n, name in enumerate(FIELDS)})
     return Manifest(files=files, synced_ns=int(state.get("synced_ns") or 0), model=model,
                     dim=int(state.get("dim") or 0), vector_keys=keys, pending_deletes=pending, parts=parts,
                     generation=int(state["generation"]))
-
-
-def _entry(values: tuple[Any, ...]) -> dict[str, Any]:
-    """A row as a manifest entry: an `error` entry has the first five fields, a valid one all but `error`."""
-    entry = dict(zip(FIELDS, values))
-    if entry["error"] is None:
-        del entry["error"]
-        return entry
-    return {name: entry[name] for name in FIELDS[:5]}
 
 
 def save(conn: sqlite3.Connection, manifest: Manifest, everything: bool = False) -> None:

@@ -20,7 +20,7 @@ import hashlib
 import json
 import os
 import sys
-from collections.abc import ItemsView, Iterator, MutableMapping
+from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ RACY_NS = 2_000_000_000  # files modified within 2 s of the last sync are re-has
 # Every entry's fields, in column order (an `error` entry has the first five; a valid one all but `error`).
 FIELDS = ("mtime", "size", "hash", "error", "ft", "id", "status", "type", "branch", "links", *LIST_FIELDS, "session",
           *BRIEF_FIELDS, "vhash", "meta")
+ERROR_FIELDS = FIELDS[:5]
 JSON_FIELDS = frozenset({"links", "tags", "files"})  # lists, kept as JSON text in the database
 BOOL_FIELDS = frozenset({"ft", "pinned"})  # SQLite gives them back as 0 and 1
 
@@ -58,60 +59,124 @@ def stored(name: str, value: Any) -> Any:
     return json.dumps(value) if name in JSON_FIELDS and value is not None else value
 
 
-def loaded(name: str, raw: list[Any]) -> list[Any]:
-    """A column as the database gave it, as Python values: JSON lists decoded (in one parse), booleans made so."""
-    if name in JSON_FIELDS:
-        return json.loads("[" + ",".join("null" if value is None else value for value in raw) + "]")  # type: ignore[no-any-return]
-    if name in BOOL_FIELDS:
-        return [None if value is None else bool(value) for value in raw]
-    return raw
+def _decoded(name: str, raw: list[Any]) -> list[Any]:
+    """A JSON or boolean column as Python values."""
+    if name in JSON_FIELDS:  # one parse of the whole column, not one per row
+        return json.loads("[" + ",".join("null" if value is None else value for value in raw) + "]")
+    return [None if value is None else bool(value) for value in raw]
 
 
 class Entries(MutableMapping[str, dict[str, Any]]):
-    """The manifest's entries by path, one dict each. Entries set or removed since the load are what the next
-    commit writes (`changed`, `removed`); change an entry by setting it again (`change`), never in place."""
+    """The manifest's entries by path, held as columns (the rows the database gave, by field): `column` reads a
+    few fields of every entry without making a dict for each (refresh, status, list, the recall filters).
+    Entries set since the load are kept whole (`changed`) and are what the next commit writes, with `removed`."""
 
-    def __init__(self, rows: dict[str, dict[str, Any]] | None = None) -> None:
-        self._rows = rows if rows is not None else {}
+    def __init__(self, paths: list[str | None] | None = None, columns: dict[str, list[Any]] | None = None) -> None:
+        self._paths: list[str | None] = paths if paths is not None else []
+        self._raw = columns or {}  # field -> value of each loaded row, as the database holds it
+        self._columns: dict[str, list[Any]] = {}  # the same, decoded (made when first asked for)
+        self._pos: dict[str, int] | None = None
+        self._rows: dict[int, dict[str, Any]] = {}  # row -> entry, for entries handed out or set since the load
+        self._holes = 0
         self.changed: set[str] = set()  # paths set since the last commit
         self.removed: set[str] = set()  # paths removed since the last commit
 
+    def _index(self) -> dict[str, int]:
+        if self._pos is None:
+            self._pos = {rel: i for i, rel in enumerate(self._paths) if rel is not None}
+        return self._pos
+
     def __len__(self) -> int:
-        return len(self._rows)
+        return len(self._paths) - self._holes
 
     def __iter__(self) -> Iterator[str]:
-        return iter(list(self._rows))  # a snapshot: entries may be removed while a caller walks them
+        return iter([rel for rel in self._paths if rel is not None])
 
     def __contains__(self, rel: object) -> bool:
-        return rel in self._rows
+        return rel in self._index()
 
     def __getitem__(self, rel: str) -> dict[str, Any]:
-        return self._rows[rel]
+        i = self._index()[rel]
+        row = self._rows.get(i)
+        if row is None:
+            names = ERROR_FIELDS if self._base("error")[i] is not None else [name for name in FIELDS if name != "error"]
+            row = self._rows[i] = {name: self._loaded(name, i) for name in names}
+        return row
 
     def __setitem__(self, rel: str, entry: dict[str, Any]) -> None:
-        self._rows[rel] = entry
+        pos = self._index()
+        i = pos.get(rel)
+        if i is None:
+            i = pos[rel] = len(self._paths)
+            self._paths.append(rel)
+        self._rows[i] = entry
         self.changed.add(rel)
         self.removed.discard(rel)
 
     def __delitem__(self, rel: str) -> None:
-        del self._rows[rel]
+        i = self._index().pop(rel)
+        self._paths[i] = None
+        self._rows.pop(i, None)
+        self._holes += 1
         self.changed.discard(rel)
         self.removed.add(rel)
 
-    def items(self) -> ItemsView[str, dict[str, Any]]:
-        return self._rows.items()
-
     def change(self, rel: str, **values: Any) -> None:
         """Set fields of one entry (what the next commit writes)."""
-        self[rel] = {**self._rows[rel], **values}
+        self[rel] = {**self[rel], **values}
 
     def value(self, rel: str, name: str, default: Any = None) -> Any:
-        found = self._rows[rel].get(name)
+        """One field of one entry, without making its dict."""
+        i = self._index()[rel]
+        row = self._rows.get(i)
+        if row is not None:
+            return row.get(name, default)
+        found = self._loaded(name, i)
         return default if found is None else found
 
+    def _loaded(self, name: str, i: int) -> Any:
+        """One field of one loaded row: a JSON field's row decoded alone unless its whole column already is."""
+        if name in JSON_FIELDS and name not in self._columns:
+            raw = self._raw.get(name) or []
+            return json.loads(raw[i]) if i < len(raw) and raw[i] is not None else None
+        return self._base(name)[i]
+
     def column(self, *names: str) -> Iterator[tuple[Any, ...]]:
-        """(path, value of each named field, None where the entry has none) of every entry."""
-        return ((rel, *(entry.get(name) for name in names)) for rel, entry in list(self._rows.items()))
+        """(path, value of each named field, None where the entry has none) of every entry, in row order."""
+        rows = zip(self._paths, *(self.full_column(name) for name in names))
+        return (row for row in rows if row[0] is not None) if self._holes else rows
+
+    def _base(self, name: str) -> list[Any]:
+        """A field of every loaded row, decoded once."""
+        found = self._columns.get(name)
+        if found is None:
+            raw = self._raw.get(name) or []
+            found = _decoded(name, raw) if name in JSON_FIELDS | BOOL_FIELDS else list(raw)
+            self._columns[name] = found
+        return found
+
+    def full_column(self, name: str) -> list[Any]:
+        """A field of every row (None where the entry has none, or the row is a hole), by row."""
+        found = self._base(name)
+        if len(found) < len(self._paths):
+            found += [None] * (len(self._paths) - len(found))
+        for i, row in self._rows.items():
+            found[i] = row.get(name)
+        return found
+
+    @property
+    def paths(self) -> list[str | None]:
+        """The path of every row, None for a hole: `full_column`'s rows."""
+        return self._paths
+
+    def rows_mentioning(self, name: str, word: str) -> set[int]:
+        """The rows whose JSON field `name` may hold `word` (a superset: its text holds it), without decoding
+        the rows that cannot."""
+        if name in self._columns:
+            return set(range(len(self._paths)))
+        raw = self._raw.get(name) or []
+        found = {i for i, text in enumerate(raw) if text is not None and word in text}
+        return found | set(self._rows)  # entries set since the load are decoded dicts: looked at as they are
 
 
 @dataclass

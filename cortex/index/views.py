@@ -6,8 +6,9 @@ centralities (kept in the database for the next process, with the commit they ca
 from __future__ import annotations
 
 import itertools
+import operator
 import sqlite3
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -66,24 +67,39 @@ class ViewsPart:
         links directly, the rest through `Manifest.meta`. Files sharing an id are all left out."""
         manifest = self._synced_manifest()
         if self._records is None:
-            self._records, self._problems = self._sorted_out(manifest.files)
+            rels, rows, self._problems = self._sorted_out(manifest.files)
+            self._records = Records(manifest.files, rels, rows)
+            self._records.revive()
         return self._records
 
     def meta(self, rel: str) -> dict[str, Any]:
         """A record's full metadata (title, tags, dates, …) from the synced manifest."""
         return self._synced_manifest().meta(rel)
 
-    def _sorted_out(self, files: Entries) -> tuple[Records, list[tuple[str, str]]]:
-        """The records (in path order) and (path, reason) of the problems."""
+    def _sorted_out(self, files: Entries) -> tuple[list[str], list[int], list[tuple[str, str]]]:
+        """The records (their paths and rows, in path order) and (path, reason) of the problems."""
+        rels: list[str] = []
+        rows: list[int] = []
+        problems: list[tuple[str, str]] = []
+        paths, errors, ids = files.paths, files.full_column("error"), files.full_column("id")
+        order = sorted((n for n, rel in enumerate(paths) if rel is not None), key=lambda n: paths[n] or "")
+        if len(order) > 1:
+            pick = operator.itemgetter(*order)  # no malformed file and no id twice (the usual store): in C
+            if pick(errors).count(None) == len(order) and len(set(pick(ids))) == len(order):
+                return list(pick(paths)), order, []
         root = self.store.memories_dir
-        valid = sorted((rel, entry) for rel, entry in files.items() if "error" not in entry)
-        ids = [entry["id"] for _, entry in valid]
-        shared = duplicate_ids(zip(ids, (rel for rel, _ in valid))) if len(set(ids)) < len(ids) else {}
-        problems = [(rel, entry["error"]) for rel, entry in files.items() if "error" in entry]
-        problems += [(rel, duplicate_reason(entry["id"], root / rel, [root / other for other in shared[entry["id"]]]))
-                     for rel, entry in valid if entry["id"] in shared]  # every file holding it is skipped
-        records = Records({rel: entry for rel, entry in valid if entry["id"] not in shared})
-        return records, sorted(problems)
+        shared = duplicate_ids((ids[n], paths[n]) for n in order if errors[n] is None)
+        for n in order:
+            rel, error, ident = paths[n], errors[n], ids[n]
+            assert rel is not None
+            if error is not None:
+                problems.append((rel, error))
+            elif ident in shared:  # every file holding it is skipped (`cortex.store.duplicate_ids`)
+                problems.append((rel, duplicate_reason(ident, root / rel, [root / other for other in shared[ident]])))
+            else:
+                rels.append(rel)
+                rows.append(n)
+        return rels, rows, problems
 
     def problems(self) -> list[tuple[Path, str]]:
         """(path, reason) of every malformed file and duplicate id."""
@@ -158,34 +174,42 @@ class ViewsPart:
 
     # ------------------------------------------------------------ links
 
-    def neighbours(self) -> LinkMap:
-        """id -> (rel, other id, strength) of every link that touches it, sorted: its own, and `relates_to` links
-        other memories made to it (the relation reads both ways). Computed once per sync."""
+    def neighbours(self) -> Mapping[str, list[tuple[str, str, float | None]]]:
+        """id -> (rel, other id, strength) of every link that touches it: its own, and `relates_to` links other
+        memories made to it (the relation reads both ways). Computed once per sync."""
         if self._neighbours is None:
             self._neighbours = self._link_map(None)
         return self._neighbours
 
-    def hops(self, strong: float) -> LinkMap:
+    def hops(self, strong: float) -> Mapping[str, list[tuple[str, str, float | None]]]:
         """`neighbours` for `graph.expand`: only the links it follows (source_of, and relates_to of at least
         `strong`, both ways), once per sync."""
-        return self.memo(("hops", strong), lambda: self._link_map(lambda rel, strength: rel == "source_of" or (
-            rel == "relates_to" and strength is not None and strength >= strong)))  # type: ignore[no-any-return]
+        return self.memo(("hops", strong), lambda: self.hops_made(strong))  # type: ignore[no-any-return]
+
+    def hops_made(self, strong: float) -> LinkMap:
+        return self._link_map(lambda rel, strength: rel == "source_of" or (
+            rel == "relates_to" and strength is not None and strength >= strong))
 
     def _link_map(self, follows: Callable[[str, float | None], bool] | None) -> LinkMap:
         """The links (of the relations and strengths `follows` takes, or all) of every record; a link to a
         missing memory is a problem for `status`, not a neighbour."""
-        records = self.records()
-        known = set(records.field("id"))
+        files = self._synced_manifest().files
+        rows = self.records().rows
+        ids, links_of = files.full_column("id"), files.full_column("links")
+        known = {ids[n] for n in rows}
         out: dict[str, dict[tuple[str, str], float | None]] = {}
-        for _rel, ident, links in records.column("id", "links"):
-            for rel, to, strength in links or ():
+        for n in rows:
+            links = links_of[n]
+            if not links:
+                continue
+            ident = ids[n]
+            for rel, to, strength in links:
                 if to not in known or (follows is not None and not follows(rel, strength)):
                     continue
                 out.setdefault(ident, {}).setdefault((rel, to), strength)
                 if rel == "relates_to":
                     out.setdefault(to, {}).setdefault((rel, ident), strength)
-        return {ident: [(rel, other, strength) for (rel, other), strength in sorted(links.items())]
-                for ident, links in out.items()}
+        return LinkMap(out)
 
     def centralities(self) -> dict[str, float]:
         """Links that reach a memory, weighted by strength, normalised to 0..1 (once per sync): a `relates_to`
@@ -215,73 +239,138 @@ class ViewsPart:
         when none are kept for it. What `cortex show` explains a ranking with."""
         return self._saved_centralities(None)
 
-    def _computed_centralities(self) -> dict[str, float]:
+    def _computed_centralities(self, neighbours: LinkMap | None = None) -> dict[str, float]:
         degree: dict[str, float] = {}
-        for memory_id, links in self.neighbours().items():
-            for rel, other, strength in links:
-                weight = 1.0 if strength is None else strength
-                if rel == "relates_to":
-                    degree[memory_id] = degree.get(memory_id, 0.0) + weight
-                else:
-                    degree[other] = degree.get(other, 0.0) + weight
+        links = neighbours if neighbours is not None else self.neighbours()
+        assert isinstance(links, LinkMap)
+        for memory_id, rel, other, strength in links.links():
+            weight = 1.0 if strength is None else strength
+            if rel == "relates_to":
+                degree[memory_id] = degree.get(memory_id, 0.0) + weight
+            else:
+                degree[other] = degree.get(other, 0.0) + weight
         top = max(degree.values(), default=0.0)
         return {k: v / top for k, v in degree.items()} if top > 0 else {}
 
 
-LinkMap = dict[str, list[tuple[str, str, Any]]]  # memory id -> its links, sorted
+class LinkMap(Mapping[str, list[tuple[str, str, Any]]]):
+    """`Index.neighbours`: each memory's links as a sorted list, sorted when first asked for (a `remember` asks
+    for one memory's links, not all)."""
+
+    __slots__ = ("_raw", "_sorted")
+
+    def __init__(self, raw: dict[str, dict[tuple[str, str], Any]]) -> None:
+        self._raw = raw
+        self._sorted: dict[str, list[tuple[str, str, Any]]] = {}
+
+    def __getitem__(self, memory_id: str) -> list[tuple[str, str, Any]]:
+        links = self._sorted.get(memory_id)
+        if links is None:
+            links = self._sorted[memory_id] = [(rel, other, strength)
+                                               for (rel, other), strength in sorted(self._raw[memory_id].items())]
+        return links
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._raw)
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+    def __contains__(self, memory_id: object) -> bool:
+        return memory_id in self._raw
+
+    def links(self) -> Iterator[tuple[str, str, str, Any]]:
+        """(memory id, relation, other id, strength) of every link, in no order: no list sorted."""
+        for memory_id, links in self._raw.items():
+            for (rel, other), strength in links.items():
+                yield memory_id, rel, other, strength
+
 
 
 class Records(Mapping[str, dict[str, Any]]):
-    """The manifest's valid entries by path, in path order (`Index.records`), with the memories of supersession
-    cycles read as active (`revived`)."""
+    """The manifest's valid entries by path, in path order (`Index.records`): an entry's dict is made when it
+    is asked for, and `column` reads a few fields of every record without making any."""
 
-    def __init__(self, entries: dict[str, dict[str, Any]]) -> None:
-        self._entries = entries
+    def __init__(self, files: Entries, rels: list[str], rows: list[int]) -> None:
+        """`rels`: the path of each record, in path order; `rows`: its row in `files`."""
+        self._files, self._rels, self._rows = files, rels, rows
+        self._set: frozenset[str] | None = None
         # The records read as active although their files say superseded (`cortex.memory.revived_in_cycles`).
         self.revived: frozenset[str] = frozenset()
         self.revived_ids: frozenset[str] = frozenset()
-        self._revive()
 
-    def _revive(self) -> None:
+    def revive(self) -> None:
         """Find the supersession cycles among the records and the one memory of each that reads as active."""
         replaces: dict[str, list[str]] = {}
         rel_of: dict[str, str] = {}
-        for rel, entry in self._entries.items():
-            listed = [link[1] for link in entry.get("links") or () if link[0] == "supersedes"]
-            if listed:
-                replaces[entry["id"]] = listed
-                rel_of[entry["id"]] = rel
+        mentioning = self._files.rows_mentioning("links", '"supersedes"')  # not every link list decoded
+        for rel, row in zip(self._rels, self._rows):
+            listed = self._files.value(rel, "links") if row in mentioning else None
+            if listed and any(link[0] == "supersedes" for link in listed):
+                ident = self._files.value(rel, "id")
+                replaces[ident] = [link[1] for link in listed if link[0] == "supersedes"]
+                rel_of[ident] = rel
         if not replaces:
             return
         from cortex.memory import revived_in_cycles
 
-        found = revived_in_cycles(replaces, {i: self._entries[r]["status"] for i, r in rel_of.items()},
-                                  {i: self._entries[r].get("updated") or "" for i, r in rel_of.items()})
+        found = revived_in_cycles(replaces, {i: self._files.value(r, "status") for i, r in rel_of.items()},
+                                  {i: self._files.value(r, "updated") for i, r in rel_of.items()})
         self.revived_ids = frozenset(found)
         self.revived = frozenset(rel_of[ident] for ident in found)
-        for rel in self.revived:
-            self._entries[rel] = dict(self._entries[rel], status="active")
+
+    def _status(self, rel: str, value: Any) -> Any:
+        return "active" if rel in self.revived else value
+
+    @property
+    def _keys(self) -> frozenset[str]:  # made when first asked: `column` and iteration need only the list
+        if self._set is None:
+            self._set = frozenset(self._rels)
+        return self._set
 
     def __getitem__(self, rel: str) -> dict[str, Any]:
-        return self._entries[rel]
+        if rel not in self._keys:
+            raise KeyError(rel)
+        entry = self._files[rel]
+        return dict(entry, status="active") if rel in self.revived else entry
 
     def __contains__(self, rel: object) -> bool:
-        return rel in self._entries
+        return rel in self._keys
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._entries)
+        return iter(self._rels)
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._rels)
+
+    @property
+    def rows(self) -> list[int]:
+        """The row in the manifest's columns (`Entries.full_column`) of each record, in path order."""
+        return self._rows
 
     def value(self, rel: str, name: str) -> Any:
-        """One field of one record (None when it has none)."""
-        return self._entries[rel].get(name)
+        """One field of one record (None when it has none), without making its dict."""
+        if rel not in self._keys:
+            raise KeyError(rel)
+        value = self._files.value(rel, name)
+        return self._status(rel, value) if name == "status" and self.revived else value
 
-    def field(self, name: str) -> list[Any]:
+    def field(self, name: str) -> Sequence[Any]:
         """One field of every record (None where it has none), in path order."""
-        return [entry.get(name) for entry in self._entries.values()]
+        if name == "status" and self.revived:
+            return [self._status(rel, value) for rel, value in self.column("status")]
+        if len(self._rows) < 2:
+            return [self._files.value(rel, name) for rel in self._rels]
+        return operator.itemgetter(*self._rows)(self._files.full_column(name))
 
     def column(self, *names: str) -> list[tuple[Any, ...]]:
         """(path, value of each named field, None where it has none) of every record, in path order."""
-        return [(rel, *(entry.get(name) for name in names)) for rel, entry in self._entries.items()]
+        if len(self._rows) < 2:
+            rows = [(rel, *(self._files.value(rel, name) for name in names)) for rel in self._rels]
+        else:
+            pick = operator.itemgetter(*self._rows)  # rows stay where they are while these records hold
+            rows = list(zip(self._rels, *(pick(self._files.full_column(name)) for name in names)))
+        if self.revived and "status" in names:  # the one memory of a supersession cycle read as active
+            at = names.index("status") + 1
+            rows = [row[:at] + ("active",) + row[at + 1:] if row[0] in self.revived else row for row in rows]
+        return rows
