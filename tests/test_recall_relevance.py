@@ -68,7 +68,10 @@ def test_a_served_recall_draws_the_same_line_and_counts_only_what_it_returns(tmp
         out = cortex("recall", "kubernetes helm chart values", cwd=project)
         assert out.returncode == 0 and out.stdout.strip() == "nothing relevant"
         served = cortex_json("recall", "how are money amounts stored?", "--all", cwd=project)
-        assert [(row["id"], row["relevant"]) for row in served] == [(row["id"], row["relevant"]) for row in alone]
+        # One line: every memory judged the same, the relevant ones in the same order (the server may order the
+        # hits below the line otherwise: it ranks with its warm index, never by another threshold).
+        assert {row["id"]: row["relevant"] for row in served} == {row["id"]: row["relevant"] for row in alone}
+        assert [row["id"] for row in served if row["relevant"]] == [row["id"] for row in alone if row["relevant"]]
     finally:
         proc.terminate()
         proc.wait(timeout=30)
