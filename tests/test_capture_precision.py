@@ -10,7 +10,7 @@ from pathlib import Path
 from cortex.store import Store
 from tests.helpers import cortex
 
-HOME = "/Users/alice/work/shop"  # the session's folder on the author's machine, as Claude Code records it
+HOME = "/Users/alice/code/shop"  # a session's folder on another machine, as Claude Code records it
 
 
 def _record(kind: str, uuid: str, content: object, **extra: object) -> str:
